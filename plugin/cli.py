@@ -1,0 +1,37 @@
+"""The `kgqr` command. Subcommand groups are imported only when used, so `kgqr --help`
+stays fast and `plugin` does not import the read or write path at start-up."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "services": ("plugin.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        module = importlib.import_module(SUBCOMMANDS[cmd_name][0])
+        command = getattr(module, cmd_name.replace("-", "_"))
+        return command  # type: ignore[no-any-return]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUBCOMMANDS[name][1]) for name in sorted(SUBCOMMANDS)])
+
+
+@click.group(cls=LazyGroup)
+def main() -> None:
+    """kgqr: a knowledge-graph-aware query rewriter for OpenSearch.
+
+    Configuration comes from KGQR_* environment variables and an optional TOML file
+    (KGQR_CONFIG, ./kgqr.toml or ~/.config/kgqr/config.toml).
+    """

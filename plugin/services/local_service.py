@@ -1,0 +1,92 @@
+"""What every local service shares: prepare once, start detached, wait for health, stop."""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from plugin.services.errors import ServiceError
+from plugin.services.layout import ServiceLayout
+from plugin.services.process import ManagedProcess, port_is_open, wait_until_healthy
+from plugin.settings import Settings
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    state: str  # "running", "running (not started by kgqr)", "stopped", "port busy"
+    address: str
+    version: str | None
+    pid: int | None
+
+
+def port_of(url: str, default: int) -> int:
+    return urlparse(url if "://" in url else f"tcp://{url}").port or default
+
+
+class LocalService(abc.ABC):
+    """One service kgqr can run on 127.0.0.1 without Docker."""
+
+    name: str
+    startup_timeout_s: float = 120.0
+    host = "127.0.0.1"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.layout = ServiceLayout(settings.home)
+        self.process = ManagedProcess(self.name, self.layout.run, self.layout.logs)
+
+    @property
+    @abc.abstractmethod
+    def port(self) -> int: ...
+
+    @abc.abstractmethod
+    def prepare(self) -> None:
+        """Download, build and install what start() needs; cheap when already done."""
+
+    @abc.abstractmethod
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """argv and environment of the service process."""
+
+    @abc.abstractmethod
+    def is_healthy(self) -> bool: ...
+
+    @abc.abstractmethod
+    def version(self) -> str | None: ...
+
+    def up(self) -> str:
+        """Start the service unless it already answers; returns what happened."""
+        if self.process.pid() is not None and self.is_healthy():
+            return "already running"
+        if port_is_open(self.host, self.port):
+            if self.is_healthy():
+                return f"already running on port {self.port} (not started by kgqr)"
+            raise ServiceError(
+                self.name,
+                f"port {self.port} on {self.host} is in use by something that is not a healthy "
+                f"{self.name}; stop it or point kgqr at another port",
+            )
+        self.prepare()
+        argv, env = self.command()
+        self.process.start(argv, env={**os.environ, **env}, cwd=self.layout.root)
+        wait_until_healthy(self.process, self.is_healthy, self.startup_timeout_s)
+        return "started"
+
+    def down(self) -> bool:
+        return self.process.stop()
+
+    def status(self) -> ServiceStatus:
+        pid = self.process.pid()
+        address = f"{self.host}:{self.port}"
+        if port_is_open(self.host, self.port):
+            healthy = self.is_healthy()
+            if pid is not None:
+                state = "running" if healthy else "starting or unhealthy"
+            else:
+                state = "running (not started by kgqr)" if healthy else "port busy"
+            return ServiceStatus(
+                self.name, state, address, self.version() if healthy else None, pid
+            )
+        return ServiceStatus(self.name, "stopped", address, None, pid)

@@ -1,0 +1,87 @@
+"""Neo4j 5.26 LTS with its Bolt server, run from a small Java launcher.
+
+Neo4j's server distribution is not on Maven Central; the embedded kernel and the Bolt
+connector are. Maven resolves them, javac compiles ``KgqrNeo4jLauncher.java`` once, and
+the launcher serves Bolt on 127.0.0.1. Auth is disabled in embedded mode, so any
+credentials the driver sends are accepted.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from plugin.services import maven
+from plugin.services.java import find_java_home
+from plugin.services.local_service import LocalService, port_of
+from plugin.services.process import port_is_open, run_checked
+
+LAUNCHER_CLASS = "KgqrNeo4jLauncher"
+
+
+class Neo4jServer(LocalService):
+    name = "neo4j"
+    startup_timeout_s = 120.0
+
+    @property
+    def port(self) -> int:
+        return port_of(self.settings.neo4j_uri, 7687)
+
+    @property
+    def install_dir(self) -> Path:
+        return self.layout.installs / f"neo4j-{self.settings.neo4j_version}"
+
+    def prepare(self) -> None:
+        java_home = find_java_home(self.settings.java_home)
+        package = resources.files("plugin.services.neo4j")
+        maven.resolve_jars(
+            Path(str(package.joinpath("pom.xml"))),
+            {"neo4j.version": self.settings.neo4j_version},
+            self.install_dir / "lib",
+            self.layout.maven_repo,
+            self.name,
+        )
+        classes = self.install_dir / "classes"
+        if not (classes / f"{LAUNCHER_CLASS}.class").is_file():
+            classes.mkdir(parents=True, exist_ok=True)
+            source = Path(str(package.joinpath(f"{LAUNCHER_CLASS}.java")))
+            run_checked(
+                self.name,
+                [str(java_home / "bin" / "javac"), "-cp", f"{self.install_dir / 'lib'}/*",
+                 "-d", str(classes), str(source)],
+            )  # fmt: skip
+        self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        java_home = find_java_home(self.settings.java_home)
+        s = self.settings
+        classpath = f"{self.install_dir / 'classes'}:{self.install_dir / 'lib'}/*"
+        argv = [
+            str(java_home / "bin" / "java"),
+            f"-Xms{s.neo4j_heap_mb}m", f"-Xmx{s.neo4j_heap_mb}m",
+            "-cp", classpath, LAUNCHER_CLASS,
+            str(self.layout.data(self.name)), self.host, str(self.port),
+            str(s.neo4j_pagecache_mb),
+        ]  # fmt: skip
+        return argv, {}
+
+    def is_healthy(self) -> bool:
+        return port_is_open(self.host, self.port) and self.version() is not None
+
+    def version(self) -> str | None:
+        from neo4j import GraphDatabase
+        from neo4j.exceptions import Neo4jError, ServiceUnavailable
+
+        s = self.settings
+        try:
+            with GraphDatabase.driver(
+                s.neo4j_uri, auth=(s.neo4j_user, s.neo4j_password.get_secret_value()),
+                connection_timeout=2.0,
+            ) as driver:  # fmt: skip
+                records, _, _ = driver.execute_query(
+                    "CALL dbms.components() YIELD name, versions, edition "
+                    "RETURN name, versions[0] AS version, edition"
+                )
+        except (ServiceUnavailable, Neo4jError, OSError):
+            return None
+        return ", ".join(f"{r['name']} {r['version']} {r['edition']}" for r in records)

@@ -1,0 +1,194 @@
+"""A single-node OpenSearch with k-NN and neural-search, assembled from Maven Central.
+
+The minimal distribution on Maven Central (``integ-test-zip``) has no plugins and, in the
+2.x line, no ``lang-painless`` module, which k-NN extends. Maven Central carries painless
+only as jars, so the module folder is built from them: the jars its pom resolves minus
+the ones the distribution's ``lib/`` already has.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from plugin.services import maven
+from plugin.services.archives import extract_zip, replace_dir
+from plugin.services.http_probe import get_json
+from plugin.services.java import find_java_home
+from plugin.services.local_service import LocalService, port_of
+from plugin.services.process import run_checked
+from plugin.services.service_user import (
+    UNPRIVILEGED_ROOT,
+    as_service_user,
+    ensure_service_user,
+    hand_over,
+    running_as_root,
+)
+
+PAINLESS_DESCRIPTOR = """\
+description=An easy, safe and fast scripting language for OpenSearch
+version={version}
+name=lang-painless
+classname=org.opensearch.painless.PainlessPlugin
+java.version=11
+opensearch.version={version}
+extended.plugins=
+has.native.controller=false
+"""
+
+# The module's own policy in the OpenSearch source tree: painless compiles scripts to classes.
+PAINLESS_POLICY = """\
+grant {
+  permission java.lang.RuntimePermission "createClassLoader";
+  permission java.lang.RuntimePermission "getClassLoader";
+};
+"""
+
+
+# Maven Central has no checksum files for the neural-search zips; these were recorded on
+# first download and must be added here when the plugin version changes.
+NEURAL_SEARCH_SHA256 = {
+    "2.19.1.0": "b17ca1d774692902c58cbae102bf463970740c31d81446866e8eabd336e285aa",
+}
+
+
+class OpenSearchNode(LocalService):
+    name = "opensearch"
+    startup_timeout_s = 180.0
+
+    @property
+    def port(self) -> int:
+        return port_of(self.settings.opensearch_url, 9200)
+
+    @property
+    def _base(self) -> Path:
+        return UNPRIVILEGED_ROOT if running_as_root() else self.layout.root
+
+    @property
+    def install_dir(self) -> Path:
+        s = self.settings
+        return (
+            self._base
+            / "installs"
+            / f"opensearch-{s.opensearch_version}-plugins-{s.opensearch_plugin_version}"
+        )
+
+    @property
+    def data_dir(self) -> Path:
+        return self._base / "data" / "opensearch"
+
+    def _artifacts(self) -> tuple[maven.MavenArtifact, list[maven.MavenArtifact]]:
+        s = self.settings
+        distribution = maven.MavenArtifact(
+            "org.opensearch.distribution.integ-test-zip", "opensearch", s.opensearch_version
+        )
+        plugins = [
+            maven.MavenArtifact(
+                "org.opensearch.plugin", "opensearch-knn", s.opensearch_plugin_version
+            ),
+            maven.MavenArtifact(
+                "org.opensearch.plugin",
+                "neural-search",
+                s.opensearch_plugin_version,
+                sha256=NEURAL_SEARCH_SHA256.get(s.opensearch_plugin_version),
+            ),
+        ]
+        return distribution, plugins
+
+    def prepare(self) -> None:
+        java_home = find_java_home(self.settings.java_home)
+        marker = self.install_dir / ".kgqr-installed"
+        if not marker.is_file():
+            distribution, plugins = self._artifacts()
+            dist_zip = maven.fetch(
+                distribution, self.layout.downloads, self.layout.maven_repo, self.name
+            )
+            plugin_zips = [
+                maven.fetch(p, self.layout.downloads, self.layout.maven_repo, self.name)
+                for p in plugins
+            ]
+            with tempfile.TemporaryDirectory(dir=self.layout.root) as scratch:
+                home = extract_zip(dist_zip, Path(scratch))
+                if not (home / "modules" / "lang-painless").is_dir():
+                    self._add_painless_module(home)
+                for plugin_zip in plugin_zips:
+                    run_checked(
+                        self.name,
+                        [str(home / "bin" / "opensearch-plugin"), "install", "--batch",
+                         plugin_zip.as_uri()],
+                        env={"OPENSEARCH_JAVA_HOME": str(java_home), "PATH": "/usr/bin:/bin"},
+                    )  # fmt: skip
+                (home / ".kgqr-installed").write_text("ok\n")
+                replace_dir(home, self.install_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if running_as_root():
+            ensure_service_user()
+            hand_over(self.install_dir)
+            hand_over(self.data_dir)
+
+    def _add_painless_module(self, home: Path) -> None:
+        version = self.settings.opensearch_version
+        pom = resources.files("plugin.services.opensearch").joinpath("lang-painless-pom.xml")
+        resolved = maven.resolve_jars(
+            Path(str(pom)),
+            {"opensearch.version": version},
+            self.layout.downloads / f"lang-painless-{version}-jars",
+            self.layout.maven_repo,
+            self.name,
+        )
+        in_core = {_artifact_name(jar) for jar in (home / "lib").glob("*.jar")}
+        module = home / "modules" / "lang-painless"
+        module.mkdir(parents=True)
+        for jar in resolved:
+            if _artifact_name(jar) not in in_core:
+                shutil.copy2(jar, module / jar.name)
+        (module / "plugin-descriptor.properties").write_text(
+            PAINLESS_DESCRIPTOR.format(version=version)
+        )
+        (module / "plugin-security.policy").write_text(PAINLESS_POLICY)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        java_home = find_java_home(self.settings.java_home)
+        heap = self.settings.opensearch_heap_mb
+        argv = as_service_user([
+            str(self.install_dir / "bin" / "opensearch"),
+            "-E", "discovery.type=single-node",
+            "-E", "cluster.name=kgqr-local",
+            "-E", f"network.host={self.host}",
+            "-E", f"http.port={self.port}",
+            "-E", f"path.data={self.data_dir / 'data'}",
+            "-E", f"path.logs={self.data_dir / 'logs'}",
+            # A developer disk that is 90% full must not turn every index read-only.
+            "-E", "cluster.routing.allocation.disk.threshold_enabled=false",
+        ])  # fmt: skip
+        env = {
+            "OPENSEARCH_JAVA_HOME": str(java_home),
+            "OPENSEARCH_JAVA_OPTS": f"-Xms{heap}m -Xmx{heap}m",
+        }
+        return argv, env
+
+    def _url(self, path: str) -> str:
+        return f"http://{self.host}:{self.port}{path}"
+
+    def is_healthy(self) -> bool:
+        health = get_json(self._url("/_cluster/health"))
+        return bool(health) and health.get("status") in {"green", "yellow"}
+
+    def version(self) -> str | None:
+        root = get_json(self._url("/"))
+        plugins = get_json(self._url("/_cat/plugins?format=json")) or []
+        if not root:
+            return None
+        names = ", ".join(f"{p['component']} {p['version']}" for p in plugins)
+        return f"{root['version']['number']} ({names or 'no plugins'})"
+
+
+def _artifact_name(jar: Path) -> str:
+    """``lucene-core-9.12.1.jar`` -> ``lucene-core``: the name without its version."""
+    parts = jar.stem.split("-")
+    for index, part in enumerate(parts):
+        if part[:1].isdigit():
+            return "-".join(parts[:index])
+    return jar.stem

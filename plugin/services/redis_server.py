@@ -1,0 +1,60 @@
+"""Redis from the OS packages: Celery's broker and result backend, and the rewrite cache."""
+
+from __future__ import annotations
+
+import shutil
+
+from plugin.services.errors import ServiceError
+from plugin.services.local_service import LocalService, port_of
+from plugin.services.process import run_checked
+from plugin.services.service_user import running_as_root
+
+
+class RedisServer(LocalService):
+    name = "redis"
+    startup_timeout_s = 30.0
+
+    @property
+    def port(self) -> int:
+        return port_of(self.settings.redis_url, 6379)
+
+    def prepare(self) -> None:
+        if shutil.which("redis-server") is None:
+            if not running_as_root() or shutil.which("apt-get") is None:
+                raise ServiceError(
+                    self.name, "redis-server is not installed; `apt-get install redis-server`"
+                )
+            env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+            run_checked(self.name, ["apt-get", "update", "-qq"], env=env)
+            run_checked(self.name, ["apt-get", "install", "-y", "-qq", "redis-server"], env=env)
+        self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        argv = [
+            "redis-server",
+            "--bind", self.host, "--port", str(self.port),
+            "--dir", str(self.layout.data(self.name)),
+            "--daemonize", "no", "--save", "300 10", "--appendonly", "no",
+        ]  # fmt: skip
+        return argv, {}
+
+    def _client(self):  # type: ignore[no-untyped-def]
+        import redis
+
+        return redis.Redis(host=self.host, port=self.port, socket_timeout=2)
+
+    def is_healthy(self) -> bool:
+        import redis
+
+        try:
+            return bool(self._client().ping())
+        except (redis.RedisError, OSError):
+            return False
+
+    def version(self) -> str | None:
+        import redis
+
+        try:
+            return str(self._client().info("server")["redis_version"])
+        except (redis.RedisError, OSError, KeyError):
+            return None

@@ -1,0 +1,26 @@
+"""The local services in start order (the LLM last: it is the slowest to prepare)."""
+
+from __future__ import annotations
+
+from plugin.services.llm_server import LlmServer
+from plugin.services.local_service import LocalService
+from plugin.services.neo4j_server import Neo4jServer
+from plugin.services.opensearch_node import OpenSearchNode
+from plugin.services.redis_server import RedisServer
+from plugin.settings import Settings
+
+SERVICE_TYPES: tuple[type[LocalService], ...] = (
+    RedisServer,
+    OpenSearchNode,
+    Neo4jServer,
+    LlmServer,
+)
+SERVICE_NAMES: tuple[str, ...] = tuple(t.name for t in SERVICE_TYPES)
+
+
+def local_services(settings: Settings, names: tuple[str, ...] = ()) -> list[LocalService]:
+    """The chosen services (all when names is empty), in start order."""
+    unknown = set(names) - set(SERVICE_NAMES)
+    if unknown:
+        raise ValueError(f"unknown services {sorted(unknown)}; choose from {list(SERVICE_NAMES)}")
+    return [t(settings) for t in SERVICE_TYPES if not names or t.name in names]

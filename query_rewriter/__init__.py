@@ -1,0 +1,1 @@
+"""kgqr query_rewriter."""
