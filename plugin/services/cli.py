@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 import click
 
@@ -66,3 +68,54 @@ def status(names: tuple[str, ...]) -> None:
             f"{st.name:<11} {st.state:<30} {st.address:<16} pid={st.pid or '-':<8} "
             f"{st.version or ''}"
         )
+
+
+@services.command()
+def check() -> None:
+    """Exercise each running service the way kgqr uses it, and print what was observed.
+
+    k-NN on the lucene engine, a hybrid BM25 + k-NN query through a normalisation
+    pipeline, a typed Neo4j relationship, a Celery task through Redis, and a JSON object
+    from the LLM. Exits non-zero when any check fails.
+    """
+    from plugin import connections
+    from plugin.services import smoke_checks as sc
+
+    settings = get_settings()
+    tag = uuid.uuid4().hex[:8]
+    opensearch = connections.opensearch_client(settings)
+    with connections.neo4j_driver(settings) as driver:
+        results = [
+            sc.timed(
+                "k-NN (lucene hnsw)",
+                lambda: sc.knn_ranking(opensearch, f"kgqr-smoke-knn-{tag}"),
+                lambda ids: ids[:1] == ["b"],
+            ),
+            sc.timed(
+                "hybrid BM25 + k-NN",
+                lambda: sc.hybrid_ranking(
+                    opensearch, f"kgqr-smoke-hybrid-{tag}", f"kgqr-smoke-{tag}"
+                ),
+                lambda ids: ids[:2] == ["c", "a"],
+            ),
+            sc.timed(
+                "neo4j typed relation",
+                lambda: sc.neo4j_typed_relation(driver, tag),
+                lambda row: row.get("relation") == "DIRECTED_BY" and row.get("year") == 1999,
+            ),
+            sc.timed(
+                "celery round trip",
+                lambda: sc.celery_echo(settings),
+                lambda answer: answer.get("payload", "").startswith("kgqr-smoke-"),
+            ),
+            sc.timed(
+                "llm json object",
+                lambda: sc.llm_json_object(settings),
+                lambda obj: "paris" in json.dumps(obj).lower(),
+            ),
+        ]
+    for result in results:
+        mark = click.style("ok  ", fg="green") if result.ok else click.style("FAIL", fg="red")
+        click.echo(f"{mark} {result.name:<22} {result.elapsed_ms:8.0f} ms  {result.observed}")
+    if not all(result.ok for result in results):
+        raise SystemExit(1)

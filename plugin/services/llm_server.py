@@ -23,12 +23,14 @@ BASE_CMAKE_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 AVX512_CMAKE_FLAGS = "-DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 
 
-def cmake_args() -> str:
+def cmake_args(cpu_flags: str | None = None) -> str:
     """The build flags for this CPU: AVX2 always, AVX-512 where the CPU has it, never AMX."""
-    try:
-        has_avx512 = " avx512f " in f" {Path('/proc/cpuinfo').read_text()} ".replace("\n", " ")
-    except OSError:
-        has_avx512 = False
+    if cpu_flags is None:
+        try:
+            cpu_flags = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpu_flags = ""
+    has_avx512 = "avx512f" in cpu_flags.split()
     return f"{BASE_CMAKE_FLAGS} {AVX512_CMAKE_FLAGS}" if has_avx512 else BASE_CMAKE_FLAGS
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from plugin.connections import neo4j_driver
 from plugin.services import maven
 from plugin.services.java import find_java_home
 from plugin.services.local_service import LocalService, port_of
@@ -69,15 +70,10 @@ class Neo4jServer(LocalService):
         return port_is_open(self.host, self.port) and self.version() is not None
 
     def version(self) -> str | None:
-        from neo4j import GraphDatabase
         from neo4j.exceptions import Neo4jError, ServiceUnavailable
 
-        s = self.settings
         try:
-            with GraphDatabase.driver(
-                s.neo4j_uri, auth=(s.neo4j_user, s.neo4j_password.get_secret_value()),
-                connection_timeout=2.0,
-            ) as driver:  # fmt: skip
+            with neo4j_driver(self.settings, connection_timeout=2.0) as driver:
                 records, _, _ = driver.execute_query(
                     "CALL dbms.components() YIELD name, versions, edition "
                     "RETURN name, versions[0] AS version, edition"

