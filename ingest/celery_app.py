@@ -16,7 +16,7 @@ def create_app(settings: Settings) -> Celery:
         "kgqr",
         broker=settings.redis_url,
         backend=settings.redis_url,
-        include=["ingest.worker_probe"],
+        include=["ingest.worker_probe", "ingest.tasks"],
     )
     celery.conf.update(
         task_serializer="json",

@@ -9,6 +9,8 @@ import click
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "services": ("plugin.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
+    "ingest": ("ingest.cli", "Load knowledge bases into OpenSearch and Neo4j (Celery jobs)."),
+    "plugin": ("plugin.installer_cli", "Install index templates, pipelines and graph schema."),
 }
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from plugin import connections
 from plugin.settings import Settings
-from tests.service_discovery import discover_services
+from tests.service_discovery import discover_services, require_llm
 
 TESTS_DIR = Path(__file__).parent
 
@@ -35,6 +35,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def settings() -> Iterator[Settings]:
     with discover_services() as discovered:
         yield discovered
+
+
+@pytest.fixture(scope="session")
+def llm_settings(settings: Settings) -> Settings:
+    """Settings for tests that need the real LLM; fails naming how to start it."""
+    require_llm(settings)
+    return settings
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +69,20 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     """A lowercase name no other test (or earlier run) uses: for indices, queues, tags."""
     stem = request.node.name.lower().replace("[", "-").replace("]", "")[:40]
     return f"kgqr-test-{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def ingest_worker(settings: Settings) -> Iterator[Any]:
+    """A real Celery worker process consuming ingest tasks for the whole session."""
+    from ingest.job_runner import temporary_worker
+
+    log = TESTS_DIR.parent / ".pytest_cache" / "ingest-worker.log"
+    log.parent.mkdir(exist_ok=True)
+    with temporary_worker(settings, str(log)) as worker:
+        yield worker
+
+
+@pytest.fixture
+def kb_name(unique_name: str) -> str:
+    """A knowledge-base name unique to the test (index-safe, short)."""
+    return unique_name.replace("kgqr-test-", "t-")[:60].rstrip("-_")

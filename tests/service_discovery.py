@@ -22,6 +22,11 @@ def _reachable(url: str, default_port: int) -> bool:
     return port_is_open(parsed.hostname or "127.0.0.1", parsed.port or default_port)
 
 
+def require_llm(settings: Settings) -> None:
+    if "llm" in missing_services(settings):
+        raise RuntimeError(f"this test needs the LLM at {settings.llm_base_url}: {START_HINT}")
+
+
 def missing_services(settings: Settings) -> list[str]:
     checks = {
         "opensearch": (settings.opensearch_url, 9200),
@@ -46,12 +51,12 @@ def docker_daemon_answers() -> bool:
 @contextlib.contextmanager
 def discover_services() -> Iterator[Settings]:
     settings = Settings()
-    missing = missing_services(settings)
+    # The stores are needed by every integration test; the LLM is checked by its own fixture.
+    missing = [name for name in missing_services(settings) if name != "llm"]
     if not missing:
         yield settings
         return
-    stores = {"opensearch", "neo4j", "redis"}
-    if "llm" not in missing and set(missing) <= stores and docker_daemon_answers():
+    if docker_daemon_answers():
         with _testcontainers(settings) as containerised:
             yield containerised
         return

@@ -74,7 +74,7 @@ def test_celery_task_round_trip_through_redis(settings: Settings) -> None:
     assert isinstance(answer["pid"], int)
 
 
-def test_local_llm_returns_a_json_object(settings: Settings) -> None:
-    answer = smoke_checks.llm_json_object(settings)
+def test_local_llm_returns_a_json_object(llm_settings: Settings) -> None:
+    answer = smoke_checks.llm_json_object(llm_settings)
     assert isinstance(answer, dict) and answer
     assert "paris" in " ".join(str(v) for v in answer.values()).lower()

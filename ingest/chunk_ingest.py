@@ -1,0 +1,150 @@
+"""Ingesting one chunk of records: validate, embed, write both stores, set failures aside.
+
+A record that fails validation or indexing goes to the knowledge base's dead-letter index
+with its reason; the rest of the chunk lands. Everything is an upsert, so processing the
+same chunk twice (a retry, a re-delivery after a worker died) changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from ingest import graph_writer, opensearch_writer
+from ingest.opensearch_writer import WriteFailure
+from ingest.records import (
+    RECORD_ADAPTER,
+    CorpusTriple,
+    Document,
+    Mention,
+    Rejected,
+    Relation,
+)
+from ingest.triple_extraction import extract
+from ingest.worker_resources import WorkerResources
+
+
+@dataclass
+class ChunkOutcome:
+    skipped: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    llm_calls: int = 0
+    cached_llm_calls: int = 0
+
+
+@dataclass
+class _Sorted:
+    documents: list[Document] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+    mentions: list[Mention] = field(default_factory=list)
+    triples: list[CorpusTriple] = field(default_factory=list)
+    failures: list[WriteFailure] = field(default_factory=list)
+
+
+def _sort(records: list[dict[str, Any]]) -> _Sorted:
+    sorted_ = _Sorted()
+    for raw in records:
+        try:
+            record = RECORD_ADAPTER.validate_python(raw)
+        except ValidationError as exc:
+            reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            sorted_.failures.append(WriteFailure(raw, reason, "validate"))
+            continue
+        if isinstance(record, Rejected):
+            sorted_.failures.append(WriteFailure(record.model_dump(), record.reason, record.stage))
+        elif isinstance(record, Document):
+            sorted_.documents.append(record)
+        elif isinstance(record, Relation):
+            sorted_.relations.append(record)
+        elif isinstance(record, Mention):
+            sorted_.mentions.append(record)
+        else:
+            sorted_.triples.append(record)
+    return sorted_
+
+
+def ingest_chunk(
+    resources: WorkerResources,
+    job_id: str,
+    kb: str,
+    chunk: int,
+    records: list[dict[str, Any]],
+    extract_triples: bool = False,
+) -> ChunkOutcome:
+    if resources.jobs.is_done(job_id, chunk):
+        return ChunkOutcome(skipped=True)
+    outcome = ChunkOutcome()
+    batch = _sort(records)
+
+    if extract_triples:
+        for document in batch.documents:
+            extraction = extract(resources.llm, document)
+            batch.triples.extend(extraction.triples)
+            batch.mentions.extend(extraction.mentions)
+            outcome.problems.extend(extraction.problems)
+            outcome.llm_calls += extraction.llm_calls
+            outcome.cached_llm_calls += extraction.cached_calls
+
+    documents_ok = _write_documents(resources, kb, batch)
+    graph_writer.write_relations(resources.neo4j, kb, batch.relations)
+    graph_writer.write_mentions(resources.neo4j, kb, batch.mentions)
+    triples_ok = _write_triples(resources, kb, batch)
+
+    opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)
+    outcome.counts = {
+        "documents": documents_ok,
+        "relations": len(batch.relations),
+        "mentions": len(batch.mentions),
+        "triples": triples_ok,
+        "rejected": len(batch.failures),
+    }
+    outcome.problems.extend(f"{f.stage}: {f.reason}" for f in batch.failures)
+    resources.jobs.complete_chunk(job_id, chunk, outcome.counts)
+    return outcome
+
+
+def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
+    return _index_then_graph(
+        resources, kb, batch, batch.documents,
+        text=Document.combined_text, key=lambda doc: doc.id,
+        index_write=opensearch_writer.write_documents, graph_write=graph_writer.write_documents,
+    )  # fmt: skip
+
+
+def _write_triples(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
+    for triple in batch.triples:
+        if triple.ttr is None:
+            triple.ttr, triple.ttr_source = triple.template_ttr(), "template"
+    return _index_then_graph(
+        resources, kb, batch, batch.triples,
+        text=lambda triple: triple.ttr or "", key=lambda triple: triple.triple_id,
+        index_write=opensearch_writer.write_triples, graph_write=graph_writer.write_triples,
+    )  # fmt: skip
+
+
+def _index_then_graph(
+    resources: WorkerResources,
+    kb: str,
+    batch: _Sorted,
+    records: Sequence[Any],
+    *,
+    text: Callable[[Any], str],
+    key: Callable[[Any], str],
+    index_write: Callable[..., list[WriteFailure]],
+    graph_write: Callable[..., None],
+) -> int:
+    """Embed and index records, then write to the graph only those that were indexed, so
+    the two stores agree; failures join the chunk's dead letters."""
+    if not records:
+        return 0
+    vectors = resources.embedder.encode([text(record) for record in records])
+    failures = index_write(resources.opensearch, kb, records, vectors)
+    failed_keys = {failure.key for failure in failures}
+    landed = [record for record in records if key(record) not in failed_keys]
+    graph_write(resources.neo4j, kb, landed)
+    batch.failures.extend(failures)
+    return len(landed)

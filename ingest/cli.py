@@ -1,0 +1,192 @@
+"""`kgqr ingest`: load a knowledge base into OpenSearch and Neo4j through Celery workers."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from typing import Any
+
+import click
+
+from plugin.settings import get_settings
+
+RUN_HELP = """Load SOURCE (KIND:PATH) into knowledge base --kb.
+
+\b
+KIND is one of:
+  jsonl:DIR        documents.jsonl (+ relations.jsonl, structure.json); see README
+  stark:DIR        a STaRK processed folder (node_info.pkl, edge_index.pt, ...)
+  musique:DIR      MuSiQue corpus.json + openie_*.json triples (../shared/data/musique100)
+  hotpotqa:DIR     HotpotQA corpus.json (../shared/data/hotpotqa100)
+  passages:FILE    JSONL passages; the LLM extracts triples and TTRs (KG-CQR)
+
+The source is split into chunks that Celery workers ingest. Running the same command
+again resumes the same job (same job id): finished chunks are skipped, lost ones resent.
+Bad records are set aside in the index kgqr-KB-deadletter (see `kgqr ingest rejected`).
+"""
+
+
+class IngestGroup(click.Group):
+    """`kgqr ingest SOURCE ...` runs a job; `kgqr ingest status|verify|...` are subcommands."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("ingest", cls=IngestGroup)
+def ingest() -> None:
+    """Load knowledge bases: `kgqr ingest SOURCE --kb NAME` (see `kgqr ingest run --help`)."""
+
+
+@ingest.command("run", help=RUN_HELP)
+@click.argument("source")
+@click.option("--kb", required=True, help="Knowledge-base name (lowercase, digits, - and _).")
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Follow the job with a progress bar until every chunk is done.",
+)
+@click.option("--chunk-size", default=256, show_default=True, help="Records per Celery task.")
+@click.option("--limit", type=int, default=None, help="Only the first N documents.")
+@click.option("--restart", is_flag=True, help="Forget earlier progress of this job.")
+@click.option(
+    "--worker",
+    type=click.Choice(["auto", "never"]),
+    default="auto",
+    show_default=True,
+    help="auto: start a temporary worker when none answers.",
+)
+@click.option("--timeout", type=float, default=None, help="Stop waiting after N seconds.")
+def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, restart: bool,
+        worker: str, timeout: float | None) -> None:  # fmt: skip
+    from tqdm import tqdm
+
+    from ingest import job_runner
+    from ingest.celery_app import app
+    from ingest.job_store import JobStore
+    from ingest.sources import open_source
+    from ingest.tasks import ingest_chunk_task
+    from plugin import connections
+
+    settings = get_settings()
+    try:
+        loaded = open_source(source, limit=limit)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.BadParameter(str(exc), param_hint="SOURCE") from exc
+    opensearch = connections.opensearch_client(settings)
+    jobs = JobStore(connections.redis_client(settings))
+    with connections.neo4j_driver(settings) as neo4j:
+        dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
+
+    def send(job_id: str, chunk: int, records: list[dict[str, Any]], extract: bool) -> None:
+        ingest_chunk_task.apply_async(args=[job_id, kb, chunk, records, extract])
+
+    enqueued = job_runner.enqueue(
+        loaded, source, kb, settings=settings, opensearch=opensearch, jobs=jobs, send=send,
+        dimension=dimension, chunk_size=chunk_size, restart=restart,
+    )  # fmt: skip
+    click.echo(
+        f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
+        f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
+    )
+    if not wait:
+        click.echo(f"follow it with: kgqr ingest status {enqueued.job_id}")
+        return
+    needs_worker = worker == "auto" and job_runner.workers_answering(app) == 0
+    if needs_worker:
+        click.echo("no worker answered; starting a temporary one (`kgqr ingest worker` runs one)")
+    context = job_runner.temporary_worker(settings) if needs_worker else contextlib.nullcontext()
+    with context, tqdm(total=enqueued.chunks_total, unit="chunk", desc=kb) as bar:
+
+        def show(progress: Any) -> None:
+            bar.update(progress.chunks_done - bar.n)
+            bar.set_postfix(progress.counts, refresh=False)
+
+        final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout)
+    _print_progress(final)
+    if not final.finished:
+        raise SystemExit(1)
+
+
+@ingest.command()
+@click.argument("job_id")
+def status(job_id: str) -> None:
+    """Show a job's state, chunks done and record counts."""
+    from ingest.job_store import JobStore
+    from plugin import connections
+
+    progress = JobStore(connections.redis_client(get_settings())).progress(job_id)
+    if progress is None:
+        raise click.ClickException(f"no ingest job {job_id!r}")
+    _print_progress(progress)
+
+
+def _print_progress(progress: Any) -> None:
+    total = progress.chunks_total if progress.chunks_total is not None else "?"
+    updated = dt.datetime.fromtimestamp(progress.updated, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    click.echo(
+        f"job {progress.job_id} [{progress.state}] kb={progress.kb} source={progress.source}"
+    )
+    click.echo(f"  chunks {progress.chunks_done}/{total}, updated {updated} UTC")
+    click.echo("  " + ", ".join(f"{name} {count}" for name, count in progress.counts.items()))
+
+
+@ingest.command("verify")
+@click.option("--kb", required=True)
+def verify_command(kb: str) -> None:
+    """Compare per-type counts in OpenSearch and Neo4j; exit 1 on any mismatch."""
+    from ingest.verify import verify
+    from plugin import connections
+
+    settings = get_settings()
+    with connections.neo4j_driver(settings) as neo4j:
+        report = verify(connections.opensearch_client(settings), neo4j, kb)
+    click.echo(f"{'type':<24} {'opensearch':>10} {'neo4j':>10}")
+    for name in sorted(set(report.opensearch_counts) | set(report.neo4j_counts)):
+        os_n, neo_n = report.opensearch_counts.get(name, 0), report.neo4j_counts.get(name, 0)
+        flag = "" if os_n == neo_n else "  MISMATCH"
+        click.echo(f"{name:<24} {os_n:>10} {neo_n:>10}{flag}")
+    click.echo(f"entities {report.entities}, triples indexed {report.triples_indexed}")
+    click.echo(
+        "relations: " + ", ".join(f"{k} {v}" for k, v in sorted(report.relation_counts.items()))
+    )
+    if report.dangling_nodes:
+        click.echo(
+            f"nodes referenced by relations but with no document: {report.dangling_nodes[:10]}"
+        )
+    if not report.ok:
+        raise SystemExit(1)
+
+
+@ingest.command()
+@click.option("--kb", required=True)
+@click.option("--limit", default=20, show_default=True)
+def rejected(kb: str, limit: int) -> None:
+    """List records set aside in the dead-letter index, with their reasons."""
+    from plugin import connections, schema
+
+    client = connections.opensearch_client(get_settings())
+    index = schema.deadletter_index(kb)
+    if not client.indices.exists(index=index):
+        click.echo("no rejected records")
+        return
+    body = {"size": limit, "sort": [{"timestamp": "desc"}]}
+    hits = client.search(index=index, body=body)["hits"]
+    click.echo(f"{hits['total']['value']} rejected records (newest first):")
+    for hit in hits["hits"]:
+        src = hit["_source"]
+        click.echo(f"- job {src['job_id']} chunk {src['chunk']} [{src['stage']}] {src['reason']}")
+        click.echo(f"    {json.dumps(src['record'], ensure_ascii=False)[:200]}")
+
+
+@ingest.command(context_settings={"ignore_unknown_options": True})
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def worker(celery_args: tuple[str, ...]) -> None:
+    """Run a Celery ingest worker (extra arguments go to `celery worker`)."""
+    from ingest.celery_app import app
+
+    app.worker_main(["worker", "--loglevel", "INFO", *celery_args])

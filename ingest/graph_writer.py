@@ -1,0 +1,104 @@
+"""Batched, parameterised writes into Neo4j: one UNWIND statement per label or relation type.
+
+Labels and relationship types cannot be query parameters, so they are interpolated only
+after ``plugin.schema`` has reduced them to ``[A-Za-z0-9_]``; every value is a parameter.
+Nodes are MERGEd on (kb, id), so a re-run or a relation arriving before its documents
+never duplicates a node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from ingest.records import CorpusTriple, Document, Mention, Relation, entity_id
+from plugin.schema import node_label, relation_type
+
+BATCH = 5_000
+
+
+def _run_batched(driver: Any, query: str, rows: list[dict[str, Any]], **params: Any) -> None:
+    for start in range(0, len(rows), BATCH):
+        driver.execute_query(query, rows=rows[start : start + BATCH], **params)
+
+
+def write_documents(driver: Any, kb: str, documents: Sequence[Document]) -> None:
+    by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for doc in documents:
+        by_label[node_label(doc.type)].append({"id": doc.id, "type": doc.type, "name": doc.title})
+    for label, rows in by_label.items():
+        _run_batched(
+            driver,
+            f"UNWIND $rows AS row MERGE (n:Node {{kb: $kb, id: row.id}}) "
+            f"SET n:`{label}`, n.type = row.type, n.name = row.name",
+            rows,
+            kb=kb,
+        )
+
+
+def write_relations(driver: Any, kb: str, relations: Sequence[Relation]) -> None:
+    by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for rel in relations:
+        by_type[relation_type(rel.type)].append(
+            {"source": rel.source, "target": rel.target, "properties": dict(rel.properties)}
+        )
+    for rel_type, rows in by_type.items():
+        _run_batched(
+            driver,
+            f"UNWIND $rows AS row "
+            f"MERGE (s:Node {{kb: $kb, id: row.source}}) "
+            f"MERGE (t:Node {{kb: $kb, id: row.target}}) "
+            f"MERGE (s)-[r:`{rel_type}`]->(t) SET r += row.properties",
+            rows,
+            kb=kb,
+        )
+
+
+def _merge_entity(var: str, key: str) -> str:
+    """MERGE an entity node from row.<key> (its id) and row.<key>_name."""
+    return (
+        f"MERGE ({var}:Node {{kb: $kb, id: row.{key}}}) "
+        f"ON CREATE SET {var}:Entity, {var}.type = 'entity', {var}.name = row.{key}_name "
+    )
+
+
+def write_mentions(driver: Any, kb: str, mentions: Sequence[Mention]) -> None:
+    rows = [
+        {"passage": m.passage_id, "entity": entity_id(m.entity), "entity_name": m.entity}
+        for m in mentions
+    ]
+    _run_batched(
+        driver,
+        "UNWIND $rows AS row "
+        + _merge_entity("e", "entity")
+        + "MERGE (p:Node {kb: $kb, id: row.passage}) MERGE (p)-[:MENTIONS]->(e)",
+        rows,
+        kb=kb,
+    )
+
+
+def write_triples(driver: Any, kb: str, triples: Sequence[CorpusTriple]) -> None:
+    """Entity-to-entity facts as RELATION edges carrying relation text, TTR and source
+    passage; the passage MENTIONS both ends. One edge per triple id."""
+    rows = [
+        {
+            "triple_id": t.triple_id,
+            "head": entity_id(t.head), "head_name": t.head,
+            "tail": entity_id(t.tail), "tail_name": t.tail,
+            "relation": t.relation, "ttr": t.ttr, "passage": t.passage_id,
+        }
+        for t in triples
+    ]  # fmt: skip
+    _run_batched(
+        driver,
+        "UNWIND $rows AS row "
+        + _merge_entity("h", "head")
+        + _merge_entity("t", "tail")
+        + "MERGE (h)-[r:RELATION {triple_id: row.triple_id}]->(t) "
+        "SET r.relation = row.relation, r.ttr = row.ttr, r.passage_id = row.passage "
+        + "MERGE (p:Node {kb: $kb, id: row.passage}) "
+        + "MERGE (p)-[:MENTIONS]->(h) MERGE (p)-[:MENTIONS]->(t)",
+        rows,
+        kb=kb,
+    )

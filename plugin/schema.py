@@ -1,0 +1,90 @@
+"""The OpenSearch and Neo4j schemas kgqr writes through and reads through.
+
+Templates live as JSON/Cypher files beside this module; a ``"{{name}}"`` placeholder in a
+JSON file is replaced by a typed value (the embedder's dimension, pipeline weights).
+Index names are derived here only, so ingest and the rewriter cannot disagree on them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any
+
+KB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+META_INDEX = "kgqr-meta"
+HYBRID_PIPELINE = "kgqr-hybrid"
+TEMPLATES = ("documents", "triples", "deadletter", "kb-meta")
+
+
+def check_kb_name(kb: str) -> str:
+    """Knowledge-base names become index names: lowercase letters, digits, - and _."""
+    if not KB_NAME.match(kb):
+        raise ValueError(
+            f"invalid knowledge-base name {kb!r}: use 1-64 lowercase letters, digits, - or _"
+        )
+    return kb
+
+
+def documents_index(kb: str) -> str:
+    return f"kgqr-{check_kb_name(kb)}-documents"
+
+
+def triples_index(kb: str) -> str:
+    return f"kgqr-{check_kb_name(kb)}-triples"
+
+
+def deadletter_index(kb: str) -> str:
+    return f"kgqr-{check_kb_name(kb)}-deadletter"
+
+
+def _render(node: Any, values: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        return {key: _render(value, values) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_render(value, values) for value in node]
+    if isinstance(node, str) and node.startswith("{{") and node.endswith("}}"):
+        return values[node[2:-2]]
+    return node
+
+
+def opensearch_resource(name: str, **values: Any) -> dict[str, Any]:
+    text = resources.files("plugin.opensearch").joinpath(f"{name}.json").read_text()
+    return dict(_render(json.loads(text), values))
+
+
+def index_templates(dimension: int) -> dict[str, dict[str, Any]]:
+    """Template name -> body, for every index kgqr creates."""
+    return {
+        f"kgqr-{name}": opensearch_resource(f"{name}-template", dimension=dimension)
+        for name in TEMPLATES
+    }
+
+
+def hybrid_pipeline(bm25_weight: float, knn_weight: float) -> dict[str, Any]:
+    return opensearch_resource("hybrid-pipeline", bm25_weight=bm25_weight, knn_weight=knn_weight)
+
+
+def neo4j_statements() -> list[str]:
+    """The schema's Cypher statements, one per entry, comments dropped."""
+    text = resources.files("plugin.neo4j").joinpath("schema.cypher").read_text()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("//")]
+    return [statement.strip() for statement in " ".join(lines).split(";") if statement.strip()]
+
+
+def relation_type(relation: str) -> str:
+    """A relation name as a Neo4j relationship type: ``directed by`` -> ``DIRECTED_BY``."""
+    cleaned = re.sub(r"[^0-9A-Za-z]+", "_", relation).strip("_").upper()
+    if not cleaned:
+        raise ValueError(f"relation {relation!r} has no letters or digits")
+    return cleaned if not cleaned[0].isdigit() else f"R_{cleaned}"
+
+
+def node_label(node_type: str) -> str:
+    """A document type as a Neo4j label: ``gene/protein`` -> ``Gene_protein``."""
+    cleaned = re.sub(r"[^0-9A-Za-z]+", "_", node_type).strip("_")
+    if not cleaned:
+        raise ValueError(f"type {node_type!r} has no letters or digits")
+    label = cleaned[0].upper() + cleaned[1:]
+    return label if not label[0].isdigit() else f"T_{label}"

@@ -1,0 +1,59 @@
+"""Running ingest jobs from tests through the real Celery path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ingest import job_runner
+from ingest.job_store import JobProgress, JobStore
+from ingest.sources import open_source
+from ingest.tasks import ingest_chunk_task
+from plugin import schema
+from plugin.settings import Settings
+
+
+def enqueue_source(
+    settings: Settings, opensearch: Any, neo4j: Any, redis: Any, spec: str, kb: str, **options: Any
+) -> job_runner.EnqueuedJob:
+    dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
+    limit = options.pop("limit", None)
+    queue = options.pop("queue", None)
+
+    def send(job_id: str, chunk: int, records: list[dict[str, Any]], extract: bool) -> None:
+        ingest_chunk_task.apply_async(args=[job_id, kb, chunk, records, extract], queue=queue)
+
+    return job_runner.enqueue(
+        open_source(spec, limit=limit), spec, kb, settings=settings, opensearch=opensearch,
+        jobs=JobStore(redis), send=send, dimension=dimension, **options,
+    )  # fmt: skip
+
+
+def run_to_end(
+    settings: Settings, opensearch: Any, neo4j: Any, redis: Any, spec: str, kb: str,
+    timeout_s: float = 240, **options: Any,
+) -> tuple[job_runner.EnqueuedJob, JobProgress]:  # fmt: skip
+    enqueued = enqueue_source(settings, opensearch, neo4j, redis, spec, kb, **options)
+    progress = job_runner.follow(JobStore(redis), enqueued.job_id, lambda _p: None, timeout_s)
+    assert progress.finished, f"job did not finish in {timeout_s}s: {progress}"
+    return enqueued, progress
+
+
+def drop_kb(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> None:
+    for index in (
+        schema.documents_index(kb),
+        schema.triples_index(kb),
+        schema.deadletter_index(kb),
+    ):
+        opensearch.indices.delete(index=index, ignore_unavailable=True)
+    opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404])
+    neo4j.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb)
+    for job_id in redis.smembers("kgqr:jobs"):
+        if job_id.decode().startswith(f"{kb}-"):
+            JobStore(redis).forget(job_id.decode())
+
+
+def document_ids(opensearch: Any, kb: str) -> list[str]:
+    index = schema.documents_index(kb)
+    opensearch.indices.refresh(index=index)
+    hits = opensearch.search(index=index, body={"size": 10_000, "_source": False})["hits"]["hits"]
+    return sorted(hit["_id"] for hit in hits)

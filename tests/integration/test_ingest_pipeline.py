@@ -1,0 +1,170 @@
+"""The write path against real OpenSearch, Neo4j, Redis and a real Celery worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.verify import verify
+from plugin import kb_meta, schema
+from plugin.settings import Settings
+from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
+from tests.integration.ingest_helpers import document_ids, drop_kb, run_to_end
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+pytestmark = pytest.mark.usefixtures("ingest_worker")
+
+
+@pytest.fixture
+def stores(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any) -> tuple:
+    return settings, opensearch, neo4j_driver, redis_client
+
+
+@pytest.fixture
+def kb(kb_name: str, opensearch: Any, neo4j_driver: Any, redis_client: Any) -> Iterator[str]:
+    yield kb_name
+    drop_kb(opensearch, neo4j_driver, redis_client, kb_name)
+
+
+def test_stark_layout_lands_in_both_stores_with_matching_counts(
+    stores: tuple, kb: str, tmp_path: Path
+) -> None:
+    _, opensearch, neo4j, _ = stores
+    folder = write_stark_layout(tmp_path / "prime")
+    _, progress = run_to_end(*stores, f"stark:{folder}", kb, chunk_size=4)
+    assert progress.counts["documents"] == len(NODES)
+    assert progress.counts["relations"] == len(EDGES)
+    report = verify(opensearch, neo4j, kb)
+    assert report.ok, report
+    assert report.opensearch_counts == {"disease": 2, "gene/protein": 2, "drug": 2}
+    assert report.relation_counts == {"ASSOCIATED_WITH": 3, "TARGET": 2, "INDICATION": 3}
+    rows, _, _ = neo4j.execute_query(
+        "MATCH (d:Drug {kb: $kb, name: 'adalimumab'})-[:INDICATION]->(x) RETURN x.name AS name "
+        "ORDER BY name", kb=kb,
+    )  # fmt: skip
+    assert [r["name"] for r in rows] == ["psoriasis", "rheumatoid arthritis"]
+    meta = kb_meta.load(opensearch, kb)
+    assert meta is not None and "drug" in meta.structure.types
+    assert "indication" in meta.structure.relations
+
+
+def test_documents_carry_text_vector_and_fields(stores: tuple, kb: str) -> None:
+    opensearch = stores[1]
+    run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
+    doc = opensearch.get(index=schema.documents_index(kb), id="m1")["_source"]
+    assert doc["title"] == "Heat" and doc["fields"]["year"] == 1995
+    assert "bank robbers" in doc["text"] and len(doc["vector"]) == 384
+    hits = opensearch.search(
+        index=schema.documents_index(kb),
+        body={"query": {"match": {"text": "whistle tobacco"}}},
+    )["hits"]["hits"]
+    assert hits[0]["_id"] == "m3"
+
+
+def test_broken_records_are_set_aside_and_the_rest_lands(stores: tuple, kb: str) -> None:
+    _, opensearch, neo4j, _ = stores
+    _, progress = run_to_end(*stores, f"jsonl:{FIXTURES / 'broken_kb'}", kb)
+    assert document_ids(opensearch, kb) == ["ok1", "ok2", "ok3", "ok4"]
+    assert progress.counts["documents"] == 4
+    assert progress.counts["relations"] == 2
+    assert progress.counts["rejected"] == 6
+    dead = schema.deadletter_index(kb)
+    opensearch.indices.refresh(index=dead)
+    letters = opensearch.search(index=dead, body={"size": 50})["hits"]["hits"]
+    assert len(letters) == 6
+    assert all(letter["_source"]["reason"] for letter in letters)
+    assert verify(opensearch, neo4j, kb).ok
+
+
+def test_second_run_sends_nothing_and_changes_nothing(stores: tuple, kb: str) -> None:
+    _, opensearch, neo4j, _ = stores
+    spec = f"jsonl:{FIXTURES / 'tiny_kb'}"
+    first, progress = run_to_end(*stores, spec, kb, chunk_size=5)
+    second, again = run_to_end(*stores, spec, kb, chunk_size=5)
+    assert second.job_id == first.job_id
+    assert second.chunks_sent == 0 and second.chunks_already_done == first.chunks_total
+    assert again.counts == progress.counts
+    # A forced restart re-writes everything: still no duplicates anywhere.
+    run_to_end(*stores, spec, kb, chunk_size=5, restart=True)
+    assert len(document_ids(opensearch, kb)) == 8
+    rels, _, _ = neo4j.execute_query("MATCH (:Node {kb: $kb})-[r]->() RETURN count(r) AS n", kb=kb)
+    assert rels[0]["n"] == 9
+    assert verify(opensearch, neo4j, kb).ok
+
+
+@pytest.mark.skipif(
+    not (SHARED_DATA / "musique100").is_dir(), reason="../shared/data/musique100 is absent"
+)
+def test_musique_subset_with_corpus_kg(stores: tuple, kb: str) -> None:
+    _, opensearch, neo4j, _ = stores
+    _, progress = run_to_end(*stores, f"musique:{SHARED_DATA / 'musique100'}", kb, limit=30)
+    assert progress.counts["documents"] == 30
+    assert progress.counts["triples"] > 30
+    report = verify(opensearch, neo4j, kb)
+    assert report.ok, report
+    assert report.opensearch_counts == {"passage": 30}
+    assert report.triples_indexed == report.relation_counts["RELATION"]
+    assert report.entities > 30
+    rows, _, _ = neo4j.execute_query(
+        "MATCH (p:Node {kb: $kb, id: 'p0'})-[:MENTIONS]->(e:Entity)-[r:RELATION]->(t) "
+        "WHERE r.passage_id = 'p0' AND r.relation = 'published by' "
+        "RETURN e.name AS head, t.name AS tail, r.ttr AS ttr",
+        kb=kb,
+    )
+    assert {(r["head"], r["tail"]) for r in rows} == {
+        ("Journal of Mathematical Physics", "American Institute of Physics")
+    }
+    assert (
+        rows[0]["ttr"]
+        == "Journal of Mathematical Physics published by American Institute of Physics."
+    )
+
+
+def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
+    stores: tuple, kb: str, tmp_path: Path
+) -> None:
+    import json
+    import signal
+    import time
+
+    from ingest.job_runner import follow, temporary_worker
+    from ingest.job_store import JobStore
+    from tests.integration.ingest_helpers import enqueue_source
+
+    settings, opensearch, neo4j, redis = stores
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with (corpus / "documents.jsonl").open("w") as out:
+        for i in range(120):
+            doc = {"id": f"d{i}", "type": "note", "title": f"Note {i}", "text": f"note number {i}"}
+            out.write(json.dumps(doc) + "\n")
+    spec, queue = f"jsonl:{corpus}", f"{kb}-queue"  # a queue the session worker ignores
+    jobs = JobStore(redis)
+
+    first = enqueue_source(*stores, spec, kb, chunk_size=4, queue=queue)
+    assert first.chunks_total == 30
+    with temporary_worker(settings, queues=queue) as worker:
+        deadline = time.monotonic() + 120
+        while jobs.progress(first.job_id).chunks_done < 3:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the worker never got going"
+            time.sleep(0.05)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    interrupted = jobs.progress(first.job_id)
+    assert interrupted is not None and not interrupted.finished
+
+    again = enqueue_source(*stores, spec, kb, chunk_size=4, queue=queue)
+    assert again.job_id == first.job_id
+    assert again.chunks_already_done == interrupted.chunks_done >= 3
+    with temporary_worker(settings, queues=queue):
+        final = follow(jobs, again.job_id, lambda _p: None, timeout_s=240)
+    assert final.finished
+    assert final.counts["documents"] == 120
+    assert document_ids(opensearch, kb) == sorted(f"d{i}" for i in range(120))
+    nodes, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
+    assert nodes[0]["n"] == 120

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from plugin import schema
+
+
+def test_templates_carry_the_embedder_dimension_and_lucene_engine() -> None:
+    templates = schema.index_templates(dimension=384)
+    vector = templates["kgqr-documents"]["template"]["mappings"]["properties"]["vector"]
+    assert vector["dimension"] == 384
+    assert vector["method"]["engine"] == "lucene"
+    assert templates["kgqr-triples"]["index_patterns"] == ["kgqr-*-triples"]
+
+
+def test_hybrid_pipeline_weights_are_numbers() -> None:
+    processor = schema.hybrid_pipeline(0.3, 0.7)["phase_results_processors"][0]
+    weights = processor["normalization-processor"]["combination"]["parameters"]["weights"]
+    assert weights == [0.3, 0.7]
+
+
+@pytest.mark.parametrize(
+    ("relation", "expected"),
+    [("directed by", "DIRECTED_BY"), ("associated with", "ASSOCIATED_WITH"),
+     ("ppi", "PPI"), ("2nd-order", "R_2ND_ORDER"), ("x`) DETACH DELETE n //", "X_DETACH_DELETE_N")],
+)  # fmt: skip
+def test_relation_types_are_safe_cypher_identifiers(relation: str, expected: str) -> None:
+    assert schema.relation_type(relation) == expected
+
+
+def test_node_labels_from_types() -> None:
+    assert schema.node_label("gene/protein") == "Gene_protein"
+    with pytest.raises(ValueError):
+        schema.node_label("///")
+
+
+def test_kb_names_must_be_index_safe() -> None:
+    assert schema.documents_index("musique-dev") == "kgqr-musique-dev-documents"
+    with pytest.raises(ValueError, match="invalid knowledge-base name"):
+        schema.documents_index("Bad Name")
+
+
+def test_neo4j_statements_are_split_without_comments() -> None:
+    statements = schema.neo4j_statements()
+    assert statements[0].startswith("CREATE CONSTRAINT kgqr_node_key")
+    assert all("//" not in statement for statement in statements)

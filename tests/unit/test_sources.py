@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.records import CorpusTriple, Document, Mention, Rejected, Relation
+from ingest.sources import open_source
+from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def _by_kind(records: list) -> dict[type, list]:
+    grouped: dict[type, list] = {}
+    for record in records:
+        grouped.setdefault(type(record), []).append(record)
+    return grouped
+
+
+def test_jsonl_source_yields_documents_then_relations() -> None:
+    records = list(open_source(f"jsonl:{FIXTURES / 'tiny_kb'}").records())
+    kinds = [type(r) for r in records]
+    assert kinds == [Document] * 8 + [Relation] * 9
+    heat = records[0]
+    assert heat.title == "Heat" and heat.fields["year"] == 1995
+    assert "plot: A group of professional bank robbers" in heat.body()
+
+
+def test_jsonl_source_rejects_bad_lines_with_reasons() -> None:
+    grouped = _by_kind(list(open_source(f"jsonl:{FIXTURES / 'broken_kb'}").records()))
+    assert [d.id for d in grouped[Document]] == ["ok1", "ok2", "ok3", "ok4"]
+    assert len(grouped[Relation]) == 2
+    reasons = [r.reason for r in grouped[Rejected]]
+    assert len(reasons) == 6
+    assert any("documents.jsonl:3" in r for r in reasons)  # truncated JSON
+    assert any("documents.jsonl:4" in r and "id" in r for r in reasons)  # missing id
+    assert any("colour" in r for r in reasons)  # unknown key
+    assert any("relations.jsonl:3" in r for r in reasons)
+
+
+def test_limit_caps_documents() -> None:
+    records = list(open_source(f"jsonl:{FIXTURES / 'tiny_kb'}", limit=3).records())
+    assert sum(isinstance(r, Document) for r in records) == 3
+
+
+def test_unknown_source_kind_names_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="jsonl, stark, musique"):
+        open_source("csv:/tmp")
+
+
+def test_stark_layout_becomes_typed_documents_and_relations(tmp_path: Path) -> None:
+    source = open_source(f"stark:{write_stark_layout(tmp_path / 'prime')}")
+    grouped = _by_kind(list(source.records()))
+    documents = {d.id: d for d in grouped[Document]}
+    assert len(documents) == len(NODES)
+    assert documents["4"].type == "drug" and documents["4"].title == "adalimumab"
+    assert "TNF-blocking" in documents["4"].body()
+    relations = {(r.source, r.type, r.target) for r in grouped[Relation]}
+    assert len(relations) == len(EDGES)
+    assert ("4", "indication", "1") in relations
+    assert source.structure().relations == ["associated with", "target", "indication"]
+
+
+def test_stark_limit_keeps_only_relations_between_kept_nodes(tmp_path: Path) -> None:
+    source = open_source(f"stark:{write_stark_layout(tmp_path / 'prime')}", limit=3)
+    grouped = _by_kind(list(source.records()))
+    assert {d.id for d in grouped[Document]} == {"0", "1", "2"}
+    assert {(r.source, r.target) for r in grouped[Relation]} == {("0", "2"), ("1", "2")}
+
+
+def test_stark_folder_missing_files_is_explained(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"node_info\.pkl"):
+        open_source(f"stark:{tmp_path}")
+
+
+@pytest.mark.skipif(
+    not (SHARED_DATA / "musique100").is_dir(), reason="../shared/data/musique100 is absent"
+)
+def test_musique_passages_keyed_by_position_with_openie_graph() -> None:
+    grouped = _by_kind(
+        list(open_source(f"musique:{SHARED_DATA / 'musique100'}", limit=5).records())
+    )
+    assert [d.id for d in grouped[Document]] == ["p0", "p1", "p2", "p3", "p4"]
+    assert grouped[Document][0].title == "Journal of Mathematical Physics"
+    triples = grouped[CorpusTriple]
+    assert {t.passage_id for t in triples} <= {"p0", "p1", "p2", "p3", "p4"}
+    assert any(
+        (t.head, t.relation, t.tail)
+        == ("Journal of Mathematical Physics", "published by", "American Institute of Physics")
+        for t in triples
+    )
+    assert any(m.entity == "Jan Philip Solovej" for m in grouped[Mention])
+
+
+@pytest.mark.skipif(
+    not (SHARED_DATA / "hotpotqa100").is_dir(), reason="../shared/data/hotpotqa100 is absent"
+)
+def test_hotpotqa_sentences_joined_into_passages() -> None:
+    documents = list(open_source(f"hotpotqa:{SHARED_DATA / 'hotpotqa100'}", limit=2).records())
+    assert documents[0].title == "Demon Dice"
+    assert documents[0].body().startswith("Demon Dice, originally published as Chaos Progenitus")

@@ -1,0 +1,78 @@
+"""Prompt assembly and answer parsing of KG-CQR graph construction, with a scripted LLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ingest.records import Document
+from ingest.triple_extraction import extract, parse_triples
+from plugin.llm import LlmAnswer, LlmRequest, parse_json_object
+
+
+@dataclass
+class ScriptedLlm:
+    answers: list[str]
+    prompts: list[str] = field(default_factory=list)
+
+    def complete(self, request: LlmRequest) -> LlmAnswer:
+        self.prompts.append(request.messages[-1][1])
+        assert request.json_mode
+        return LlmAnswer([self.answers.pop(0)], cached=False, elapsed_ms=1.0)
+
+
+PASSAGE = Document(
+    id="p7", type="passage", title="Heat (1995 film)",
+    text="Heat is a 1995 crime film directed by Michael Mann, starring Al Pacino.",
+)  # fmt: skip
+
+
+def test_extraction_then_ttr_with_passage_in_both_prompts() -> None:
+    llm = ScriptedLlm([
+        '{"triples": [["Heat", "directed by", "Michael Mann"], ["Heat", "starring", "Al Pacino"]]}',
+        '{"sentences": ["Heat (1995) was directed by Michael Mann.", "Al Pacino stars in Heat."]}',
+    ])  # fmt: skip
+    result = extract(llm, PASSAGE)  # type: ignore[arg-type]
+    assert [(t.head, t.relation, t.tail) for t in result.triples] == [
+        ("Heat", "directed by", "Michael Mann"), ("Heat", "starring", "Al Pacino"),
+    ]  # fmt: skip
+    assert [t.ttr_source for t in result.triples] == ["llm", "llm"]
+    assert result.triples[0].ttr == "Heat (1995) was directed by Michael Mann."
+    assert {m.entity for m in result.mentions} == {"Heat", "Michael Mann", "Al Pacino"}
+    assert "directed by Michael Mann" in llm.prompts[0]
+    assert "1. (Heat; directed by; Michael Mann)" in llm.prompts[1]
+    assert result.llm_calls == 2
+
+
+def test_unusable_ttr_answer_falls_back_to_template_sentences() -> None:
+    llm = ScriptedLlm(['{"triples": [["Heat", "released in", "1995"]]}', "sorry, I cannot"])
+    result = extract(llm, PASSAGE)  # type: ignore[arg-type]
+    assert result.triples[0].ttr == "Heat released in 1995."
+    assert result.triples[0].ttr_source == "template"
+    assert result.problems
+
+
+def test_no_triples_means_no_second_call() -> None:
+    llm = ScriptedLlm(["not json"])
+    result = extract(llm, PASSAGE)  # type: ignore[arg-type]
+    assert result.triples == [] and result.llm_calls == 1
+
+
+def test_parse_triples_drops_malformed_items_and_duplicates() -> None:
+    answer = (
+        'Here you go: {"triples": [["a", "b", "c"], ["a", "b"], ["", "x", "y"], '
+        '["a", "b", "c"], [1, 2, 3]]} hope it helps'
+    )
+    assert parse_triples(answer) == [("a", "b", "c"), ("1", "2", "3")]
+
+
+def test_parse_json_object_skips_prose_and_fences() -> None:
+    assert parse_json_object('```json\n{"a": {"b": 1}}\n```') == {"a": {"b": 1}}
+    assert parse_json_object("no object here") is None
+    assert parse_json_object('{broken {"ok": true}') == {"ok": True}
+
+
+def test_llm_cache_key_depends_on_model_and_request() -> None:
+    request = LlmRequest.user("hello", json_mode=True)
+    assert request.cache_key("m1") == LlmRequest.user("hello", json_mode=True).cache_key("m1")
+    assert request.cache_key("m1") != request.cache_key("m2")
+    assert request.cache_key("m1") != LlmRequest.user("hello").cache_key("m1")
