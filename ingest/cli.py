@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import sys
 from typing import Any
 
 import click
@@ -100,7 +101,9 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     if needs_worker:
         click.echo("no worker answered; starting a temporary one (`kgqr ingest worker` runs one)")
     context = job_runner.temporary_worker(settings) if needs_worker else contextlib.nullcontext()
-    with context, tqdm(total=enqueued.chunks_total, unit="chunk", desc=kb) as bar:
+    interval = 0.5 if sys.stderr.isatty() else 15.0  # CI logs get a line every 15 s
+    bar = tqdm(total=enqueued.chunks_total, unit="chunk", desc=kb, mininterval=interval)
+    with context, bar:
 
         def show(progress: Any) -> None:
             bar.update(progress.chunks_done - bar.n)

@@ -36,6 +36,9 @@ class Embedder:
     def __init__(self, model_name: str) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
         self.model_name = model_name
         self._model: SentenceTransformer = SentenceTransformer(

@@ -5,7 +5,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 started=$(date +%s)
 bin=$(bash "$repo/scripts/bootstrap.sh" | tail -n 1)
-export PATH="$bin:$PATH" HF_HUB_OFFLINE=1
+export PATH="$bin:$PATH" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 cd "$repo"
 
 kgqr services up
