@@ -11,6 +11,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -23,15 +24,16 @@ from plugin.settings import get_settings
 TYPES = ("cites", "authored_by", "has_topic", "published_in", "related_to")
 
 
-def clear_graph(driver: object, kb: str) -> None:
-    """Delete a knowledge base's graph in batches (CALL IN TRANSACTIONS needs an
-    auto-commit session, not a managed transaction)."""
-    with driver.session() as session:  # type: ignore[attr-defined]
-        session.run(
-            "MATCH (n:Node {kb: $kb}) CALL { WITH n DETACH DELETE n } "
-            "IN TRANSACTIONS OF 10000 ROWS",
+def clear_graph(driver: Any, kb: str) -> None:
+    """Delete a knowledge base's graph 5,000 nodes per transaction, so no transaction
+    outgrows Neo4j's memory pool."""
+    while True:
+        records, _, _ = driver.execute_query(
+            "MATCH (n:Node {kb: $kb}) WITH n LIMIT 5000 DETACH DELETE n RETURN count(*) AS n",
             kb=kb,
-        ).consume()
+        )
+        if records[0]["n"] == 0:
+            return
 
 
 def main() -> None:

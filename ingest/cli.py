@@ -113,6 +113,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     _print_progress(final)
     if not final.finished:
         raise SystemExit(1)
+    opensearch.indices.refresh(index=f"kgqr-{kb}-*")  # searchable the moment we say "done"
 
 
 @ingest.command()

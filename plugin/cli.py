@@ -10,6 +10,7 @@ import click
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "services": ("plugin.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
     "ingest": ("ingest.cli", "Load knowledge bases into OpenSearch and Neo4j (Celery jobs)."),
+    "serve": ("query_rewriter.cli", "Run the rewriting proxy in front of OpenSearch."),
     "plugin": ("plugin.installer_cli", "Install index templates, pipelines and graph schema."),
 }
 

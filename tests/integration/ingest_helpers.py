@@ -35,6 +35,7 @@ def run_to_end(
     enqueued = enqueue_source(settings, opensearch, neo4j, redis, spec, kb, **options)
     progress = job_runner.follow(JobStore(redis), enqueued.job_id, lambda _p: None, timeout_s)
     assert progress.finished, f"job did not finish in {timeout_s}s: {progress}"
+    opensearch.indices.refresh(index=f"kgqr-{kb}-*")
     return enqueued, progress
 
 

@@ -168,3 +168,32 @@ def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
     assert document_ids(opensearch, kb) == sorted(f"d{i}" for i in range(120))
     nodes, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
     assert nodes[0]["n"] == 120
+
+
+def test_raw_passages_get_llm_triples_and_ttrs_and_a_rerun_is_served_from_cache(
+    stores: tuple, kb: str, llm_settings: Settings
+) -> None:
+    from ingest.records import Document
+    from ingest.sources import open_source
+    from ingest.triple_extraction import extract
+    from plugin.llm import LlmClient
+
+    _, opensearch, neo4j, redis = stores
+    _, progress = run_to_end(*stores, f"passages:{FIXTURES / 'passages.jsonl'}", kb, timeout_s=400)
+    assert progress.counts["documents"] == 2
+    assert progress.counts["triples"] >= 2, progress
+    index = schema.triples_index(kb)
+    opensearch.indices.refresh(index=index)
+    triples = [
+        h["_source"] for h in opensearch.search(index=index, body={"size": 100})["hits"]["hits"]
+    ]
+    assert {t["passage_id"] for t in triples} <= {"heat", "mann"}
+    assert any("Mann" in (t["head"] + t["tail"]) for t in triples)
+    assert all(t["ttr"] for t in triples)
+    report = verify(opensearch, neo4j, kb)
+    assert report.ok and report.triples_indexed == report.relation_counts["RELATION"]
+    # Every LLM answer was cached by (model, prompt): extracting again costs no LLM call.
+    passage = next(iter(open_source(f"passages:{FIXTURES / 'passages.jsonl'}").records()))
+    assert isinstance(passage, Document)
+    again = extract(LlmClient(llm_settings, redis), passage)
+    assert again.llm_calls >= 1 and again.cached_calls == again.llm_calls

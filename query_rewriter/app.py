@@ -1,0 +1,315 @@
+"""The kgqr proxy: OpenSearch's REST API, with `_search` / `_msearch` on kgqr-managed
+indices rewritten and sent as hybrid searches; every other request passes through."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from plugin import kb_meta
+from plugin.embedder import get_embedder
+from plugin.kb_meta import DocumentStructure
+from plugin.llm import AsyncLlmClient
+from plugin.schema import META_INDEX
+from plugin.settings import Settings, get_settings
+from query_rewriter import metrics
+from query_rewriter.client_fusion import client_side_hybrid
+from query_rewriter.errors import RewriteRequestError, error_response
+from query_rewriter.forwarding import forward, request_headers, to_response
+from query_rewriter.hybrid_query import hybrid_body, search_params
+from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.rewrite_cache import RewriteCache
+from query_rewriter.rewriter import RewriteOutcome, Rewriter
+from query_rewriter.search_request import SearchPlan, plan_search, strip_kgqr
+
+log = logging.getLogger("kgqr.proxy")
+SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?$")
+MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?$")
+STRUCTURE_TTL_S = 60.0
+
+
+@dataclass
+class ProxyState:
+    settings: Settings
+    http: httpx.AsyncClient
+    redis: Any
+    rewriter: Rewriter
+    neural_search: bool = True
+    structures: dict[str, tuple[float, DocumentStructure]] = field(default_factory=dict)
+
+
+def create_app(settings: Settings | None = None) -> Starlette:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        import redis.asyncio as aioredis
+
+        http = opensearch_http_client(settings)
+        redis = aioredis.Redis.from_url(settings.redis_url)
+        embedder = await anyio.to_thread.run_sync(get_embedder, settings.embedder_model)
+
+        async def embed(texts: list[str]) -> np.ndarray:
+            return await anyio.to_thread.run_sync(embedder.encode, texts)
+
+        llm = AsyncLlmClient(settings, redis)
+        state = ProxyState(
+            settings,
+            http,
+            redis,
+            Rewriter(
+                settings,
+                llm,
+                RewriteCache(redis, settings.rewrite_cache_ttl_s),
+                embed,
+                lambda kb, gateway: structure_of(state, kb),
+            ),
+        )
+        state.neural_search = await _has_neural_search(http)
+        app.state.kgqr = state
+        log.info(
+            "kgqr proxy ready",
+            extra={
+                "kgqr": {
+                    "opensearch": settings.opensearch_url,
+                    "neural_search": state.neural_search,
+                }
+            },
+        )
+        try:
+            yield
+        finally:
+            await llm.close()
+            await http.aclose()
+            await redis.aclose()
+
+    return Starlette(
+        routes=[
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            Route("/{path:path}", proxy, methods=["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]),
+        ],
+        lifespan=lifespan,
+    )
+
+
+async def _has_neural_search(http: httpx.AsyncClient) -> bool:
+    try:
+        response = await http.get("/_cat/plugins", params={"format": "json"})
+        return any(p.get("component") == "opensearch-neural-search" for p in response.json())
+    except (httpx.HTTPError, ValueError):
+        return True  # assume the common case; a failing hybrid search falls back anyway
+
+
+async def structure_of(state: ProxyState, kb: str) -> DocumentStructure:
+    """The knowledge base's document structure from kgqr-meta, cached for a minute."""
+    cached = state.structures.get(kb)
+    if cached and cached[0] > time.monotonic():
+        return cached[1]
+    response = await state.http.get(f"/{META_INDEX}/_doc/{kb}")
+    structure = DocumentStructure()
+    if response.status_code == 200:
+        structure = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"]).structure
+    state.structures[kb] = (time.monotonic() + STRUCTURE_TTL_S, structure)
+    return structure
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise RewriteRequestError(
+            413, "content_too_long_exception", f"request body is larger than {limit} bytes"
+        )
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RewriteRequestError(
+                413, "content_too_long_exception", f"request body is larger than {limit} bytes"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def proxy(request: Request) -> Response:
+    state: ProxyState = request.app.state.kgqr
+    kind = "passthrough"
+    try:
+        body = await _read_body(request, state.settings.max_body_bytes)
+        path = request.url.path
+        if request.method in ("GET", "POST") and (match := SEARCH_PATH.match(path)):
+            kind = "search"
+            response = await handle_search(state, request, match.group(1), body)
+        elif request.method in ("GET", "POST") and (match := MSEARCH_PATH.match(path)):
+            kind = "msearch"
+            response = await handle_msearch(state, request, match.group(1), body)
+        else:
+            response = await forward(state.http, request, body)
+    except RewriteRequestError as exc:
+        response = error_response(exc)
+    except httpx.HTTPError as exc:
+        response = error_response(
+            RewriteRequestError(
+                502, "kgqr_upstream_exception", f"OpenSearch could not be reached: {exc}"
+            )
+        )
+    metrics.REQUESTS.labels(kind, str(response.status_code)).inc()
+    return response
+
+
+def _json_object(raw: bytes, what: str) -> dict[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RewriteRequestError(
+            400, "parse_exception", f"{what} is not valid JSON: {exc}"
+        ) from exc
+    if not isinstance(value, dict):
+        raise RewriteRequestError(400, "parse_exception", f"{what} must be a JSON object")
+    return value
+
+
+async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
+    payload = _json_object(raw, "request body")
+    query_params = dict(request.query_params)
+    plan = plan_search(index, query_params, payload, state.settings.rewrite_default_strategy)
+    headers = request_headers(request)
+    if plan is None:
+        passthrough = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
+        content = (
+            raw
+            if "kgqr" not in json.dumps(payload.get("ext", {}))
+            else json.dumps(strip_kgqr(payload)).encode()
+        )
+        upstream = await state.http.request(
+            request.method,
+            f"/{index}/_search",
+            params=passthrough,
+            headers=headers,
+            content=content or None,
+        )
+        return to_response(upstream)
+    status, result, explain = await run_plan(state, plan, query_params, headers)
+    if plan.explain and isinstance(result, dict):
+        result["kgqr"] = explain
+    return JSONResponse(result, status_code=status)
+
+
+async def run_plan(
+    state: ProxyState, plan: SearchPlan, query_params: dict[str, str], headers: dict[str, str]
+) -> tuple[int, Any, dict[str, Any]]:
+    """Rewrite, search hybrid; if the hybrid search itself fails, search the original."""
+    gateway = OpenSearchGateway(state.http, headers.get("authorization"))
+    outcome: RewriteOutcome = await state.rewriter.rewrite(
+        index=plan.index,
+        kb=plan.kb,
+        strategy=plan.strategy,
+        query=plan.parsed.text,
+        params=plan.params,
+        gateway=gateway,
+        authorization=headers.get("authorization"),
+    )
+    k = int(plan.params.get("k", state.settings.rewrite_knn_k))
+    body = hybrid_body(
+        plan.body,
+        plan.parsed,
+        outcome.rewrite.expanded_text,
+        np.asarray(outcome.vector, dtype=np.float32),
+        k,
+    )
+    params = search_params(query_params)
+    started = time.perf_counter()
+    if state.neural_search:
+        upstream = await state.http.post(
+            f"/{plan.index}/_search", json=body, params=params, headers=headers
+        )
+    else:
+        upstream = await client_side_hybrid(state.http, plan.index, body, params, headers)
+    outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
+    if upstream.status_code >= 400 and upstream.status_code != 404:
+        reason = upstream.text[:300]
+        outcome.fallback = {"stage": "search", "reason": reason, "strategy": plan.strategy}
+        metrics.FALLBACKS.labels(plan.strategy, "search").inc()
+        original = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
+        upstream = await state.http.post(
+            f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
+        )
+        body = plan.body
+    explain = outcome.explain(body)
+    log.info("rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}})
+    try:
+        result = upstream.json()
+    except ValueError:
+        result = {"error": upstream.text}
+    return upstream.status_code, result, explain
+
+
+def _ndjson(raw: bytes) -> list[dict[str, Any]]:
+    lines = [line for line in raw.split(b"\n") if line.strip()]
+    if len(lines) % 2:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            "msearch body must hold header and body lines in pairs",
+        )
+    return [_json_object(line, f"msearch line {n}") for n, line in enumerate(lines, start=1)]
+
+
+async def handle_msearch(
+    state: ProxyState, request: Request, path_index: str | None, raw: bytes
+) -> Response:
+    lines = _ndjson(raw)
+    query_params = dict(request.query_params)
+    headers = request_headers(request)
+    plans: list[SearchPlan | None] = []
+    for header, body in zip(lines[0::2], lines[1::2], strict=True):
+        index = header.get("index", path_index)
+        plan = None
+        if isinstance(index, str) and set(header) <= {"index"}:
+            plan = plan_search(index, query_params, body, state.settings.rewrite_default_strategy)
+        plans.append(plan)
+    if not any(plans):
+        cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
+        return await forward(state.http, request, cleaned)
+
+    started = time.perf_counter()
+
+    async def one(position: int, plan: SearchPlan | None) -> dict[str, Any]:
+        header, body = lines[2 * position], lines[2 * position + 1]
+        if plan is None:
+            index = header.get("index", path_index)
+            params = {k: str(v) for k, v in header.items() if k != "index"}
+            upstream = await state.http.post(
+                f"/{index}/_search", json=strip_kgqr(body), params=params, headers=headers
+            )
+            status, result = upstream.status_code, upstream.json()
+        else:
+            status, result, explain = await run_plan(state, plan, query_params, headers)
+            if plan.explain and isinstance(result, dict):
+                result["kgqr"] = explain
+        return {**result, "status": status}
+
+    responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
+    took = int((time.perf_counter() - started) * 1000)
+    return JSONResponse({"took": took, "responses": list(responses)})

@@ -1,0 +1,82 @@
+"""The search kgqr forwards: a ``hybrid`` query with a BM25 clause over the expanded text
+and a k-NN clause over the fused vector, run through kgqr's normalisation pipeline.
+
+The client's ``from``/``size``/``_source``/``aggs``/``sort`` and other top-level options
+are kept; its filters (``bool.filter``/``must_not``) apply to both clauses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from plugin.schema import HYBRID_PIPELINE
+from query_rewriter.query_text import ParsedQuery
+
+TEXT_FIELDS = ["title^2", "text"]
+VECTOR_FIELD = "vector"
+
+
+def fuse(query_vector: np.ndarray, context_vector: np.ndarray | None, alpha: float) -> np.ndarray:
+    """KG-CQR Eq. 9: v = alpha * v_query + (1 - alpha) * v_context, renormalised."""
+    if context_vector is None:
+        return query_vector
+    fused = alpha * query_vector + (1.0 - alpha) * context_vector
+    norm = float(np.linalg.norm(fused))
+    return fused / norm if norm > 0 else query_vector
+
+
+def mean_vector(vectors: np.ndarray) -> np.ndarray | None:
+    if len(vectors) == 0:
+        return None
+    mean = vectors.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    return mean / norm if norm > 0 else None
+
+
+def _bool(must: dict[str, Any], parsed: ParsedQuery) -> dict[str, Any]:
+    clause: dict[str, Any] = {"must": [must]}
+    if parsed.filters:
+        clause["filter"] = parsed.filters
+    if parsed.must_not:
+        clause["must_not"] = parsed.must_not
+    return {"bool": clause} if len(clause) > 1 else must
+
+
+def bm25_clause(text: str, parsed: ParsedQuery) -> dict[str, Any]:
+    return _bool({"multi_match": {"query": text, "fields": TEXT_FIELDS}}, parsed)
+
+
+def knn_clause(vector: np.ndarray, k: int, parsed: ParsedQuery) -> dict[str, Any]:
+    knn: dict[str, Any] = {"vector": [round(float(x), 6) for x in vector], "k": k}
+    if parsed.filters or parsed.must_not:
+        knn["filter"] = {"bool": {"filter": parsed.filters, "must_not": parsed.must_not}}
+    return {"knn": {VECTOR_FIELD: knn}}
+
+
+def hybrid_body(
+    client_body: dict[str, Any],
+    parsed: ParsedQuery,
+    expanded_text: str,
+    vector: np.ndarray,
+    k: int,
+) -> dict[str, Any]:
+    """The client's body with its query replaced by the hybrid query."""
+    body = {key: value for key, value in client_body.items() if key not in ("query", "ext")}
+    size = int(body.get("size", 10))
+    start = int(body.get("from", 0))
+    hybrid: dict[str, Any] = {
+        "queries": [bm25_clause(expanded_text, parsed), knn_clause(vector, max(k, size), parsed)]
+    }
+    if start > 0:
+        hybrid["pagination_depth"] = max(k, start + size)
+    body["query"] = {"hybrid": hybrid}
+    return body
+
+
+def search_params(client_params: dict[str, str]) -> dict[str, str]:
+    """The client's query-string parameters minus kgqr's own, plus the hybrid pipeline."""
+    params = {k: v for k, v in client_params.items() if not k.startswith("kgqr.")}
+    params["search_pipeline"] = HYBRID_PIPELINE
+    return params

@@ -1,0 +1,31 @@
+"""Prometheus metrics of the proxy, served at /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter(
+    "kgqr_requests_total", "Requests through the proxy", ["kind", "status"], registry=REGISTRY
+)
+REWRITE_SECONDS = Histogram(
+    "kgqr_rewrite_seconds",
+    "Rewrite latency per strategy",
+    ["strategy"],
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+STAGE_SECONDS = Histogram(
+    "kgqr_stage_seconds",
+    "Rewrite stage latency",
+    ["strategy", "stage"],
+    registry=REGISTRY,
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60),
+)
+CACHE = Counter("kgqr_rewrite_cache_total", "Rewrite cache lookups", ["result"], registry=REGISTRY)
+FALLBACKS = Counter(
+    "kgqr_fallbacks_total",
+    "Rewrites that fell back to the plain query",
+    ["strategy", "stage"],
+    registry=REGISTRY,
+)

@@ -1,0 +1,39 @@
+"""The proxy's one connection to OpenSearch (httpx, async): forwarding and its own searches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from plugin.settings import Settings
+
+
+def opensearch_http_client(settings: Settings) -> httpx.AsyncClient:
+    auth = None
+    if settings.opensearch_user and settings.opensearch_password:
+        auth = (settings.opensearch_user, settings.opensearch_password.get_secret_value())
+    return httpx.AsyncClient(
+        base_url=settings.opensearch_url,
+        auth=auth,
+        timeout=httpx.Timeout(60.0, connect=5.0),
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+
+
+class OpenSearchGateway:
+    """Searches kgqr itself runs (initial hits for PRF/RAR, entity lookups), sent with the
+    caller's own authorization so a caller never sees documents it could not search."""
+
+    def __init__(self, client: httpx.AsyncClient, authorization: str | None) -> None:
+        self._client = client
+        self._headers = {"authorization": authorization} if authorization else {}
+
+    async def search(
+        self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        response = await self._client.post(
+            f"/{index}/_search", json=body, params=params or {}, headers=self._headers
+        )
+        response.raise_for_status()
+        return dict(response.json())

@@ -1,0 +1,71 @@
+"""Finding the user's query text inside an OpenSearch query, and the filters around it.
+
+Understood: ``match``, ``match_phrase``, ``multi_match``, ``query_string``,
+``simple_query_string``, and a ``bool`` whose ``must``/``should`` hold those (its
+``filter`` and ``must_not`` clauses are kept as filters). Anything else is left alone:
+the request then passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    text: str
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    must_not: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _text_of(clause: dict[str, Any]) -> str | None:
+    if not isinstance(clause, dict) or len(clause) != 1:
+        return None
+    ((kind, body),) = clause.items()
+    if kind not in TEXT_QUERIES or not isinstance(body, dict):
+        return None
+    if kind in ("multi_match", "query_string", "simple_query_string"):
+        query = body.get("query")
+        return query if isinstance(query, str) else None
+    if len(body) != 1:
+        return None
+    (value,) = body.values()
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("query"), str):
+        return str(value["query"])
+    return None
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def parse_query(query: Any) -> ParsedQuery | None:
+    """The text to rewrite and the filters to keep, or None if kgqr should not touch it."""
+    if not isinstance(query, dict):
+        return None
+    text = _text_of(query)
+    if text is not None:
+        return ParsedQuery(text.strip()) if text.strip() else None
+    if set(query) != {"bool"} or not isinstance(query["bool"], dict):
+        return None
+    clauses = query["bool"]
+    allowed = {"must", "should", "filter", "must_not", "minimum_should_match", "boost"}
+    if not set(clauses) <= allowed:
+        return None
+    texts = []
+    for clause in [*_as_list(clauses.get("must")), *_as_list(clauses.get("should"))]:
+        text = _text_of(clause)
+        if text is None:
+            return None
+        texts.append(text.strip())
+    joined = " ".join(t for t in texts if t)
+    if not joined:
+        return None
+    return ParsedQuery(joined, _as_list(clauses.get("filter")), _as_list(clauses.get("must_not")))

@@ -1,0 +1,57 @@
+"""What a strategy returns, and the stage timer that makes every rewrite explain itself."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class StageTimer:
+    """Milliseconds per named stage; remembers the stage running when something failed."""
+
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    current: str | None = None
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        previous, self.current = self.current, name
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = (time.perf_counter() - started) * 1000
+            self.stages_ms[name] = round(self.stages_ms.get(name, 0.0) + elapsed, 2)
+        self.current = previous
+
+
+@dataclass
+class Rewrite:
+    """A strategy's decision for one query.
+
+    ``expansions`` are appended to the query for the BM25 side; ``context`` (when set) is
+    the text whose embedding is fused with the query vector, else the expansions are.
+    ``details`` holds whatever the strategy decided on the way (entities, hits used,
+    triples), for the explain object.
+    """
+
+    strategy: str
+    query: str
+    expansions: list[str] = field(default_factory=list)
+    context: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    llm_calls: int = 0
+    cached_llm_calls: int = 0
+
+    @property
+    def expanded_text(self) -> str:
+        return " ".join([self.query, *self.expansions]).strip()
+
+    @property
+    def context_texts(self) -> list[str]:
+        if self.context:
+            return [self.context]
+        return list(self.expansions)

@@ -1,0 +1,65 @@
+"""Rewrites cached in Redis, per caller, and identical concurrent rewrites done once.
+
+The key holds a hash of the caller's credentials, so one tenant's rewrite (which may quote
+documents only that tenant can read) is never served to another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+PREFIX = "kgqr:rewrite:"
+
+
+def caller_identity(authorization: str | None) -> str:
+    return hashlib.sha256((authorization or "anonymous").encode()).hexdigest()[:16]
+
+
+def rewrite_key(caller: str, index: str, strategy: str, config: dict[str, Any], query: str) -> str:
+    config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    query_hash = hashlib.sha256(query.encode()).hexdigest()[:32]
+    return f"{PREFIX}{caller}:{index}:{strategy}:{config_hash}:{query_hash}"
+
+
+class RewriteCache:
+    def __init__(self, redis: Any, ttl_s: int) -> None:
+        self._redis = redis
+        self._ttl_s = ttl_s
+        self._in_flight: dict[str, asyncio.Future[Any]] = {}
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            raw = await self._redis.get(key)
+        except Exception:  # a cache outage must not fail the search
+            return None
+        return json.loads(raw) if raw else None
+
+    async def put(self, key: str, value: dict[str, Any]) -> None:
+        try:
+            await self._redis.set(key, json.dumps(value), ex=self._ttl_s)
+        except Exception:  # a cache outage must not fail the search
+            return
+
+    async def coalesce(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+        """Run compute once per key at a time; concurrent callers share its result.
+        Returns (result, shared) where shared is True for callers that waited."""
+        pending = self._in_flight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending), True
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            result = await compute()
+            future.set_result(result)
+            return result, False
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._in_flight[key]

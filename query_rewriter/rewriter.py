@@ -1,0 +1,177 @@
+"""One query through one strategy: cache, coalescing, timeout, fallback, embedding, fusion.
+
+A strategy that fails or runs out of time is replaced by the plain query (``base``) and
+the result says which stage failed; if even embedding fails, the caller forwards the
+client's original request. A rewrite never fails a search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from plugin.kb_meta import DocumentStructure
+from plugin.llm import AsyncLlmClient
+from plugin.settings import Settings
+from query_rewriter import metrics
+from query_rewriter.hybrid_query import fuse, mean_vector
+from query_rewriter.opensearch_gateway import OpenSearchGateway
+from query_rewriter.rewrite import Rewrite, StageTimer
+from query_rewriter.rewrite_cache import RewriteCache, caller_identity, rewrite_key
+from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies.context import StrategyContext
+
+log = logging.getLogger("kgqr.rewrite")
+
+
+@dataclass
+class RewriteOutcome:
+    rewrite: Rewrite
+    vector: list[float] | None
+    alpha: float
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    fallback: dict[str, str] | None = None
+    cached: bool = False
+
+    def explain(self, final_query: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "strategy": self.rewrite.strategy,
+            "query": self.rewrite.query,
+            "expansions": self.rewrite.expansions,
+            "context": self.rewrite.context,
+            "details": self.rewrite.details,
+            "alpha": self.alpha,
+            "stages_ms": self.stages_ms,
+            "fallback": self.fallback,
+            "cached": self.cached,
+            "llm_calls": self.rewrite.llm_calls,
+            "final_query": final_query,
+        }
+
+    def to_cache(self) -> dict[str, Any]:
+        return {
+            "rewrite": self.rewrite.__dict__,
+            "vector": self.vector,
+            "alpha": self.alpha,
+            "stages_ms": self.stages_ms,
+        }
+
+    @classmethod
+    def from_cache(cls, data: dict[str, Any]) -> RewriteOutcome:
+        return cls(
+            Rewrite(**data["rewrite"]),
+            data["vector"],
+            data["alpha"],
+            data["stages_ms"],
+            None,
+            cached=True,
+        )
+
+
+class Rewriter:
+    def __init__(
+        self,
+        settings: Settings,
+        llm: AsyncLlmClient,
+        cache: RewriteCache,
+        embed: Callable[[list[str]], Awaitable[np.ndarray]],
+        structure_of: Callable[[str, OpenSearchGateway], Awaitable[DocumentStructure]],
+    ) -> None:
+        self.settings = settings
+        self.llm = llm
+        self.cache = cache
+        self.embed = embed
+        self.structure_of = structure_of
+
+    def _config(self, strategy: str, params: dict[str, float]) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "strategy": strategy,
+            "params": params,
+            "llm": s.llm_model,
+            "embedder": s.embedder_model,
+            "alpha": s.rewrite_alpha,
+            "n": s.rewrite_expansions,
+            "k": s.rewrite_knn_k,
+            "chars": s.rewrite_doc_chars,
+        }
+
+    async def rewrite(
+        self,
+        *,
+        index: str,
+        kb: str,
+        strategy: str,
+        query: str,
+        params: dict[str, float],
+        gateway: OpenSearchGateway,
+        authorization: str | None,
+    ) -> RewriteOutcome:
+        key = rewrite_key(
+            caller_identity(authorization), index, strategy, self._config(strategy, params), query
+        )
+        cached = await self.cache.get(key)
+        if cached is not None:
+            metrics.CACHE.labels("hit").inc()
+            return RewriteOutcome.from_cache(cached)
+        metrics.CACHE.labels("miss").inc()
+
+        async def compute() -> RewriteOutcome:
+            outcome = await self._compute(index, kb, strategy, query, params, gateway)
+            if outcome.fallback is None:
+                await self.cache.put(key, outcome.to_cache())
+            return outcome
+
+        outcome, shared = await self.cache.coalesce(key, compute)
+        if shared:
+            outcome = RewriteOutcome(**{**outcome.__dict__, "cached": True})
+        return outcome
+
+    async def _compute(
+        self,
+        index: str,
+        kb: str,
+        strategy_name: str,
+        query: str,
+        params: dict[str, float],
+        gateway: OpenSearchGateway,
+    ) -> RewriteOutcome:
+        started = time.perf_counter()
+        timer = StageTimer()
+        strategy = STRATEGIES[strategy_name]
+        alpha = float(params.get("alpha", self.settings.rewrite_alpha))
+        fallback = None
+        try:
+            with timer.stage("structure"):
+                structure = await self.structure_of(kb, gateway)
+            ctx = StrategyContext(
+                self.settings, index, kb, structure, self.llm, gateway, self.embed, timer, params
+            )
+            rewrite = await asyncio.wait_for(
+                strategy.rewrite(query, ctx), timeout=self.settings.rewrite_timeout_s
+            )
+        except Exception as exc:  # any failure of a strategy degrades to the plain query
+            stage = timer.current or "rewrite"
+            reason = (
+                "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            )
+            fallback = {"stage": stage, "reason": reason[:300], "strategy": strategy_name}
+            metrics.FALLBACKS.labels(strategy_name, stage).inc()
+            log.warning("rewrite fell back to the plain query", extra={"kgqr": fallback})
+            rewrite = Rewrite(strategy="base", query=query)
+        timer.current = None
+        with timer.stage("embed"):
+            vectors = await self.embed([query, *rewrite.context_texts])
+        vector = fuse(vectors[0], mean_vector(vectors[1:]), alpha)
+        for stage, ms in timer.stages_ms.items():
+            metrics.STAGE_SECONDS.labels(strategy_name, stage).observe(ms / 1000)
+        metrics.REWRITE_SECONDS.labels(strategy_name).observe(time.perf_counter() - started)
+        return RewriteOutcome(
+            rewrite, [float(x) for x in vector], alpha, dict(timer.stages_ms), fallback
+        )

@@ -1,0 +1,119 @@
+"""Deciding what to do with one search: which knowledge base, which strategy, which text.
+
+Per request a client may choose a strategy with the query parameter ``kgqr.strategy`` or
+an ``ext.kgqr`` object in the body (removed before forwarding), ask for an explanation
+with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
+``kgqr.param.alpha=0.5`` / ``ext.kgqr.params``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from query_rewriter.errors import RewriteRequestError
+from query_rewriter.query_text import ParsedQuery, parse_query
+from query_rewriter.strategies import STRATEGIES
+
+MANAGED_INDEX = re.compile(r"^kgqr-([a-z0-9][a-z0-9_-]*)-documents$")
+NUMERIC_PARAMS = {"alpha", "n", "k", "h", "prf_docs", "boost"}
+
+
+@dataclass
+class SearchPlan:
+    """A search kgqr will rewrite (or None from plan_search when it passes through)."""
+
+    index: str
+    kb: str
+    strategy: str
+    parsed: ParsedQuery
+    body: dict[str, Any]
+    explain: bool
+    params: dict[str, float] = field(default_factory=dict)
+
+
+def managed_kb(index: str) -> str | None:
+    match = MANAGED_INDEX.match(index)
+    return match.group(1) if match else None
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).lower() in {"1", "true", "yes", "on"}
+
+
+def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    ext = body.get("ext")
+    options = dict(ext.get("kgqr") or {}) if isinstance(ext, dict) else {}
+    if not isinstance(options, dict):
+        raise RewriteRequestError(400, "parsing_exception", "ext.kgqr must be an object")
+    if "kgqr.strategy" in query_params:
+        options["strategy"] = query_params["kgqr.strategy"]
+    if "kgqr.explain" in query_params:
+        options["explain"] = query_params["kgqr.explain"]
+    params = dict(options.get("params") or {})
+    for key, value in query_params.items():
+        if key.startswith("kgqr.param."):
+            params[key.removeprefix("kgqr.param.")] = value
+    options["params"] = params
+    return options
+
+
+def _numeric_params(params: dict[str, Any]) -> dict[str, float]:
+    parsed = {}
+    for name, value in params.items():
+        if name not in NUMERIC_PARAMS:
+            raise RewriteRequestError(
+                400,
+                "illegal_argument_exception",
+                f"unknown kgqr parameter [{name}]; valid: {', '.join(sorted(NUMERIC_PARAMS))}",
+            )
+        try:
+            parsed[name] = float(value)
+        except (TypeError, ValueError):
+            raise RewriteRequestError(
+                400, "illegal_argument_exception", f"kgqr parameter [{name}] must be a number"
+            ) from None
+    return parsed
+
+
+def strip_kgqr(body: dict[str, Any]) -> dict[str, Any]:
+    """The body without kgqr's ext object, as OpenSearch must receive it."""
+    ext = body.get("ext")
+    if not isinstance(ext, dict) or "kgqr" not in ext:
+        return body
+    rest = {k: v for k, v in ext.items() if k != "kgqr"}
+    cleaned = {k: v for k, v in body.items() if k != "ext"}
+    if rest:
+        cleaned["ext"] = rest
+    return cleaned
+
+
+def plan_search(
+    index: str, query_params: dict[str, str], body: dict[str, Any], default_strategy: str | None
+) -> SearchPlan | None:
+    """The rewrite to do, or None to pass the search through (after strip_kgqr)."""
+    options = _strategy_options(query_params, body)
+    strategy = options.get("strategy", default_strategy)
+    if strategy is not None and strategy not in STRATEGIES:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            f"unknown kgqr strategy [{strategy}]; valid strategies: {', '.join(STRATEGIES)}",
+        )
+    params = _numeric_params(options["params"])
+    kb = managed_kb(index)
+    if strategy is None or kb is None or "scroll" in query_params:
+        return None
+    parsed = parse_query(body.get("query"))
+    if parsed is None:
+        return None
+    return SearchPlan(
+        index,
+        kb,
+        strategy,
+        parsed,
+        strip_kgqr(body),
+        _truthy(options.get("explain", False)),
+        params,
+    )

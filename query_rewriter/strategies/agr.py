@@ -1,0 +1,70 @@
+"""`agr`: analyze -> generate x2 -> refine, five LLM calls.
+
+1. analyze the query's need; 2. generate documents from the analysis; 3. generate
+documents from the analysis and the top initial hits; 4. refine the drafts against the
+hits (drop unsupported claims); 5. write the final expansion from the refined drafts.
+"""
+
+from __future__ import annotations
+
+import json
+
+from query_rewriter.rewrite import Rewrite
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import StrategyContext, documents_from
+
+
+class AnalyzeGenerateRefine(Strategy):
+    name = "agr"
+    uses_llm = True
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        rewrite = Rewrite(strategy=self.name, query=query)
+        structure = ctx.structure.describe() or "- passage: title, text"
+        analysis = await ctx.llm_json(
+            rewrite, "analyze", "agr_analyze", query=query, structure=structure
+        )
+        analysis_text = json.dumps(analysis or {}, ensure_ascii=False)[:1200]
+        hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
+        documents = ctx.format_documents(hits)
+        drafts = []
+        for stage, grounding in (("generate_1", "(none)"), ("generate_2", documents)):
+            answer = await ctx.llm_json(
+                rewrite,
+                stage,
+                "agr_generate",
+                query=query,
+                structure=structure,
+                analysis=analysis_text,
+                documents=grounding,
+                n=2,
+            )
+            drafts.extend(documents_from(answer, 2))
+        refined = await ctx.llm_json(
+            rewrite,
+            "refine_1",
+            "agr_refine",
+            query=query,
+            documents=documents,
+            drafts="\n".join(f"- {d}" for d in drafts) or "(none)",
+            n=ctx.n_expansions,
+        )
+        refined_docs = documents_from(refined, ctx.n_expansions) or drafts
+        final = await ctx.llm_json(
+            rewrite,
+            "refine_2",
+            "agr_refine",
+            query=query,
+            documents=documents,
+            drafts="\n".join(f"- {d}" for d in refined_docs) or "(none)",
+            n=ctx.n_expansions,
+        )
+        rewrite.expansions = documents_from(final, ctx.n_expansions) or refined_docs
+        rewrite.details = {
+            "analysis": analysis,
+            "drafts": drafts,
+            "grounding_documents": [hit["id"] for hit in hits],
+        }
+        if not rewrite.expansions:
+            raise ValueError("the LLM returned no usable documents")
+        return rewrite

@@ -1,0 +1,113 @@
+"""What a strategy may use for one query, so strategies never reach into the proxy."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from plugin.kb_meta import DocumentStructure
+from plugin.llm import AsyncLlmClient, LlmRequest, parse_json_object
+from plugin.prompts import render
+from plugin.settings import Settings
+from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params
+from query_rewriter.opensearch_gateway import OpenSearchGateway
+from query_rewriter.query_text import ParsedQuery
+from query_rewriter.rewrite import Rewrite, StageTimer
+
+
+@dataclass
+class StrategyContext:
+    settings: Settings
+    index: str
+    kb: str
+    structure: DocumentStructure
+    llm: AsyncLlmClient
+    opensearch: OpenSearchGateway
+    embed: Callable[[list[str]], Awaitable[np.ndarray]]
+    timer: StageTimer = field(default_factory=StageTimer)
+    params: dict[str, float] = field(default_factory=dict)
+
+    def param(self, name: str, default: float) -> float:
+        return float(self.params.get(name, default))
+
+    @property
+    def n_expansions(self) -> int:
+        return int(self.param("n", self.settings.rewrite_expansions))
+
+    def truncate(self, text: str) -> str:
+        limit = self.settings.rewrite_doc_chars
+        return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+    async def llm_json(
+        self, rewrite: Rewrite, stage: str, prompt: str, max_tokens: int = 700, **values: Any
+    ) -> dict[str, Any] | None:
+        """Render a prompt template, ask for JSON, count the call; None if unparseable."""
+        text = render(prompt, **values)
+        with self.timer.stage(stage):
+            answer = await self.llm.complete(
+                LlmRequest.user(text, json_mode=True, max_tokens=max_tokens, temperature=0.7)
+            )
+        rewrite.llm_calls += 1
+        rewrite.cached_llm_calls += int(answer.cached)
+        return parse_json_object(answer.texts[0])
+
+    async def initial_hits(self, query: str, size: int) -> list[dict[str, Any]]:
+        """The top hits of the plain query (hybrid BM25 + k-NN), as PRF and RAR read them."""
+        with self.timer.stage("initial_retrieval"):
+            vector = (await self.embed([query]))[0]
+            parsed = ParsedQuery(query)
+            body = hybrid_body(
+                {"size": size, "_source": ["title", "body"]},
+                parsed,
+                query,
+                vector,
+                self.settings.rewrite_knn_k,
+            )
+            try:
+                response = await self.opensearch.search(self.index, body, search_params({}))
+            except Exception:
+                body = {
+                    "size": size,
+                    "_source": ["title", "body"],
+                    "query": bm25_clause(query, parsed),
+                }
+                response = await self.opensearch.search(self.index, body)
+        return [
+            {
+                "id": hit["_id"],
+                "title": hit["_source"].get("title", ""),
+                "text": self.truncate(hit["_source"].get("body", "")),
+            }
+            for hit in response["hits"]["hits"]
+        ]
+
+    def format_documents(self, documents: list[dict[str, Any]]) -> str:
+        return "\n".join(
+            f"[{i}] {doc['title']}: {doc['text']}" for i, doc in enumerate(documents, start=1)
+        )
+
+
+def documents_from(answer: dict[str, Any] | None, limit: int) -> list[str]:
+    """The ``documents`` list of a JSON answer, cleaned; empty when the answer is unusable."""
+    if not answer:
+        return []
+    documents = answer.get("documents")
+    if isinstance(documents, str):
+        documents = [documents]
+    if not isinstance(documents, list):
+        return []
+    cleaned = []
+    for document in documents:
+        text = (
+            document
+            if isinstance(document, str)
+            else " ".join(f"{k}: {v}" for k, v in document.items())
+            if isinstance(document, dict)
+            else ""
+        )
+        if text.strip():
+            cleaned.append(" ".join(text.split()))
+    return cleaned[:limit]

@@ -1,0 +1,54 @@
+"""`hyde` (HyDE) and `rar` (HyDE grounded on the top initial hits).
+
+One LLM call samples n hypothetical documents in the knowledge base's document structure;
+they are concatenated to the query and their mean embedding is fused with the query's.
+"""
+
+from __future__ import annotations
+
+from query_rewriter.rewrite import Rewrite
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import StrategyContext, documents_from
+
+
+class HypotheticalDocuments(Strategy):
+    name = "hyde"
+    uses_llm = True
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        rewrite = Rewrite(strategy=self.name, query=query)
+        answer = await ctx.llm_json(
+            rewrite,
+            "generate",
+            "hyde",
+            query=query,
+            n=ctx.n_expansions,
+            structure=ctx.structure.describe() or "- passage: title, text",
+        )
+        rewrite.expansions = documents_from(answer, ctx.n_expansions)
+        if not rewrite.expansions:
+            raise ValueError("the LLM returned no usable documents")
+        return rewrite
+
+
+class RetrievalAugmentedRewrite(Strategy):
+    name = "rar"
+    uses_llm = True
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        rewrite = Rewrite(strategy=self.name, query=query)
+        hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
+        rewrite.details["grounding_documents"] = [hit["id"] for hit in hits]
+        answer = await ctx.llm_json(
+            rewrite,
+            "generate",
+            "rar",
+            query=query,
+            n=ctx.n_expansions,
+            structure=ctx.structure.describe() or "- passage: title, text",
+            documents=ctx.format_documents(hits),
+        )
+        rewrite.expansions = documents_from(answer, ctx.n_expansions)
+        if not rewrite.expansions:
+            raise ValueError("the LLM returned no usable documents")
+        return rewrite

@@ -1,0 +1,14 @@
+"""`base`: the query as is (the KAR paper's baseline), still searched hybrid."""
+
+from __future__ import annotations
+
+from query_rewriter.rewrite import Rewrite
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import StrategyContext
+
+
+class PlainQuery(Strategy):
+    name = "base"
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        return Rewrite(strategy=self.name, query=query)

@@ -1,0 +1,22 @@
+"""`prf`: pseudo-relevance feedback — append the top initial hits to the query."""
+
+from __future__ import annotations
+
+from query_rewriter.rewrite import Rewrite
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import StrategyContext
+
+
+class PseudoRelevanceFeedback(Strategy):
+    name = "prf"
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        hits = await ctx.initial_hits(
+            query, int(ctx.param("prf_docs", ctx.settings.rewrite_prf_docs))
+        )
+        return Rewrite(
+            strategy=self.name,
+            query=query,
+            expansions=[f"{hit['title']} {hit['text']}".strip() for hit in hits],
+            details={"feedback_documents": [hit["id"] for hit in hits]},
+        )

@@ -1,0 +1,243 @@
+"""The proxy with unmodified opensearch-py clients, real OpenSearch, Redis and LLM."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opensearchpy import OpenSearch
+from opensearchpy.exceptions import NotFoundError
+
+from plugin import schema
+from plugin.settings import Settings
+from tests.integration.ingest_helpers import drop_kb, run_to_end
+from tests.integration.proxy_server import free_port, running_proxy
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
+
+
+@pytest.fixture(scope="module")
+def movies_kb(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+              ingest_worker: Any) -> Iterator[str]:  # fmt: skip
+    kb = "proxy-movies"
+    drop_kb(opensearch, neo4j_driver, redis_client, kb)
+    run_to_end(settings, opensearch, neo4j_driver, redis_client,
+               f"jsonl:{FIXTURES / 'tiny_kb'}", kb)  # fmt: skip
+    yield schema.documents_index(kb)
+    drop_kb(opensearch, neo4j_driver, redis_client, kb)
+
+
+@pytest.fixture(scope="module")
+def proxy_url(settings: Settings) -> Iterator[str]:
+    with running_proxy(settings) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def via_proxy(proxy_url: str) -> OpenSearch:
+    return OpenSearch(hosts=[proxy_url], timeout=300)
+
+
+def _search(url: str, index: str, body: dict[str, Any], **params: str) -> httpx.Response:
+    return httpx.post(f"{url}/{index}/_search", json=body, params=params, timeout=300)
+
+
+def _without_timing(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timing(v) for k, v in value.items() if k not in ("took", "_shards")}
+    if isinstance(value, list):
+        return [_without_timing(v) for v in value]
+    return value
+
+
+def test_unmanaged_apis_behave_exactly_as_direct(
+    via_proxy: OpenSearch, opensearch: Any, unique_name: str
+) -> None:
+    index = unique_name
+    assert via_proxy.indices.create(index=index)["acknowledged"]
+    via_proxy.index(index=index, id="1", body={"title": "hello world"}, refresh=True)
+    lines: list[dict[str, Any]] = []
+    for i in range(2, 5):
+        lines += [{"index": {"_index": index, "_id": str(i)}}, {"title": f"doc {i}"}]
+    via_proxy.bulk(body=lines, refresh=True)
+    try:
+        assert via_proxy.get(index=index, id="1") == opensearch.get(index=index, id="1")
+        assert via_proxy.count(index=index)["count"] == 4
+        query = {"query": {"match": {"title": "hello"}}}
+        assert _without_timing(via_proxy.search(index=index, body=query)) == _without_timing(
+            opensearch.search(index=index, body=query)
+        )
+        msearch = [{"index": index}, query, {"index": index}, {"query": {"match_all": {}}}]
+        assert _without_timing(via_proxy.msearch(body=msearch)) == _without_timing(
+            opensearch.msearch(body=msearch)
+        )
+        page = via_proxy.search(index=index, body={"size": 2, "query": {"match_all": {}}},
+                                scroll="1m")  # fmt: skip
+        rest = via_proxy.scroll(scroll_id=page["_scroll_id"], scroll="1m")
+        assert len(page["hits"]["hits"]) + len(rest["hits"]["hits"]) == 4
+        via_proxy.clear_scroll(scroll_id=rest["_scroll_id"])
+        cat = via_proxy.cat.indices(index=index, format="json")
+        assert cat[0]["index"] == index and cat[0]["docs.count"] == "4"
+        with pytest.raises(NotFoundError):
+            via_proxy.get(index=index, id="missing")
+    finally:
+        via_proxy.indices.delete(index=index)
+
+
+def test_opensearch_errors_pass_through_unchanged(proxy_url: str, settings: Settings) -> None:
+    body = {"query": {"match": {"text": "x"}}}
+    proxied = httpx.post(f"{proxy_url}/kgqr-no-such-documents/_search", json=body)
+    direct = httpx.post(f"{settings.opensearch_url}/kgqr-no-such-documents/_search", json=body)
+    assert proxied.status_code == direct.status_code == 404
+    assert proxied.json()["error"] == direct.json()["error"]
+
+
+def test_managed_index_gets_a_hybrid_search(proxy_url: str, movies_kb: str) -> None:
+    response = _search(proxy_url, movies_kb, QUERY, **{"kgqr.explain": "true"})
+    assert response.status_code == 200
+    result = response.json()
+    explain = result["kgqr"]
+    assert explain["strategy"] == "base" and explain["fallback"] is None
+    hybrid = explain["final_query"]["query"]["hybrid"]["queries"]
+    assert "multi_match" in hybrid[0] and "knn" in hybrid[1]
+    assert result["hits"]["hits"][0]["_id"] == "m1"
+    assert "kgqr" not in _search(proxy_url, movies_kb, QUERY).json()
+
+
+def test_client_filters_sort_and_paging_are_preserved(proxy_url: str, movies_kb: str) -> None:
+    body = {
+        "query": {"bool": {"must": [{"match": {"text": "American actor"}}],
+                           "filter": [{"term": {"type": "person"}}]}},
+        "size": 2, "from": 1, "_source": ["title", "type"],
+        "aggs": {"types": {"terms": {"field": "type"}}},
+    }  # fmt: skip
+    result = _search(proxy_url, movies_kb, body, **{"kgqr.explain": "true"}).json()
+    hits = result["hits"]["hits"]
+    assert len(hits) == 2 and all(hit["_source"]["type"] == "person" for hit in hits)
+    assert set(hits[0]["_source"]) == {"title", "type"}
+    assert [b["key"] for b in result["aggregations"]["types"]["buckets"]] == ["person"]
+    assert result["kgqr"]["final_query"]["query"]["hybrid"]["pagination_depth"] >= 3
+
+
+def test_malformed_requests_get_opensearch_style_errors(proxy_url: str, movies_kb: str) -> None:
+    bad_json = httpx.post(f"{proxy_url}/{movies_kb}/_search", content=b"{not json",
+                          headers={"content-type": "application/json"})  # fmt: skip
+    assert bad_json.status_code == 400
+    assert bad_json.json()["error"]["type"] == "parse_exception"
+    assert bad_json.json()["status"] == 400
+    unknown = _search(proxy_url, movies_kb, QUERY, **{"kgqr.strategy": "magic"})
+    assert unknown.status_code == 400
+    assert (
+        "hyde" in unknown.json()["error"]["reason"] and "magic" in unknown.json()["error"]["reason"]
+    )
+    huge = httpx.post(f"{proxy_url}/{movies_kb}/_search", content=b"x" * (11 * 1024 * 1024),
+                      headers={"content-type": "application/json"})  # fmt: skip
+    assert huge.status_code == 413
+    assert huge.json()["error"]["type"] == "content_too_long_exception"
+    odd_msearch = httpx.post(f"{proxy_url}/_msearch", content=b'{"index": "x"}\n',
+                             headers={"content-type": "application/x-ndjson"})  # fmt: skip
+    assert odd_msearch.status_code == 400
+
+
+def test_ext_kgqr_is_removed_before_forwarding(proxy_url: str, movies_kb: str) -> None:
+    body = {**QUERY, "ext": {"kgqr": {"strategy": "base", "explain": True}}}
+    result = _search(proxy_url, movies_kb, body).json()
+    assert result["kgqr"]["strategy"] == "base"
+    assert "ext" not in result["kgqr"]["final_query"]
+
+
+def test_msearch_rewrites_managed_items_and_keeps_the_rest(
+    via_proxy: OpenSearch, movies_kb: str
+) -> None:
+    body = [{"index": movies_kb}, QUERY, {"index": "kgqr-meta"}, {"query": {"match_all": {}}}]
+    result = via_proxy.msearch(body=body, params={"kgqr.explain": "true"})
+    first, second = result["responses"]
+    assert first["status"] == 200 and first["kgqr"]["strategy"] == "base"
+    assert first["hits"]["hits"][0]["_id"] == "m1"
+    assert second["status"] == 200 and "kgqr" not in second
+
+
+@pytest.mark.parametrize("strategy", ["prf", "hyde", "rar", "agr"])
+def test_each_baseline_strategy_expands_the_query(
+    proxy_url: str, movies_kb: str, llm_settings: Settings, strategy: str
+) -> None:
+    response = _search(proxy_url, movies_kb, QUERY,
+                       **{"kgqr.strategy": strategy, "kgqr.explain": "true"})  # fmt: skip
+    explain = response.json()["kgqr"]
+    assert explain["fallback"] is None, explain["fallback"]
+    assert explain["strategy"] == strategy
+    assert explain["expansions"] and all(e.strip() for e in explain["expansions"])
+    expected_calls = {"prf": 0, "hyde": 1, "rar": 1, "agr": 5}[strategy]
+    assert explain["llm_calls"] == expected_calls
+    assert explain["final_query"]["query"]["hybrid"]["queries"][0]["multi_match"][
+        "query"
+    ].startswith(QUERY["query"]["match"]["text"])
+    assert response.json()["hits"]["hits"]
+
+
+def test_repeat_rewrite_is_served_from_the_cache(
+    proxy_url: str, movies_kb: str, llm_settings: Settings, unique_name: str
+) -> None:
+    # A query no earlier run has cached (Redis outlives test runs).
+    query = {**QUERY, "query": {"match": {"text": f"bank robbers {unique_name}"}}}
+    params = {"kgqr.strategy": "hyde", "kgqr.explain": "true"}
+    first = _search(proxy_url, movies_kb, query, **params).json()["kgqr"]
+    second = _search(proxy_url, movies_kb, query, **params).json()["kgqr"]
+    assert first["cached"] is False and first["llm_calls"] == 1
+    assert second["cached"] is True and second["expansions"] == first["expansions"]
+    other_caller = httpx.post(
+        f"{proxy_url}/{movies_kb}/_search",
+        json=query,
+        params=params,
+        headers={"authorization": "Basic dGVuYW50Yjpw"},
+        timeout=300,
+    )
+    # Without a security plugin OpenSearch ignores the credentials, so the search succeeds,
+    # but a different caller never gets another caller's cached rewrite.
+    assert other_caller.status_code == 200
+    assert other_caller.json()["kgqr"]["cached"] is False
+
+
+def test_identical_concurrent_rewrites_share_one_llm_call(
+    proxy_url: str, movies_kb: str, llm_settings: Settings, unique_name: str
+) -> None:
+    import asyncio
+
+    query = {**QUERY, "query": {"match": {"text": f"heist movie {unique_name}"}}}
+    params = {"kgqr.strategy": "hyde", "kgqr.explain": "true"}
+
+    async def both() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            url = f"{proxy_url}/{movies_kb}/_search"
+            return await asyncio.gather(
+                *(client.post(url, json=query, params=params) for _ in range(2))
+            )
+
+    explains = [r.json()["kgqr"] for r in asyncio.run(both())]
+    assert sorted(e["cached"] for e in explains) == [False, True]
+    assert explains[0]["expansions"] == explains[1]["expansions"]
+
+
+def test_a_dead_llm_degrades_to_the_plain_query(settings: Settings, movies_kb: str) -> None:
+    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    with running_proxy(dead) as url:
+        response = _search(
+            url, movies_kb, QUERY, **{"kgqr.strategy": "hyde", "kgqr.explain": "true"}
+        )
+    assert response.status_code == 200
+    explain = response.json()["kgqr"]
+    assert explain["fallback"]["stage"] == "generate"
+    assert explain["strategy"] == "base" and explain["expansions"] == []
+    assert response.json()["hits"]["hits"][0]["_id"] == "m1"
+
+
+def test_metrics_count_requests_and_fallbacks(proxy_url: str, movies_kb: str) -> None:
+    _search(proxy_url, movies_kb, QUERY)
+    text = httpx.get(f"{proxy_url}/metrics").text
+    assert 'kgqr_requests_total{kind="search",status="200"}' in text
+    assert "kgqr_rewrite_seconds_bucket" in text
+    assert 'kgqr_rewrite_cache_total{result="hit"}' in text
