@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     rewrite_prf_docs: int = 3
     rewrite_doc_chars: int = Field(default=500, description="Documents are cut to this in prompts.")
     hybrid_weights: tuple[float, float] = (0.3, 0.7)
+    hybrid_fusion: Literal["auto", "pipeline", "client"] = Field(
+        default="auto",
+        description="pipeline: OpenSearch's hybrid query + normalisation pipeline; client: two "
+        "searches fused by RRF in kgqr; auto: pipeline when neural-search is installed.",
+    )
     max_body_bytes: int = 10 * 1024 * 1024
 
     # Local services (used only by `kgqr services`) -----------------------------------

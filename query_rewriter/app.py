@@ -26,7 +26,7 @@ from plugin import kb_meta
 from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure
 from plugin.llm import AsyncLlmClient
-from plugin.schema import META_INDEX
+from plugin.schema import HYBRID_PIPELINE, META_INDEX, hybrid_pipeline
 from plugin.settings import Settings, get_settings
 from query_rewriter import metrics
 from query_rewriter.client_fusion import client_side_hybrid
@@ -81,7 +81,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 lambda kb, gateway: structure_of(state, kb),
             ),
         )
-        state.neural_search = await _has_neural_search(http)
+        fusion = settings.hybrid_fusion
+        state.neural_search = fusion == "pipeline" or (
+            fusion == "auto" and await _has_neural_search(http)
+        )
+        if state.neural_search:
+            await _ensure_pipeline(http, settings)
         app.state.kgqr = state
         log.info(
             "kgqr proxy ready",
@@ -114,6 +119,16 @@ async def _has_neural_search(http: httpx.AsyncClient) -> bool:
         return any(p.get("component") == "opensearch-neural-search" for p in response.json())
     except (httpx.HTTPError, ValueError):
         return True  # assume the common case; a failing hybrid search falls back anyway
+
+
+async def _ensure_pipeline(http: httpx.AsyncClient, settings: Settings) -> None:
+    """Install kgqr's hybrid pipeline if missing, so the proxy works before any ingest."""
+    path = f"/_search/pipeline/{HYBRID_PIPELINE}"
+    try:
+        if (await http.get(path)).status_code == 404:
+            await http.put(path, json=hybrid_pipeline(*settings.hybrid_weights))
+    except httpx.HTTPError as exc:
+        log.warning("could not check the hybrid pipeline", extra={"kgqr": {"error": str(exc)}})
 
 
 async def structure_of(state: ProxyState, kb: str) -> DocumentStructure:
@@ -210,15 +225,25 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
             content=content or None,
         )
         return to_response(upstream)
-    status, result, explain = await run_plan(state, plan, query_params, headers)
-    if plan.explain and isinstance(result, dict):
+    upstream, explain = await run_plan(state, plan, query_params, headers)
+    if not plan.explain:
+        return to_response(upstream)  # the engine's bytes, not re-encoded
+    return JSONResponse(with_explain(upstream, explain), status_code=upstream.status_code)
+
+
+def with_explain(upstream: httpx.Response, explain: dict[str, Any]) -> dict[str, Any]:
+    try:
+        result = upstream.json()
+    except ValueError:
+        result = {"error": upstream.text}
+    if isinstance(result, dict):
         result["kgqr"] = explain
-    return JSONResponse(result, status_code=status)
+    return dict(result)
 
 
 async def run_plan(
     state: ProxyState, plan: SearchPlan, query_params: dict[str, str], headers: dict[str, str]
-) -> tuple[int, Any, dict[str, Any]]:
+) -> tuple[httpx.Response, dict[str, Any]]:
     """Rewrite, search hybrid; if the hybrid search itself fails, search the original."""
     gateway = OpenSearchGateway(state.http, headers.get("authorization"))
     outcome: RewriteOutcome = await state.rewriter.rewrite(
@@ -257,12 +282,11 @@ async def run_plan(
         )
         body = plan.body
     explain = outcome.explain(body)
-    log.info("rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}})
-    try:
-        result = upstream.json()
-    except ValueError:
-        result = {"error": upstream.text}
-    return upstream.status_code, result, explain
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            "rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}}
+        )
+    return upstream, explain
 
 
 def _ndjson(raw: bytes) -> list[dict[str, Any]]:
@@ -305,9 +329,9 @@ async def handle_msearch(
             )
             status, result = upstream.status_code, upstream.json()
         else:
-            status, result, explain = await run_plan(state, plan, query_params, headers)
-            if plan.explain and isinstance(result, dict):
-                result["kgqr"] = explain
+            upstream, explain = await run_plan(state, plan, query_params, headers)
+            status = upstream.status_code
+            result = with_explain(upstream, explain) if plan.explain else upstream.json()
         return {**result, "status": status}
 
     responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))

@@ -13,8 +13,8 @@ from opensearchpy.exceptions import NotFoundError
 
 from plugin import schema
 from plugin.settings import Settings
+from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import drop_kb, run_to_end
-from tests.integration.proxy_server import free_port, running_proxy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
@@ -222,12 +222,16 @@ def test_identical_concurrent_rewrites_share_one_llm_call(
     assert explains[0]["expansions"] == explains[1]["expansions"]
 
 
-def test_a_dead_llm_degrades_to_the_plain_query(settings: Settings, movies_kb: str) -> None:
+def test_a_dead_llm_degrades_to_the_plain_query(
+    settings: Settings, movies_kb: str, unique_name: str
+) -> None:
     dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    # A query no cache holds, so the LLM really is asked (and nothing answers on that port).
+    text = f"{QUERY['query']['match']['text']} {unique_name}"
+    query = {**QUERY, "query": {"match": {"text": text}}}
     with running_proxy(dead) as url:
-        response = _search(
-            url, movies_kb, QUERY, **{"kgqr.strategy": "hyde", "kgqr.explain": "true"}
-        )
+        params = {"kgqr.strategy": "hyde", "kgqr.explain": "true"}
+        response = _search(url, movies_kb, query, **params)
     assert response.status_code == 200
     explain = response.json()["kgqr"]
     assert explain["fallback"]["stage"] == "generate"
@@ -241,3 +245,16 @@ def test_metrics_count_requests_and_fallbacks(proxy_url: str, movies_kb: str) ->
     assert 'kgqr_requests_total{kind="search",status="200"}' in text
     assert "kgqr_rewrite_seconds_bucket" in text
     assert 'kgqr_rewrite_cache_total{result="hit"}' in text
+
+
+def test_client_side_fusion_when_the_pipeline_is_not_used(
+    settings: Settings, movies_kb: str
+) -> None:
+    client_fusion = settings.model_copy(update={"hybrid_fusion": "client"})
+    with running_proxy(client_fusion) as url:
+        result = _search(url, movies_kb, QUERY, **{"kgqr.explain": "true"}).json()
+    hits = result["hits"]["hits"]
+    assert hits[0]["_id"] == "m1"
+    # RRF scores: 1/(60+rank) summed over the BM25 and k-NN rankings.
+    assert hits[0]["_score"] == pytest.approx(2 / 61, abs=1e-6)
+    assert result["kgqr"]["fallback"] is None

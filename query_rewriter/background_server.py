@@ -1,4 +1,5 @@
-"""The kgqr proxy on a real port for a test, served by uvicorn in a background thread."""
+"""The kgqr proxy on a free local port in a background thread, for tests and benchmarks
+that need a real server without a separate process."""
 
 from __future__ import annotations
 

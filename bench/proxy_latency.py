@@ -1,0 +1,162 @@
+"""Proxy overhead and strategy latency, each against a baseline measured in this run.
+
+1. Pass-through: the same searches on an ordinary index, direct vs through kgqr
+   (interleaved), p50/p99; goal p50 ratio <= 1.10.
+2. Cached rewrite: a managed-index search whose rewrite is cached, vs the same final hybrid
+   query sent directly; goal: added p50 <= 5 ms.
+3. LLM strategies with the local LLM, uncached (a fresh query each): per-strategy latency,
+   with HyDE as the reference the KG strategies are compared to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_common import save
+from plugin.schema import HYBRID_PIPELINE
+from plugin.settings import get_settings
+from query_rewriter.background_server import free_port
+
+
+@contextmanager
+def proxy_process() -> Iterator[str]:
+    """`kgqr serve` in its own process, so the benchmark client does not share its GIL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from plugin.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                httpx.get(f"{url}/metrics", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+QUERIES = [
+    "journal physics",
+    "american film director",
+    "river in europe",
+    "football club",
+    "national park",
+    "university founded",
+    "album released",
+    "battle of the war",
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def timed_post(client: httpx.Client, url: str, body: dict, params: dict | None = None) -> float:
+    started = time.perf_counter()
+    response = client.post(url, json=body, params=params or {})
+    response.raise_for_status()
+    return (time.perf_counter() - started) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kb", default="musique-sample", help="an ingested knowledge base")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--strategies", default="prf,hyde,rar,agr")
+    args = parser.parse_args()
+    settings = get_settings()
+    direct = settings.opensearch_url
+    managed = f"kgqr-{args.kb}-documents"
+    plain = f"bench-plain-{uuid.uuid4().hex[:6]}"
+    figures: dict[str, object] = {"kb": args.kb, "rounds": args.rounds}
+    with proxy_process() as proxy, httpx.Client(timeout=600) as client:
+        client.put(f"{direct}/{plain}")
+        client.post(f"{direct}/_reindex", params={"refresh": "true"},
+                    json={"source": {"index": managed, "_source": ["title", "body"]},
+                          "dest": {"index": plain}})  # fmt: skip
+        lat_direct, lat_proxy = [], []
+        for _ in range(args.rounds):
+            for text in QUERIES:
+                body = {"query": {"match": {"body": text}}, "size": 10}
+                lat_direct.append(timed_post(client, f"{direct}/{plain}/_search", body))
+                lat_proxy.append(timed_post(client, f"{proxy}/{plain}/_search", body))
+        client.delete(f"{direct}/{plain}")
+        p50d, p50p = statistics.median(lat_direct), statistics.median(lat_proxy)
+        print(f"pass-through p50 direct {p50d:.2f} ms, proxy {p50p:.2f} ms, ratio {p50p / p50d:.2f}"
+              f" (goal <= 1.10); p99 direct {percentile(lat_direct, .99):.2f}, "
+              f"proxy {percentile(lat_proxy, .99):.2f}")  # fmt: skip
+        figures["passthrough"] = {"p50_direct_ms": p50d, "p50_proxy_ms": p50p,
+                                  "p99_direct_ms": percentile(lat_direct, 0.99),
+                                  "p99_proxy_ms": percentile(lat_proxy, 0.99),
+                                  "p50_ratio": p50p / p50d}  # fmt: skip
+
+        lat_cached, lat_final = [], []
+        params = {"kgqr.strategy": "base"}
+        for text in QUERIES:  # warm the rewrite cache and learn each final query
+            body = {"query": {"match": {"text": text}}, "size": 10}
+            explain_params = {**params, "kgqr.explain": "true"}
+            response = client.post(f"{proxy}/{managed}/_search", json=body, params=explain_params)
+            explain = response.json()["kgqr"]
+            final = explain["final_query"]
+            for _ in range(args.rounds // 2):
+                lat_final.append(timed_post(client, f"{direct}/{managed}/_search", final,
+                                            {"search_pipeline": HYBRID_PIPELINE}))  # fmt: skip
+                lat_cached.append(timed_post(client, f"{proxy}/{managed}/_search", body, params))
+        added = statistics.median(lat_cached) - statistics.median(lat_final)
+        print(f"cached rewrite: p50 {statistics.median(lat_cached):.2f} ms vs the same hybrid "
+              f"query direct {statistics.median(lat_final):.2f} ms: added {added:.2f} ms "
+              "(goal <= 5 ms)")  # fmt: skip
+        figures["cached_rewrite"] = {"p50_proxy_ms": statistics.median(lat_cached),
+                                     "p50_direct_same_query_ms": statistics.median(lat_final),
+                                     "added_p50_ms": added}  # fmt: skip
+
+        per_strategy = {}
+        for strategy in args.strategies.split(","):
+            text = f"which journal publishes mathematical physics {uuid.uuid4().hex[:6]}"
+            body = {"query": {"match": {"text": text}}, "size": 10}
+            started = time.perf_counter()
+            strategy_params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+            result = client.post(f"{proxy}/{managed}/_search", json=body, params=strategy_params)
+            elapsed = (time.perf_counter() - started) * 1000
+            explain = result.json()["kgqr"]
+            per_strategy[strategy] = {"ms": elapsed, "stages_ms": explain["stages_ms"],
+                                      "llm_calls": explain["llm_calls"],
+                                      "fallback": explain["fallback"]}  # fmt: skip
+            print(f"{strategy:>5}: {elapsed:8.0f} ms, {explain['llm_calls']} LLM calls, "
+                  f"fallback={explain['fallback']}")  # fmt: skip
+        if "hyde" in per_strategy:
+            for row in per_strategy.values():
+                row["vs_hyde"] = row["ms"] / per_strategy["hyde"]["ms"]
+        figures["strategies"] = per_strategy
+    save("proxy_latency", figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Reading searches: which text to rewrite, which filters to keep, which strategy to use."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from query_rewriter.client_fusion import rrf_fuse
+from query_rewriter.errors import RewriteRequestError
+from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector
+from query_rewriter.query_text import ParsedQuery, parse_query
+from query_rewriter.rewrite_cache import caller_identity, rewrite_key
+from query_rewriter.search_request import managed_kb, plan_search, strip_kgqr
+
+
+@pytest.mark.parametrize(
+    ("query", "text"),
+    [
+        ({"match": {"text": "who directed heat"}}, "who directed heat"),
+        ({"match": {"text": {"query": "heat", "operator": "and"}}}, "heat"),
+        ({"match_phrase": {"title": "heat"}}, "heat"),
+        ({"multi_match": {"query": "heat", "fields": ["a", "b"]}}, "heat"),
+        ({"query_string": {"query": "heat AND mann"}}, "heat AND mann"),
+        ({"simple_query_string": {"query": "heat"}}, "heat"),
+        ({"bool": {"must": [{"match": {"t": "heat"}}], "should": {"match": {"t": "mann"}}}},
+         "heat mann"),
+    ],
+)  # fmt: skip
+def test_query_text_is_found(query: dict, text: str) -> None:
+    parsed = parse_query(query)
+    assert parsed is not None and parsed.text == text
+
+
+def test_bool_filters_are_kept_aside() -> None:
+    parsed = parse_query({"bool": {"must": {"match": {"t": "heat"}},
+                                   "filter": {"term": {"type": "movie"}},
+                                   "must_not": [{"term": {"id": "m2"}}]}})  # fmt: skip
+    assert parsed == ParsedQuery("heat", [{"term": {"type": "movie"}}], [{"term": {"id": "m2"}}])
+
+
+@pytest.mark.parametrize(
+    "query",
+    [None, {"match_all": {}}, {"term": {"id": "x"}}, {"match": {"a": "x", "b": "y"}},
+     {"bool": {"must": [{"term": {"id": "x"}}]}}, {"bool": {"filter": [{"term": {"a": 1}}]}},
+     {"match": {"t": "   "}}, {"knn": {"vector": {"vector": [1.0], "k": 1}}}],
+)  # fmt: skip
+def test_queries_kgqr_cannot_read_pass_through(query: object) -> None:
+    assert parse_query(query) is None
+
+
+def test_only_kgqr_document_indices_are_managed() -> None:
+    assert managed_kb("kgqr-musique-documents") == "musique"
+    assert managed_kb("kgqr-musique-triples") is None
+    assert managed_kb("products") is None
+    assert managed_kb("kgqr-*-documents") is None
+
+
+def test_plan_takes_strategy_and_params_from_query_string_or_ext() -> None:
+    body = {"query": {"match": {"text": "heat"}},
+            "ext": {"kgqr": {"strategy": "hyde", "params": {"alpha": 0.5}}}}  # fmt: skip
+    plan = plan_search("kgqr-m-documents", {"kgqr.param.n": "2"}, body, "base")
+    assert plan is not None and plan.strategy == "hyde" and plan.kb == "m"
+    assert plan.params == {"alpha": 0.5, "n": 2.0}
+    assert "ext" not in plan.body
+    plan = plan_search("kgqr-m-documents", {"kgqr.strategy": "prf"}, body, "base")
+    assert plan is not None and plan.strategy == "prf"
+
+
+def test_plan_passes_through_unmanaged_scroll_and_disabled() -> None:
+    body = {"query": {"match": {"text": "heat"}}}
+    assert plan_search("products", {}, body, "base") is None
+    assert plan_search("kgqr-m-documents", {"scroll": "1m"}, body, "base") is None
+    assert plan_search("kgqr-m-documents", {}, body, None) is None
+
+
+def test_plan_rejects_unknown_strategy_and_parameters() -> None:
+    body = {"query": {"match": {"text": "heat"}}}
+    with pytest.raises(RewriteRequestError, match="valid strategies: base, prf, hyde"):
+        plan_search("kgqr-m-documents", {"kgqr.strategy": "magic"}, body, "base")
+    with pytest.raises(RewriteRequestError, match=r"unknown kgqr parameter \[beta\]"):
+        plan_search("kgqr-m-documents", {"kgqr.param.beta": "1"}, body, "base")
+    with pytest.raises(RewriteRequestError, match="must be a number"):
+        plan_search("kgqr-m-documents", {"kgqr.param.alpha": "high"}, body, "base")
+
+
+def test_strip_kgqr_keeps_other_ext() -> None:
+    assert strip_kgqr({"size": 1, "ext": {"kgqr": {}, "other": 1}}) == {
+        "size": 1,
+        "ext": {"other": 1},
+    }
+    assert strip_kgqr({"size": 1, "ext": {"kgqr": {}}}) == {"size": 1}
+
+
+def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() -> None:
+    parsed = ParsedQuery("heat", [{"term": {"type": "movie"}}])
+    client = {"query": {}, "size": 5, "from": 10, "_source": ["title"], "aggs": {"a": {}},
+              "sort": ["_score"]}  # fmt: skip
+    body = hybrid_body(client, parsed, "heat expanded", np.array([1.0, 0.0]), k=50)
+    assert {k: body[k] for k in ("size", "from", "_source", "aggs", "sort")} == {
+        "size": 5,
+        "from": 10,
+        "_source": ["title"],
+        "aggs": {"a": {}},
+        "sort": ["_score"],
+    }
+    bm25, knn = body["query"]["hybrid"]["queries"]
+    assert bm25["bool"]["filter"] == [{"term": {"type": "movie"}}]
+    assert bm25["bool"]["must"][0]["multi_match"]["query"] == "heat expanded"
+    assert knn["knn"]["vector"]["filter"]["bool"]["filter"] == [{"term": {"type": "movie"}}]
+    assert body["query"]["hybrid"]["pagination_depth"] == 50
+
+
+def test_fusion_follows_kgcqr_equation_9() -> None:
+    query, context = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    fused = fuse(query, context, alpha=0.7)
+    expected = np.array([0.7, 0.3]) / np.linalg.norm([0.7, 0.3])
+    assert np.allclose(fused, expected)
+    assert np.allclose(fuse(query, None, 0.7), query)
+    assert np.allclose(mean_vector(np.array([[1.0, 0.0], [0.0, 1.0]])), [2**-0.5, 2**-0.5])
+    assert mean_vector(np.zeros((0, 2))) is None
+
+
+def test_rrf_orders_by_summed_reciprocal_ranks() -> None:
+    a = [{"_index": "i", "_id": x} for x in ("1", "2", "3")]
+    b = [{"_index": "i", "_id": x} for x in ("3", "1")]
+    fused = rrf_fuse([a, b], size=3)
+    assert [h["_id"] for h in fused] == ["1", "3", "2"]
+    assert fused[0]["_score"] == pytest.approx(1 / 61 + 1 / 62, abs=1e-6)
+    assert [h["_id"] for h in rrf_fuse([a, b], size=1, start=1)] == ["3"]
+
+
+def test_cache_keys_separate_callers_and_configs() -> None:
+    alice, bob = caller_identity("Basic YWxpY2U6cA=="), caller_identity("Basic Ym9iOnA=")
+    assert alice != bob and caller_identity(None) == caller_identity(None)
+    key = rewrite_key(alice, "i", "hyde", {"alpha": 0.7}, "q")
+    assert key != rewrite_key(bob, "i", "hyde", {"alpha": 0.7}, "q")
+    assert key != rewrite_key(alice, "i", "hyde", {"alpha": 0.5}, "q")
+    assert key == rewrite_key(alice, "i", "hyde", {"alpha": 0.7}, "q")
