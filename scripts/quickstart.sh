@@ -23,3 +23,13 @@ if [ -d "$musique" ]; then
 else
   echo "(../shared/data/musique100 not found: skipping the MuSiQue sample)"
 fi
+
+echo "== rewrite: searches through the kgqr proxy (kgqr serve on 127.0.0.1:9201)"
+kgqr serve --port 9201 --log-level WARNING &
+proxy_pid=$!
+trap 'kill $proxy_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+  curl -fs http://127.0.0.1:9201/metrics >/dev/null 2>&1 && break
+  sleep 0.5
+done
+python scripts/rewrite_demo.py --proxy http://127.0.0.1:9201

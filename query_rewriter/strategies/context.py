@@ -90,24 +90,23 @@ class StrategyContext:
         )
 
 
+def _flatten(value: Any) -> str:
+    """A generated document as plain text, however the LLM nested it."""
+    if isinstance(value, dict):
+        return " ".join(_flatten(v) for v in value.values())
+    if isinstance(value, list):
+        return " ".join(_flatten(v) for v in value)
+    return str(value) if value is not None else ""
+
+
 def documents_from(answer: dict[str, Any] | None, limit: int) -> list[str]:
     """The ``documents`` list of a JSON answer, cleaned; empty when the answer is unusable."""
     if not answer:
         return []
     documents = answer.get("documents")
-    if isinstance(documents, str):
+    if isinstance(documents, str | dict):
         documents = [documents]
     if not isinstance(documents, list):
         return []
-    cleaned = []
-    for document in documents:
-        text = (
-            document
-            if isinstance(document, str)
-            else " ".join(f"{k}: {v}" for k, v in document.items())
-            if isinstance(document, dict)
-            else ""
-        )
-        if text.strip():
-            cleaned.append(" ".join(text.split()))
-    return cleaned[:limit]
+    cleaned = [" ".join(_flatten(document).split()) for document in documents]
+    return [text for text in cleaned if text][:limit]

@@ -136,3 +136,13 @@ def test_cache_keys_separate_callers_and_configs() -> None:
     assert key != rewrite_key(bob, "i", "hyde", {"alpha": 0.7}, "q")
     assert key != rewrite_key(alice, "i", "hyde", {"alpha": 0.5}, "q")
     assert key == rewrite_key(alice, "i", "hyde", {"alpha": 0.7}, "q")
+
+
+def test_generated_documents_are_flattened_to_text() -> None:
+    from query_rewriter.strategies.context import documents_from
+
+    answer = {"documents": [{"passage": {"title": "Heat", "text": "A 1995  film."}},
+                            "plain  text", "", None, ["a", "b"]]}  # fmt: skip
+    assert documents_from(answer, 5) == ["Heat A 1995 film.", "plain text", "a b"]
+    assert documents_from({"documents": "one"}, 3) == ["one"]
+    assert documents_from({"other": 1}, 3) == [] and documents_from(None, 3) == []
