@@ -55,6 +55,14 @@ class LlmAnswer:
     elapsed_ms: float
 
 
+def _connection(settings: Settings) -> dict[str, Any]:
+    return {
+        "base_url": settings.llm_base_url,
+        "api_key": settings.llm_api_key.get_secret_value(),
+        "timeout": settings.llm_timeout_s,
+    }
+
+
 class LlmClient:
     """Blocking client for workers and the CLI; the proxy has an async twin over the same
     cache keys."""
@@ -63,12 +71,7 @@ class LlmClient:
         from openai import OpenAI
 
         self.model = settings.llm_model
-        self._client = OpenAI(
-            base_url=settings.llm_base_url,
-            api_key=settings.llm_api_key.get_secret_value(),
-            timeout=settings.llm_timeout_s,
-            max_retries=1,
-        )
+        self._client = OpenAI(**_connection(settings), max_retries=1)
         self._redis = redis
 
     def complete(self, request: LlmRequest) -> LlmAnswer:
@@ -106,15 +109,10 @@ class AsyncLlmClient:
         from openai import AsyncOpenAI
 
         self.model = settings.llm_model
-        self._client = AsyncOpenAI(
-            base_url=settings.llm_base_url,
-            api_key=settings.llm_api_key.get_secret_value(),
-            timeout=settings.llm_timeout_s,
-            max_retries=0,
-        )
+        # No client retries: a failing LLM must fall back fast, not stall a search.
+        self._client = AsyncOpenAI(**_connection(settings), max_retries=0)
         self._redis = redis
         self._in_flight: dict[str, Any] = {}
-        self.calls_made = 0
 
     async def complete(self, request: LlmRequest) -> LlmAnswer:
         import asyncio
@@ -132,7 +130,6 @@ class AsyncLlmClient:
         future: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         self._in_flight[key] = future
         try:
-            self.calls_made += 1
             response = await self._client.chat.completions.create(
                 **request.openai_arguments(self.model)
             )

@@ -14,41 +14,23 @@ from query_rewriter.strategies.context import StrategyContext, documents_from
 class HypotheticalDocuments(Strategy):
     name = "hyde"
     uses_llm = True
+    grounded = False  # RAR: show the LLM the top initial hits first
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        answer = await ctx.llm_json(
-            rewrite,
-            "generate",
-            "hyde",
-            query=query,
-            n=ctx.n_expansions,
-            structure=ctx.structure.describe() or "- passage: title, text",
-        )
+        values = {"query": query, "n": ctx.n_expansions,
+                  "structure": ctx.structure.describe() or "- passage: title, text"}  # fmt: skip
+        if self.grounded:
+            hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
+            rewrite.details["grounding_documents"] = [hit["id"] for hit in hits]
+            values["documents"] = ctx.format_documents(hits)
+        answer = await ctx.llm_json(rewrite, "generate", self.name, **values)
         rewrite.expansions = documents_from(answer, ctx.n_expansions)
         if not rewrite.expansions:
             raise ValueError("the LLM returned no usable documents")
         return rewrite
 
 
-class RetrievalAugmentedRewrite(Strategy):
+class RetrievalAugmentedRewrite(HypotheticalDocuments):
     name = "rar"
-    uses_llm = True
-
-    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
-        rewrite = Rewrite(strategy=self.name, query=query)
-        hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
-        rewrite.details["grounding_documents"] = [hit["id"] for hit in hits]
-        answer = await ctx.llm_json(
-            rewrite,
-            "generate",
-            "rar",
-            query=query,
-            n=ctx.n_expansions,
-            structure=ctx.structure.describe() or "- passage: title, text",
-            documents=ctx.format_documents(hits),
-        )
-        rewrite.expansions = documents_from(answer, ctx.n_expansions)
-        if not rewrite.expansions:
-            raise ValueError("the LLM returned no usable documents")
-        return rewrite
+    grounded = True
