@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from plugin import kb_meta
+from plugin import connections, kb_meta
 from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure
 from plugin.llm import AsyncLlmClient
@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
         http = opensearch_http_client(settings)
         redis = aioredis.Redis.from_url(settings.redis_url)
+        graph = connections.async_neo4j_driver(settings)
         embedder = await anyio.to_thread.run_sync(get_embedder, settings.embedder_model)
 
         async def embed(texts: list[str]) -> np.ndarray:
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 RewriteCache(redis, settings.rewrite_cache_ttl_s),
                 embed,
                 lambda kb, gateway: structure_of(state, kb),
+                graph,
             ),
         )
         fusion = settings.hybrid_fusion
@@ -101,6 +103,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             yield
         finally:
             await llm.close()
+            await graph.close()
             await http.aclose()
             await redis.aclose()
 
@@ -262,6 +265,10 @@ async def run_plan(
         outcome.rewrite.expanded_text,
         np.asarray(outcome.vector, dtype=np.float32),
         k,
+        boosts={
+            doc_id: state.settings.kar_boost_weight * score
+            for doc_id, score in outcome.rewrite.boost_ids.items()
+        },
     )
     params = search_params(query_params)
     started = time.perf_counter()

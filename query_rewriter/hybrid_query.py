@@ -35,8 +35,12 @@ def mean_vector(vectors: np.ndarray) -> np.ndarray | None:
     return mean / norm if norm > 0 else None
 
 
-def _bool(must: dict[str, Any], parsed: ParsedQuery) -> dict[str, Any]:
+def _bool(
+    must: dict[str, Any], parsed: ParsedQuery, should: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     clause: dict[str, Any] = {"must": [must]}
+    if should:
+        clause["should"] = should
     if parsed.filters:
         clause["filter"] = parsed.filters
     if parsed.must_not:
@@ -44,8 +48,17 @@ def _bool(must: dict[str, Any], parsed: ParsedQuery) -> dict[str, Any]:
     return {"bool": clause} if len(clause) > 1 else must
 
 
-def bm25_clause(text: str, parsed: ParsedQuery) -> dict[str, Any]:
-    return _bool({"multi_match": {"query": text, "fields": TEXT_FIELDS}}, parsed)
+def bm25_clause(
+    text: str, parsed: ParsedQuery, boosts: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """BM25 over the expanded text; `boosts` (doc id -> weight) add graph-constrained
+    boosting: documents the knowledge graph connects to the query score higher."""
+    should = [
+        {"term": {"id": {"value": doc_id, "boost": round(weight, 4)}}}
+        for doc_id, weight in (boosts or {}).items()
+        if weight > 0
+    ]
+    return _bool({"multi_match": {"query": text, "fields": TEXT_FIELDS}}, parsed, should)
 
 
 def knn_clause(vector: np.ndarray, k: int, parsed: ParsedQuery) -> dict[str, Any]:
@@ -61,13 +74,17 @@ def hybrid_body(
     expanded_text: str,
     vector: np.ndarray,
     k: int,
+    boosts: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The client's body with its query replaced by the hybrid query."""
     body = {key: value for key, value in client_body.items() if key not in ("query", "ext")}
     size = int(body.get("size", 10))
     start = int(body.get("from", 0))
     hybrid: dict[str, Any] = {
-        "queries": [bm25_clause(expanded_text, parsed), knn_clause(vector, max(k, size), parsed)]
+        "queries": [
+            bm25_clause(expanded_text, parsed, boosts),
+            knn_clause(vector, max(k, size), parsed),
+        ]
     }
     if start > 0:
         hybrid["pagination_depth"] = max(k, start + size)

@@ -45,6 +45,7 @@ class Rewrite:
     details: dict[str, Any] = field(default_factory=dict)
     llm_calls: int = 0
     cached_llm_calls: int = 0
+    boost_ids: dict[str, float] = field(default_factory=dict)  # doc id -> weight, BM25 side
 
     @property
     def expanded_text(self) -> str:

@@ -82,12 +82,14 @@ class Rewriter:
         cache: RewriteCache,
         embed: Callable[[list[str]], Awaitable[np.ndarray]],
         structure_of: Callable[[str, OpenSearchGateway], Awaitable[DocumentStructure]],
+        graph: Any = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
         self.cache = cache
         self.embed = embed
         self.structure_of = structure_of
+        self.graph = graph
 
     def _config(self, strategy: str, params: dict[str, float]) -> dict[str, Any]:
         s = self.settings
@@ -151,7 +153,16 @@ class Rewriter:
             with timer.stage("structure"):
                 structure = await self.structure_of(kb, gateway)
             ctx = StrategyContext(
-                self.settings, index, kb, structure, self.llm, gateway, self.embed, timer, params
+                self.settings,
+                index,
+                kb,
+                structure,
+                self.llm,
+                gateway,
+                self.embed,
+                timer,
+                params,
+                graph=self.graph,
             )
             rewrite = await asyncio.wait_for(
                 strategy.rewrite(query, ctx), timeout=self.settings.rewrite_timeout_s

@@ -14,7 +14,7 @@ from typing import Any
 
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.query_text import ParsedQuery, parse_query
-from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies import ALIASES, STRATEGIES
 
 MANAGED_INDEX = re.compile(r"^kgqr-([a-z0-9][a-z0-9_-]*)-documents$")
 NUMERIC_PARAMS = {"alpha", "n", "k", "h", "prf_docs", "boost"}
@@ -95,6 +95,7 @@ def plan_search(
     """The rewrite to do, or None to pass the search through (after strip_kgqr)."""
     options = _strategy_options(query_params, body)
     strategy = options.get("strategy", default_strategy)
+    strategy = ALIASES.get(strategy, strategy) if isinstance(strategy, str) else strategy
     if strategy is not None and strategy not in STRATEGIES:
         raise RewriteRequestError(
             400,

@@ -5,6 +5,12 @@ from __future__ import annotations
 from query_rewriter.strategies.agr import AnalyzeGenerateRefine
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.hyde import HypotheticalDocuments, RetrievalAugmentedRewrite
+from query_rewriter.strategies.kar import (
+    KarWithBoost,
+    KarWithoutDocumentFiltering,
+    KarWithoutGraph,
+    KnowledgeAwareRewrite,
+)
 from query_rewriter.strategies.plain import PlainQuery
 from query_rewriter.strategies.prf import PseudoRelevanceFeedback
 
@@ -16,5 +22,12 @@ STRATEGIES: dict[str, Strategy] = {
         HypotheticalDocuments(),
         RetrievalAugmentedRewrite(),
         AnalyzeGenerateRefine(),
+        KnowledgeAwareRewrite(),
+        KarWithoutGraph(),
+        KarWithoutDocumentFiltering(),
+        KarWithBoost(),
     )
 }
+
+# `kar+boost` arrives as "kar boost" when a client forgets to URL-encode the "+".
+ALIASES = {"kar boost": "kar+boost", "kar_boost": "kar+boost"}

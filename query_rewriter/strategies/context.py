@@ -29,6 +29,7 @@ class StrategyContext:
     embed: Callable[[list[str]], Awaitable[np.ndarray]]
     timer: StageTimer = field(default_factory=StageTimer)
     params: dict[str, float] = field(default_factory=dict)
+    graph: Any = None  # the async Neo4j driver, for the KG strategies
 
     def param(self, name: str, default: float) -> float:
         return float(self.params.get(name, default))

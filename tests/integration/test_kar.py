@@ -1,0 +1,151 @@
+"""KAR's stages on a small ingested graph, against real OpenSearch, Neo4j and the LLM."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from plugin import connections, schema
+from plugin.embedder import get_embedder
+from plugin.kb_meta import DocumentStructure
+from plugin.llm import AsyncLlmClient
+from plugin.settings import Settings
+from query_rewriter.background_server import free_port, running_proxy
+from query_rewriter.graph_store import neighbours
+from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.kar import document_similarity
+from tests.integration.ingest_helpers import drop_kb, run_to_end
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+KB = "kar-movies"
+INDEX = schema.documents_index(KB)
+QUERY = "which director made films with Al Pacino?"
+
+
+@pytest.fixture(scope="module")
+def movies(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+           ingest_worker: Any) -> Iterator[str]:  # fmt: skip
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    run_to_end(settings, opensearch, neo4j_driver, redis_client,
+               f"jsonl:{FIXTURES / 'tiny_kb'}", KB)  # fmt: skip
+    yield INDEX
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    drop_kb(opensearch, neo4j_driver, redis_client, "kar-hub")
+
+
+def _run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+async def _neighbours(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) -> list:
+    async with connections.async_neo4j_driver(settings) as driver:
+        return await neighbours(driver, kb, ids, hops, cap)
+
+
+def test_one_and_two_hop_neighbours(settings: Settings, movies: str) -> None:
+    one = _run(_neighbours(settings, KB, ["m1"], hops=1, cap=50))
+    assert {n.id for n in one} == {"p1", "p2", "g1"}
+    assert {n.relation_text() for n in one if n.id == "p1"} == {"directed_by"}
+    two = _run(_neighbours(settings, KB, ["m1"], hops=2, cap=50))
+    assert {n.id for n in two} == {"p1", "p2", "g1", "m2", "m3"}
+    via = next(n for n in two if n.id == "m3")
+    assert via.relation_text() in {
+        "directed_by -> [Michael Mann] -> inverse of directed_by",
+        "starring -> [Al Pacino] -> inverse of starring",
+    }
+
+
+def test_hub_nodes_are_capped(settings: Settings, neo4j_driver: Any, movies: str) -> None:
+    neo4j_driver.execute_query(
+        "MERGE (h:Node {kb: 'kar-hub', id: 'hub'}) SET h.type = 'person' "
+        "WITH h UNWIND range(1, 300) AS i "
+        "MERGE (n:Node {kb: 'kar-hub', id: 'n' + i}) SET n.type = 'movie' "
+        "MERGE (n)-[:STARRING]->(h)"
+    )
+    found = _run(_neighbours(settings, "kar-hub", ["hub"], hops=2, cap=25))
+    assert len(found) <= 25 + 25 * 25
+    assert len([n for n in found if len(n.path) == 1]) == 25
+
+
+def test_drf_scores_equal_a_direct_cosine(settings: Settings, opensearch: Any, movies: str) -> None:
+    embedder = get_embedder(settings.embedder_model)
+    query_vector = embedder.encode([QUERY])[0]
+    ids = {"p1", "p3", "p4", "m3", "g1"}
+
+    async def scored() -> dict[str, float]:
+        async with opensearch_http_client(settings) as http:
+            ctx = _context(settings, http, None)
+            return await document_similarity(ctx, query_vector, ids)
+
+    scores = _run(scored())
+    stored = {
+        doc_id: np.asarray(opensearch.get(index=INDEX, id=doc_id)["_source"]["vector"])
+        for doc_id in ids
+    }
+    direct = {doc_id: float(v @ query_vector / np.linalg.norm(v)) for doc_id, v in stored.items()}
+    assert set(scores) == ids
+    for doc_id in ids:
+        assert scores[doc_id] == pytest.approx(direct[doc_id], abs=1e-4)
+    assert sorted(scores, key=scores.get) == sorted(direct, key=direct.get)
+
+
+def _context(settings: Settings, http: httpx.AsyncClient, graph: Any,
+             llm: AsyncLlmClient | None = None) -> StrategyContext:  # fmt: skip
+    embedder = get_embedder(settings.embedder_model)
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return embedder.encode(texts)
+
+    structure = DocumentStructure(types={"movie": ["year", "genre", "plot"], "person": [],
+                                         "genre": []})  # fmt: skip
+    return StrategyContext(settings, INDEX, KB, structure, llm, OpenSearchGateway(http, None),  # type: ignore[arg-type]
+                           embed, graph=graph)  # fmt: skip
+
+
+def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str) -> None:
+    with running_proxy(llm_settings) as url:
+        response = httpx.post(
+            f"{url}/{INDEX}/_search",
+            params={"kgqr.strategy": "kar", "kgqr.explain": "true"},
+            json={"query": {"match": {"text": QUERY}}, "size": 3},
+            timeout=600,
+        )
+    explain = response.json()["kgqr"]
+    assert explain["fallback"] is None, explain["fallback"]
+    details = explain["details"]
+    assert details["entities"][0]["name"] == QUERY  # the query is a pseudo-entity
+    assert any(d["id"] == "p2" for d in details["entity_documents"])  # Al Pacino's document
+    scores = [n["score"] for n in details["neighbours"]]
+    assert scores == sorted(scores, reverse=True) and len(scores) <= llm_settings.kar_top_k
+    for triple in details["triples"]:
+        assert set(triple) == {"head", "relation", "tail"} and all(triple.values())
+    assert explain["expansions"]
+    assert {"parse", "entity_retrieval", "propagate", "drf", "generate"} <= set(
+        explain["stages_ms"]
+    )
+    assert explain["llm_calls"] == 2
+
+
+def test_kar_degrades_to_the_plain_query_when_neo4j_is_down(
+    llm_settings: Settings, movies: str, unique_name: str
+) -> None:
+    dead = llm_settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}"})
+    with running_proxy(dead) as url:
+        response = httpx.post(
+            f"{url}/{INDEX}/_search",
+            params={"kgqr.strategy": "kar", "kgqr.explain": "true"},
+            json={"query": {"match": {"text": f"{QUERY} {unique_name}"}}, "size": 3},
+            timeout=600,
+        )
+    assert response.status_code == 200
+    explain = response.json()["kgqr"]
+    assert explain["fallback"]["stage"] == "propagate"
+    assert explain["strategy"] == "base"
+    assert response.json()["hits"]["hits"]
