@@ -81,6 +81,10 @@ class Settings(BaseSettings):
     kar_hops: int = Field(default=2, ge=1, le=2, description="KAR relation propagation depth h")
     kar_top_k: int = Field(default=10, description="KAR neighbours kept by DRF (k)")
     kar_hub_cap: int = Field(default=50, description="Relationships followed per node per hop")
+    kgcqr_top_k: int = Field(default=20, description="KG-CQR triples retrieved before filtering")
+    kgcqr_beam_width: int = 3
+    kgcqr_max_path_length: int = Field(default=3, description="KG-CQR completion path length L")
+    kgcqr_completion_k: int = Field(default=20, description="KG-CQR new triples added (K)")
     kar_boost_weight: float = Field(default=2.0, description="kar+boost: BM25 boost per DRF score")
     hybrid_fusion: Literal["auto", "pipeline", "client"] = Field(
         default="auto",

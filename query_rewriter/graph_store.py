@@ -82,3 +82,25 @@ async def neighbours(
                 row["seed"], nxt["id"], nxt["name"] or nxt["id"], nxt["type"], path
             )
     return list(found.values())
+
+
+ENTITY_EDGES = """
+UNWIND $frontier AS source
+MATCH (e:Node {kb: $kb, id: source})
+CALL (e) {
+  MATCH (e)-[r:RELATION]-(n:Node)
+  RETURN r.triple_id AS triple_id, n.id AS target LIMIT $cap
+}
+RETURN source, triple_id, target
+"""
+
+
+async def entity_edges(
+    driver: Any, kb: str, frontier: list[str], cap: int = 50
+) -> list[tuple[str, str, str]]:
+    """(source entity, triple id, other entity) for RELATION edges of the frontier, capped
+    per node; one round trip for the whole frontier."""
+    records, _, _ = await driver.execute_query(
+        ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
+    )
+    return [(row["source"], row["triple_id"], row["target"]) for row in records]

@@ -17,7 +17,7 @@ from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.strategies import ALIASES, STRATEGIES
 
 MANAGED_INDEX = re.compile(r"^kgqr-([a-z0-9][a-z0-9_-]*)-documents$")
-NUMERIC_PARAMS = {"alpha", "n", "k", "h", "prf_docs", "boost"}
+NUMERIC_PARAMS = {"alpha", "n", "k", "h", "L", "prf_docs", "boost"}
 
 
 @dataclass

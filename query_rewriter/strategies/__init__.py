@@ -11,6 +11,11 @@ from query_rewriter.strategies.kar import (
     KarWithoutGraph,
     KnowledgeAwareRewrite,
 )
+from query_rewriter.strategies.kgcqr import (
+    ContextualQueryRetrieval,
+    KgcqrWithoutCompletion,
+    KgcqrWithoutTtr,
+)
 from query_rewriter.strategies.plain import PlainQuery
 from query_rewriter.strategies.prf import PseudoRelevanceFeedback
 
@@ -26,6 +31,9 @@ STRATEGIES: dict[str, Strategy] = {
         KarWithoutGraph(),
         KarWithoutDocumentFiltering(),
         KarWithBoost(),
+        ContextualQueryRetrieval(),
+        KgcqrWithoutTtr(),
+        KgcqrWithoutCompletion(),
     )
 }
 

@@ -27,6 +27,7 @@ from query_rewriter.graph_store import Neighbour, neighbours
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext, documents_from
+from query_rewriter.strategies.vector_lookups import by_ids, exact_cosine
 
 DOC_FIELDS = ["id", "title", "body", "type"]
 
@@ -150,10 +151,11 @@ class KnowledgeAwareRewrite(Strategy):
         with ctx.timer.stage("drf"):
             query_vector = (await ctx.embed([query]))[0]
             if self.filter_by == "document":
-                scores = await document_similarity(ctx, query_vector, {n.id for n in candidates})
+                ids = {n.id for n in candidates}
+                scores = await exact_cosine(ctx, ctx.index, query_vector, ids)
             else:
                 scores = await name_similarity(ctx, query_vector, candidates)
-            documents = await fetch_documents(ctx, list(scores))
+            documents = await by_ids(ctx, ctx.index, list(scores), DOC_FIELDS)
         best: dict[str, dict[str, Any]] = {}
         for neighbour in candidates:
             if neighbour.id not in scores or neighbour.id not in documents:
@@ -179,47 +181,12 @@ class KnowledgeAwareRewrite(Strategy):
         return "\n".join(lines)
 
 
-async def document_similarity(
-    ctx: StrategyContext, query_vector: np.ndarray, ids: set[str]
-) -> dict[str, float]:
-    """Exact cosine of the query to each neighbour's document vector, in one request."""
-    body = {
-        "size": len(ids),
-        "_source": False,
-        "query": {
-            "script_score": {
-                "query": {"terms": {"id": sorted(ids)}},
-                "script": {
-                    "source": "knn_score",
-                    "lang": "knn",
-                    "params": {
-                        "field": "vector",
-                        "query_value": [float(x) for x in query_vector],
-                        "space_type": "cosinesimil",
-                    },
-                },
-            }
-        },
-    }
-    hits = (await ctx.opensearch.search(ctx.index, body))["hits"]["hits"]
-    # OpenSearch's cosinesimil score is (1 + cos) / 2; report the cosine itself.
-    return {hit["_id"]: 2.0 * float(hit["_score"]) - 1.0 for hit in hits}
-
-
 async def name_similarity(
     ctx: StrategyContext, query_vector: np.ndarray, candidates: list[Neighbour]
 ) -> dict[str, float]:
     by_id = {n.id: n.name for n in candidates}
     vectors = await ctx.embed(list(by_id.values()))
     return {node_id: float(v @ query_vector) for node_id, v in zip(by_id, vectors, strict=True)}
-
-
-async def fetch_documents(ctx: StrategyContext, ids: list[str]) -> dict[str, dict[str, Any]]:
-    if not ids:
-        return {}
-    body = {"size": len(ids), "_source": DOC_FIELDS, "query": {"ids": {"values": ids}}}
-    hits = (await ctx.opensearch.search(ctx.index, body))["hits"]["hits"]
-    return {hit["_id"]: hit["_source"] for hit in hits}
 
 
 class KarWithoutGraph(KnowledgeAwareRewrite):

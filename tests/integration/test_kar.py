@@ -20,7 +20,7 @@ from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.graph_store import neighbours
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.kar import document_similarity
+from query_rewriter.strategies.vector_lookups import exact_cosine
 from tests.integration.ingest_helpers import drop_kb, run_to_end
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -82,7 +82,7 @@ def test_drf_scores_equal_a_direct_cosine(settings: Settings, opensearch: Any, m
     async def scored() -> dict[str, float]:
         async with opensearch_http_client(settings) as http:
             ctx = _context(settings, http, None)
-            return await document_similarity(ctx, query_vector, ids)
+            return await exact_cosine(ctx, INDEX, query_vector, ids)
 
     scores = _run(scored())
     stored = {

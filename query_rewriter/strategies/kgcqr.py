@@ -1,0 +1,196 @@
+"""KG-CQR (Bui et al. 2025): contextual query retrieval over a corpus knowledge graph.
+
+1. subgraph extraction: top-k triples by query-TTR similarity (k-NN on the triples
+   index), then an LLM filter drops irrelevant ones;
+2. subgraph completion: beam-search BFS (beam width 3, max path length L) from the kept
+   triples' entities over RELATION edges; a path's score is the mean query-TTR similarity
+   of its triples; paths reaching another kept entity win; the top K = 20 new triples join;
+3. contextual generation: the LLM summarises the subgraph into a context paragraph;
+4. fusion: v = alpha * v_query + (1 - alpha) * v_context (the proxy applies Eq. 9), and the
+   context is appended to the query for the BM25 side.
+
+`kgcqr_no_ttr` ranks triples by their bare "head relation tail" text instead of the TTR;
+`kgcqr_no_completion` skips step 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ingest.records import entity_id
+from plugin.schema import triples_index
+from query_rewriter.graph_store import entity_edges
+from query_rewriter.rewrite import Rewrite
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.vector_lookups import exact_cosine
+
+TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", "passage_id"]
+
+
+@dataclass
+class Path:
+    start: str
+    at: str
+    triples: tuple[str, ...]
+    similarities: tuple[float, ...]
+
+    @property
+    def score(self) -> float:
+        return float(np.mean(self.similarities)) if self.similarities else 0.0
+
+
+class ContextualQueryRetrieval(Strategy):
+    name = "kgcqr"
+    uses_llm = True
+    use_ttr = True
+    complete = True
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        rewrite = Rewrite(strategy=self.name, query=query)
+        index = triples_index(ctx.kb)
+        with ctx.timer.stage("triple_retrieval"):
+            query_vector = (await ctx.embed([query]))[0]
+            top = await self.top_triples(ctx, index, query, query_vector)
+        if not top:
+            raise ValueError(f"no triples in {index}: ingest a corpus graph first")
+        kept = await self.llm_filter(ctx, rewrite, query, top)
+        rewrite.details["retrieved_triples"] = [self.fact(t) for t in top]
+        rewrite.details["kept_triples"] = [self.fact(t) for t in kept]
+        added: list[dict[str, Any]] = []
+        if self.complete:
+            with ctx.timer.stage("completion"):
+                added = await self.completion(ctx, index, query_vector, kept)
+            rewrite.details["completion_triples"] = [self.fact(t) for t in added]
+        facts = "\n".join(f"- {self.fact(t)}" for t in [*kept, *added])
+        answer = await ctx.llm_json(
+            rewrite, "context", "kgcqr_context", query=query, facts=facts, max_tokens=400
+        )
+        context = str((answer or {}).get("context") or "").strip()
+        if not context:
+            raise ValueError("the LLM wrote no context")
+        rewrite.context = context
+        rewrite.expansions = [context]
+        return rewrite
+
+    def fact(self, triple: dict[str, Any]) -> str:
+        if self.use_ttr and triple.get("ttr"):
+            return str(triple["ttr"])
+        return f"{triple['head']} {triple['relation']} {triple['tail']}"
+
+    async def top_triples(
+        self, ctx: StrategyContext, index: str, query: str, query_vector: np.ndarray
+    ) -> list[dict[str, Any]]:
+        k = int(ctx.param("k", ctx.settings.kgcqr_top_k))
+        if self.use_ttr:
+            body = {
+                "size": k,
+                "_source": TRIPLE_FIELDS,
+                "query": {"knn": {"vector": {"vector": [float(x) for x in query_vector], "k": k}}},
+            }
+            hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+            return [{**h["_source"], "similarity": 2 * h["_score"] - 1} for h in hits]
+        # No TTR: embed the bare triples of a BM25 candidate pool and rank by cosine.
+        body = {
+            "size": k * 5,
+            "_source": TRIPLE_FIELDS,
+            "query": {
+                "multi_match": {"query": query, "fields": ["head", "relation", "tail", "ttr"]}
+            },
+        }
+        pool = [h["_source"] for h in (await ctx.opensearch.search(index, body))["hits"]["hits"]]
+        if not pool:
+            return []
+        vectors = await ctx.embed([self.fact(t) for t in pool])
+        scored = [
+            {**t, "similarity": float(v @ query_vector)} for t, v in zip(pool, vectors, strict=True)
+        ]
+        return sorted(scored, key=lambda t: -t["similarity"])[:k]
+
+    async def llm_filter(
+        self, ctx: StrategyContext, rewrite: Rewrite, query: str, top: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        facts = "\n".join(f"{i}. {self.fact(t)}" for i, t in enumerate(top, start=1))
+        answer = await ctx.llm_json(
+            rewrite, "filter", "kgcqr_filter", query=query, facts=facts, max_tokens=200
+        )
+        numbers = (answer or {}).get("keep")
+        if not isinstance(numbers, list):
+            return top[:5]  # an unusable answer keeps the most similar few
+        chosen = [top[int(n) - 1] for n in numbers if str(n).isdigit() and 0 < int(n) <= len(top)]
+        return list({t["id"]: t for t in chosen}.values()) or top[:5]
+
+    async def completion(
+        self,
+        ctx: StrategyContext,
+        index: str,
+        query_vector: np.ndarray,
+        kept: list[dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """Beam-search BFS between the kept triples' entities; the best new triples."""
+        beam = int(ctx.settings.kgcqr_beam_width)
+        max_len = int(ctx.param("L", ctx.settings.kgcqr_max_path_length))
+        targets = {entity_id(t[end]) for t in kept for end in ("head", "tail")}
+        known = {t["id"] for t in kept}
+        paths = [Path(e, e, (), ()) for e in sorted(targets)]
+        finished: list[Path] = []
+        similarity_of: dict[str, float] = {}
+        for _ in range(max_len):
+            edges = await entity_edges(
+                ctx.graph, ctx.kb, sorted({p.at for p in paths}), ctx.settings.kar_hub_cap
+            )
+            new_ids = {tid for _, tid, _ in edges if tid and tid not in similarity_of}
+            similarity_of.update(await exact_cosine(ctx, index, query_vector, new_ids))
+            by_source: dict[str, list[tuple[str, str]]] = {}
+            for source, triple_id, target in edges:
+                by_source.setdefault(source, []).append((triple_id, target))
+            grown: list[Path] = []
+            for path in paths:
+                for triple_id, target in by_source.get(path.at, []):
+                    if triple_id in path.triples or triple_id not in similarity_of:
+                        continue
+                    step = Path(
+                        path.start,
+                        target,
+                        (*path.triples, triple_id),
+                        (*path.similarities, similarity_of[triple_id]),
+                    )
+                    (finished if target in targets and target != path.start else grown).append(step)
+            paths = []
+            for start in {p.start for p in grown}:
+                ranked = sorted((p for p in grown if p.start == start), key=lambda p: -p.score)
+                paths.extend(ranked[:beam])
+            if not paths:
+                break
+        candidates = finished or paths
+        best: dict[str, float] = {}
+        for path in candidates:
+            for triple_id in path.triples:
+                if triple_id not in known:
+                    best[triple_id] = max(best.get(triple_id, -1.0), path.score)
+        top_ids = sorted(best, key=lambda tid: -best[tid])[: int(ctx.settings.kgcqr_completion_k)]
+        if not top_ids:
+            return []
+        body = {
+            "size": len(top_ids),
+            "_source": TRIPLE_FIELDS,
+            "query": {"ids": {"values": top_ids}},
+        }
+        hits = {
+            h["_id"]: h["_source"]
+            for h in (await ctx.opensearch.search(index, body))["hits"]["hits"]
+        }
+        return [hits[tid] for tid in top_ids if tid in hits]
+
+
+class KgcqrWithoutTtr(ContextualQueryRetrieval):
+    name = "kgcqr_no_ttr"
+    use_ttr = False
+
+
+class KgcqrWithoutCompletion(ContextualQueryRetrieval):
+    name = "kgcqr_no_completion"
+    complete = False

@@ -1,0 +1,45 @@
+"""OpenSearch reads the KG strategies share: exact cosine for a set of ids, and fetching
+documents or triples by id — each one request, however many ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from query_rewriter.strategies.context import StrategyContext
+
+
+async def exact_cosine(
+    ctx: StrategyContext, index: str, query_vector: np.ndarray, ids: set[str]
+) -> dict[str, float]:
+    """Cosine of the query to each id's stored vector (exact, not approximate k-NN)."""
+    if not ids:
+        return {}
+    script = {
+        "source": "knn_score",
+        "lang": "knn",
+        "params": {
+            "field": "vector",
+            "query_value": [float(x) for x in query_vector],
+            "space_type": "cosinesimil",
+        },
+    }
+    body = {
+        "size": len(ids),
+        "_source": False,
+        "query": {"script_score": {"query": {"ids": {"values": sorted(ids)}}, "script": script}},
+    }
+    hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+    # OpenSearch's cosinesimil score is (1 + cos) / 2; report the cosine itself.
+    return {hit["_id"]: 2.0 * float(hit["_score"]) - 1.0 for hit in hits}
+
+
+async def by_ids(
+    ctx: StrategyContext, index: str, ids: list[str], fields: list[str]
+) -> dict[str, dict[str, Any]]:
+    if not ids:
+        return {}
+    body = {"size": len(ids), "_source": fields, "query": {"ids": {"values": ids}}}
+    hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+    return {hit["_id"]: hit["_source"] for hit in hits}

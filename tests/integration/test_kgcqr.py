@@ -1,0 +1,113 @@
+"""KG-CQR's completion and end-to-end run on a small corpus graph written by ingest."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from ingest.chunk_ingest import ingest_chunk
+from ingest.records import CorpusTriple, Document
+from ingest.worker_resources import WorkerResources
+from plugin import connections, schema
+from plugin.embedder import get_embedder
+from plugin.kb_meta import DocumentStructure
+from plugin.settings import Settings
+from query_rewriter.background_server import running_proxy
+from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
+from tests.integration.ingest_helpers import drop_kb
+
+KB = "kgcqr-chain"
+QUERY = "How is Alpha Corp connected to Delta Labs through Beta and Gamma?"
+CHAIN = [  # the known path Alpha -> Beta -> Gamma -> Delta
+    ("Alpha Corp", "founded", "Beta Holdings", "Alpha Corp founded Beta Holdings in 1990."),
+    ("Beta Holdings", "owns", "Gamma Systems", "Beta Holdings owns Gamma Systems."),
+    ("Gamma Systems", "acquired", "Delta Labs", "Gamma Systems acquired Delta Labs in 2005."),
+]
+DISTRACTORS = [
+    ("Alpha Corp", "sponsors", f"Team {i}", f"Alpha Corp sponsors the football Team {i}.")
+    for i in range(6)
+]
+KEPT = [  # what the LLM filter kept: triples naming Alpha Corp and Delta Labs, not the path
+    ("Alpha Corp", "is based in", "Oslo", "Alpha Corp is based in Oslo."),
+    ("Delta Labs", "researches", "batteries", "Delta Labs researches batteries."),
+]
+
+
+def _triple(head: str, relation: str, tail: str, ttr: str) -> CorpusTriple:
+    passage = "p2" if "Delta" in head + tail else "p1"
+    return CorpusTriple(head=head, relation=relation, tail=tail, ttr=ttr, ttr_source="given",
+                        passage_id=passage)  # fmt: skip
+
+
+TRIPLES = [_triple(*row) for row in [*CHAIN, *DISTRACTORS, *KEPT]]
+KEPT_TRIPLES = TRIPLES[-len(KEPT) :]
+
+
+@pytest.fixture(scope="module")
+def chain_kb(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any
+) -> Iterator[str]:
+    from ingest import job_runner
+
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    job_runner.prepare_stores(settings, opensearch, neo4j_driver)
+    passages = [
+        Document(id="p1", type="passage", title="Alpha Corp history",
+                 text="Alpha Corp founded Beta Holdings, which owns Gamma Systems."),
+        Document(id="p2", type="passage", title="Delta Labs",
+                 text="Delta Labs was acquired by Gamma Systems and researches batteries."),
+    ]  # fmt: skip
+    records = [record.model_dump(mode="json") for record in [*passages, *TRIPLES]]
+    resources = WorkerResources(settings)
+    outcome = ingest_chunk(resources, f"{KB}-{uuid.uuid4().hex[:8]}", KB, 0, records)
+    resources.neo4j.close()
+    assert outcome.counts["triples"] == len(TRIPLES)
+    opensearch.indices.refresh(index=f"kgqr-{KB}-*")
+    yield KB
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+
+
+def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str) -> None:
+    embedder = get_embedder(settings.embedder_model)
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return embedder.encode(texts)
+
+    async def complete() -> list[dict[str, Any]]:
+        async with opensearch_http_client(settings) as http, connections.async_neo4j_driver(
+            settings
+        ) as graph:  # fmt: skip
+            ctx = StrategyContext(settings, schema.documents_index(KB), KB, DocumentStructure(),
+                                  None, OpenSearchGateway(http, None), embed, graph=graph)  # type: ignore[arg-type]  # fmt: skip
+            kept_rows = [{"id": k.triple_id, "head": k.head, "tail": k.tail} for k in KEPT_TRIPLES]
+            query_vector = (await embed([QUERY]))[0]
+            return await ContextualQueryRetrieval().completion(
+                ctx, schema.triples_index(KB), query_vector, kept_rows
+            )
+
+    added = asyncio.run(complete())
+    assert {(t["head"], t["tail"]) for t in added} == {(h, t) for h, _, t, _ in CHAIN}
+
+
+def test_kgcqr_end_to_end(llm_settings: Settings, chain_kb: str) -> None:
+    with running_proxy(llm_settings) as url:
+        response = httpx.post(
+            f"{url}/{schema.documents_index(KB)}/_search",
+            params={"kgqr.strategy": "kgcqr", "kgqr.explain": "true"},
+            json={"query": {"match": {"text": QUERY}}, "size": 2},
+            timeout=600,
+        )
+    explain = response.json()["kgqr"]
+    assert explain["fallback"] is None, explain["fallback"]
+    assert explain["details"]["retrieved_triples"] and explain["details"]["kept_triples"]
+    assert explain["context"] and explain["expansions"] == [explain["context"]]
+    assert explain["llm_calls"] == 2
+    assert {"triple_retrieval", "filter", "completion", "context"} <= set(explain["stages_ms"])
