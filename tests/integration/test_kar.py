@@ -22,6 +22,7 @@ from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine
 from tests.integration.ingest_helpers import drop_kb, run_to_end
+from tests.integration.search_helpers import explained_search
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KB = "kar-movies"
@@ -111,12 +112,7 @@ def _context(settings: Settings, http: httpx.AsyncClient, graph: Any,
 
 def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str) -> None:
     with running_proxy(llm_settings) as url:
-        response = httpx.post(
-            f"{url}/{INDEX}/_search",
-            params={"kgqr.strategy": "kar", "kgqr.explain": "true"},
-            json={"query": {"match": {"text": QUERY}}, "size": 3},
-            timeout=600,
-        )
+        response = explained_search(url, INDEX, "kar", QUERY, size=3)
     explain = response.json()["kgqr"]
     assert explain["fallback"] is None, explain["fallback"]
     details = explain["details"]
@@ -138,12 +134,7 @@ def test_kar_degrades_to_the_plain_query_when_neo4j_is_down(
 ) -> None:
     dead = llm_settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}"})
     with running_proxy(dead) as url:
-        response = httpx.post(
-            f"{url}/{INDEX}/_search",
-            params={"kgqr.strategy": "kar", "kgqr.explain": "true"},
-            json={"query": {"match": {"text": f"{QUERY} {unique_name}"}}, "size": 3},
-            timeout=600,
-        )
+        response = explained_search(url, INDEX, "kar", f"{QUERY} {unique_name}")
     assert response.status_code == 200
     explain = response.json()["kgqr"]
     assert explain["fallback"]["stage"] == "propagate"

@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
@@ -23,6 +22,7 @@ from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
 from tests.integration.ingest_helpers import drop_kb
+from tests.integration.search_helpers import explained_search
 
 KB = "kgcqr-chain"
 QUERY = "How is Alpha Corp connected to Delta Labs through Beta and Gamma?"
@@ -99,12 +99,7 @@ def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str)
 
 def test_kgcqr_end_to_end(llm_settings: Settings, chain_kb: str) -> None:
     with running_proxy(llm_settings) as url:
-        response = httpx.post(
-            f"{url}/{schema.documents_index(KB)}/_search",
-            params={"kgqr.strategy": "kgcqr", "kgqr.explain": "true"},
-            json={"query": {"match": {"text": QUERY}}, "size": 2},
-            timeout=600,
-        )
+        response = explained_search(url, schema.documents_index(KB), "kgcqr", QUERY, size=2)
     explain = response.json()["kgqr"]
     assert explain["fallback"] is None, explain["fallback"]
     assert explain["details"]["retrieved_triples"] and explain["details"]["kept_triples"]

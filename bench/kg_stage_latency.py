@@ -1,0 +1,191 @@
+"""KAR's knowledge-graph stage without the LLM — entity document retrieval (k-NN top-1),
+h-hop propagation in Neo4j (hub-capped), document-based relation filtering (exact cosine
+in OpenSearch) — on a synthetic graph with 1M relations and a few hub nodes.
+
+Documents carry random unit vectors (embedding 50k texts would take most of an hour on 2
+cores and changes nothing for this stage's latency). Goal: p50 <= 30 ms. The baseline in
+the same run is one plain k-NN query, the cheapest search the stage has to make.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_common import save
+from bench.neo4j_relation_load import clear_graph
+from ingest import graph_writer
+from ingest.records import Document, Relation
+from plugin import connections, installer, schema
+from plugin.kb_meta import DocumentStructure
+from plugin.settings import get_settings
+from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.kar import KnowledgeAwareRewrite
+
+DIM = 384
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def build(settings: Any, kb: str, nodes: int, relations: int, hubs: int) -> np.ndarray:
+    rng = np.random.default_rng(11)
+    vectors = unit(rng, nodes)
+    opensearch = connections.opensearch_client(settings)
+    installer.install_opensearch(opensearch, DIM)
+    index = schema.documents_index(kb)
+    opensearch.indices.delete(index=index, ignore_unavailable=True)
+    opensearch.indices.create(index=index, body={"settings": {"refresh_interval": "-1"}})
+    started = time.perf_counter()
+    for start in range(0, nodes, 2000):
+        body: list[dict[str, Any]] = []
+        for i in range(start, min(start + 2000, nodes)):
+            body.append({"index": {"_index": index, "_id": str(i)}})
+            body.append(
+                {
+                    "id": str(i),
+                    "kb": kb,
+                    "type": "paper",
+                    "title": f"paper {i}",
+                    "body": f"synthetic paper {i}",
+                    "text": f"paper {i}",
+                    "vector": vectors[i].tolist(),
+                }
+            )
+        opensearch.bulk(body=body, timeout=300)
+    opensearch.indices.put_settings(index=index, body={"refresh_interval": "1s"})
+    opensearch.indices.refresh(index=index)
+    opensearch.indices.forcemerge(index=index, max_num_segments=1, request_timeout=1200)
+    print(f"indexed {nodes} documents in {time.perf_counter() - started:.0f} s")
+    started = time.perf_counter()
+    with connections.neo4j_driver(settings) as driver:
+        installer.install_neo4j(driver)
+        clear_graph(driver, kb)
+        for start in range(0, nodes, 20_000):
+            graph_writer.write_documents(
+                driver,
+                kb,
+                [
+                    Document(id=str(i), type="paper", title=f"paper {i}")
+                    for i in range(start, min(start + 20_000, nodes))
+                ],
+            )
+        pyrng = random.Random(5)
+        hub_ids = list(range(hubs))
+        written = 0
+        while written < relations:
+            batch = []
+            for _ in range(20_000):
+                # 5% of relations touch a hub, so hubs reach degrees in the tens of thousands
+                source = pyrng.choice(hub_ids) if pyrng.random() < 0.05 else pyrng.randrange(nodes)
+                batch.append(
+                    Relation(source=str(source), type="cites", target=str(pyrng.randrange(nodes)))
+                )
+            graph_writer.write_relations(driver, kb, batch)
+            written += len(batch)
+        print(f"wrote {written:,} relations in {time.perf_counter() - started:.0f} s")
+    return vectors
+
+
+async def measure(settings: Any, kb: str, vectors: np.ndarray, queries: int, hubs: int) -> dict:
+    rng = np.random.default_rng(3)
+    strategy = KnowledgeAwareRewrite()
+    stage_ms, knn_ms = [], []
+    async with (
+        opensearch_http_client(settings) as http,
+        connections.async_neo4j_driver(settings) as graph,
+    ):
+        gateway = OpenSearchGateway(http, None)
+        for q in range(queries):
+            # A query near a hub now and then, so hub capping is exercised.
+            anchor = q % hubs if q % 5 == 0 else int(rng.integers(hubs, len(vectors)))
+            query_vector = vectors[anchor] + 0.3 * unit(rng, 1)[0]
+            query_vector /= np.linalg.norm(query_vector)
+            entity_vectors = [query_vector, *unit(rng, 2)]
+
+            async def embed(texts: list[str], pool: list = entity_vectors) -> np.ndarray:
+                return np.asarray(pool[: len(texts)] if len(texts) > 1 else [pool[0]])
+
+            ctx = StrategyContext(
+                settings,
+                schema.documents_index(kb),
+                kb,
+                DocumentStructure(types={"paper": []}),
+                None,  # type: ignore[arg-type]
+                gateway,
+                embed,
+                graph=graph,
+            )
+            entities = [{"type": "paper", "name": f"e{i}", "document": f"e{i}"} for i in range(3)]
+            started = time.perf_counter()
+            matched = await strategy.entity_documents("q", entities, ctx)
+            kept = await strategy.filtered_neighbours("q", matched, ctx)
+            stage_ms.append((time.perf_counter() - started) * 1000)
+            assert kept, "the KG stage found no neighbours"
+            started = time.perf_counter()
+            body = {
+                "size": 1,
+                "_source": False,
+                "query": {"knn": {"vector": {"vector": [float(x) for x in query_vector], "k": 1}}},
+            }
+            await gateway.search(schema.documents_index(kb), body)
+            knn_ms.append((time.perf_counter() - started) * 1000)
+    return {
+        "p50_ms": statistics.median(stage_ms),
+        "p95_ms": sorted(stage_ms)[int(0.95 * len(stage_ms))],
+        "knn_p50_ms": statistics.median(knn_ms),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=50_000)
+    parser.add_argument("--relations", type=int, default=1_000_000)
+    parser.add_argument("--hubs", type=int, default=5)
+    parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--reuse", action="store_true", help="the graph is already loaded")
+    args = parser.parse_args()
+    settings = get_settings()
+    kb = f"bench-kg-{args.relations}"
+    if args.reuse:
+        vectors = unit(np.random.default_rng(11), args.nodes)
+    else:
+        vectors = build(settings, kb, args.nodes, args.relations, args.hubs)
+    with connections.neo4j_driver(settings) as driver:
+        degree, _, _ = driver.execute_query(
+            "MATCH (h:Node {kb: $kb, id: '0'})-[r]-() RETURN count(r) AS d", kb=kb
+        )
+    figures = asyncio.run(measure(settings, kb, vectors, args.queries, args.hubs))
+    figures.update(
+        {
+            "nodes": args.nodes,
+            "relations": args.relations,
+            "hub_degree": degree[0]["d"],
+            "hops": settings.kar_hops,
+            "hub_cap": settings.kar_hub_cap,
+            "top_k": settings.kar_top_k,
+        }
+    )
+    print(
+        f"hub degree {figures['hub_degree']:,}; KG stage p50 {figures['p50_ms']:.1f} ms, "
+        f"p95 {figures['p95_ms']:.1f} ms (goal p50 <= 30 ms); one k-NN query p50 "
+        f"{figures['knn_p50_ms']:.1f} ms; ratio {figures['p50_ms'] / figures['knn_p50_ms']:.1f}x"
+    )
+    save("kg_stage_latency", figures)
+
+
+if __name__ == "__main__":
+    main()
