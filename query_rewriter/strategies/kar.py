@@ -152,9 +152,10 @@ class KnowledgeAwareRewrite(Strategy):
             query_vector = (await ctx.embed([query]))[0]
             if self.filter_by == "document":
                 ids = {n.id for n in candidates}
-                scores = await exact_cosine(ctx, ctx.index, query_vector, ids)
+                scores = await exact_cosine(ctx, ctx.index, query_vector, ids, top=top_k)
             else:
                 scores = await name_similarity(ctx, query_vector, candidates)
+                scores = dict(sorted(scores.items(), key=lambda item: -item[1])[:top_k])
             documents = await by_ids(ctx, ctx.index, list(scores), DOC_FIELDS)
         best: dict[str, dict[str, Any]] = {}
         for neighbour in candidates:

@@ -11,9 +11,14 @@ from query_rewriter.strategies.context import StrategyContext
 
 
 async def exact_cosine(
-    ctx: StrategyContext, index: str, query_vector: np.ndarray, ids: set[str]
+    ctx: StrategyContext,
+    index: str,
+    query_vector: np.ndarray,
+    ids: set[str],
+    top: int | None = None,
 ) -> dict[str, float]:
-    """Cosine of the query to each id's stored vector (exact, not approximate k-NN)."""
+    """Cosine of the query to each id's stored vector (exact, not approximate k-NN); with
+    `top`, only the `top` most similar come back."""
     if not ids:
         return {}
     script = {
@@ -26,7 +31,7 @@ async def exact_cosine(
         },
     }
     body = {
-        "size": len(ids),
+        "size": min(len(ids), top or len(ids)),
         "_source": False,
         "query": {"script_score": {"query": {"ids": {"values": sorted(ids)}}, "script": script}},
     }
