@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import ijson
+from ijson.common import ObjectBuilder
 
 from ingest.records import (
     CorpusTriple,
@@ -56,10 +57,40 @@ class MusiqueSource(Source):
 
     def _graph(self, openie: Path) -> Iterator[Record]:
         with openie.open("rb") as stream:
-            for position, doc in enumerate(ijson.items(stream, "docs.item")):
+            for position, doc in enumerate(array_items(stream, "docs")):
                 if self.limit is not None and position >= self.limit:
                     break
                 yield from _passage_graph(passage_id(position), doc)
+
+
+def array_items(stream: Any, prefix: str) -> Iterator[Any]:
+    """The items of the JSON array at `prefix`, streamed, stopping when the array ends.
+
+    HippoRAG's OpenIE files end with summary fields holding NaN, which strict JSON
+    parsers reject; nothing after the array is needed, so nothing after it is read.
+    """
+    builder: ObjectBuilder | None = None
+    depth = 0
+    for path, event, value in ijson.parse(stream):
+        if builder is None:
+            if path == prefix and event == "end_array":
+                return
+            if path == f"{prefix}.item":
+                if event in ("start_map", "start_array"):
+                    builder, depth = ObjectBuilder(), 0
+                else:
+                    yield value
+                    continue
+            else:
+                continue
+        builder.event(event, value)
+        if event in ("start_map", "start_array"):
+            depth += 1
+        elif event in ("end_map", "end_array"):
+            depth -= 1
+            if depth == 0:
+                yield builder.value
+                builder = None
 
 
 def _passage_graph(pid: str, doc: dict[str, Any]) -> Iterator[Record]:

@@ -101,3 +101,12 @@ def test_hotpotqa_sentences_joined_into_passages() -> None:
     documents = list(open_source(f"hotpotqa:{SHARED_DATA / 'hotpotqa100'}", limit=2).records())
     assert documents[0].title == "Demon Dice"
     assert documents[0].body().startswith("Demon Dice, originally published as Chaos Progenitus")
+
+
+def test_array_items_stop_before_trailing_nan() -> None:
+    import io
+
+    from ingest.sources.corpus_qa import array_items
+
+    raw = b'{"docs": [{"a": [1, {"b": 2}]}, {"a": []}, 3], "avg": NaN}'
+    assert list(array_items(io.BytesIO(raw), "docs")) == [{"a": [1, {"b": 2}]}, {"a": []}, 3]
