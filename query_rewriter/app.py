@@ -215,11 +215,8 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     headers = request_headers(request)
     if plan is None:
         passthrough = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
-        content = (
-            raw
-            if "kgqr" not in json.dumps(payload.get("ext", {}))
-            else json.dumps(strip_kgqr(payload)).encode()
-        )
+        stripped = strip_kgqr(payload)
+        content = raw if stripped is payload else json.dumps(stripped).encode()
         upstream = await state.http.request(
             request.method,
             f"/{index}/_search",
