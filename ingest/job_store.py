@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 COUNTERS = ("documents", "relations", "mentions", "triples", "rejected")
 JOB_TTL_S = 30 * 24 * 3600
 
@@ -82,13 +84,8 @@ class JobStore:
                     pipe.hset(key, "updated", time.time())
                     pipe.execute()
                     return True
-                except self._watch_error():
-                    continue
-
-    def _watch_error(self) -> type[Exception]:
-        import redis
-
-        return redis.WatchError
+                except redis.WatchError:
+                    continue  # another worker touched the set between WATCH and EXEC
 
     def progress(self, job_id: str) -> JobProgress | None:
         raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(self._key(job_id)).items()}
