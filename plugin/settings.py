@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     kgcqr_beam_width: int = 3
     kgcqr_max_path_length: int = Field(default=3, description="KG-CQR completion path length L")
     kgcqr_completion_k: int = Field(default=20, description="KG-CQR new triples added (K)")
+    kar_triple_chars: int = Field(
+        default=200,
+        description="Each document in a KAR triple is cut to this many characters, "
+        "so ten triples fit a 4k-token context with room to write.",
+    )
     kar_boost_weight: float = Field(default=2.0, description="kar+boost: BM25 boost per DRF score")
     hybrid_fusion: Literal["auto", "pipeline", "client"] = Field(
         default="auto",

@@ -38,8 +38,8 @@ class StrategyContext:
     def n_expansions(self) -> int:
         return int(self.param("n", self.settings.rewrite_expansions))
 
-    def truncate(self, text: str) -> str:
-        limit = self.settings.rewrite_doc_chars
+    def truncate(self, text: str, limit: int | None = None) -> str:
+        limit = limit or self.settings.rewrite_doc_chars
         return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
     async def llm_json(

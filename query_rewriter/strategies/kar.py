@@ -65,7 +65,7 @@ class KnowledgeAwareRewrite(Strategy):
             by_id = {m["id"]: m for m in matched}
 
             def as_text(doc: dict[str, Any]) -> str:
-                return f"{doc['title']}: {ctx.truncate(doc['body'])}"
+                return f"{doc['title']}: {ctx.truncate(doc['body'], ctx.settings.kar_triple_chars)}"
 
             triples = [
                 {"head": as_text(by_id[n["seed"]]), "relation": n["relation"], "tail": as_text(n)}
@@ -177,7 +177,8 @@ class KnowledgeAwareRewrite(Strategy):
     def knowledge_text(
         matched: list[dict[str, Any]], triples: list[dict[str, str]], ctx: StrategyContext
     ) -> str:
-        lines = [f"- {m['title']}: {ctx.truncate(m['body'])}" for m in matched]
+        limit = ctx.settings.kar_triple_chars
+        lines = [f"- {m['title']}: {ctx.truncate(m['body'], limit)}" for m in matched]
         lines += [f"- ({t['head']}) --{t['relation']}--> ({t['tail']})" for t in triples]
         return "\n".join(lines)
 
