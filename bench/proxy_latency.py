@@ -25,9 +25,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import save
-from plugin.schema import HYBRID_PIPELINE
 from plugin.settings import get_settings
 from query_rewriter.background_server import free_port
+from query_rewriter.hybrid_query import search_params
 
 
 @contextmanager
@@ -127,7 +127,7 @@ def main() -> None:
             final = explain["final_query"]
             for _ in range(args.rounds // 2):
                 lat_final.append(timed_post(client, f"{direct}/{managed}/_search", final,
-                                            {"search_pipeline": HYBRID_PIPELINE}))  # fmt: skip
+                                            search_params({}, final)))  # fmt: skip
                 lat_cached.append(timed_post(client, f"{proxy}/{managed}/_search", body, params))
         added = statistics.median(lat_cached) - statistics.median(lat_final)
         print(f"cached rewrite: p50 {statistics.median(lat_cached):.2f} ms vs the same hybrid "

@@ -9,20 +9,23 @@ from typing import Any
 from plugin import schema
 
 DEFAULT_HYBRID_WEIGHTS = (0.3, 0.7)  # BM25, k-NN
+DEFAULT_BOOST_WEIGHTS = (0.25, 0.55, 0.2)  # BM25, k-NN, graph boost
 
 
 def install_opensearch(
-    client: Any, dimension: int, weights: tuple[float, float] = DEFAULT_HYBRID_WEIGHTS
+    client: Any,
+    dimension: int,
+    weights: tuple[float, float] = DEFAULT_HYBRID_WEIGHTS,
+    boost_weights: tuple[float, float, float] = DEFAULT_BOOST_WEIGHTS,
 ) -> list[str]:
     """Put every index template and the hybrid pipeline; returns what was installed."""
     installed = []
     for name, body in schema.index_templates(dimension).items():
         client.indices.put_index_template(name=name, body=body)
         installed.append(f"index template {name}")
-    client.transport.perform_request(
-        "PUT", f"/_search/pipeline/{schema.HYBRID_PIPELINE}", body=schema.hybrid_pipeline(*weights)
-    )
-    installed.append(f"search pipeline {schema.HYBRID_PIPELINE}")
+    for name, body in schema.hybrid_pipelines(weights, boost_weights).items():
+        client.transport.perform_request("PUT", f"/_search/pipeline/{name}", body=body)
+        installed.append(f"search pipeline {name}")
     return installed
 
 

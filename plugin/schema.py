@@ -15,6 +15,8 @@ from typing import Any
 KB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 META_INDEX = "kgqr-meta"
 HYBRID_PIPELINE = "kgqr-hybrid"
+# Three sub-queries: BM25, k-NN, and the documents the knowledge graph links to the query.
+HYBRID_BOOST_PIPELINE = "kgqr-hybrid-boost"
 TEMPLATES = ("documents", "triples", "deadletter", "kb-meta")
 
 
@@ -62,8 +64,18 @@ def index_templates(dimension: int) -> dict[str, dict[str, Any]]:
     }
 
 
-def hybrid_pipeline(bm25_weight: float, knn_weight: float) -> dict[str, Any]:
-    return opensearch_resource("hybrid-pipeline", bm25_weight=bm25_weight, knn_weight=knn_weight)
+def hybrid_pipeline(weights: tuple[float, ...]) -> dict[str, Any]:
+    """The normalisation pipeline for a hybrid query with one weight per sub-query."""
+    return opensearch_resource("hybrid-pipeline", weights=list(weights))
+
+
+def hybrid_pipelines(
+    weights: tuple[float, float], boost_weights: tuple[float, float, float]
+) -> dict[str, dict[str, Any]]:
+    return {
+        HYBRID_PIPELINE: hybrid_pipeline(weights),
+        HYBRID_BOOST_PIPELINE: hybrid_pipeline(boost_weights),
+    }
 
 
 def neo4j_statements() -> list[str]:

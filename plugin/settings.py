@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     rewrite_prf_docs: int = 3
     rewrite_doc_chars: int = Field(default=500, description="Documents are cut to this in prompts.")
     hybrid_weights: tuple[float, float] = (0.3, 0.7)
+    hybrid_boost_weights: tuple[float, float, float] = Field(
+        default=(0.25, 0.55, 0.2),
+        description="BM25, k-NN and graph-boost weights when kar+boost adds a third sub-query",
+    )
     kar_hops: int = Field(default=2, ge=1, le=2, description="KAR relation propagation depth h")
     kar_top_k: int = Field(default=10, description="KAR neighbours kept by DRF (k)")
     kar_hub_cap: int = Field(default=50, description="Relationships followed per node per hop")
@@ -90,7 +94,6 @@ class Settings(BaseSettings):
         description="Each document in a KAR triple is cut to this many characters, "
         "so ten triples fit a 4k-token context with room to write.",
     )
-    kar_boost_weight: float = Field(default=2.0, description="kar+boost: BM25 boost per DRF score")
     hybrid_fusion: Literal["auto", "pipeline", "client"] = Field(
         default="auto",
         description="pipeline: OpenSearch's hybrid query + normalisation pipeline; client: two "

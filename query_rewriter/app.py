@@ -26,7 +26,7 @@ from plugin import connections, kb_meta
 from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure
 from plugin.llm import AsyncLlmClient
-from plugin.schema import HYBRID_PIPELINE, META_INDEX, hybrid_pipeline
+from plugin.schema import META_INDEX, hybrid_pipelines
 from plugin.settings import Settings, get_settings
 from query_rewriter import metrics
 from query_rewriter.client_fusion import client_side_hybrid
@@ -125,11 +125,13 @@ async def _has_neural_search(http: httpx.AsyncClient) -> bool:
 
 
 async def _ensure_pipeline(http: httpx.AsyncClient, settings: Settings) -> None:
-    """Install kgqr's hybrid pipeline if missing, so the proxy works before any ingest."""
-    path = f"/_search/pipeline/{HYBRID_PIPELINE}"
+    """Install kgqr's hybrid pipelines if missing, so the proxy works before any ingest."""
+    pipelines = hybrid_pipelines(settings.hybrid_weights, settings.hybrid_boost_weights)
     try:
-        if (await http.get(path)).status_code == 404:
-            await http.put(path, json=hybrid_pipeline(*settings.hybrid_weights))
+        for name, body in pipelines.items():
+            path = f"/_search/pipeline/{name}"
+            if (await http.get(path)).status_code == 404:
+                await http.put(path, json=body)
     except httpx.HTTPError as exc:
         log.warning("could not check the hybrid pipeline", extra={"kgqr": {"error": str(exc)}})
 
@@ -262,12 +264,9 @@ async def run_plan(
         outcome.rewrite.expanded_text,
         np.asarray(outcome.vector, dtype=np.float32),
         k,
-        boosts={
-            doc_id: state.settings.kar_boost_weight * score
-            for doc_id, score in outcome.rewrite.boost_ids.items()
-        },
+        boosts=outcome.rewrite.boost_ids,
     )
-    params = search_params(query_params)
+    params = search_params(query_params, body)
     started = time.perf_counter()
     if state.neural_search:
         upstream = await state.http.post(

@@ -1,5 +1,5 @@
-"""Hybrid search without the neural-search plugin: run the BM25 and k-NN sides as two
-searches and fuse them here by reciprocal rank fusion (RRF, k = 60)."""
+"""Hybrid search without the neural-search plugin: run each sub-query (BM25, k-NN, graph
+boost) as its own search and fuse them here by reciprocal rank fusion (RRF, k = 60)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ async def client_side_hybrid(
     headers: dict[str, str],
 ) -> httpx.Response:
     """Run the hybrid body's sub-queries separately and answer as one search would."""
-    bm25, knn = body["query"]["hybrid"]["queries"]
+    queries = body["query"]["hybrid"]["queries"]
     size, start = int(body.get("size", 10)), int(body.get("from", 0))
     depth = max(start + size, 50)
     params = {k: v for k, v in params.items() if k != "search_pipeline"}
@@ -48,12 +48,12 @@ async def client_side_hybrid(
         }
         return await client.post(f"/{index}/_search", json=sub, params=params, headers=headers)
 
-    lexical, vector = await asyncio.gather(run(bm25), run(knn))
-    for response in (lexical, vector):
+    responses = await asyncio.gather(*(run(query) for query in queries))
+    for response in responses:
         if response.status_code >= 400:
             return response
-    merged = copy.deepcopy(lexical.json())
-    fused = rrf_fuse([lexical.json()["hits"]["hits"], vector.json()["hits"]["hits"]], size, start)
+    merged = copy.deepcopy(responses[0].json())
+    fused = rrf_fuse([r.json()["hits"]["hits"] for r in responses], size, start)
     merged["hits"]["hits"] = fused
     merged["hits"]["max_score"] = fused[0]["_score"] if fused else None
     return httpx.Response(200, json=merged, headers={"content-type": "application/json"})

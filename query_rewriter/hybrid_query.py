@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from plugin.schema import HYBRID_PIPELINE
+from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE
 from query_rewriter.query_text import ParsedQuery
 
 TEXT_FIELDS = ["title^2", "text"]
@@ -35,12 +35,8 @@ def mean_vector(vectors: np.ndarray) -> np.ndarray | None:
     return mean / norm if norm > 0 else None
 
 
-def _bool(
-    must: dict[str, Any], parsed: ParsedQuery, should: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def _bool(must: dict[str, Any], parsed: ParsedQuery) -> dict[str, Any]:
     clause: dict[str, Any] = {"must": [must]}
-    if should:
-        clause["should"] = should
     if parsed.filters:
         clause["filter"] = parsed.filters
     if parsed.must_not:
@@ -48,17 +44,19 @@ def _bool(
     return {"bool": clause} if len(clause) > 1 else must
 
 
-def bm25_clause(
-    text: str, parsed: ParsedQuery, boosts: dict[str, float] | None = None
-) -> dict[str, Any]:
-    """BM25 over the expanded text; `boosts` (doc id -> weight) add graph-constrained
-    boosting: documents the knowledge graph connects to the query score higher."""
+def bm25_clause(text: str, parsed: ParsedQuery) -> dict[str, Any]:
+    return _bool({"multi_match": {"query": text, "fields": TEXT_FIELDS}}, parsed)
+
+
+def boost_clause(boosts: dict[str, float], parsed: ParsedQuery) -> dict[str, Any]:
+    """Graph-constrained boosting: the documents the knowledge graph links to the query,
+    each scored by its weight (its DRF similarity). As its own hybrid sub-query it is
+    normalised like the others, so its pipeline weight says how much the graph counts."""
     should = [
-        {"term": {"id": {"value": doc_id, "boost": round(weight, 4)}}}
-        for doc_id, weight in (boosts or {}).items()
-        if weight > 0
+        {"constant_score": {"filter": {"term": {"id": doc_id}}, "boost": round(weight, 4)}}
+        for doc_id, weight in boosts.items()
     ]
-    return _bool({"multi_match": {"query": text, "fields": TEXT_FIELDS}}, parsed, should)
+    return _bool({"bool": {"should": should, "minimum_should_match": 1}}, parsed)
 
 
 def knn_clause(vector: np.ndarray, k: int, parsed: ParsedQuery) -> dict[str, Any]:
@@ -81,19 +79,21 @@ def hybrid_body(
     size = int(body.get("size", 10))
     start = int(body.get("from", 0))
     hybrid: dict[str, Any] = {
-        "queries": [
-            bm25_clause(expanded_text, parsed, boosts),
-            knn_clause(vector, max(k, size), parsed),
-        ]
+        "queries": [bm25_clause(expanded_text, parsed), knn_clause(vector, max(k, size), parsed)]
     }
+    positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
+    if positive:
+        hybrid["queries"].append(boost_clause(positive, parsed))
     if start > 0:
         hybrid["pagination_depth"] = max(k, start + size)
     body["query"] = {"hybrid": hybrid}
     return body
 
 
-def search_params(client_params: dict[str, str]) -> dict[str, str]:
-    """The client's query-string parameters minus kgqr's own, plus the hybrid pipeline."""
+def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[str, str]:
+    """The client's query-string parameters minus kgqr's own, plus the pipeline that
+    matches the hybrid body's number of sub-queries."""
     params = {k: v for k, v in client_params.items() if not k.startswith("kgqr.")}
-    params["search_pipeline"] = HYBRID_PIPELINE
+    queries = body["query"]["hybrid"]["queries"]
+    params["search_pipeline"] = HYBRID_BOOST_PIPELINE if len(queries) == 3 else HYBRID_PIPELINE
     return params

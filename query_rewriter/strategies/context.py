@@ -68,7 +68,7 @@ class StrategyContext:
                 self.settings.rewrite_knn_k,
             )
             try:
-                response = await self.opensearch.search(self.index, body, search_params({}))
+                response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:
                 body = {
                     "size": size,

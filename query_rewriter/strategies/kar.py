@@ -12,8 +12,8 @@
 6. expansion: one LLM call writes n documents from the triples.
 
 `kar_no_kg` stops after step 2 (entity documents only); `kar_no_drf` ranks neighbours by
-the query's similarity to the neighbour's *name*; `kar+boost` also boosts the kept
-neighbours in the BM25 clause, weighted by their DRF score.
+the query's similarity to the neighbour's *name*; `kar+boost` also searches the kept
+neighbours as a third hybrid sub-query, each weighted by its DRF score.
 """
 
 from __future__ import annotations

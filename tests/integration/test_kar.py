@@ -140,3 +140,16 @@ def test_kar_degrades_to_the_plain_query_when_neo4j_is_down(
     assert explain["fallback"]["stage"] == "propagate"
     assert explain["strategy"] == "base"
     assert response.json()["hits"]["hits"]
+
+
+def test_kar_boost_adds_the_graph_as_a_third_sub_query(llm_settings: Settings, movies: str) -> None:
+    with running_proxy(llm_settings) as url:
+        response = explained_search(url, INDEX, "kar+boost", QUERY)
+    explain = response.json()["kgqr"]
+    assert explain["fallback"] is None, explain["fallback"]
+    queries = explain["final_query"]["query"]["hybrid"]["queries"]
+    assert len(queries) == 3
+    boosted = {c["constant_score"]["filter"]["term"]["id"]
+               for c in queries[2]["bool"]["should"]}  # fmt: skip
+    assert boosted == {n["id"] for n in explain["details"]["neighbours"] if n["score"] > 0}
+    assert response.json()["hits"]["hits"]

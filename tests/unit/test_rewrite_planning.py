@@ -146,3 +146,19 @@ def test_generated_documents_are_flattened_to_text() -> None:
     assert documents_from(answer, 5) == ["Heat A 1995 film.", "plain text", "a b"]
     assert documents_from({"documents": "one"}, 3) == ["one"]
     assert documents_from({"other": 1}, 3) == [] and documents_from(None, 3) == []
+
+
+def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
+    from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE
+    from query_rewriter.hybrid_query import search_params
+
+    parsed = ParsedQuery("heat", [{"term": {"type": "movie"}}])
+    plain = hybrid_body({}, parsed, "heat", np.array([1.0, 0.0]), k=10)
+    boosted = hybrid_body({}, parsed, "heat", np.array([1.0, 0.0]), k=10,
+                          boosts={"m1": 0.6, "m2": -0.1})  # fmt: skip
+    assert search_params({"kgqr.x": "1"}, plain) == {"search_pipeline": HYBRID_PIPELINE}
+    assert search_params({}, boosted)["search_pipeline"] == HYBRID_BOOST_PIPELINE
+    boost = boosted["query"]["hybrid"]["queries"][2]["bool"]
+    assert boost["filter"] == [{"term": {"type": "movie"}}]
+    (should,) = boost["must"][0]["bool"]["should"]  # negative similarities are dropped
+    assert should == {"constant_score": {"filter": {"term": {"id": "m1"}}, "boost": 0.6}}

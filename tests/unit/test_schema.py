@@ -14,7 +14,7 @@ def test_templates_carry_the_embedder_dimension_and_lucene_engine() -> None:
 
 
 def test_hybrid_pipeline_weights_are_numbers() -> None:
-    processor = schema.hybrid_pipeline(0.3, 0.7)["phase_results_processors"][0]
+    processor = schema.hybrid_pipeline((0.3, 0.7))["phase_results_processors"][0]
     weights = processor["normalization-processor"]["combination"]["parameters"]["weights"]
     assert weights == [0.3, 0.7]
 
