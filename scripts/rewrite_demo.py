@@ -15,6 +15,7 @@ from opensearchpy import OpenSearch
 DEMOS = [
     ("movies", "base", "professional bank robbers chased by the police"),
     ("movies", "hyde", "which director made films with Al Pacino?"),
+    ("movies", "kar+boost", "which director made films with Al Pacino?"),
     ("musique-sample", "hyde", "Who publishes the Journal of Mathematical Physics?"),
 ]
 
@@ -37,6 +38,11 @@ def main() -> None:
         explain = result["kgqr"]
         print(f"\n== [{kb}] {strategy}: {text}")
         print(f"   stages ms: {json.dumps(explain['stages_ms'])}  fallback: {explain['fallback']}")
+        for neighbour in explain["details"].get("neighbours", [])[:4]:
+            print(
+                f"   graph: {neighbour['title']} via {neighbour['relation']} "
+                f"(DRF {neighbour['score']:.2f})"
+            )
         for expansion in explain["expansions"]:
             print(f"   + {expansion[:140]}")
         for rank, hit in enumerate(result["hits"]["hits"], start=1):
