@@ -40,26 +40,19 @@ class AnalyzeGenerateRefine(Strategy):
                 n=2,
             )
             drafts.extend(documents_from(answer, 2))
-        refined = await ctx.llm_json(
-            rewrite,
-            "refine_1",
-            "agr_refine",
-            query=query,
-            documents=documents,
-            drafts="\n".join(f"- {d}" for d in drafts) or "(none)",
-            n=ctx.n_expansions,
-        )
-        refined_docs = documents_from(refined, ctx.n_expansions) or drafts
-        final = await ctx.llm_json(
-            rewrite,
-            "refine_2",
-            "agr_refine",
-            query=query,
-            documents=documents,
-            drafts="\n".join(f"- {d}" for d in refined_docs) or "(none)",
-            n=ctx.n_expansions,
-        )
-        rewrite.expansions = documents_from(final, ctx.n_expansions) or refined_docs
+        candidates = drafts
+        for stage in ("refine_1", "refine_2"):  # each round refines the previous round's output
+            answer = await ctx.llm_json(
+                rewrite,
+                stage,
+                "agr_refine",
+                query=query,
+                documents=documents,
+                drafts="\n".join(f"- {d}" for d in candidates) or "(none)",
+                n=ctx.n_expansions,
+            )
+            candidates = documents_from(answer, ctx.n_expansions) or candidates
+        rewrite.expansions = candidates
         rewrite.details = {
             "analysis": analysis,
             "drafts": drafts,
