@@ -16,11 +16,10 @@ from query_rewriter.strategies.context import StrategyContext, documents_from
 
 class AnalyzeGenerateRefine(Strategy):
     name = "agr"
-    uses_llm = True
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        structure = ctx.structure.describe() or "- passage: title, text"
+        structure = ctx.structure_text
         analysis = await ctx.llm_json(
             rewrite, "analyze", "agr_analyze", query=query, structure=structure
         )

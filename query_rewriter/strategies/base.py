@@ -12,7 +12,6 @@ class Strategy(abc.ABC):
     """Turns a query into a Rewrite. Raises on failure; the caller falls back to `base`."""
 
     name: str
-    uses_llm: bool = False
 
     @abc.abstractmethod
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite: ...

@@ -35,6 +35,11 @@ class StrategyContext:
         return float(self.params.get(name, default))
 
     @property
+    def structure_text(self) -> str:
+        """The KB's document structure for prompts; plain passages when none is recorded."""
+        return self.structure.describe() or "- passage: title, text"
+
+    @property
     def n_expansions(self) -> int:
         return int(self.param("n", self.settings.rewrite_expansions))
 

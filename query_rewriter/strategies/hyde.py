@@ -13,13 +13,12 @@ from query_rewriter.strategies.context import StrategyContext, documents_from
 
 class HypotheticalDocuments(Strategy):
     name = "hyde"
-    uses_llm = True
     grounded = False  # RAR: show the LLM the top initial hits first
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
         values = {"query": query, "n": ctx.n_expansions,
-                  "structure": ctx.structure.describe() or "- passage: title, text"}  # fmt: skip
+                  "structure": ctx.structure_text}  # fmt: skip
         if self.grounded:
             hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
             rewrite.details["grounding_documents"] = [hit["id"] for hit in hits]

@@ -34,14 +34,13 @@ DOC_FIELDS = ["id", "title", "body", "type"]
 
 class KnowledgeAwareRewrite(Strategy):
     name = "kar"
-    uses_llm = True
     use_graph = True
     filter_by = "document"  # or "name" (kar_no_drf)
     boost = False
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        structure = ctx.structure.describe() or "- passage: title, text"
+        structure = ctx.structure_text
         entities = await self.parse_entities(query, ctx, rewrite, structure)
         matched = await self.entity_documents(query, entities, ctx)
         rewrite.details["entities"] = entities

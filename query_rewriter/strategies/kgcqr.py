@@ -45,7 +45,6 @@ class Path:
 
 class ContextualQueryRetrieval(Strategy):
     name = "kgcqr"
-    uses_llm = True
     use_ttr = True
     complete = True
 
