@@ -28,6 +28,9 @@ from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.context import StrategyContext
 
 log = logging.getLogger("kgqr.rewrite")
+REWRITE_SETTING_PREFIXES = ("rewrite_", "kar_", "kgcqr_", "llm_model", "embedder_model")
+# Settings under those prefixes that say how or when to rewrite, not what a rewrite is.
+NOT_SHAPING = {"rewrite_cache_ttl_s", "rewrite_default_strategy", "rewrite_timeout_s"}
 
 
 @dataclass
@@ -92,17 +95,14 @@ class Rewriter:
         self.graph = graph
 
     def _config(self, strategy: str, params: dict[str, float]) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "strategy": strategy,
-            "params": params,
-            "llm": s.llm_model,
-            "embedder": s.embedder_model,
-            "alpha": s.rewrite_alpha,
-            "n": s.rewrite_expansions,
-            "k": s.rewrite_knn_k,
-            "chars": s.rewrite_doc_chars,
+        """Everything that shapes a rewrite, so changing any of it never serves a stale one:
+        the models and every rewrite_*, kar_* and kgcqr_* setting."""
+        shaping = {
+            name: value
+            for name, value in self.settings.model_dump(mode="json").items()
+            if name.startswith(REWRITE_SETTING_PREFIXES) and name not in NOT_SHAPING
         }
+        return {"strategy": strategy, "params": params, **shaping}
 
     async def rewrite(
         self,

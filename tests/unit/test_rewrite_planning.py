@@ -162,3 +162,17 @@ def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
     assert boost["filter"] == [{"term": {"type": "movie"}}]
     (should,) = boost["must"][0]["bool"]["should"]  # negative similarities are dropped
     assert should == {"constant_score": {"filter": {"term": {"id": "m1"}}, "boost": 0.6}}
+
+
+def test_rewrite_config_covers_every_setting_that_shapes_a_rewrite() -> None:
+    from plugin.settings import Settings
+    from query_rewriter.rewriter import Rewriter
+
+    def config(**overrides: object) -> dict:
+        return Rewriter(Settings(**overrides), None, None, None, None)._config("kar", {})  # type: ignore[arg-type]
+
+    base = config()
+    assert config(kar_triple_chars=100) != base
+    assert config(kgcqr_beam_width=5) != base
+    assert config(llm_model="other") != base
+    assert config(rewrite_cache_ttl_s=60) == base  # how long to keep, not what was rewritten
