@@ -79,7 +79,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 llm,
                 RewriteCache(redis, settings.rewrite_cache_ttl_s),
                 embed,
-                lambda kb, gateway: structure_of(state, kb),
+                lambda kb: structure_of(state, kb),
                 graph,
             ),
         )

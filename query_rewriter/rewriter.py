@@ -84,7 +84,7 @@ class Rewriter:
         llm: AsyncLlmClient,
         cache: RewriteCache,
         embed: Callable[[list[str]], Awaitable[np.ndarray]],
-        structure_of: Callable[[str, OpenSearchGateway], Awaitable[DocumentStructure]],
+        structure_of: Callable[[str], Awaitable[DocumentStructure]],
         graph: Any = None,
     ) -> None:
         self.settings = settings
@@ -151,7 +151,7 @@ class Rewriter:
         fallback = None
         try:
             with timer.stage("structure"):
-                structure = await self.structure_of(kb, gateway)
+                structure = await self.structure_of(kb)
             ctx = StrategyContext(
                 self.settings,
                 index,
