@@ -20,7 +20,7 @@ from bench.bench_common import save
 from ingest import job_runner
 from ingest.job_store import JobStore
 from ingest.sources import open_source
-from ingest.tasks import ingest_chunk_task
+from ingest.tasks import chunk_sender
 from plugin import connections, schema
 from plugin.embedder import get_embedder
 from plugin.settings import get_settings
@@ -74,9 +74,6 @@ def main() -> None:
                 out.write(json.dumps({"id": f"d{i}", "type": "passage", **t}) + "\n")
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
 
-        def send(job_id: str, chunk: int, records: list, extract: bool) -> None:
-            ingest_chunk_task.apply_async(args=[job_id, kb, chunk, records, extract])
-
         with job_runner.temporary_worker(settings) as worker:
             warm = Path(folder) / "warm"
             warm.mkdir()
@@ -84,10 +81,17 @@ def main() -> None:
             for spec in (f"jsonl:{warm}", f"jsonl:{folder}"):
                 started = time.perf_counter()
                 job = job_runner.enqueue(
-                    open_source(spec), spec, kb, settings=settings, opensearch=opensearch,
-                    jobs=jobs, send=send, dimension=dimension, chunk_size=args.chunk_size,
+                    open_source(spec),
+                    spec,
+                    kb,
+                    settings=settings,
+                    opensearch=opensearch,
+                    jobs=jobs,
+                    send=chunk_sender(kb),
+                    dimension=dimension,
+                    chunk_size=args.chunk_size,
                     restart=True,
-                )  # fmt: skip
+                )
                 progress = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=1800)
                 elapsed = time.perf_counter() - started
             rss = peak_rss_mb(worker.pid)

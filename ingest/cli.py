@@ -70,7 +70,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     from ingest.celery_app import app
     from ingest.job_store import JobStore
     from ingest.sources import open_source
-    from ingest.tasks import ingest_chunk_task
+    from ingest.tasks import chunk_sender
     from plugin import connections
 
     settings = get_settings()
@@ -83,13 +83,18 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
 
-    def send(job_id: str, chunk: int, records: list[dict[str, Any]], extract: bool) -> None:
-        ingest_chunk_task.apply_async(args=[job_id, kb, chunk, records, extract])
-
     enqueued = job_runner.enqueue(
-        loaded, source, kb, settings=settings, opensearch=opensearch, jobs=jobs, send=send,
-        dimension=dimension, chunk_size=chunk_size, restart=restart,
-    )  # fmt: skip
+        loaded,
+        source,
+        kb,
+        settings=settings,
+        opensearch=opensearch,
+        jobs=jobs,
+        send=chunk_sender(kb),
+        dimension=dimension,
+        chunk_size=chunk_size,
+        restart=restart,
+    )
     click.echo(
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
         f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"

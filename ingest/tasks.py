@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -43,3 +44,15 @@ def ingest_chunk_task(
         "llm_calls": outcome.llm_calls,
         "cached_llm_calls": outcome.cached_llm_calls,
     }
+
+
+def chunk_sender(kb: str, queue: str | None = None) -> Callable[[str, int, list[Any], bool], None]:
+    """What job_runner.enqueue calls for each chunk: a Celery task on `queue` (default
+    queue when None)."""
+
+    def send(job_id: str, chunk: int, records: list[Any], extract_triples: bool) -> None:
+        ingest_chunk_task.apply_async(
+            args=[job_id, kb, chunk, records, extract_triples], queue=queue
+        )
+
+    return send

@@ -7,7 +7,7 @@ from typing import Any
 from ingest import job_runner
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources import open_source
-from ingest.tasks import ingest_chunk_task
+from ingest.tasks import chunk_sender
 from plugin import schema
 from plugin.settings import Settings
 
@@ -19,12 +19,9 @@ def enqueue_source(
     limit = options.pop("limit", None)
     queue = options.pop("queue", None)
 
-    def send(job_id: str, chunk: int, records: list[dict[str, Any]], extract: bool) -> None:
-        ingest_chunk_task.apply_async(args=[job_id, kb, chunk, records, extract], queue=queue)
-
     return job_runner.enqueue(
         open_source(spec, limit=limit), spec, kb, settings=settings, opensearch=opensearch,
-        jobs=JobStore(redis), send=send, dimension=dimension, **options,
+        jobs=JobStore(redis), send=chunk_sender(kb, queue), dimension=dimension, **options,
     )  # fmt: skip
 
 
