@@ -93,16 +93,17 @@ class Rewriter:
         self.embed = embed
         self.structure_of = structure_of
         self.graph = graph
-
-    def _config(self, strategy: str, params: dict[str, float]) -> dict[str, Any]:
-        """Everything that shapes a rewrite, so changing any of it never serves a stale one:
-        the models and every rewrite_*, kar_* and kgcqr_* setting."""
-        shaping = {
+        # Everything that shapes a rewrite goes into its cache key, so changing any of it
+        # never serves a stale one: the models and every rewrite_*, kar_*, kgcqr_* setting.
+        # Computed once: settings do not change under a running rewriter.
+        self._shaping = {
             name: value
-            for name, value in self.settings.model_dump(mode="json").items()
+            for name, value in settings.model_dump(mode="json").items()
             if name.startswith(REWRITE_SETTING_PREFIXES) and name not in NOT_SHAPING
         }
-        return {"strategy": strategy, "params": params, **shaping}
+
+    def _config(self, strategy: str, params: dict[str, float]) -> dict[str, Any]:
+        return {"strategy": strategy, "params": params, **self._shaping}
 
     async def rewrite(
         self,
