@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from plugin.cli_groups import DefaultRunGroup
 from plugin.settings import get_settings
 
 RUN_HELP = """Load SOURCE (KIND:PATH) into knowledge base --kb.
@@ -28,16 +29,7 @@ Bad records are set aside in the index kgqr-KB-deadletter (see `kgqr ingest reje
 """
 
 
-class IngestGroup(click.Group):
-    """`kgqr ingest SOURCE ...` runs a job; `kgqr ingest status|verify|...` are subcommands."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-
-@click.group("ingest", cls=IngestGroup)
+@click.group("ingest", cls=DefaultRunGroup)
 def ingest() -> None:
     """Load knowledge bases: `kgqr ingest SOURCE --kb NAME` (see `kgqr ingest run --help`)."""
 

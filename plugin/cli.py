@@ -10,6 +10,10 @@ import click
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "services": ("plugin.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
     "ingest": ("ingest.cli", "Load knowledge bases into OpenSearch and Neo4j (Celery jobs)."),
+    "eval": (
+        "query_rewriter.evaluation.cli:eval_group",
+        "Score strategies on judged queries; sweeps.",
+    ),
     "serve": ("query_rewriter.cli", "Run the rewriting proxy in front of OpenSearch."),
     "plugin": ("plugin.installer_cli", "Install index templates, pipelines and graph schema."),
 }
@@ -22,8 +26,10 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in SUBCOMMANDS:
             return None
-        module = importlib.import_module(SUBCOMMANDS[cmd_name][0])
-        command = getattr(module, cmd_name.replace("-", "_"))
+        # "module" or "module:attribute"; the attribute defaults to the command's name.
+        module_name, _, attribute = SUBCOMMANDS[cmd_name][0].partition(":")
+        module = importlib.import_module(module_name)
+        command = getattr(module, attribute or cmd_name.replace("-", "_"))
         return command  # type: ignore[no-any-return]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

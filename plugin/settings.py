@@ -73,7 +73,9 @@ class Settings(BaseSettings):
     rewrite_alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")
     rewrite_expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
     rewrite_timeout_s: float = Field(default=90.0, description="Whole-rewrite budget.")
-    rewrite_cache_ttl_s: int = 24 * 3600
+    rewrite_cache_ttl_s: int = Field(
+        default=24 * 3600, description="Rewrite cache lifetime; 0 turns the rewrite cache off."
+    )
     rewrite_knn_k: int = 50
     rewrite_prf_docs: int = 3
     rewrite_doc_chars: int = Field(default=500, description="Documents are cut to this in prompts.")

@@ -27,12 +27,17 @@ def rewrite_key(caller: str, index: str, strategy: str, config: dict[str, Any], 
 
 
 class RewriteCache:
+    """A TTL of 0 or less turns the cache off (evaluation measures real rewrites), while
+    concurrent identical rewrites are still coalesced."""
+
     def __init__(self, redis: Any, ttl_s: int) -> None:
         self._redis = redis
         self._ttl_s = ttl_s
         self._in_flight: dict[str, asyncio.Future[Any]] = {}
 
     async def get(self, key: str) -> dict[str, Any] | None:
+        if self._ttl_s <= 0:
+            return None
         try:
             raw = await self._redis.get(key)
         except Exception:  # a cache outage must not fail the search
@@ -40,6 +45,8 @@ class RewriteCache:
         return json.loads(raw) if raw else None
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
+        if self._ttl_s <= 0:
+            return
         try:
             await self._redis.set(key, json.dumps(value), ex=self._ttl_s)
         except Exception:  # a cache outage must not fail the search

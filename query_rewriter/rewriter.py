@@ -54,6 +54,7 @@ class RewriteOutcome:
             "fallback": self.fallback,
             "cached": self.cached,
             "llm_calls": self.rewrite.llm_calls,
+            "cached_llm_calls": self.rewrite.cached_llm_calls,
             "final_query": final_query,
         }
 

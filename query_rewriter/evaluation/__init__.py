@@ -1,0 +1,1 @@
+"""Measuring strategies on judged queries: metrics, query-set loaders, runs, sweeps."""

@@ -1,0 +1,322 @@
+"""`kgqr eval`: score strategies on judged queries; `kgqr eval sweep`: parameter sweeps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import functools
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from plugin.cli_groups import DefaultRunGroup
+from plugin.settings import Settings, get_settings
+
+QUERY_SET_HELP = """\b
+QUERY_SET is KIND:PATH:
+  musique:DIR    MuSiQue queries_dev.json + corpus.json (../shared/data/musique100)
+  hotpotqa:DIR   HotpotQA queries_dev.json + corpus.json (../shared/data/hotpotqa100)
+  stark:DIR      STaRK QA stark_qa.csv + {train,val,test}.index (split "human" too)
+  jsonl:FILE     your own judgments, one query a line (see README "Judgments")
+"""
+
+RUN_HELP = f"""Run QUERY_SET against knowledge base --kb through each strategy and print
+Hit@1/5, Recall@2/5/10/20, MRR, mAP, nDCG@10 and latency p50/p95 per strategy.
+
+{QUERY_SET_HELP}
+Searches go through a kgqr proxy: --proxy URL, or one started in this process with the
+rewrite cache off (LLM answers stay cached in Redis, so a re-run costs no LLM time; the
+table says how many calls were answered from the cache). Writes OUT.json and OUT.csv.
+"""
+
+
+def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
+    from query_rewriter.search_request import NUMERIC_PARAMS
+
+    params = {}
+    valid = ", ".join(sorted(NUMERIC_PARAMS))
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or name not in NUMERIC_PARAMS:
+            raise click.BadParameter(
+                f"{item!r}: expected NAME=NUMBER with NAME one of {valid}",
+                param_hint="--param",
+            )
+        try:
+            params[name] = float(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r}: {value!r} is not a number", param_hint="--param"
+            ) from None
+    return params
+
+
+def _load(spec: str, split: str | None, limit: int | None) -> list[Any]:
+    from query_rewriter.evaluation.query_sets import QuerySetError, load_query_set
+
+    try:
+        queries = load_query_set(spec, split, limit)
+    except QuerySetError as exc:
+        raise click.BadParameter(str(exc), param_hint="QUERY_SET") from exc
+    if not queries:
+        raise click.BadParameter(f"{spec}: no queries", param_hint="QUERY_SET")
+    return queries
+
+
+@contextlib.contextmanager
+def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
+    """The proxy to evaluate through: the given one, or one in this process that does not
+    reuse earlier rewrites (so latencies are those of real rewrites)."""
+    if url:
+        yield url.rstrip("/")
+        return
+    from query_rewriter.background_server import running_proxy
+
+    with running_proxy(settings.model_copy(update={"rewrite_cache_ttl_s": 0})) as started:
+        yield started
+
+
+def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """What a reader needs to reproduce a figure: date, models and rewrite settings."""
+    shaping = {
+        name: value
+        for name, value in settings.model_dump(mode="json").items()
+        if name.startswith(("rewrite_", "kar_", "kgcqr_", "hybrid_", "llm_model", "embedder_model"))
+    }
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **extra,
+        "settings": shaping,
+    }
+
+
+def _stamp() -> str:
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _split_strategies(value: str) -> list[str]:
+    from query_rewriter.strategies import ALIASES, STRATEGIES
+
+    names = [ALIASES.get(s.strip(), s.strip()) for s in value.split(",") if s.strip()]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown {unknown}; valid: {', '.join(STRATEGIES)}", param_hint="--strategies"
+        )
+    return names
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """The options `run` and `sweep` share, parsed."""
+
+    split: str | None
+    limit: int | None
+    params: dict[str, float]
+    size: int
+    concurrency: int
+    proxy: str | None
+    out: Path | None
+
+
+def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Adds the shared options to a command, which receives them as `options`."""
+
+    def decorate(function: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(function)
+        def command(*args: Any, split: str | None, limit: int | None, params: tuple[str, ...],
+                    size: int, concurrency: int, proxy: str | None, out: Path | None,
+                    **kwargs: Any) -> None:  # fmt: skip
+            options = EvalOptions(
+                split, limit, _parse_params(params), size, concurrency, proxy, out
+            )
+            function(*args, options=options, **kwargs)
+
+        decorators = [
+            click.option(
+                "--split", default=None, help="Query split (dev; STaRK: train/val/test/human)."
+            ),
+            click.option("--limit", type=int, default=None, help="Only the first N queries."),
+            click.option(
+                "--param",
+                "params",
+                multiple=True,
+                metavar="NAME=VALUE",
+                help="Strategy parameter override, e.g. alpha=0.5, k=10, h=1, n=3.",
+            ),
+            click.option("--size", default=20, show_default=True, help="Hits retrieved per query."),
+            click.option(
+                "--concurrency",
+                default=1,
+                show_default=True,
+                help="Searches in flight (the local LLM serves one at a time).",
+            ),
+            click.option("--proxy", default=None, help="Evaluate through this running kgqr proxy."),
+            click.option("--out", type=click.Path(path_type=Path), default=None, help=out_help),
+        ]
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return decorate
+
+
+@click.group("eval", cls=DefaultRunGroup)
+def eval_group() -> None:
+    """Score strategies on judged queries: `kgqr eval QUERY_SET --kb NAME` (see `kgqr eval
+    run --help`), and sweep parameters with `kgqr eval sweep`."""
+
+
+@eval_group.command("run", help=RUN_HELP)
+@click.argument("query_set")
+@click.option("--kb", required=True, help="Knowledge base the queries are judged against.")
+@click.option("--strategies", default="base,prf", show_default=True, help="Comma-separated.")
+@common_options("Output stem (default eval-results/KB-DATE); .json and .csv are added.")
+def run(query_set: str, kb: str, strategies: str, options: EvalOptions) -> None:
+    from tqdm import tqdm
+
+    from query_rewriter.evaluation.report import format_table, write_outputs
+    from query_rewriter.evaluation.runner import evaluate
+
+    names = _split_strategies(strategies)
+    queries = _load(query_set, options.split, options.limit)
+    settings = get_settings()
+    config = run_config(settings, query_set=query_set, split=options.split, limit=options.limit)
+    with (
+        proxy_url(options.proxy, settings) as url,
+        tqdm(total=len(names) * len(queries), unit="query", desc="eval") as bar,
+    ):
+
+        def advance(result: Any) -> None:
+            bar.set_postfix(strategy=result.strategy, refresh=False)
+            bar.update()
+
+        report = asyncio.run(
+            evaluate(
+                url,
+                kb,
+                queries,
+                names,
+                options.params,
+                size=options.size,
+                concurrency=options.concurrency,
+                on_result=advance,
+                config=config,
+            )
+        )
+    click.echo(format_table(report))
+    json_path, csv_path = write_outputs(
+        report, options.out or Path("eval-results") / f"{kb}-{_stamp()}"
+    )
+    click.echo(f"wrote {json_path} and {csv_path}")
+
+
+def _parse_grid(values: tuple[str, ...]) -> dict[str, list[float]]:
+    from query_rewriter.evaluation.sweep import DEFAULT_GRID
+
+    if not values:
+        return DEFAULT_GRID
+    grid = {}
+    for item in values:
+        name, _, numbers = item.partition("=")
+        try:
+            grid[name] = [float(x) for x in numbers.split(",") if x]
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r}: expected NAME=V1,V2,...", param_hint="--grid"
+            ) from None
+        _parse_params(tuple(f"{name}={v}" for v in grid[name]))
+    return grid
+
+
+@eval_group.command("sweep")
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    required=True,
+    metavar="KB=QUERY_SET",
+    help="A knowledge base and its query set, e.g. musique=musique:../shared/data/musique100",
+)
+@click.option("--strategy", default="kar", show_default=True)
+@click.option(
+    "--grid",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="Values of one parameter (default: alpha 0.3-1.0, k 3-40, h 1-2, n 1-3).",
+)
+@click.option("--metric", "metrics", multiple=True, default=("R@5", "MRR"), show_default=True)
+@common_options("Output folder (default eval-results/sweep-DATE).")
+def sweep(
+    datasets: tuple[str, ...],
+    strategy: str,
+    grid: tuple[str, ...],
+    metrics: tuple[str, ...],
+    options: EvalOptions,
+) -> None:
+    """Vary one parameter at a time over its grid, for each dataset; write a PNG per
+    parameter (metric against value, one line per dataset) and sweep.json."""
+    from tqdm import tqdm
+
+    from query_rewriter.evaluation.sweep import Dataset, plot_parameter, run_sweep
+
+    [strategy] = _split_strategies(strategy)
+    values = _parse_grid(grid)
+    loaded = []
+    for item in datasets:
+        kb, sep, spec = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r}: expected KB=QUERY_SET", param_hint="--dataset")
+        loaded.append(Dataset(name=kb, kb=kb, queries=_load(spec, options.split, options.limit)))
+    settings = get_settings()
+    folder = options.out or Path("eval-results") / f"sweep-{_stamp()}"
+    steps = sum(len(v) for v in values.values()) * len(loaded)
+    with (
+        proxy_url(options.proxy, settings) as url,
+        tqdm(total=steps, unit="point", desc="sweep") as bar,
+    ):
+
+        def advance(point: Any) -> None:
+            bar.set_postfix(
+                param=point.param, value=point.value, dataset=point.dataset, refresh=False
+            )
+            bar.update()
+
+        points = asyncio.run(
+            run_sweep(
+                url,
+                loaded,
+                strategy,
+                values,
+                options.params,
+                size=options.size,
+                concurrency=options.concurrency,
+                on_point=advance,
+            )
+        )
+    for param in values:
+        click.echo(f"wrote {plot_parameter(points, param, metrics, folder / f'{param}.png')}")
+        for point in (p for p in points if p.param == param):
+            shown = "  ".join(f"{m} {100 * point.report.metrics[m]:5.1f}" for m in metrics)
+            click.echo(f"  {point.dataset:>12}  {param}={point.value:g}  {shown}")
+    summary = {
+        "config": run_config(
+            settings,
+            strategy=strategy,
+            grid=values,
+            split=options.split,
+            limit=options.limit,
+            datasets=list(datasets),
+        ),
+        "points": [
+            {"dataset": p.dataset, "param": p.param, "value": p.value, **asdict(p.report)}
+            for p in points
+        ],
+    }
+    (folder / "sweep.json").write_text(json.dumps(summary, indent=1) + "\n")
+    click.echo(f"wrote {folder / 'sweep.json'}")

@@ -1,0 +1,159 @@
+"""Runs judged queries through strategies via a kgqr proxy and scores what comes back.
+
+Evaluation goes through the proxy's HTTP API, the path a search team's client takes, so
+the figures include everything a real search pays (rewrite, embedding, hybrid search).
+Each search asks for ``kgqr.explain`` to learn about fallbacks and LLM calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from plugin.schema import documents_index
+from query_rewriter.evaluation.metrics import latency_percentiles, mean_scores, score_query
+from query_rewriter.evaluation.query_sets import JudgedQuery
+
+
+@dataclass
+class QueryResult:
+    query_id: str
+    strategy: str
+    ranked: list[str]
+    seconds: float
+    scores: dict[str, float]
+    fallback: str | None = None
+    llm_calls: int = 0
+    cached_llm_calls: int = 0
+
+
+@dataclass
+class StrategyReport:
+    strategy: str
+    queries: int
+    metrics: dict[str, float]
+    latency: dict[str, float]
+    fallbacks: int
+    llm_calls: int
+    cached_llm_calls: int
+
+    @classmethod
+    def of(cls, strategy: str, results: Sequence[QueryResult]) -> StrategyReport:
+        return cls(
+            strategy=strategy,
+            queries=len(results),
+            metrics=mean_scores([r.scores for r in results]),
+            latency=latency_percentiles([r.seconds for r in results]),
+            fallbacks=sum(r.fallback is not None for r in results),
+            llm_calls=sum(r.llm_calls for r in results),
+            cached_llm_calls=sum(r.cached_llm_calls for r in results),
+        )
+
+
+@dataclass
+class EvalReport:
+    config: dict[str, Any]
+    strategies: list[StrategyReport]
+    results: list[QueryResult] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "strategies": [asdict(s) for s in self.strategies],
+            "queries": [asdict(r) for r in self.results],
+        }
+
+
+def search_request(
+    query: JudgedQuery, strategy: str, params: dict[str, float], size: int
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Query-string parameters and body of one evaluated search."""
+    query_params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+    query_params.update({f"kgqr.param.{name}": str(value) for name, value in params.items()})
+    body = {"query": {"match": {"text": query.text}}, "size": size, "_source": False}
+    return query_params, body
+
+
+class EvalError(RuntimeError):
+    """The proxy refused an evaluated search; evaluation stops rather than score errors."""
+
+
+async def run_query(
+    client: httpx.AsyncClient,
+    index: str,
+    query: JudgedQuery,
+    strategy: str,
+    params: dict[str, float],
+    size: int,
+) -> QueryResult:
+    query_params, body = search_request(query, strategy, params, size)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    response = await client.post(f"/{index}/_search", params=query_params, json=body)
+    seconds = loop.time() - started
+    if response.status_code != 200:
+        raise EvalError(
+            f"{strategy} on {query.id!r}: HTTP {response.status_code} {response.text[:300]}"
+        )
+    answer = response.json()
+    ranked = [hit["_id"] for hit in answer["hits"]["hits"]]
+    explain = answer.get("kgqr") or {}
+    fallback = explain.get("fallback")
+    return QueryResult(
+        query_id=query.id,
+        strategy=strategy,
+        ranked=ranked,
+        seconds=seconds,
+        scores=score_query(ranked, query.judgments),
+        fallback=f"{fallback['stage']}: {fallback['reason']}" if fallback else None,
+        llm_calls=int(explain.get("llm_calls", 0)),
+        cached_llm_calls=int(explain.get("cached_llm_calls", 0)),
+    )
+
+
+async def evaluate(
+    proxy_url: str,
+    kb: str,
+    queries: Sequence[JudgedQuery],
+    strategies: Sequence[str],
+    params: dict[str, float] | None = None,
+    *,
+    size: int = 20,
+    concurrency: int = 1,
+    timeout_s: float = 900.0,
+    on_result: Callable[[QueryResult], None] | None = None,
+    config: dict[str, Any] | None = None,
+) -> EvalReport:
+    """Every (strategy, query) pair, `concurrency` searches at a time; strategies run one
+    after another so their latencies do not inflate each other."""
+    params = dict(params or {})
+    index = documents_index(kb)
+    limiter = asyncio.Semaphore(max(1, concurrency))
+    all_results: list[QueryResult] = []
+    reports = []
+    async with httpx.AsyncClient(base_url=proxy_url, timeout=timeout_s) as client:
+
+        async def one(query: JudgedQuery, strategy: str) -> QueryResult:
+            async with limiter:
+                result = await run_query(client, index, query, strategy, params, size)
+            if on_result is not None:
+                on_result(result)
+            return result
+
+        for strategy in strategies:
+            results = await asyncio.gather(*(one(q, strategy) for q in queries))
+            all_results.extend(results)
+            reports.append(StrategyReport.of(strategy, results))
+    run_config = {
+        "kb": kb,
+        "queries": len(queries),
+        "strategies": list(strategies),
+        "params": params,
+        "size": size,
+        **(config or {}),
+    }
+    return EvalReport(run_config, reports, all_results)

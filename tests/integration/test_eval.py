@@ -1,0 +1,113 @@
+"""`kgqr eval` and `kgqr eval sweep` end to end: a small knowledge base ingested for real,
+judged queries in the generic JSONL format, searches through a real kgqr proxy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from plugin.cli import main
+from plugin.settings import Settings
+from query_rewriter.background_server import running_proxy
+from tests.integration.ingest_helpers import drop_kb, run_to_end
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+KB = "eval-movies"
+JUDGMENTS = [
+    {"id": "heist", "query": "professional bank robbers chased by the police", "relevant": ["m1"]},
+    {"id": "hitman", "query": "a taxi driver taken hostage by a killer", "relevant": ["m2", "p3"],
+     "grades": {"m2": 2}},
+    {"id": "tobacco", "query": "whistleblower on the tobacco industry", "relevant": ["m3", "p4"]},
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def judged(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+           ingest_worker: Any, tmp_path_factory: Any) -> Iterator[Path]:  # fmt: skip
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    run_to_end(settings, opensearch, neo4j_driver, redis_client,
+               f"jsonl:{FIXTURES / 'tiny_kb'}", KB)  # fmt: skip
+    path = tmp_path_factory.mktemp("eval") / "judged.jsonl"
+    path.write_text("".join(json.dumps(j) + "\n" for j in JUDGMENTS))
+    yield path
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+
+
+@pytest.fixture(scope="module")
+def proxy(settings: Settings) -> Iterator[str]:
+    with running_proxy(settings.model_copy(update={"rewrite_cache_ttl_s": 0})) as url:
+        yield url
+
+
+def _eval(*args: str) -> Any:
+    result = CliRunner().invoke(main, ["eval", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_eval_scores_two_strategies_and_a_rerun_costs_no_llm_time(
+    judged: Path, proxy: str, llm_settings: Settings, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    result = _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "base,hyde", "--proxy", proxy,
+                   "--out", str(out))  # fmt: skip
+    assert "Hit@1" in result.output and "hyde" in result.output
+    report = json.loads(out.with_suffix(".json").read_text())
+    by_strategy = {s["strategy"]: s for s in report["strategies"]}
+    assert set(by_strategy) == {"base", "hyde"}
+    base = by_strategy["base"]
+    # Each query names its movie plainly: the plain hybrid search finds every one first.
+    assert base["metrics"]["Hit@1"] == 1.0
+    assert base["metrics"]["MRR"] == 1.0
+    assert base["llm_calls"] == 0 and base["fallbacks"] == 0
+    assert by_strategy["hyde"]["llm_calls"] == len(JUDGMENTS)
+    assert by_strategy["hyde"]["fallbacks"] == 0
+    assert report["config"]["settings"]["llm_model"]
+    heist = next(
+        q for q in report["queries"] if q["query_id"] == "heist" and q["strategy"] == "base"
+    )
+    assert heist["ranked"][0] == "m1"
+    csv_lines = out.with_suffix(".csv").read_text().splitlines()
+    assert csv_lines[0].startswith("strategy,Hit@1,Hit@5,R@2")
+    assert len(csv_lines) == 3
+
+    again = _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "hyde", "--proxy", proxy,
+                  "--out", str(tmp_path / "again"))  # fmt: skip
+    [hyde] = json.loads((tmp_path / "again.json").read_text())["strategies"]
+    assert hyde["cached_llm_calls"] == hyde["llm_calls"] == len(JUDGMENTS)
+    assert f"LLM calls {len(JUDGMENTS)}, of which {len(JUDGMENTS)} answered from the cache" in (
+        again.output
+    )
+
+
+def test_sweep_writes_a_plot_per_parameter(judged: Path, proxy: str, tmp_path: Path) -> None:
+    result = _eval("sweep", "--dataset", f"{KB}=jsonl:{judged}", "--strategy", "prf",
+                   "--grid", "alpha=0.3,1.0", "--grid", "prf_docs=1,3", "--proxy", proxy,
+                   "--out", str(tmp_path))  # fmt: skip
+    for param in ("alpha", "prf_docs"):
+        png = (tmp_path / f"{param}.png").read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+    points = json.loads((tmp_path / "sweep.json").read_text())["points"]
+    assert [(p["param"], p["value"]) for p in points] == [
+        ("alpha", 0.3), ("alpha", 1.0), ("prf_docs", 1.0), ("prf_docs", 3.0),
+    ]  # fmt: skip
+    assert all(p["dataset"] == KB and 0 < p["metrics"]["MRR"] <= 1 for p in points)
+    assert "R@5" in result.output
+
+
+def test_bad_query_sets_and_parameters_are_usage_errors(judged: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad_param = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--param", "beta=1"])
+    assert bad_param.exit_code == 2 and "beta=1" in bad_param.output
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"query": "ok"}\n{oops\n')
+    bad_file = runner.invoke(main, ["eval", f"jsonl:{broken}", "--kb", KB])
+    assert bad_file.exit_code == 2 and "broken.jsonl:2: not JSON" in bad_file.output
+    bad_strategy = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB,
+                                        "--strategies", "base,magic"])  # fmt: skip
+    assert bad_strategy.exit_code == 2 and "magic" in bad_strategy.output

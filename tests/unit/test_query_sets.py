@@ -1,0 +1,137 @@
+"""Query-set loaders on small fixtures built here, and on the shared dev files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from query_rewriter.evaluation.query_sets import QuerySetError, load_query_set
+
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def test_musique_gold_is_matched_by_title_and_text_not_title_alone(tmp_path: Path) -> None:
+    corpus = [
+        {"title": "Paris", "text": "Paris is in Texas."},
+        {"title": "Paris", "text": "Paris is the capital of France."},
+        {"title": "Seine", "text": "The Seine flows through Paris."},
+    ]
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    paragraph = lambda t, x, s: {"title": t, "paragraph_text": x, "is_supporting": s}  # noqa: E731
+    queries = [
+        {
+            "id": "q1",
+            "question": "Which river flows through the capital of France?",
+            "paragraphs": [
+                paragraph("Paris", "Paris is the capital of France.", True),
+                paragraph("Paris", "Paris is in Texas.", False),
+                paragraph("Seine", "The Seine flows through Paris.", True),
+            ],
+        }
+    ]
+    (tmp_path / "queries_dev.json").write_text(json.dumps(queries))
+    [query] = load_query_set(f"musique:{tmp_path}")
+    assert query.id == "q1"
+    assert query.judgments == {"p1": 1.0, "p2": 1.0}
+
+
+def test_hotpotqa_gold_is_the_supporting_titles(tmp_path: Path) -> None:
+    corpus = {"Lilu": ["Lilu is a demon."], "Gallu": ["Gallu is a demon."], "Other": ["x"]}
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    queries = [
+        {
+            "_id": "h1",
+            "question": "What is Lilu?",
+            "supporting_facts": [["Gallu", 0], ["Lilu", 0], ["Lilu", 1]],
+        }
+    ]
+    (tmp_path / "queries_dev.json").write_text(json.dumps(queries))
+    [query] = load_query_set(f"hotpotqa:{tmp_path}")
+    assert query.judgments == {"p1": 1.0, "p0": 1.0}
+
+
+def _stark_fixture(directory: Path) -> None:
+    (directory / "stark_qa.csv").write_text(
+        'id,query,answer_ids\n7,"red shoes, size 9","[11, 12]"\n8,blue hats,[13]\n9,green,[14]\n'
+    )
+    (directory / "test.index").write_text("7\n9\n")
+    (directory / "stark_qa_human_generated_eval.csv").write_text(
+        'id,query,answer_ids,answer_ids_source\n0,a human query,"[5, 6]",[5]\n'
+    )
+
+
+def test_stark_split_selects_its_query_ids(tmp_path: Path) -> None:
+    _stark_fixture(tmp_path)
+    queries = load_query_set(f"stark:{tmp_path}", "test")
+    assert [(q.id, q.text, q.judgments) for q in queries] == [
+        ("7", "red shoes, size 9", {"11": 1.0, "12": 1.0}),
+        ("9", "green", {"14": 1.0}),
+    ]
+    [human] = load_query_set(f"stark:{tmp_path}", "human")
+    assert human.judgments == {"5": 1.0, "6": 1.0}
+    with pytest.raises(QuerySetError, match=r"no val\.index"):
+        load_query_set(f"stark:{tmp_path}", "val")
+
+
+def test_jsonl_judgments_with_grades_and_limit(tmp_path: Path) -> None:
+    path = tmp_path / "judged.jsonl"
+    path.write_text(
+        '{"id": "a", "query": "first", "relevant": ["d1", "d2"], "grades": {"d2": 3}}\n'
+        "\n"
+        '{"query": "second", "grades": {"d7": 2, "d8": 0}}\n'
+        '{"query": "third", "relevant": ["d9"]}\n'
+    )
+    queries = load_query_set(f"jsonl:{path}", limit=2)
+    assert [(q.id, q.judgments) for q in queries] == [
+        ("a", {"d1": 1.0, "d2": 3.0}),
+        ("3", {"d7": 2.0, "d8": 0.0}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "judged.jsonl:2: not JSON"),
+        ('{"relevant": ["d1"]}', "judged.jsonl:2: needs a string field 'query'"),
+        ('{"query": "q", "relevant": "d1"}', "'relevant' must be a list"),
+        ('{"query": "q", "grades": {"d1": "high"}}', "grades must be numbers"),
+    ],
+)
+def test_jsonl_errors_name_the_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "judged.jsonl"
+    path.write_text('{"query": "fine"}\n' + line + "\n")
+    with pytest.raises(QuerySetError, match=message):
+        load_query_set(f"jsonl:{path}")
+
+
+def test_bad_specs_and_missing_files_say_so(tmp_path: Path) -> None:
+    with pytest.raises(QuerySetError, match="KIND:PATH"):
+        load_query_set("trec:/x")
+    with pytest.raises(QuerySetError, match="no such file"):
+        load_query_set(f"musique:{tmp_path}")
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is absent")
+@pytest.mark.parametrize("kind", ["musique", "hotpotqa"])
+def test_shared_dev_sets_load_with_gold_in_the_corpus(kind: str) -> None:
+    queries = load_query_set(f"{kind}:{SHARED_DATA / f'{kind}100'}")
+    assert len(queries) == 50
+    assert all(2 <= len(q.judgments) <= 4 for q in queries)
+    assert all(doc.startswith("p") for q in queries for doc in q.judgments)
+
+
+@pytest.mark.skipif(
+    not (SHARED_DATA / "stark_qa").is_dir(), reason="../shared/data/stark_qa is absent"
+)
+@pytest.mark.parametrize("dataset", ["amazon", "mag", "primekg"])
+def test_shared_stark_splits_load(dataset: str) -> None:
+    folder = SHARED_DATA / "stark_qa" / dataset
+    wanted = {
+        line.strip() for line in (folder / "val.index").read_text().splitlines() if line.strip()
+    }
+    queries = load_query_set(f"stark:{folder}", "val")
+    assert {q.id for q in queries} == wanted
+    assert all(q.judgments for q in queries)
+    assert load_query_set(f"stark:{folder}", "human", limit=5)
