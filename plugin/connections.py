@@ -8,13 +8,18 @@ from typing import Any
 from plugin.settings import Settings
 
 
+def opensearch_basic_auth(settings: Settings) -> tuple[str, str] | None:
+    """The (user, password) OpenSearch (and Dashboards) want, or None without security."""
+    if settings.opensearch_user and settings.opensearch_password:
+        return (settings.opensearch_user, settings.opensearch_password.get_secret_value())
+    return None
+
+
 def _opensearch_kwargs(settings: Settings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"hosts": [settings.opensearch_url], "timeout": 30}
-    if settings.opensearch_user and settings.opensearch_password:
-        kwargs["http_auth"] = (
-            settings.opensearch_user,
-            settings.opensearch_password.get_secret_value(),
-        )
+    auth = opensearch_basic_auth(settings)
+    if auth is not None:
+        kwargs["http_auth"] = auth
     return kwargs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from plugin.settings import get_settings
+from plugin.settings import Settings, get_settings
 
 
 @click.group("plugin")
@@ -13,15 +13,40 @@ def plugin() -> None:
 
 
 @plugin.command()
-def install() -> None:
-    """Install index templates, the hybrid search pipeline and Neo4j constraints."""
+@click.option(
+    "--dashboards",
+    "dashboards_url",
+    metavar="URL",
+    default=None,
+    help="Also import the query-log dashboard into OpenSearch Dashboards at URL "
+    "(e.g. http://localhost:5601), with KGQR_OPENSEARCH_USER/PASSWORD if set.",
+)
+def install(dashboards_url: str | None) -> None:
+    """Install index templates, the hybrid search pipeline and Neo4j constraints; with
+    --dashboards, the saved objects (index pattern, visualisations, dashboard) too."""
     from plugin import connections, installer
     from plugin.embedder import get_embedder
 
     settings = get_settings()
+    if dashboards_url:
+        _import_dashboards(dashboards_url, settings)
     dimension = get_embedder(settings.embedder_model).dimension
     for item in installer.install_opensearch(connections.opensearch_client(settings), dimension):
         click.echo(f"opensearch: {item}")
     with connections.neo4j_driver(settings) as driver:
         for item in installer.install_neo4j(driver):
             click.echo(f"neo4j: {item}")
+
+
+def _import_dashboards(url: str, settings: Settings) -> None:
+    import httpx
+
+    from plugin.connections import opensearch_basic_auth
+    from plugin.dashboards_import import DashboardsImportError, import_saved_objects
+
+    try:
+        with httpx.Client(auth=opensearch_basic_auth(settings), timeout=60) as client:
+            count = import_saved_objects(client, url)
+    except (httpx.HTTPError, DashboardsImportError) as exc:
+        raise click.ClickException(f"dashboards import into {url} failed: {exc}") from exc
+    click.echo(f"dashboards: imported {count} saved objects into {url}")

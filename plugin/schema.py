@@ -17,7 +17,13 @@ META_INDEX = "kgqr-meta"
 HYBRID_PIPELINE = "kgqr-hybrid"
 # Three sub-queries: BM25, k-NN, and the documents the knowledge graph links to the query.
 HYBRID_BOOST_PIPELINE = "kgqr-hybrid-boost"
-TEMPLATES = ("documents", "triples", "deadletter", "kb-meta")
+# Indices the proxy writes: every rewrite (for Dashboards), the tuning page's judgments
+# and the rankings it showed (so metrics over judgments need no re-run).
+QUERY_LOG_INDEX = "kgqr-query-log"
+JUDGMENTS_INDEX = "kgqr-judgments"
+TUNE_RUNS_INDEX = "kgqr-tune-runs"
+PROXY_TEMPLATES = ("query-log", "judgments", "tune-runs")
+TEMPLATES = ("documents", "triples", "deadletter", "kb-meta", *PROXY_TEMPLATES)
 
 
 def check_kb_name(kb: str) -> str:
@@ -62,6 +68,11 @@ def index_templates(dimension: int) -> dict[str, dict[str, Any]]:
         f"kgqr-{name}": opensearch_resource(f"{name}-template", dimension=dimension)
         for name in TEMPLATES
     }
+
+
+def proxy_index_templates() -> dict[str, dict[str, Any]]:
+    """The templates of the indices the proxy itself writes (none needs the dimension)."""
+    return {f"kgqr-{name}": opensearch_resource(f"{name}-template") for name in PROXY_TEMPLATES}
 
 
 def hybrid_pipeline(weights: tuple[float, ...]) -> dict[str, Any]:

@@ -102,6 +102,9 @@ class Settings(BaseSettings):
         "searches fused by RRF in kgqr; auto: pipeline when neural-search is installed.",
     )
     max_body_bytes: int = 10 * 1024 * 1024
+    query_log_enabled: bool = Field(
+        default=True, description="Log every rewrite to the kgqr-query-log index (Dashboards)."
+    )
 
     # Local services (used only by `kgqr services`) -----------------------------------
     home: Path = Field(

@@ -26,7 +26,7 @@ from plugin import connections, kb_meta
 from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure
 from plugin.llm import AsyncLlmClient
-from plugin.schema import META_INDEX, hybrid_pipelines
+from plugin.schema import META_INDEX, hybrid_pipelines, proxy_index_templates
 from plugin.settings import Settings, get_settings
 from query_rewriter import metrics
 from query_rewriter.client_fusion import client_side_hybrid
@@ -34,6 +34,7 @@ from query_rewriter.errors import RewriteRequestError, error_response
 from query_rewriter.forwarding import forward, request_headers, to_response
 from query_rewriter.hybrid_query import hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.query_log import QueryLog, query_log_entry
 from query_rewriter.rewrite_cache import RewriteCache
 from query_rewriter.rewriter import RewriteOutcome, Rewriter
 from query_rewriter.search_request import SearchPlan, plan_search, strip_kgqr
@@ -50,6 +51,7 @@ class ProxyState:
     http: httpx.AsyncClient
     redis: Any
     rewriter: Rewriter
+    query_log: QueryLog | None = None
     neural_search: bool = True
     structures: dict[str, tuple[float, DocumentStructure]] = field(default_factory=dict)
 
@@ -82,13 +84,15 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 lambda kb: structure_of(state, kb),
                 graph,
             ),
+            query_log=QueryLog(http) if settings.query_log_enabled else None,
         )
         fusion = settings.hybrid_fusion
         state.neural_search = fusion == "pipeline" or (
             fusion == "auto" and await _has_neural_search(http)
         )
-        if state.neural_search:
-            await _ensure_pipeline(http, settings)
+        await _ensure_definitions(http, settings, pipelines=state.neural_search)
+        if state.query_log is not None:
+            state.query_log.start()
         app.state.kgqr = state
         log.info(
             "kgqr proxy ready",
@@ -102,6 +106,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         try:
             yield
         finally:
+            if state.query_log is not None:
+                await state.query_log.close()
             await llm.close()
             await graph.close()
             await http.aclose()
@@ -124,16 +130,22 @@ async def _has_neural_search(http: httpx.AsyncClient) -> bool:
         return True  # assume the common case; a failing hybrid search falls back anyway
 
 
-async def _ensure_pipeline(http: httpx.AsyncClient, settings: Settings) -> None:
-    """Install kgqr's hybrid pipelines if missing, so the proxy works before any ingest."""
-    pipelines = hybrid_pipelines(settings.hybrid_weights, settings.hybrid_boost_weights)
+async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipelines: bool) -> None:
+    """Install the templates of the indices the proxy writes, and kgqr's hybrid pipelines
+    if missing, so the proxy works before any ingest or `kgqr plugin install`."""
     try:
-        for name, body in pipelines.items():
+        for name, body in proxy_index_templates().items():
+            await http.put(f"/_index_template/{name}", json=body)
+        if not pipelines:
+            return
+        for name, body in hybrid_pipelines(
+            settings.hybrid_weights, settings.hybrid_boost_weights
+        ).items():
             path = f"/_search/pipeline/{name}"
             if (await http.get(path)).status_code == 404:
                 await http.put(path, json=body)
     except httpx.HTTPError as exc:
-        log.warning("could not check the hybrid pipeline", extra={"kgqr": {"error": str(exc)}})
+        log.warning("could not install kgqr's definitions", extra={"kgqr": {"error": str(exc)}})
 
 
 async def structure_of(state: ProxyState, kb: str) -> DocumentStructure:
@@ -247,6 +259,7 @@ async def run_plan(
     state: ProxyState, plan: SearchPlan, query_params: dict[str, str], headers: dict[str, str]
 ) -> tuple[httpx.Response, dict[str, Any]]:
     """Rewrite, search hybrid; if the hybrid search itself fails, search the original."""
+    began = time.perf_counter()
     gateway = OpenSearchGateway(state.http, headers.get("authorization"))
     outcome: RewriteOutcome = await state.rewriter.rewrite(
         index=plan.index,
@@ -285,6 +298,17 @@ async def run_plan(
         )
         body = plan.body
     explain = outcome.explain(body)
+    if state.query_log is not None:
+        state.query_log.record(
+            query_log_entry(
+                kb=plan.kb,
+                index=plan.index,
+                strategy=plan.strategy,
+                explain=explain,
+                upstream=upstream,
+                total_ms=(time.perf_counter() - began) * 1000,
+            )
+        )
     if log.isEnabledFor(logging.INFO):
         log.info(
             "rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}}

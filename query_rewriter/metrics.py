@@ -29,3 +29,9 @@ FALLBACKS = Counter(
     ["strategy", "stage"],
     registry=REGISTRY,
 )
+QUERY_LOG = Counter(
+    "kgqr_query_log_entries_total",
+    "Query-log entries by outcome (written, dropped when the queue is full, failed to index)",
+    ["result"],
+    registry=REGISTRY,
+)

@@ -6,16 +6,14 @@ from typing import Any
 
 import httpx
 
+from plugin.connections import opensearch_basic_auth
 from plugin.settings import Settings
 
 
 def opensearch_http_client(settings: Settings) -> httpx.AsyncClient:
-    auth = None
-    if settings.opensearch_user and settings.opensearch_password:
-        auth = (settings.opensearch_user, settings.opensearch_password.get_secret_value())
     return httpx.AsyncClient(
         base_url=settings.opensearch_url,
-        auth=auth,
+        auth=opensearch_basic_auth(settings),
         timeout=httpx.Timeout(60.0, connect=5.0),
         limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
     )

@@ -239,6 +239,35 @@ def test_a_dead_llm_degrades_to_the_plain_query(
     assert response.json()["hits"]["hits"][0]["_id"] == "m1"
 
 
+def test_every_rewrite_lands_in_the_query_log(
+    settings: Settings, opensearch: Any, movies_kb: str, unique_name: str
+) -> None:
+    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    text = f"{QUERY['query']['match']['text']} {unique_name}"
+    query = {**QUERY, "query": {"match": {"text": text}}}
+    with running_proxy(dead) as url:
+        assert _search(url, movies_kb, query, **{"kgqr.strategy": "base"}).status_code == 200
+        assert _search(url, movies_kb, query, **{"kgqr.strategy": "hyde"}).status_code == 200
+        assert _search(url, movies_kb, {**query, "size": 0}).status_code == 200
+    # Leaving the proxy flushes its queue; the entries are then searchable.
+    opensearch.indices.refresh(index=schema.QUERY_LOG_INDEX)
+    found = opensearch.search(
+        index=schema.QUERY_LOG_INDEX,
+        body={"query": {"term": {"query.raw": text}}, "sort": [{"timestamp": "asc"}], "size": 10},
+    )["hits"]["hits"]
+    entries = sorted(
+        (hit["_source"] for hit in found), key=lambda e: (e["strategy"], e["hit_count"])
+    )
+    assert [(e["strategy"], e["fell_back"], e["zero_hits"]) for e in entries] == [
+        ("base", 0, 1), ("base", 0, 0), ("hyde", 1, 0),
+    ]  # fmt: skip
+    base, hyde = entries[1], entries[2]
+    assert base["kb"] == "proxy-movies" and base["index"] == movies_kb
+    assert base["hit_count"] == 3 and base["total_hits"] >= 3 and base["status"] == 200
+    assert base["total_ms"] > 0 and base["stages_ms"]["search"] > 0
+    assert hyde["fallback_stage"] == "generate" and hyde["applied_strategy"] == "base"
+
+
 def test_metrics_count_requests_and_fallbacks(proxy_url: str, movies_kb: str) -> None:
     _search(proxy_url, movies_kb, QUERY)
     text = httpx.get(f"{proxy_url}/metrics").text
