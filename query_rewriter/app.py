@@ -38,6 +38,7 @@ from query_rewriter.query_log import QueryLog, query_log_entry
 from query_rewriter.rewrite_cache import RewriteCache
 from query_rewriter.rewriter import RewriteOutcome, Rewriter
 from query_rewriter.search_request import SearchPlan, plan_search, strip_kgqr
+from query_rewriter.tuning.routes import tuning_routes
 
 log = logging.getLogger("kgqr.proxy")
 SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?$")
@@ -116,6 +117,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     return Starlette(
         routes=[
             Route("/metrics", metrics_endpoint, methods=["GET"]),
+            *tuning_routes(run_plan),
             Route("/{path:path}", proxy, methods=["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]),
         ],
         lifespan=lifespan,

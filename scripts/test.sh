@@ -9,6 +9,7 @@ export PATH="$bin:$PATH" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 cd "$repo"
 
 kgqr services up
+bash "$repo/scripts/test_browser.sh"
 echo "test.sh: services ready after $(( $(date +%s) - started ))s"
 ruff check .
 ruff format --check .

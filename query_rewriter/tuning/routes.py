@@ -1,0 +1,195 @@
+"""HTTP endpoints of the tuning page. Searches go through the proxy's own `run_plan`, so
+what the page shows is exactly what a client of the proxy gets for that strategy."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from plugin.schema import META_INDEX, documents_index
+from query_rewriter.errors import RewriteRequestError, error_response
+from query_rewriter.forwarding import request_headers
+from query_rewriter.search_request import SearchPlan, plan_search
+from query_rewriter.strategies import STRATEGIES
+from query_rewriter.tuning.judgment_store import JudgmentStore
+from query_rewriter.tuning.scoreboard import scoreboard
+
+RunPlan = Callable[
+    [Any, SearchPlan, dict[str, str], dict[str, str]],
+    Awaitable[tuple[httpx.Response, dict[str, Any]]],
+]
+STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
+MAX_SIZE = 50
+
+
+def _static(name: str) -> str:
+    return resources.files("query_rewriter.tuning").joinpath("static", name).read_text()
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except json.JSONDecodeError as exc:
+        raise RewriteRequestError(400, "parsing_exception", f"request body: {exc.msg}") from exc
+    if not isinstance(body, dict):
+        raise RewriteRequestError(400, "parsing_exception", "request body must be an object")
+    return body
+
+
+def _field(body: dict[str, Any], name: str, kind: type) -> Any:
+    value = body.get(name)
+    if not isinstance(value, kind) or (isinstance(value, str) and not value.strip()):
+        raise RewriteRequestError(
+            400, "illegal_argument_exception", f"[{name}] is required ({kind.__name__})"
+        )
+    return value
+
+
+def _store(request: Request) -> JudgmentStore:
+    return JudgmentStore(request.app.state.kgqr.http, request_headers(request))
+
+
+def _errors_as_opensearch(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RewriteRequestError as exc:
+            return error_response(exc)
+        except httpx.HTTPStatusError as exc:
+            return Response(
+                exc.response.content,
+                status_code=exc.response.status_code,
+                media_type="application/json",
+            )
+
+    return wrapped
+
+
+async def page(request: Request) -> Response:
+    return HTMLResponse(_static("page.html"))
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC_TYPES:
+        return error_response(RewriteRequestError(404, "not_found", f"no such file [{name}]"))
+    return Response(_static(name), media_type=STATIC_TYPES[name])
+
+
+async def options(request: Request) -> Response:
+    """The knowledge bases (from kgqr-meta) and strategies the page offers."""
+    state = request.app.state.kgqr
+    response = await state.http.post(
+        f"/{META_INDEX}/_search",
+        json={"size": 1000, "_source": ["kb"], "sort": [{"kb": "asc"}]},
+        headers=request_headers(request),
+    )
+    kbs = []
+    if response.status_code == 200:
+        kbs = [hit["_source"]["kb"] for hit in response.json()["hits"]["hits"]]
+    return JSONResponse({"kbs": kbs, "strategies": list(STRATEGIES)})
+
+
+def _shown_hit(hit: dict[str, Any]) -> dict[str, Any]:
+    source = hit.get("_source") or {}
+    return {
+        "id": hit["_id"],
+        "score": hit.get("_score"),
+        "title": source.get("title"),
+        "type": source.get("type"),
+        "snippet": str(source.get("text") or source.get("body") or "")[:240],
+    }
+
+
+def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response]]:
+    async def search(request: Request) -> Response:
+        """One strategy on one query: hits, expansions, the rewrite's details and timings;
+        the ranking is stored so the scoreboard can score it against later judgments."""
+        body = await _json_body(request)
+        kb, query = _field(body, "kb", str), _field(body, "query", str).strip()
+        strategy = _field(body, "strategy", str)
+        size = min(int(body.get("size", 10)), MAX_SIZE)
+        search_body = {
+            "query": {"match": {"text": query}},
+            "size": size,
+            "_source": ["title", "type", "text", "body"],
+        }
+        params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+        plan = plan_search(documents_index(kb), params, search_body, None)
+        if plan is None:
+            raise RewriteRequestError(400, "illegal_argument_exception", "nothing to rewrite")
+        started = time.perf_counter()
+        upstream, explain = await run_plan(
+            request.app.state.kgqr, plan, params, request_headers(request)
+        )
+        total_ms = (time.perf_counter() - started) * 1000
+        if upstream.status_code != 200:
+            return Response(
+                upstream.content, status_code=upstream.status_code, media_type="application/json"
+            )
+        hits = [_shown_hit(hit) for hit in upstream.json()["hits"]["hits"]]
+        await _store(request).record_ranking(kb, query, strategy, [h["id"] for h in hits], total_ms)
+        explain.pop("final_query", None)
+        return JSONResponse(
+            {"strategy": strategy, "hits": hits, "explain": explain, "total_ms": round(total_ms, 1)}
+        )
+
+    return search
+
+
+async def judge(request: Request) -> Response:
+    body = await _json_body(request)
+    kb, query = _field(body, "kb", str), _field(body, "query", str).strip()
+    doc_id = _field(body, "doc_id", str)
+    relevant = body.get("relevant")
+    if not isinstance(relevant, bool):
+        raise RewriteRequestError(400, "illegal_argument_exception", "[relevant] must be a boolean")
+    await _store(request).judge(kb, query, doc_id, 1.0 if relevant else 0.0)
+    return JSONResponse({"kb": kb, "query": query, "doc_id": doc_id, "relevant": relevant})
+
+
+async def judgments(request: Request) -> Response:
+    kb = request.query_params.get("kb", "")
+    query = request.query_params.get("query")
+    found = await _store(request).judgments(_field({"kb": kb}, "kb", str), query)
+    return JSONResponse(
+        {"judgments": {j.doc_id: j.grade for j in found}}
+        if query
+        else {"judgments": [j.__dict__ for j in found]}
+    )
+
+
+async def metrics_over_judgments(request: Request) -> Response:
+    kb = _field({"kb": request.query_params.get("kb", "")}, "kb", str)
+    store = _store(request)
+    judged = await store.judgments(kb)
+    rows = scoreboard(judged, await store.rankings(kb))
+    return JSONResponse(
+        {"kb": kb, "judged_queries": len({j.query for j in judged}), "strategies": rows}
+    )
+
+
+def tuning_routes(run_plan: RunPlan) -> list[Route]:
+    return [
+        Route("/_kgqr/tune", _errors_as_opensearch(page), methods=["GET"]),
+        Route("/_kgqr/tune/static/{name}", _errors_as_opensearch(static), methods=["GET"]),
+        Route("/_kgqr/tune/options", _errors_as_opensearch(options), methods=["GET"]),
+        Route(
+            "/_kgqr/tune/search", _errors_as_opensearch(search_endpoint(run_plan)), methods=["POST"]
+        ),
+        Route("/_kgqr/tune/judgments", _errors_as_opensearch(judge), methods=["POST"]),
+        Route("/_kgqr/tune/judgments", _errors_as_opensearch(judgments), methods=["GET"]),
+        Route(
+            "/_kgqr/tune/metrics", _errors_as_opensearch(metrics_over_judgments), methods=["GET"]
+        ),
+    ]

@@ -1,0 +1,160 @@
+// The tuning page: one fetch per strategy (columns fill as each finishes), judgments
+// saved on click, and the scoreboard re-read after every judgment. No libraries, no CDN.
+"use strict";
+
+const METRICS = ["Hit@1", "Hit@5", "R@2", "R@5", "R@10", "R@20", "MRR", "mAP", "nDCG@10"];
+const DEFAULT_STRATEGIES = ["base", "prf", "hyde", "kar"];
+const $ = (id) => document.getElementById(id);
+let current = { kb: null, query: null, judgments: {} };
+
+function element(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (name === "onclick") node.addEventListener("click", value);
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+async function call(method, path, body) {
+  const response = await fetch(path, {
+    method,
+    headers: body ? { "content-type": "application/json" } : {},
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const answer = await response.json();
+  if (!response.ok) {
+    const reason = answer.error ? answer.error.reason || answer.error.type : response.statusText;
+    throw new Error(`${response.status}: ${reason}`);
+  }
+  return answer;
+}
+
+async function loadOptions() {
+  const { kbs, strategies } = await call("GET", "/_kgqr/tune/options");
+  $("kb").replaceChildren(...kbs.map((kb) => element("option", { value: kb }, kb)));
+  const boxes = strategies.map((name) => {
+    const box = element("input", { type: "checkbox", name: "strategy", value: name });
+    box.checked = DEFAULT_STRATEGIES.includes(name);
+    return element("label", {}, box, name);
+  });
+  $("strategies").replaceChildren(element("legend", {}, "Strategies"), ...boxes);
+  $("kb").addEventListener("change", refreshScoreboard);
+  await refreshScoreboard();
+}
+
+function judgmentClass(docId) {
+  const grade = current.judgments[docId];
+  if (grade === undefined) return "";
+  return grade > 0 ? "relevant" : "not-relevant";
+}
+
+function paintJudgments() {
+  for (const item of document.querySelectorAll("li[data-doc]")) {
+    item.className = judgmentClass(item.dataset.doc);
+  }
+}
+
+async function judge(docId, relevant) {
+  const { kb, query } = current;
+  await call("POST", "/_kgqr/tune/judgments", { kb, query, doc_id: docId, relevant });
+  current.judgments[docId] = relevant ? 1 : 0;
+  paintJudgments();
+  await refreshScoreboard();
+}
+
+function hitItem(hit) {
+  const judgeButtons = element(
+    "span", { class: "judge" },
+    element("button", { type: "button", class: "mark-relevant", onclick: () => judge(hit.id, true) }, "relevant"),
+    element("button", { type: "button", class: "mark-not-relevant", onclick: () => judge(hit.id, false) }, "not relevant"),
+  );
+  return element(
+    "li", { "data-doc": hit.id, class: judgmentClass(hit.id) },
+    element("div", { class: "hit-title" }, hit.title || hit.id),
+    element("div", { class: "hit-id" }, `${hit.id} · ${hit.type || ""} · score ${Number(hit.score).toFixed(3)}`),
+    element("div", { class: "snippet" }, hit.snippet || ""),
+    judgeButtons,
+  );
+}
+
+function column(strategy) {
+  const node = element("article", { class: "column", "data-strategy": strategy },
+    element("h2", {}, strategy), element("p", { class: "timing" }, "running…"));
+  $("results").append(node);
+  return node;
+}
+
+function fillColumn(node, result) {
+  const explain = result.explain;
+  const stages = Object.entries(explain.stages_ms || {}).map(([s, ms]) => `${s} ${ms.toFixed(0)}`).join(", ");
+  const parts = [
+    element("h2", {}, result.strategy),
+    element("p", { class: "timing" }, explain.cached
+      ? `${result.total_ms.toFixed(0)} ms: rewrite from the cache (first run took ${stages})`
+      : `${result.total_ms.toFixed(0)} ms (${stages}); LLM calls ${explain.llm_calls}, cached ${explain.cached_llm_calls}`),
+  ];
+  if (explain.fallback) {
+    parts.push(element("p", { class: "fallback" }, `fell back at ${explain.fallback.stage}: ${explain.fallback.reason}`));
+  }
+  if (explain.expansions && explain.expansions.length) {
+    parts.push(element("details", {}, element("summary", {}, `expansions (${explain.expansions.length})`),
+      element("pre", {}, explain.expansions.join("\n\n"))));
+  }
+  if (explain.details && Object.keys(explain.details).length) {
+    parts.push(element("details", {}, element("summary", {}, "entities, triples and other details"),
+      element("pre", {}, JSON.stringify(explain.details, null, 1))));
+  }
+  parts.push(element("ol", { class: "hits" }, ...result.hits.map(hitItem)));
+  node.replaceChildren(...parts);
+}
+
+async function compare(event) {
+  event.preventDefault();
+  const kb = $("kb").value;
+  const query = $("query").value.trim();
+  const size = Number($("size").value) || 10;
+  const strategies = [...document.querySelectorAll("input[name=strategy]:checked")].map((b) => b.value);
+  if (!kb || !query || !strategies.length) {
+    $("status").textContent = "Choose a knowledge base, type a query and tick at least one strategy.";
+    return;
+  }
+  const saved = await call("GET", `/_kgqr/tune/judgments?kb=${encodeURIComponent(kb)}&query=${encodeURIComponent(query)}`);
+  current = { kb, query, judgments: saved.judgments };
+  $("results").replaceChildren();
+  $("status").textContent = `Running ${strategies.length} strategies…`;
+  let done = 0;
+  await Promise.all(strategies.map(async (strategy) => {
+    const node = column(strategy);
+    try {
+      fillColumn(node, await call("POST", "/_kgqr/tune/search", { kb, query, strategy, size }));
+    } catch (error) {
+      node.querySelector(".timing").textContent = `failed: ${error.message}`;
+    }
+    done += 1;
+    $("status").textContent = `${done} of ${strategies.length} strategies done.`;
+  }));
+  await refreshScoreboard();
+}
+
+async function refreshScoreboard() {
+  const kb = $("kb").value;
+  if (!kb) return;
+  const board = await call("GET", `/_kgqr/tune/metrics?kb=${encodeURIComponent(kb)}`);
+  const scored = board.strategies.filter((row) => row.queries > 0);
+  $("scoreboard-note").textContent = scored.length
+    ? `${board.judged_queries} judged queries on ${kb}; a query counts once one hit is marked relevant.`
+    : "No judged queries yet.";
+  const head = element("tr", {}, element("th", {}, "strategy"), element("th", {}, "queries"),
+    ...METRICS.map((m) => element("th", {}, m)));
+  $("metrics").tHead.replaceChildren(head);
+  $("metrics").tBodies[0].replaceChildren(...scored.map((row) => element(
+    "tr", { "data-strategy": row.strategy },
+    element("td", {}, row.strategy), element("td", {}, String(row.queries)),
+    ...METRICS.map((m) => element("td", { "data-metric": m }, (100 * row.metrics[m]).toFixed(1))),
+  )));
+}
+
+$("query-form").addEventListener("submit", compare);
+loadOptions().catch((error) => { $("status").textContent = `Could not load options: ${error.message}`; });

@@ -1,0 +1,134 @@
+"""The tuning page in a real headless Chromium (Debian's chromium + chromium-driver,
+driven by Selenium): compare two strategies, judge hits, see the metrics change."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from plugin import schema
+from plugin.settings import Settings
+from query_rewriter.background_server import running_proxy
+from tests.integration.ingest_helpers import drop_kb, run_to_end
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+KB = "tune-movies"
+QUERY = "professional bank robbers chased by the police"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def _forget_judgments(opensearch: Any) -> None:
+    """This KB's judgments and rankings deleted one by one (the minimal OpenSearch build
+    has no reindex module, so no _delete_by_query)."""
+    for index in (schema.JUDGMENTS_INDEX, schema.TUNE_RUNS_INDEX):
+        if not opensearch.indices.exists(index=index):
+            continue
+        found = opensearch.search(index=index, body={"query": {"term": {"kb": KB}}, "size": 10_000})
+        for hit in found["hits"]["hits"]:
+            opensearch.delete(index=index, id=hit["_id"], refresh=True)
+
+
+@pytest.fixture(scope="module")
+def tuning_url(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+               ingest_worker: Any) -> Iterator[str]:  # fmt: skip
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    _forget_judgments(opensearch)
+    run_to_end(settings, opensearch, neo4j_driver, redis_client,
+               f"jsonl:{FIXTURES / 'tiny_kb'}", KB)  # fmt: skip
+    with running_proxy(settings) as url:
+        yield url
+    _forget_judgments(opensearch)
+    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not shutil.which("chromium") or not Path(CHROMEDRIVER).exists():
+        pytest.fail("headless Chromium is missing: `apt-get install chromium chromium-driver` "
+                    "(scripts/test.sh installs it)")  # fmt: skip
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or ""
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--window-size=1400,1000"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _metric(browser: Any, strategy: str, metric: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    cells = browser.find_elements(
+        By.CSS_SELECTOR, f'#metrics tr[data-strategy="{strategy}"] td[data-metric="{metric}"]'
+    )
+    return str(cells[0].text) if cells else ""
+
+
+def test_judging_a_hit_updates_each_strategys_metrics(
+    tuning_url: str, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    wait = WebDriverWait(browser, 60)
+    browser.get(f"{tuning_url}/_kgqr/tune")
+    wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, f'#kb option[value="{KB}"]')))
+    Select(browser.find_element(By.ID, "kb")).select_by_value(KB)
+    for box in browser.find_elements(By.CSS_SELECTOR, "input[name=strategy]"):
+        if box.is_selected() != (box.get_attribute("value") in ("base", "prf")):
+            box.click()
+    browser.find_element(By.ID, "query").send_keys(QUERY)
+    browser.find_element(By.ID, "compare").click()
+    wait.until(ready.text_to_be_present_in_element((By.ID, "status"), "2 of 2 strategies done"))
+    columns = browser.find_elements(By.CSS_SELECTOR, "article.column")
+    assert sorted(c.get_attribute("data-strategy") for c in columns) == ["base", "prf"]
+    base = browser.find_element(By.CSS_SELECTOR, 'article[data-strategy="base"]')
+    first, second = base.find_elements(By.CSS_SELECTOR, "li[data-doc]")[:2]
+    assert first.get_attribute("data-doc") == "m1"  # Heat answers the query
+    assert "ms" in base.find_element(By.CSS_SELECTOR, ".timing").text
+    assert "No judged queries yet." in browser.find_element(By.ID, "scoreboard-note").text
+
+    # The second hit is marked relevant first: base then finds its only relevant hit at 2.
+    second.find_element(By.CSS_SELECTOR, "button.mark-relevant").click()
+    wait.until(lambda _: _metric(browser, "base", "MRR") == "50.0")
+    assert "relevant" in second.get_attribute("class").split()
+    assert _metric(browser, "base", "Hit@1") == "0.0"
+    assert _metric(browser, "prf", "MRR") != ""  # both strategies are scored
+
+    # Heat marked relevant too: base now has both relevant hits at ranks 1 and 2.
+    first.find_element(By.CSS_SELECTOR, "button.mark-relevant").click()
+    wait.until(lambda _: _metric(browser, "base", "MRR") == "100.0")
+    assert _metric(browser, "base", "R@2") == "100.0"
+    # ... and marking it not relevant takes that back.
+    first.find_element(By.CSS_SELECTOR, "button.mark-not-relevant").click()
+    wait.until(lambda _: _metric(browser, "base", "MRR") == "50.0")
+    assert "not-relevant" in first.get_attribute("class").split()
+    browser.save_screenshot(str(tmp_path / "tuning-page.png"))
+
+    # The judgments are in OpenSearch, not only in the page.
+    saved = httpx.get(f"{tuning_url}/_kgqr/tune/judgments",
+                      params={"kb": KB, "query": QUERY}).json()["judgments"]  # fmt: skip
+    assert saved == {"m1": 0.0, second.get_attribute("data-doc"): 1.0}
+
+
+def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> None:
+    bad_json = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", content=b"{oops")
+    assert bad_json.status_code == 400
+    assert bad_json.json()["error"]["type"] == "parsing_exception"
+    missing = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", json={"kb": KB, "query": QUERY})
+    assert missing.status_code == 400 and "[doc_id]" in missing.json()["error"]["reason"]
+    unknown = httpx.post(f"{tuning_url}/_kgqr/tune/search",
+                         json={"kb": KB, "query": QUERY, "strategy": "magic"})  # fmt: skip
+    assert unknown.status_code == 400 and "magic" in unknown.json()["error"]["reason"]
+    assert httpx.get(f"{tuning_url}/_kgqr/tune/static/routes.py").status_code == 404
