@@ -33,3 +33,8 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 python scripts/rewrite_demo.py --proxy http://127.0.0.1:9201
+
+echo "== evaluate: two strategies on three judged movie queries (kgqr eval)"
+kgqr eval "jsonl:tests/fixtures/movie_judgments.jsonl" --kb movies --strategies base,hyde \
+  --proxy http://127.0.0.1:9201 --out eval-results/quickstart-movies
+echo "== next: run \`kgqr serve\` and open http://127.0.0.1:9201/_kgqr/tune to compare strategies and judge hits"

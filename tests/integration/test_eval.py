@@ -18,23 +18,17 @@ from tests.integration.ingest_helpers import drop_kb, run_to_end
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KB = "eval-movies"
-JUDGMENTS = [
-    {"id": "heist", "query": "professional bank robbers chased by the police", "relevant": ["m1"]},
-    {"id": "hitman", "query": "a taxi driver taken hostage by a killer", "relevant": ["m2", "p3"],
-     "grades": {"m2": 2}},
-    {"id": "tobacco", "query": "whistleblower on the tobacco industry", "relevant": ["m3", "p4"]},
-]  # fmt: skip
+JUDGED = FIXTURES / "movie_judgments.jsonl"  # three queries, also used by quickstart.sh
+QUERIES = len(JUDGED.read_text().splitlines())
 
 
 @pytest.fixture(scope="module")
 def judged(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
-           ingest_worker: Any, tmp_path_factory: Any) -> Iterator[Path]:  # fmt: skip
+           ingest_worker: Any) -> Iterator[Path]:  # fmt: skip
     drop_kb(opensearch, neo4j_driver, redis_client, KB)
     run_to_end(settings, opensearch, neo4j_driver, redis_client,
                f"jsonl:{FIXTURES / 'tiny_kb'}", KB)  # fmt: skip
-    path = tmp_path_factory.mktemp("eval") / "judged.jsonl"
-    path.write_text("".join(json.dumps(j) + "\n" for j in JUDGMENTS))
-    yield path
+    yield JUDGED
     drop_kb(opensearch, neo4j_driver, redis_client, KB)
 
 
@@ -65,7 +59,7 @@ def test_eval_scores_two_strategies_and_a_rerun_costs_no_llm_time(
     assert base["metrics"]["Hit@1"] == 1.0
     assert base["metrics"]["MRR"] == 1.0
     assert base["llm_calls"] == 0 and base["fallbacks"] == 0
-    assert by_strategy["hyde"]["llm_calls"] == len(JUDGMENTS)
+    assert by_strategy["hyde"]["llm_calls"] == QUERIES
     assert by_strategy["hyde"]["fallbacks"] == 0
     assert report["config"]["settings"]["llm_model"]
     heist = next(
@@ -79,10 +73,8 @@ def test_eval_scores_two_strategies_and_a_rerun_costs_no_llm_time(
     again = _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "hyde", "--proxy", proxy,
                   "--out", str(tmp_path / "again"))  # fmt: skip
     [hyde] = json.loads((tmp_path / "again.json").read_text())["strategies"]
-    assert hyde["cached_llm_calls"] == hyde["llm_calls"] == len(JUDGMENTS)
-    assert f"LLM calls {len(JUDGMENTS)}, of which {len(JUDGMENTS)} answered from the cache" in (
-        again.output
-    )
+    assert hyde["cached_llm_calls"] == hyde["llm_calls"] == QUERIES
+    assert f"LLM calls {QUERIES}, of which {QUERIES} answered from the cache" in (again.output)
 
 
 def test_sweep_writes_a_plot_per_parameter(judged: Path, proxy: str, tmp_path: Path) -> None:
