@@ -58,8 +58,14 @@ class LocalService(abc.ABC):
 
     def up(self) -> str:
         """Start the service unless it already answers; returns what happened."""
-        if self.process.pid() is not None and self.is_healthy():
+        ours = self.process.pid() is not None
+        if ours and self.is_healthy():
             return "already running"
+        if ours and port_is_open(self.host, self.port):
+            # Our own process holds the port but did not answer: still starting, or busy
+            # (the LLM server answers nothing while it generates). Wait, don't fail.
+            wait_until_healthy(self.process, self.is_healthy, self.startup_timeout_s)
+            return "already running (was busy)"
         if port_is_open(self.host, self.port):
             if self.is_healthy():
                 return f"already running on port {self.port} (not started by kgqr)"

@@ -88,6 +88,21 @@ def test_up_accepts_a_healthy_service_it_did_not_start(tmp_path: Path, listening
     assert service.status().version == "1.0"
 
 
+def test_up_waits_for_its_own_busy_service(tmp_path: Path, listening_port: int) -> None:
+    """A service kgqr started that holds its port but is busy (the LLM mid-generation)
+    is waited for, not reported as a stranger on the port."""
+    service = _FakeHealthService(Settings(home=tmp_path))
+    service.port_number = listening_port
+    service.startup_timeout_s = 20
+    service.process.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    answers = iter([False, False, True])
+    service.is_healthy = lambda: next(answers, True)  # type: ignore[method-assign]
+    try:
+        assert service.up() == "already running (was busy)"
+    finally:
+        service.process.stop(timeout_s=10)
+
+
 def test_port_probe(listening_port: int) -> None:
     assert port_is_open("127.0.0.1", listening_port)
 
