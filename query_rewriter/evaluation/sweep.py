@@ -81,6 +81,9 @@ def plot_parameter(
     figure, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.6), squeeze=False)
     chosen = [p for p in points if p.param == param]
     for axis, metric in zip(axes[0], metrics, strict=True):
+        values = [100 * p.report.metrics[metric] for p in chosen] or [0.0]
+        # Percent axes stay within 0-100, with room to see small differences.
+        axis.set_ylim(max(0.0, min(values) - 5), min(100.0, max(values) + 5) + 0.5)
         for dataset in dict.fromkeys(p.dataset for p in chosen):
             line = sorted(
                 (p.value, 100 * p.report.metrics[metric]) for p in chosen if p.dataset == dataset
