@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The runs behind the quality table in README.md ("Retrieval quality"): every figure there
+# comes from these commands, on the knowledge bases `kgqr ingest` builds from ../shared/data:
+#   kgqr ingest musique:../shared/data/musique100 --kb musique
+#   kgqr ingest hotpotqa:../shared/data/hotpotqa100 --kb hotpotqa
+# LLM answers are cached in Redis, so a re-run on the same machine costs no LLM time;
+# a cold run takes hours on 2 CPU cores (25-75 s per LLM rewrite).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+data=../shared/data
+out=bench/results
+# LLM strategies on the first 20 questions of each set; no-LLM strategies on all 50.
+kgqr eval "musique:$data/musique100" --kb musique --limit 20 \
+  --strategies base,prf,hyde,kar,kar+boost,kgcqr --out "$out/eval-musique100-dev20"
+kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit 20 \
+  --strategies base,prf,hyde,kar --out "$out/eval-hotpotqa100-dev20"
+kgqr eval "musique:$data/musique100" --kb musique \
+  --strategies base,prf,hyde,kar,kar+boost,kgcqr --out "$out/eval-musique100-dev50"
+kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
+  --strategies base,prf --out "$out/eval-hotpotqa100-dev50"
+# Sensitivity: alpha on both sets (LLM answers shared with the runs above), k/h/n on MuSiQue.
+kgqr eval sweep --dataset "musique=musique:$data/musique100" \
+  --dataset "hotpotqa=hotpotqa:$data/hotpotqa100" --strategy kar --limit 20 \
+  --grid alpha=0.3,0.5,0.7,1.0 --out "$out/sweep-kar-alpha"
+kgqr eval sweep --dataset "musique=musique:$data/musique100" --strategy kar --limit 3 \
+  --grid k=3,5,10,20,40 --grid h=1,2 --grid n=1,3 --out "$out/sweep-kar-khn"
