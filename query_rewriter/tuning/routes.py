@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from plugin.schema import META_INDEX, documents_index
+from plugin.schema import META_INDEX, check_kb_name, documents_index
 from query_rewriter.errors import RewriteRequestError, error_response
 from query_rewriter.forwarding import request_headers
 from query_rewriter.search_request import SearchPlan, plan_search
@@ -44,13 +44,18 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _field(body: dict[str, Any], name: str, kind: type) -> Any:
-    value = body.get(name)
+def _field(source: Mapping[str, Any], name: str, kind: type) -> Any:
+    """A required field of a JSON body or the query string, or an OpenSearch-style 400."""
+    value = source.get(name)
     if not isinstance(value, kind) or (isinstance(value, str) and not value.strip()):
         raise RewriteRequestError(
             400, "illegal_argument_exception", f"[{name}] is required ({kind.__name__})"
         )
     return value
+
+
+def _kb(source: Mapping[str, Any]) -> str:
+    return check_kb_name(_field(source, "kb", str))
 
 
 def _store(request: Request) -> JudgmentStore:
@@ -65,12 +70,17 @@ def _errors_as_opensearch(
             return await handler(request)
         except RewriteRequestError as exc:
             return error_response(exc)
+        except ValueError as exc:  # an invalid knowledge-base name or size
+            return error_response(RewriteRequestError(400, "illegal_argument_exception", str(exc)))
         except httpx.HTTPStatusError as exc:
             return Response(
                 exc.response.content,
                 status_code=exc.response.status_code,
                 media_type="application/json",
             )
+        except httpx.HTTPError as exc:
+            reason = f"OpenSearch could not be reached: {exc}"
+            return error_response(RewriteRequestError(502, "kgqr_upstream_exception", reason))
 
     return wrapped
 
@@ -116,7 +126,7 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
         """One strategy on one query: hits, expansions, the rewrite's details and timings;
         the ranking is stored so the scoreboard can score it against later judgments."""
         body = await _json_body(request)
-        kb, query = _field(body, "kb", str), _field(body, "query", str).strip()
+        kb, query = _kb(body), _field(body, "query", str).strip()
         strategy = _field(body, "strategy", str)
         size = min(int(body.get("size", 10)), MAX_SIZE)
         search_body = {
@@ -149,7 +159,7 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
 
 async def judge(request: Request) -> Response:
     body = await _json_body(request)
-    kb, query = _field(body, "kb", str), _field(body, "query", str).strip()
+    kb, query = _kb(body), _field(body, "query", str).strip()
     doc_id = _field(body, "doc_id", str)
     relevant = body.get("relevant")
     if not isinstance(relevant, bool):
@@ -159,18 +169,14 @@ async def judge(request: Request) -> Response:
 
 
 async def judgments(request: Request) -> Response:
-    kb = request.query_params.get("kb", "")
-    query = request.query_params.get("query")
-    found = await _store(request).judgments(_field({"kb": kb}, "kb", str), query)
-    return JSONResponse(
-        {"judgments": {j.doc_id: j.grade for j in found}}
-        if query
-        else {"judgments": [j.__dict__ for j in found]}
-    )
+    """The saved judgments of one query: document id -> grade."""
+    kb, query = _kb(request.query_params), _field(request.query_params, "query", str)
+    found = await _store(request).judgments(kb, query.strip())
+    return JSONResponse({"judgments": {j.doc_id: j.grade for j in found}})
 
 
 async def metrics_over_judgments(request: Request) -> Response:
-    kb = _field({"kb": request.query_params.get("kb", "")}, "kb", str)
+    kb = _kb(request.query_params)
     store = _store(request)
     judged = await store.judgments(kb)
     rows = scoreboard(judged, await store.rankings(kb))

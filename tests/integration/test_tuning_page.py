@@ -132,3 +132,7 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
                          json={"kb": KB, "query": QUERY, "strategy": "magic"})  # fmt: skip
     assert unknown.status_code == 400 and "magic" in unknown.json()["error"]["reason"]
     assert httpx.get(f"{tuning_url}/_kgqr/tune/static/routes.py").status_code == 404
+    bad_kb = httpx.get(f"{tuning_url}/_kgqr/tune/metrics", params={"kb": "Not A KB!"})
+    assert bad_kb.status_code == 400 and "invalid knowledge-base name" in bad_kb.text
+    no_query = httpx.get(f"{tuning_url}/_kgqr/tune/judgments", params={"kb": KB})
+    assert no_query.status_code == 400 and "[query]" in no_query.text
