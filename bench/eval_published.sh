@@ -23,5 +23,10 @@ kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit 20 \
 kgqr eval sweep --dataset "musique=musique:$data/musique100" \
   --dataset "hotpotqa=hotpotqa:$data/hotpotqa100" --strategy kar --limit 20 \
   --grid alpha=0.3,0.5,0.7,1.0 --out "$out/sweep-kar-alpha"
+# Ablations and the remaining baselines on the first 10 MuSiQue questions (time-boxed).
+for s in base,rar kar_no_kg kar_no_drf kgcqr_no_ttr kgcqr_no_completion; do
+  kgqr eval "musique:$data/musique100" --kb musique --limit 10 --strategies "$s" \
+    --out "$out/ablation-musique100-dev10-$(echo "$s" | tr ',+' '__')"
+done
 kgqr eval sweep --dataset "musique=musique:$data/musique100" --strategy kar --limit 3 \
-  --grid k=3,5,10,20,40 --grid h=1,2 --grid n=1,3 --out "$out/sweep-kar-khn"
+  --grid k=5,20 --grid h=1,2 --grid n=1,3 --out "$out/sweep-kar-khn"
