@@ -29,6 +29,7 @@ class QueryResult:
     fallback: str | None = None
     llm_calls: int = 0
     cached_llm_calls: int = 0
+    stages_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -112,6 +113,7 @@ async def run_query(
         fallback=f"{fallback['stage']}: {fallback['reason']}" if fallback else None,
         llm_calls=int(explain.get("llm_calls", 0)),
         cached_llm_calls=int(explain.get("cached_llm_calls", 0)),
+        stages_ms=dict(explain.get("stages_ms") or {}),
     )
 
 

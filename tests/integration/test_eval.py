@@ -66,6 +66,7 @@ def test_eval_scores_two_strategies_and_a_rerun_costs_no_llm_time(
         q for q in report["queries"] if q["query_id"] == "heist" and q["strategy"] == "base"
     )
     assert heist["ranked"][0] == "m1"
+    assert heist["stages_ms"]["search"] > 0  # where each query's time went
     csv_lines = out.with_suffix(".csv").read_text().splitlines()
     assert csv_lines[0].startswith("strategy,Hit@1,Hit@5,R@2")
     assert len(csv_lines) == 3
