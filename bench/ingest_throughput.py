@@ -19,9 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_common import save
 from ingest import job_runner
 from ingest.job_store import JobStore
+from ingest.kb_removal import drop_knowledge_base
 from ingest.sources import open_source
 from ingest.tasks import chunk_sender
-from plugin import connections, schema
+from plugin import connections
 from plugin.embedder import get_embedder
 from plugin.settings import get_settings
 
@@ -97,8 +98,7 @@ def main() -> None:
             rss = peak_rss_mb(worker.pid)
         assert progress.counts["documents"] == len(texts), progress
         end_to_end = len(texts) / elapsed
-        neo4j.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb)
-    opensearch.indices.delete(index=schema.documents_index(kb), ignore_unavailable=True)
+        drop_knowledge_base(opensearch, neo4j, redis, kb)
     ratio = end_to_end / raw_rate
     print(f"end-to-end ingest: {end_to_end:.1f} docs/s ({elapsed:.1f} s for {len(texts)} docs)")
     print(f"ratio end-to-end / raw encode: {ratio:.2f} (goal >= 0.90)")

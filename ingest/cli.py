@@ -184,6 +184,25 @@ def rejected(kb: str, limit: int) -> None:
         click.echo(f"    {json.dumps(src['record'], ensure_ascii=False)[:200]}")
 
 
+@ingest.command()
+@click.option("--kb", required=True)
+@click.confirmation_option(prompt="Delete this knowledge base from OpenSearch, Neo4j and Redis?")
+def drop(kb: str) -> None:
+    """Delete a knowledge base everywhere: indices, kgqr-meta entry, graph, job records."""
+    from ingest.kb_removal import drop_knowledge_base
+    from plugin import connections
+
+    settings = get_settings()
+    with connections.neo4j_driver(settings) as neo4j:
+        removed = drop_knowledge_base(
+            connections.opensearch_client(settings), neo4j, connections.redis_client(settings), kb
+        )
+    click.echo(
+        f"dropped {kb}: indices {', '.join(removed.indices) or 'none'}; "
+        f"{removed.nodes} graph nodes; {removed.jobs} job records"
+    )
+
+
 @ingest.command(context_settings={"ignore_unknown_options": True})
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(celery_args: tuple[str, ...]) -> None:

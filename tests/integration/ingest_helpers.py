@@ -6,6 +6,7 @@ from typing import Any
 
 from ingest import job_runner
 from ingest.job_store import JobProgress, JobStore
+from ingest.kb_removal import drop_knowledge_base
 from ingest.sources import open_source
 from ingest.tasks import chunk_sender
 from plugin import schema
@@ -37,17 +38,7 @@ def run_to_end(
 
 
 def drop_kb(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> None:
-    for index in (
-        schema.documents_index(kb),
-        schema.triples_index(kb),
-        schema.deadletter_index(kb),
-    ):
-        opensearch.indices.delete(index=index, ignore_unavailable=True)
-    opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404])
-    neo4j.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb)
-    for job_id in redis.smembers("kgqr:jobs"):
-        if job_id.decode().startswith(f"{kb}-"):
-            JobStore(redis).forget(job_id.decode())
+    drop_knowledge_base(opensearch, neo4j, redis, kb)
 
 
 def document_ids(opensearch: Any, kb: str) -> list[str]:

@@ -53,6 +53,25 @@ def test_stark_layout_lands_in_both_stores_with_matching_counts(
     assert "indication" in meta.structure.relations
 
 
+def test_drop_removes_a_knowledge_base_from_every_store(stores: tuple, kb: str) -> None:
+    from click.testing import CliRunner
+
+    from plugin.cli import main
+
+    _, opensearch, neo4j, redis = stores
+    run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
+    refused = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb], input="n\n")
+    assert refused.exit_code == 1 and opensearch.indices.exists(index=schema.documents_index(kb))
+    result = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert f"{schema.documents_index(kb)}" in result.output and "1 job records" in result.output
+    assert not opensearch.indices.exists(index=schema.documents_index(kb))
+    assert kb_meta.load(opensearch, kb) is None
+    rows, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
+    assert rows[0]["n"] == 0
+    assert not [j for j in redis.smembers("kgqr:jobs") if j.decode().startswith(f"{kb}-")]
+
+
 def test_documents_carry_text_vector_and_fields(stores: tuple, kb: str) -> None:
     opensearch = stores[1]
     run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)

@@ -1,0 +1,49 @@
+"""Removing a knowledge base from every store: its indices, its kgqr-meta entry, its Neo4j
+nodes and relationships, and its job records (so a later ingest starts from scratch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.job_store import JobStore
+from plugin import schema
+
+NEO4J_DELETE_BATCH = 10_000  # nodes per transaction: a million-node graph must not need one
+
+
+@dataclass(frozen=True)
+class RemovedKnowledgeBase:
+    indices: list[str]
+    nodes: int
+    jobs: int
+
+
+def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> RemovedKnowledgeBase:
+    schema.check_kb_name(kb)
+    indices = []
+    for index in (
+        schema.documents_index(kb),
+        schema.triples_index(kb),
+        schema.deadletter_index(kb),
+    ):
+        if opensearch.indices.exists(index=index):
+            opensearch.indices.delete(index=index)
+            indices.append(index)
+    opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404])
+    nodes = 0
+    while True:
+        records, _, _ = neo4j.execute_query(
+            "MATCH (n:Node {kb: $kb}) WITH n LIMIT $batch DETACH DELETE n RETURN count(*) AS gone",
+            kb=kb,
+            batch=NEO4J_DELETE_BATCH,
+        )
+        gone = int(records[0]["gone"])
+        nodes += gone
+        if gone < NEO4J_DELETE_BATCH:
+            break
+    jobs = JobStore(redis)
+    mine = [j.decode() for j in redis.smembers("kgqr:jobs") if j.decode().startswith(f"{kb}-")]
+    for job_id in mine:
+        jobs.forget(job_id)
+    return RemovedKnowledgeBase(indices, nodes, len(mine))
