@@ -28,3 +28,7 @@ for s in base,rar kar_no_kg kar_no_drf kgcqr_no_ttr kgcqr_no_completion; do
   kgqr eval "musique:$data/musique100" --kb musique --limit 10 --strategies "$s" \
     --out "$out/ablation-musique100-dev10-$(echo "$s" | tr ',+' '__')"
 done
+# k, h and n for KAR on 3 MuSiQue questions only (a demonstration of the sweep on real
+# data, time-boxed: each new point costs 3 uncached LLM rewrites of ~60 s).
+kgqr eval sweep --dataset "musique=musique:$data/musique100" --strategy kar --limit 3 \
+  --grid k=5,10 --grid h=1,2 --grid n=1,3 --out "$out/sweep-kar-khn"
