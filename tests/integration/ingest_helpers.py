@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ingest import job_runner
@@ -11,6 +14,8 @@ from ingest.sources import open_source
 from ingest.tasks import chunk_sender
 from plugin import schema
 from plugin.settings import Settings
+
+TINY_KB = f"jsonl:{Path(__file__).resolve().parents[1] / 'fixtures' / 'tiny_kb'}"
 
 
 def enqueue_source(
@@ -37,8 +42,17 @@ def run_to_end(
     return enqueued, progress
 
 
-def drop_kb(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> None:
+@contextmanager
+def ingested(
+    settings: Settings, opensearch: Any, neo4j: Any, redis: Any, spec: str, kb: str
+) -> Iterator[str]:
+    """Knowledge base `kb` ingested afresh from `spec` for the block, dropped afterwards."""
     drop_knowledge_base(opensearch, neo4j, redis, kb)
+    run_to_end(settings, opensearch, neo4j, redis, spec, kb)
+    try:
+        yield kb
+    finally:
+        drop_knowledge_base(opensearch, neo4j, redis, kb)
 
 
 def document_ids(opensearch: Any, kb: str) -> list[str]:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from plugin.cli import main
 from plugin.settings import Settings
 from query_rewriter.background_server import running_proxy
-from tests.integration.ingest_helpers import drop_kb, run_to_end
+from tests.integration.ingest_helpers import TINY_KB, ingested
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KB = "eval-movies"
@@ -25,11 +25,8 @@ QUERIES = len(JUDGED.read_text().splitlines())
 @pytest.fixture(scope="module")
 def judged(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
            ingest_worker: Any) -> Iterator[Path]:  # fmt: skip
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
-    run_to_end(settings, opensearch, neo4j_driver, redis_client,
-               f"jsonl:{FIXTURES / 'tiny_kb'}", KB)  # fmt: skip
-    yield JUDGED
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, KB):
+        yield JUDGED
 
 
 @pytest.fixture(scope="module")

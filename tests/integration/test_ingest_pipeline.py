@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from ingest.kb_removal import drop_knowledge_base
 from ingest.verify import verify
 from plugin import kb_meta, schema
 from plugin.settings import Settings
 from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
-from tests.integration.ingest_helpers import document_ids, drop_kb, run_to_end
+from tests.integration.ingest_helpers import document_ids, run_to_end
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -28,7 +29,7 @@ def stores(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client:
 @pytest.fixture
 def kb(kb_name: str, opensearch: Any, neo4j_driver: Any, redis_client: Any) -> Iterator[str]:
     yield kb_name
-    drop_kb(opensearch, neo4j_driver, redis_client, kb_name)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name)
 
 
 def test_stark_layout_lands_in_both_stores_with_matching_counts(

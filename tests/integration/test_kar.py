@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
+from ingest.kb_removal import drop_knowledge_base
 from plugin import connections, schema
 from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure
@@ -21,10 +21,9 @@ from query_rewriter.graph_store import neighbours
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine
-from tests.integration.ingest_helpers import drop_kb, run_to_end
+from tests.integration.ingest_helpers import TINY_KB, ingested
 from tests.integration.search_helpers import explained_search
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KB = "kar-movies"
 INDEX = schema.documents_index(KB)
 QUERY = "which director made films with Al Pacino?"
@@ -33,12 +32,9 @@ QUERY = "which director made films with Al Pacino?"
 @pytest.fixture(scope="module")
 def movies(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
            ingest_worker: Any) -> Iterator[str]:  # fmt: skip
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
-    run_to_end(settings, opensearch, neo4j_driver, redis_client,
-               f"jsonl:{FIXTURES / 'tiny_kb'}", KB)  # fmt: skip
-    yield INDEX
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
-    drop_kb(opensearch, neo4j_driver, redis_client, "kar-hub")
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, KB):
+        yield INDEX
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, "kar-hub")
 
 
 def _run(coroutine: Any) -> Any:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ingest.chunk_ingest import ingest_chunk
+from ingest.kb_removal import drop_knowledge_base
 from ingest.records import CorpusTriple, Document
 from ingest.worker_resources import WorkerResources
 from plugin import connections, schema
@@ -21,7 +22,6 @@ from query_rewriter.background_server import running_proxy
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
-from tests.integration.ingest_helpers import drop_kb
 from tests.integration.search_helpers import explained_search
 
 KB = "kgcqr-chain"
@@ -57,7 +57,7 @@ def chain_kb(
 ) -> Iterator[str]:
     from ingest import job_runner
 
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
     job_runner.prepare_stores(settings, opensearch, neo4j_driver)
     passages = [
         Document(id="p1", type="passage", title="Alpha Corp history",
@@ -72,7 +72,7 @@ def chain_kb(
     assert outcome.counts["triples"] == len(TRIPLES)
     opensearch.indices.refresh(index=f"kgqr-{KB}-*")
     yield KB
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
 
 
 def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str) -> None:

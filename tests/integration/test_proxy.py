@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,21 +13,16 @@ from opensearchpy.exceptions import NotFoundError
 from plugin import schema
 from plugin.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
-from tests.integration.ingest_helpers import drop_kb, run_to_end
+from tests.integration.ingest_helpers import TINY_KB, ingested
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
 
 
 @pytest.fixture(scope="module")
 def movies_kb(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
               ingest_worker: Any) -> Iterator[str]:  # fmt: skip
-    kb = "proxy-movies"
-    drop_kb(opensearch, neo4j_driver, redis_client, kb)
-    run_to_end(settings, opensearch, neo4j_driver, redis_client,
-               f"jsonl:{FIXTURES / 'tiny_kb'}", kb)  # fmt: skip
-    yield schema.documents_index(kb)
-    drop_kb(opensearch, neo4j_driver, redis_client, kb)
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, "proxy-movies") as kb:
+        yield schema.documents_index(kb)
 
 
 @pytest.fixture(scope="module")

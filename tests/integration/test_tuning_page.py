@@ -14,9 +14,8 @@ import pytest
 from plugin import schema
 from plugin.settings import Settings
 from query_rewriter.background_server import running_proxy
-from tests.integration.ingest_helpers import drop_kb, run_to_end
+from tests.integration.ingest_helpers import TINY_KB, ingested
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KB = "tune-movies"
 QUERY = "professional bank robbers chased by the police"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -36,14 +35,13 @@ def _forget_judgments(opensearch: Any) -> None:
 @pytest.fixture(scope="module")
 def tuning_url(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
                ingest_worker: Any) -> Iterator[str]:  # fmt: skip
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
     _forget_judgments(opensearch)
-    run_to_end(settings, opensearch, neo4j_driver, redis_client,
-               f"jsonl:{FIXTURES / 'tiny_kb'}", KB)  # fmt: skip
-    with running_proxy(settings) as url:
+    with (
+        ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, KB),
+        running_proxy(settings) as url,
+    ):
         yield url
     _forget_judgments(opensearch)
-    drop_kb(opensearch, neo4j_driver, redis_client, KB)
 
 
 @pytest.fixture(scope="module")
