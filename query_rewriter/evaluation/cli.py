@@ -82,11 +82,15 @@ def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
 
 
 def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """What a reader needs to reproduce a figure: date, models and rewrite settings."""
+    """What a reader needs to reproduce a figure: date, models, the settings that shape a
+    rewrite (the rewriter's own list) and the hybrid search's."""
+    from query_rewriter.rewriter import REWRITE_SETTING_PREFIXES
+
+    prefixes = (*REWRITE_SETTING_PREFIXES, "hybrid_")
     shaping = {
         name: value
         for name, value in settings.model_dump(mode="json").items()
-        if name.startswith(("rewrite_", "kar_", "kgcqr_", "hybrid_", "llm_model", "embedder_model"))
+        if name.startswith(prefixes)
     }
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
