@@ -6,8 +6,7 @@ costs the same as one of degree ``cap``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 NEIGHBOURS = """
 UNWIND $seeds AS seed
@@ -20,40 +19,44 @@ CALL (s, n1) {
   OPTIONAL MATCH (n1)-[r2]-(n2:Node)
   WHERE $hops >= 2 AND n2 <> s
   WITH r2, n2 LIMIT $cap
-  RETURN collect(CASE WHEN n2 IS NULL THEN null ELSE {
-    relation: coalesce(r2.relation, toLower(type(r2))), outgoing: startNode(r2) = n1,
-    id: n2.id, name: n2.name, type: n2.type} END) AS second
+  RETURN collect(CASE WHEN n2 IS NULL THEN null ELSE [
+    n2.id, n2.name, n2.type, coalesce(r2.relation, toLower(type(r2))), startNode(r2) = n1
+  ] END) AS second
 }
 RETURN seed, coalesce(r1.relation, toLower(type(r1))) AS relation, startNode(r1) = s AS outgoing,
        n1.id AS id, n1.name AS name, n1.type AS type, second
 """
 
 
-@dataclass(frozen=True)
-class Hop:
-    relation: str
-    outgoing: bool
-
-    def render(self) -> str:
-        return self.relation if self.outgoing else f"inverse of {self.relation}"
+def _render_hop(relation: str, outgoing: bool) -> str:
+    return relation if outgoing else f"inverse of {relation}"
 
 
-@dataclass(frozen=True)
-class Neighbour:
-    """A node reached from a seed, with the path that reached it."""
+class Neighbour(NamedTuple):
+    """A node reached from a seed, with the path that reached it. A plain named tuple with
+    the path kept raw: a hub-capped 2-hop query yields thousands of these, only the few DRF
+    keeps are ever rendered, and building richer objects was most of the stage's time."""
 
     seed: str
     id: str
     name: str
     type: str | None
-    path: tuple[Hop | str, ...]  # hops, with the names of intermediate nodes between them
+    # (relation, outgoing) for one hop; (relation, outgoing, via name, relation, outgoing) for two
+    path: tuple[Any, ...]
 
     @property
     def has_document(self) -> bool:
         return self.type not in (None, "entity")
 
+    @property
+    def hops(self) -> int:
+        return 1 if len(self.path) == 2 else 2
+
     def relation_text(self) -> str:
-        return " -> ".join(p.render() if isinstance(p, Hop) else f"[{p}]" for p in self.path)
+        first = _render_hop(self.path[0], self.path[1])
+        if len(self.path) == 2:
+            return first
+        return f"{first} -> [{self.path[2]}] -> {_render_hop(self.path[3], self.path[4])}"
 
 
 async def neighbours(
@@ -65,21 +68,25 @@ async def neighbours(
     )
     found: dict[tuple[str, str], Neighbour] = {}
     seeds = set(node_ids)
-    for row in records:
-        first = Hop(row["relation"], row["outgoing"])
-        if row["id"] not in seeds:
-            key = (row["seed"], row["id"])
-            found.setdefault(
-                key,
-                Neighbour(row["seed"], row["id"], row["name"] or row["id"], row["type"], (first,)),
+    rows = [row.values() for row in records]
+    for seed, relation, outgoing, node_id, name, node_type, _ in rows:
+        if node_id not in seeds and (seed, node_id) not in found:
+            found[seed, node_id] = Neighbour(
+                seed, node_id, name or node_id, node_type, (relation, outgoing)
             )
-        for nxt in row["second"]:
-            key = (row["seed"], nxt["id"])
-            if nxt["id"] in seeds or key in found:
+    # Second hops only after every first hop, so a node one hop away keeps its short path.
+    for seed, relation, outgoing, node_id, name, _, second in rows:
+        via = name or node_id
+        for next_id, next_name, next_type, next_relation, next_outgoing in second:
+            key = (seed, next_id)
+            if next_id in seeds or key in found:
                 continue
-            path = (first, row["name"] or row["id"], Hop(nxt["relation"], nxt["outgoing"]))
             found[key] = Neighbour(
-                row["seed"], nxt["id"], nxt["name"] or nxt["id"], nxt["type"], path
+                seed,
+                next_id,
+                next_name or next_id,
+                next_type,
+                (relation, outgoing, via, next_relation, next_outgoing),
             )
     return list(found.values())
 

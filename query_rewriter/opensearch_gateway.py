@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -35,3 +36,24 @@ class OpenSearchGateway:
         )
         response.raise_for_status()
         return dict(response.json())
+
+    async def msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several searches of one index in one round trip; a failed one raises, like search."""
+        lines = []
+        for body in bodies:
+            lines += ["{}", json.dumps(body)]
+        response = await self._client.post(
+            f"/{index}/_msearch",
+            content=("\n".join(lines) + "\n").encode(),
+            headers={**self._headers, "content-type": "application/x-ndjson"},
+        )
+        response.raise_for_status()
+        answers = list(response.json()["responses"])
+        for answer in answers:
+            if "error" in answer:
+                raise httpx.HTTPStatusError(
+                    f"msearch item failed: {answer['error']}",
+                    request=response.request,
+                    response=response,
+                )
+        return answers

@@ -18,7 +18,6 @@ neighbours as a third hybrid sub-query, each weighted by its DRF score.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from query_rewriter.graph_store import Neighbour, neighbours
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext, documents_from
-from query_rewriter.strategies.vector_lookups import by_ids, exact_cosine
+from query_rewriter.strategies.vector_lookups import by_ids, most_similar_documents
 
 DOC_FIELDS = ["id", "title", "body", "type"]
 
@@ -113,25 +112,21 @@ class KnowledgeAwareRewrite(Strategy):
         with ctx.timer.stage("entity_retrieval"):
             vectors = await ctx.embed([e["document"] for e in entities])
             known_types = set(ctx.structure.types)
-
-            async def top1(entity: dict[str, str], vector: np.ndarray) -> dict[str, Any] | None:
+            bodies = []
+            for entity, vector in zip(entities, vectors, strict=True):
                 knn: dict[str, Any] = {"vector": [float(x) for x in vector], "k": 1}
                 if entity["type"] in known_types:
                     knn["filter"] = {"term": {"type": entity["type"]}}
-                body = {"size": 1, "_source": DOC_FIELDS, "query": {"knn": {"vector": knn}}}
-                hits = (await ctx.opensearch.search(ctx.index, body))["hits"]["hits"]
-                if not hits:
-                    return None
-                return {**hits[0]["_source"], "entity": entity["name"], "score": hits[0]["_score"]}
-
-            found = await asyncio.gather(
-                *(top1(e, v) for e, v in zip(entities, vectors, strict=True))
-            )
+                bodies.append({"size": 1, "_source": DOC_FIELDS, "query": {"knn": {"vector": knn}}})
+            answers = await ctx.opensearch.msearch(ctx.index, bodies)
+        found = [
+            {**hits[0]["_source"], "entity": entity["name"], "score": hits[0]["_score"]}
+            for entity, answer in zip(entities, answers, strict=True)
+            if (hits := answer["hits"]["hits"])
+        ]
         best: dict[str, dict[str, Any]] = {}
         for doc in found:
-            if doc is not None and (
-                doc["id"] not in best or doc["score"] > best[doc["id"]]["score"]
-            ):
+            if doc["id"] not in best or doc["score"] > best[doc["id"]]["score"]:
                 best[doc["id"]] = doc
         return list(best.values())
 
@@ -151,11 +146,15 @@ class KnowledgeAwareRewrite(Strategy):
             query_vector = (await ctx.embed([query]))[0]
             if self.filter_by == "document":
                 ids = {n.id for n in candidates}
-                scores = await exact_cosine(ctx, ctx.index, query_vector, ids, top=top_k)
+                ranked = await most_similar_documents(
+                    ctx, ctx.index, query_vector, ids, top_k, DOC_FIELDS
+                )
+                scores = {node_id: score for node_id, (score, _) in ranked.items()}
+                documents = {node_id: doc for node_id, (_, doc) in ranked.items()}
             else:
                 scores = await name_similarity(ctx, query_vector, candidates)
                 scores = dict(sorted(scores.items(), key=lambda item: -item[1])[:top_k])
-            documents = await by_ids(ctx, ctx.index, list(scores), DOC_FIELDS)
+                documents = await by_ids(ctx, ctx.index, list(scores), DOC_FIELDS)
         best: dict[str, dict[str, Any]] = {}
         for neighbour in candidates:
             if neighbour.id not in scores or neighbour.id not in documents:

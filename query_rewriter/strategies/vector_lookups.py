@@ -10,17 +10,14 @@ import numpy as np
 from query_rewriter.strategies.context import StrategyContext
 
 
-async def exact_cosine(
+async def _cosine_hits(
     ctx: StrategyContext,
     index: str,
     query_vector: np.ndarray,
     ids: set[str],
-    top: int | None = None,
-) -> dict[str, float]:
-    """Cosine of the query to each id's stored vector (exact, not approximate k-NN); with
-    `top`, only the `top` most similar come back."""
-    if not ids:
-        return {}
+    top: int | None,
+    fields: list[str] | None,
+) -> list[dict[str, Any]]:
     script = {
         "source": "knn_score",
         "lang": "knn",
@@ -32,12 +29,46 @@ async def exact_cosine(
     }
     body = {
         "size": min(len(ids), top or len(ids)),
-        "_source": False,
+        "_source": fields or False,
         "query": {"script_score": {"query": {"ids": {"values": sorted(ids)}}, "script": script}},
     }
-    hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-    # OpenSearch's cosinesimil score is (1 + cos) / 2; report the cosine itself.
-    return {hit["_id"]: 2.0 * float(hit["_score"]) - 1.0 for hit in hits}
+    return list((await ctx.opensearch.search(index, body))["hits"]["hits"])
+
+
+def _cosine(hit: dict[str, Any]) -> float:
+    """OpenSearch's cosinesimil score is (1 + cos) / 2; the cosine itself."""
+    return 2.0 * float(hit["_score"]) - 1.0
+
+
+async def exact_cosine(
+    ctx: StrategyContext,
+    index: str,
+    query_vector: np.ndarray,
+    ids: set[str],
+    top: int | None = None,
+) -> dict[str, float]:
+    """Cosine of the query to each id's stored vector (exact, not approximate k-NN); with
+    `top`, only the `top` most similar come back."""
+    if not ids:
+        return {}
+    hits = await _cosine_hits(ctx, index, query_vector, ids, top, None)
+    return {hit["_id"]: _cosine(hit) for hit in hits}
+
+
+async def most_similar_documents(
+    ctx: StrategyContext,
+    index: str,
+    query_vector: np.ndarray,
+    ids: set[str],
+    top: int,
+    fields: list[str],
+) -> dict[str, tuple[float, dict[str, Any]]]:
+    """The `top` ids most similar to the query, each with its cosine and its `fields`: the
+    scoring and the fetch in one request, since the KG stage's latency is round trips."""
+    if not ids:
+        return {}
+    hits = await _cosine_hits(ctx, index, query_vector, ids, top, fields)
+    return {hit["_id"]: (_cosine(hit), hit["_source"]) for hit in hits}
 
 
 async def by_ids(

@@ -20,7 +20,7 @@ from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.graph_store import neighbours
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.vector_lookups import exact_cosine
+from query_rewriter.strategies.vector_lookups import exact_cosine, most_similar_documents
 from tests.integration.ingest_helpers import TINY_KB, ingested
 from tests.integration.search_helpers import explained_search
 
@@ -68,7 +68,7 @@ def test_hub_nodes_are_capped(settings: Settings, neo4j_driver: Any, movies: str
     )
     found = _run(_neighbours(settings, "kar-hub", ["hub"], hops=2, cap=25))
     assert len(found) <= 25 + 25 * 25
-    assert len([n for n in found if len(n.path) == 1]) == 25
+    assert len([n for n in found if n.hops == 1]) == 25
 
 
 def test_drf_scores_equal_a_direct_cosine(settings: Settings, opensearch: Any, movies: str) -> None:
@@ -91,6 +91,39 @@ def test_drf_scores_equal_a_direct_cosine(settings: Settings, opensearch: Any, m
     for doc_id in ids:
         assert scores[doc_id] == pytest.approx(direct[doc_id], abs=1e-4)
     assert sorted(scores, key=scores.get) == sorted(direct, key=direct.get)
+
+
+def test_drf_ranks_and_fetches_in_one_request(settings: Settings, movies: str) -> None:
+    query_vector = get_embedder(settings.embedder_model).encode([QUERY])[0]
+    ids = {"p1", "p3", "p4", "m3", "g1"}
+
+    async def ranked() -> tuple[dict[str, float], dict[str, tuple[float, dict[str, Any]]]]:
+        async with opensearch_http_client(settings) as http:
+            ctx = _context(settings, http, None)
+            every = await exact_cosine(ctx, INDEX, query_vector, ids)
+            return every, await most_similar_documents(
+                ctx, INDEX, query_vector, ids, 2, ["id", "title"]
+            )
+
+    every, top = _run(ranked())
+    best_two = sorted(every, key=lambda i: -every[i])[:2]
+    assert list(top) == best_two
+    for doc_id, (score, source) in top.items():
+        assert score == pytest.approx(every[doc_id])
+        assert source["id"] == doc_id and source["title"]
+
+
+def test_msearch_answers_in_order_and_raises_on_a_failed_item(
+    settings: Settings, movies: str
+) -> None:
+    async def run(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        async with opensearch_http_client(settings) as http:
+            return await OpenSearchGateway(http, None).msearch(INDEX, bodies)
+
+    answers = _run(run([{"query": {"ids": {"values": [i]}}} for i in ("m1", "p1")]))
+    assert [a["hits"]["hits"][0]["_id"] for a in answers] == ["m1", "p1"]
+    with pytest.raises(httpx.HTTPStatusError, match="msearch item failed"):
+        _run(run([{"query": {"ids": {"values": ["m1"]}}}, {"query": {"term": {"vector": 1}}}]))
 
 
 def _context(settings: Settings, http: httpx.AsyncClient, graph: Any,
