@@ -31,7 +31,7 @@ from plugin.settings import Settings, get_settings
 from query_rewriter import metrics
 from query_rewriter.client_fusion import client_side_hybrid
 from query_rewriter.errors import RewriteRequestError, error_response
-from query_rewriter.forwarding import forward, request_headers, to_response
+from query_rewriter.forwarding import Upstream, request_headers, to_response
 from query_rewriter.hybrid_query import hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.query_log import QueryLog, query_log_entry
@@ -50,6 +50,7 @@ STRUCTURE_TTL_S = 60.0
 class ProxyState:
     settings: Settings
     http: httpx.AsyncClient
+    upstream: Upstream
     redis: Any
     rewriter: Rewriter
     query_log: QueryLog | None = None
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         state = ProxyState(
             settings,
             http,
+            Upstream(settings),
             redis,
             Rewriter(
                 settings,
@@ -111,6 +113,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 await state.query_log.close()
             await llm.close()
             await graph.close()
+            await state.upstream.close()
             await http.aclose()
             await redis.aclose()
 
@@ -197,7 +200,7 @@ async def proxy(request: Request) -> Response:
             kind = "msearch"
             response = await handle_msearch(state, request, match.group(1), body)
         else:
-            response = await forward(state.http, request, body)
+            response = await state.upstream.forward(request, body)
     except RewriteRequestError as exc:
         response = error_response(exc)
     except httpx.HTTPError as exc:
@@ -228,19 +231,11 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     payload = _json_object(raw, "request body")
     query_params = dict(request.query_params)
     plan = plan_search(index, query_params, payload, state.settings.rewrite_default_strategy)
-    headers = request_headers(request)
     if plan is None:
-        passthrough = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
         stripped = strip_kgqr(payload)
         content = raw if stripped is payload else json.dumps(stripped).encode()
-        upstream = await state.http.request(
-            request.method,
-            f"/{index}/_search",
-            params=passthrough,
-            headers=headers,
-            content=content or None,
-        )
-        return to_response(upstream)
+        return await state.upstream.forward(request, content)
+    headers = request_headers(request)
     upstream, explain = await run_plan(state, plan, query_params, headers)
     if not plan.explain:
         return to_response(upstream)  # the engine's bytes, not re-encoded
@@ -344,7 +339,7 @@ async def handle_msearch(
         plans.append(plan)
     if not any(plans):
         cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
-        return await forward(state.http, request, cleaned)
+        return await state.upstream.forward(request, cleaned)
 
     started = time.perf_counter()
 

@@ -1,15 +1,28 @@
-"""Passing requests to OpenSearch unchanged, and answers back unchanged."""
+"""Passing requests to OpenSearch unchanged, and answers back unchanged.
+
+Verbatim traffic goes through `Upstream`, a bare aiohttp session, rather than the httpx
+client kgqr uses for its own searches: pass-through is most of a proxy's traffic, and
+httpx's request building (URL merging, cookies, decoding) cost about as much as a small
+search itself (bench/proxy_latency.py). Bodies travel as bytes both ways, compressed
+answers stay compressed, and nothing is re-encoded.
+"""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
+import aiohttp
 import httpx
+from multidict import CIMultiDict
 from starlette.requests import Request
 from starlette.responses import Response
+from yarl import URL
 
-# Hop-by-hop headers (RFC 9110 7.6.1) and ones httpx recomputes must not be copied.
-DROPPED_REQUEST_HEADERS = {
-    "host",
-    "content-length",
+from plugin.connections import opensearch_basic_auth
+from plugin.settings import Settings
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and ones the HTTP client recomputes must not be copied.
+HOP_BY_HOP = {
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -17,24 +30,23 @@ DROPPED_REQUEST_HEADERS = {
     "te",
     "trailer",
     "upgrade",
-    "accept-encoding",
 }
-DROPPED_RESPONSE_HEADERS = {
-    "content-length",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "content-encoding",
-}
+DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+# httpx hands kgqr decoded bodies, so their encoding and length no longer apply.
+DROPPED_DECODED_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length", "content-encoding"}
+DROPPED_VERBATIM_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length"}
 
 
 def request_headers(request: Request) -> dict[str, str]:
+    """The caller's headers for a search kgqr sends itself (httpx, decoded answers)."""
     return {k: v for k, v in request.headers.items() if k.lower() not in DROPPED_REQUEST_HEADERS}
 
 
 def to_response(upstream: httpx.Response, content: bytes | None = None) -> Response:
     headers = {
-        k: v for k, v in upstream.headers.items() if k.lower() not in DROPPED_RESPONSE_HEADERS
+        k: v
+        for k, v in upstream.headers.items()
+        if k.lower() not in DROPPED_DECODED_RESPONSE_HEADERS
     }
     return Response(
         content=upstream.content if content is None else content,
@@ -43,13 +55,69 @@ def to_response(upstream: httpx.Response, content: bytes | None = None) -> Respo
     )
 
 
-async def forward(client: httpx.AsyncClient, request: Request, body: bytes) -> Response:
-    """The request as the client sent it (method, path, query, headers, body)."""
-    upstream = await client.request(
-        request.method,
-        request.url.path,
-        params=request.url.query or None,
-        headers=request_headers(request),
-        content=body or None,
-    )
-    return to_response(upstream)
+class Upstream:
+    """One keep-alive connection pool to OpenSearch for verbatim forwarding."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._base = settings.opensearch_url.rstrip("/")
+        credentials = opensearch_basic_auth(settings)
+        self._auth = aiohttp.BasicAuth(*credentials).encode() if credentials else None
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=200),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=60.0),
+            auto_decompress=False,
+            # Only what the caller sent: no added Accept-Encoding or User-Agent.
+            skip_auto_headers=("Accept-Encoding", "User-Agent"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    async def send(
+        self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes
+    ) -> Response:
+        """Send as given (path and query already encoded) and answer with OpenSearch's
+        status, headers and bytes. The caller's own Authorization wins over kgqr's."""
+        outgoing = CIMultiDict(
+            (k, v) for k, v in headers if k.lower() not in HOP_BY_HOP | {"host", "content-length"}
+        )
+        if self._auth and "authorization" not in outgoing:
+            outgoing["authorization"] = self._auth
+        url = URL(f"{self._base}{path}{'?' + query if query else ''}", encoded=True)
+        try:
+            async with self._session.request(
+                method, url, headers=outgoing, data=body or None, allow_redirects=False
+            ) as upstream:
+                content = await upstream.read()
+                # A HEAD answer keeps the length a GET would have; others get their own.
+                dropped = HOP_BY_HOP if method == "HEAD" else DROPPED_VERBATIM_RESPONSE_HEADERS
+                kept = [
+                    (k, v)
+                    for k, v in upstream.raw_headers
+                    if k.decode("latin-1").lower() not in dropped
+                ]
+                status = upstream.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise httpx.TransportError(str(exc) or type(exc).__name__) from exc
+        response = Response(content=content, status_code=status)
+        if method != "HEAD":
+            kept.append((b"content-length", str(len(content)).encode()))
+        response.raw_headers = kept
+        return response
+
+    async def forward(self, request: Request, body: bytes) -> Response:
+        """The request as the client sent it (method, path, query, headers, body), less
+        kgqr's own `kgqr.*` parameters, which OpenSearch would reject."""
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        if "kgqr." in query:
+            query = urlencode(
+                [(k, v) for k, v in request.query_params.multi_items() if not k.startswith("kgqr.")]
+            )
+        return await self.send(
+            request.method,
+            request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
+            query,
+            request.headers.items(),
+            body,
+        )
+
+    async def close(self) -> None:
+        await self._session.close()

@@ -6,17 +6,21 @@ import json
 from typing import Any
 
 import httpx
+from httpx_aiohttp import AiohttpTransport
 
 from plugin.connections import opensearch_basic_auth
 from plugin.settings import Settings
 
 
 def opensearch_http_client(settings: Settings) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
     return httpx.AsyncClient(
         base_url=settings.opensearch_url,
         auth=opensearch_basic_auth(settings),
         timeout=httpx.Timeout(60.0, connect=5.0),
-        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+        limits=limits,
+        transport=AiohttpTransport(limits=limits),
+        headers={"accept-encoding": "identity"},
     )
 
 

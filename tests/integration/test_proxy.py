@@ -90,6 +90,37 @@ def test_opensearch_errors_pass_through_unchanged(proxy_url: str, settings: Sett
     assert proxied.json()["error"] == direct.json()["error"]
 
 
+def test_pass_through_is_byte_for_byte(
+    proxy_url: str, settings: Settings, opensearch: Any, unique_name: str
+) -> None:
+    """Compressed answers stay compressed, HEAD keeps its length, kgqr's own parameters
+    never reach OpenSearch (which would reject them)."""
+    index = unique_name
+    opensearch.index(index=index, id="1", body={"title": "hello"}, refresh=True)
+    gzip = {"accept-encoding": "gzip"}
+    try:
+        with httpx.Client(timeout=60) as client:
+            proxied = client.get(f"{proxy_url}/{index}/_search", headers=gzip)
+            direct = client.get(f"{settings.opensearch_url}/{index}/_search", headers=gzip)
+            assert proxied.headers["content-encoding"] == "gzip"
+            assert proxied.headers["content-encoding"] == direct.headers.get("content-encoding")
+            assert proxied.json()["hits"] == direct.json()["hits"]
+            plain = client.get(f"{proxy_url}/{index}/_search",
+                               headers={"accept-encoding": "identity"})  # fmt: skip
+            assert "content-encoding" not in plain.headers and plain.json()["hits"]["hits"]
+            head = client.head(f"{proxy_url}/{index}")
+            assert head.status_code == 200
+            assert (
+                head.headers["content-length"]
+                == client.head(f"{settings.opensearch_url}/{index}").headers["content-length"]
+            )
+            cat = client.get(f"{proxy_url}/_cat/indices/{index}",
+                             params={"format": "json", "kgqr.explain": "true"})  # fmt: skip
+            assert cat.status_code == 200 and cat.json()[0]["index"] == index
+    finally:
+        opensearch.indices.delete(index=index)
+
+
 def test_managed_index_gets_a_hybrid_search(proxy_url: str, movies_kb: str) -> None:
     response = _search(proxy_url, movies_kb, QUERY, **{"kgqr.explain": "true"})
     assert response.status_code == 200
