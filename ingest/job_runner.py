@@ -112,7 +112,7 @@ def follow(
     job_id: str,
     on_progress: Callable[[JobProgress], None],
     timeout_s: float | None = None,
-    poll_s: float = 0.5,
+    poll_s: float = 0.2,
 ) -> JobProgress:
     """Poll until every chunk is done (or timeout_s passes); returns the last progress."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -138,7 +138,7 @@ def temporary_worker(
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "ingest.celery_app", "worker",
-         "--pool", "solo", "--loglevel", "INFO", "--hostname", f"kgqr-temp-{os.getpid()}@%h",
+         "--loglevel", "INFO", "--hostname", f"kgqr-temp-{os.getpid()}@%h",
          *(["-Q", queues] if queues else [])],
         env={**os.environ, "KGQR_REDIS_URL": settings.redis_url},
         stdout=log, stderr=subprocess.STDOUT,
