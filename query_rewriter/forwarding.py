@@ -32,6 +32,7 @@ HOP_BY_HOP = {
     "upgrade",
 }
 DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+DROPPED_VERBATIM_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length"}
 # httpx hands kgqr decoded bodies, so their encoding and length no longer apply.
 DROPPED_DECODED_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length", "content-encoding"}
 DROPPED_VERBATIM_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length"}
@@ -77,7 +78,7 @@ class Upstream:
         """Send as given (path and query already encoded) and answer with OpenSearch's
         status, headers and bytes. The caller's own Authorization wins over kgqr's."""
         outgoing = CIMultiDict(
-            (k, v) for k, v in headers if k.lower() not in HOP_BY_HOP | {"host", "content-length"}
+            (k, v) for k, v in headers if k.lower() not in DROPPED_VERBATIM_REQUEST_HEADERS
         )
         if self._auth and "authorization" not in outgoing:
             outgoing["authorization"] = self._auth
