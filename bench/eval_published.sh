@@ -23,7 +23,14 @@ kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit 20 \
 kgqr eval sweep --dataset "musique=musique:$data/musique100" \
   --dataset "hotpotqa=hotpotqa:$data/hotpotqa100" --strategy kar --limit 20 \
   --grid alpha=0.3,0.5,0.7,1.0 --out "$out/sweep-kar-alpha"
-# Ablations and the remaining baselines on the first 10 MuSiQue questions (time-boxed).
+# Ablations and rar on all 50 MuSiQue questions (the parse answers are shared with kar).
+kgqr eval "musique:$data/musique100" --kb musique --strategies rar,kar_no_kg \
+  --out "$out/ablation-musique100-dev50-rar_kar_no_kg"
+for s in kar_no_drf kgcqr_no_ttr; do
+  kgqr eval "musique:$data/musique100" --kb musique --strategies "$s" \
+    --out "$out/ablation-musique100-dev50-$s"
+done
+# The same on the first 10 MuSiQue questions, and kgcqr_no_completion there only (time-boxed).
 for s in base,rar kar_no_kg kar_no_drf kgcqr_no_ttr kgcqr_no_completion; do
   kgqr eval "musique:$data/musique100" --kb musique --limit 10 --strategies "$s" \
     --out "$out/ablation-musique100-dev10-$(echo "$s" | tr ',+' '__')"
