@@ -92,13 +92,14 @@ class ContextualQueryRetrieval(Strategy):
             }
             hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
             return [{**h["_source"], "similarity": 2 * h["_score"] - 1} for h in hits]
-        # No TTR: embed the bare triples of a BM25 candidate pool and rank by cosine.
+        # No TTR: the index holds vectors of TTRs only, so embed the bare triples of a BM25
+        # candidate pool and rank by cosine. The pool reads the analysed head/relation/tail
+        # sub-fields, never the TTR text, or the ablation would still select through TTRs.
+        fields = ["head.text", "relation.text", "tail.text"]
         body = {
             "size": k * 5,
             "_source": TRIPLE_FIELDS,
-            "query": {
-                "multi_match": {"query": query, "fields": ["head", "relation", "tail", "ttr"]}
-            },
+            "query": {"multi_match": {"query": query, "fields": fields}},
         }
         pool = [h["_source"] for h in (await ctx.opensearch.search(index, body))["hits"]["hits"]]
         if not pool:

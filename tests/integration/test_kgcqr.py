@@ -21,7 +21,7 @@ from plugin.settings import Settings
 from query_rewriter.background_server import running_proxy
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
+from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval, KgcqrWithoutTtr
 from tests.integration.search_helpers import explained_search
 
 KB = "kgcqr-chain"
@@ -75,26 +75,53 @@ def chain_kb(
     drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
 
 
-def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str) -> None:
+async def _with_strategy_context(settings: Settings, use: Any) -> Any:
+    """Run `use(ctx, embed)` with a strategy context over the chain knowledge base."""
     embedder = get_embedder(settings.embedder_model)
 
     async def embed(texts: list[str]) -> np.ndarray:
         return embedder.encode(texts)
 
-    async def complete() -> list[dict[str, Any]]:
-        async with opensearch_http_client(settings) as http, connections.async_neo4j_driver(
-            settings
-        ) as graph:  # fmt: skip
-            ctx = StrategyContext(settings, schema.documents_index(KB), KB, DocumentStructure(),
-                                  None, OpenSearchGateway(http, None), embed, graph=graph)  # type: ignore[arg-type]  # fmt: skip
-            kept_rows = [{"id": k.triple_id, "head": k.head, "tail": k.tail} for k in KEPT_TRIPLES]
-            query_vector = (await embed([QUERY]))[0]
-            return await ContextualQueryRetrieval().completion(
-                ctx, schema.triples_index(KB), query_vector, kept_rows
-            )
+    async with opensearch_http_client(settings) as http, connections.async_neo4j_driver(
+        settings
+    ) as graph:  # fmt: skip
+        ctx = StrategyContext(settings, schema.documents_index(KB), KB, DocumentStructure(),
+                              None, OpenSearchGateway(http, None), embed, graph=graph)  # type: ignore[arg-type]  # fmt: skip
+        return await use(ctx, embed)
 
-    added = asyncio.run(complete())
+
+def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str) -> None:
+    async def complete(ctx: StrategyContext, embed: Any) -> list[dict[str, Any]]:
+        kept_rows = [{"id": k.triple_id, "head": k.head, "tail": k.tail} for k in KEPT_TRIPLES]
+        query_vector = (await embed([QUERY]))[0]
+        return await ContextualQueryRetrieval().completion(
+            ctx, schema.triples_index(KB), query_vector, kept_rows
+        )
+
+    added = asyncio.run(_with_strategy_context(settings, complete))
     assert {(t["head"], t["tail"]) for t in added} == {(h, t) for h, _, t, _ in CHAIN}
+
+
+def test_no_ttr_ablation_never_selects_triples_through_their_ttr(
+    settings: Settings, chain_kb: str
+) -> None:
+    query = "Delta Labs 1990"  # "1990" occurs only in the TTR of Alpha Corp founded Beta
+
+    async def retrieve(ctx: StrategyContext, embed: Any) -> list[dict[str, Any]]:
+        query_vector = (await embed([query]))[0]
+        return await KgcqrWithoutTtr().top_triples(
+            ctx, schema.triples_index(KB), query, query_vector
+        )
+
+    rows = asyncio.run(_with_strategy_context(settings, retrieve))
+    assert {(r["head"], r["tail"]) for r in rows} == {
+        ("Gamma Systems", "Delta Labs"),
+        ("Delta Labs", "batteries"),
+    }
+    assert (
+        KgcqrWithoutTtr().fact(rows[0])
+        == f"{rows[0]['head']} {rows[0]['relation']} {rows[0]['tail']}"
+    )
 
 
 def test_kgcqr_end_to_end(llm_settings: Settings, chain_kb: str) -> None:
