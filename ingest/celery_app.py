@@ -34,6 +34,7 @@ def create_app(settings: Settings) -> Celery:
         worker_concurrency=2,
         result_expires=24 * 3600,
         broker_connection_retry_on_startup=True,
+        task_default_queue=settings.ingest_queue,
     )
     return celery
 

@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     neo4j_user: str = "neo4j"
     neo4j_password: SecretStr = SecretStr("kgqr-local")
     redis_url: str = "redis://127.0.0.1:6379/0"
+    ingest_queue: str = Field(
+        default="kgqr-ingest",
+        description="Celery queue ingest chunks go to; deployments (or test runs) sharing "
+        "one Redis keep their jobs apart with different names.",
+    )
     llm_base_url: str = "http://127.0.0.1:8080/v1"
     llm_model: str = Field(
         default="qwen2.5-coder-1.5b",

@@ -10,7 +10,12 @@ Tests are marked `unit` or `integration` by the folder they live in.
 
 from __future__ import annotations
 
+import os
 import uuid
+
+# Ingest chunks of this run go to a queue of its own, set before anything builds the Celery
+# app, so jobs left queued on the same Redis by a user cannot feed (and stall) our workers.
+os.environ["KGQR_INGEST_QUEUE"] = f"kgqr-test-ingest-{uuid.uuid4().hex[:8]}"
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
