@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import os
 import uuid
-
-# Ingest chunks of this run go to a queue of its own, set before anything builds the Celery
-# app, so jobs left queued on the same Redis by a user cannot feed (and stall) our workers.
-os.environ["KGQR_INGEST_QUEUE"] = f"kgqr-test-ingest-{uuid.uuid4().hex[:8]}"
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,10 @@ from plugin.settings import Settings
 from tests.service_discovery import discover_services, require_llm
 
 TESTS_DIR = Path(__file__).parent
+
+# Ingest chunks of this run go to a queue of its own, set before anything builds the Celery
+# app, so jobs left queued on the same Redis by a user cannot feed (and stall) our workers.
+os.environ["KGQR_INGEST_QUEUE"] = f"kgqr-test-ingest-{uuid.uuid4().hex[:8]}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
