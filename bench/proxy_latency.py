@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -32,8 +33,9 @@ from query_rewriter.hybrid_query import search_params
 
 
 @contextmanager
-def proxy_process() -> Iterator[str]:
-    """`kgqr serve` in its own process, so the benchmark client does not share its GIL."""
+def proxy_process(env: dict[str, str] | None = None) -> Iterator[str]:
+    """`kgqr serve` in its own process, so the benchmark client does not share its GIL;
+    `env` overrides settings for this proxy only."""
     port = free_port()
     server = subprocess.Popen(
         [
@@ -47,6 +49,7 @@ def proxy_process() -> Iterator[str]:
             "WARNING",
         ],
         cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -62,6 +65,12 @@ def proxy_process() -> Iterator[str]:
         server.wait(timeout=30)
 
 
+# Multi-hop questions of the kind the MuSiQue knowledge base answers, for the LLM strategies.
+QUESTIONS = [
+    "who founded the label that released the album of the band from the city",
+    "which journal publishes mathematical physics",
+    "what river flows through the capital of the country where the film was shot",
+]
 QUERIES = [
     "journal physics",
     "american film director",
@@ -102,73 +111,119 @@ def timed_post(client: httpx.Client, url: str, body: dict, params: dict | None =
     return (time.perf_counter() - started) * 1000
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--kb", default="musique-sample", help="an ingested knowledge base")
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--strategies", default="prf,hyde,rar,agr")
-    args = parser.parse_args()
-    settings = get_settings()
-    direct = settings.opensearch_url
-    managed = f"kgqr-{args.kb}-documents"
+def passthrough(client: httpx.Client, proxy: str, direct: str, managed: str, rounds: int) -> dict:
     plain = f"bench-plain-{uuid.uuid4().hex[:6]}"
-    figures: dict[str, object] = {"kb": args.kb, "rounds": args.rounds}
-    with proxy_process() as proxy, httpx.Client(timeout=600) as client:
-        copy_documents(client, f"{direct}/{managed}", f"{direct}/{plain}")
-        lat_direct, lat_proxy = [], []
-        for _ in range(args.rounds):
-            for text in QUERIES:
-                body = {"query": {"match": {"body": text}}, "size": 10}
-                lat_direct.append(timed_post(client, f"{direct}/{plain}/_search", body))
-                lat_proxy.append(timed_post(client, f"{proxy}/{plain}/_search", body))
-        client.delete(f"{direct}/{plain}")
-        p50d, p50p = statistics.median(lat_direct), statistics.median(lat_proxy)
-        print(f"pass-through p50 direct {p50d:.2f} ms, proxy {p50p:.2f} ms, ratio {p50p / p50d:.2f}"
-              f" (goal <= 1.10); p99 direct {percentile(lat_direct, .99):.2f}, "
-              f"proxy {percentile(lat_proxy, .99):.2f}")  # fmt: skip
-        figures["passthrough"] = {"p50_direct_ms": p50d, "p50_proxy_ms": p50p,
-                                  "p99_direct_ms": percentile(lat_direct, 0.99),
-                                  "p99_proxy_ms": percentile(lat_proxy, 0.99),
-                                  "p50_ratio": p50p / p50d}  # fmt: skip
+    copy_documents(client, f"{direct}/{managed}", f"{direct}/{plain}")
+    lat_direct, lat_proxy = [], []
+    for _ in range(rounds):
+        for text in QUERIES:
+            body = {"query": {"match": {"body": text}}, "size": 10}
+            lat_direct.append(timed_post(client, f"{direct}/{plain}/_search", body))
+            lat_proxy.append(timed_post(client, f"{proxy}/{plain}/_search", body))
+    client.delete(f"{direct}/{plain}")
+    p50d, p50p = statistics.median(lat_direct), statistics.median(lat_proxy)
+    print(f"pass-through p50 direct {p50d:.2f} ms, proxy {p50p:.2f} ms, ratio {p50p / p50d:.2f}"
+          f" (goal <= 1.10); p99 direct {percentile(lat_direct, .99):.2f}, "
+          f"proxy {percentile(lat_proxy, .99):.2f}")  # fmt: skip
+    return {"p50_direct_ms": p50d, "p50_proxy_ms": p50p,
+            "p99_direct_ms": percentile(lat_direct, 0.99),
+            "p99_proxy_ms": percentile(lat_proxy, 0.99), "p50_ratio": p50p / p50d}  # fmt: skip
 
-        lat_cached, lat_final = [], []
-        params = {"kgqr.strategy": "base"}
-        for text in QUERIES:  # warm the rewrite cache and learn each final query
-            body = {"query": {"match": {"text": text}}, "size": 10}
-            explain_params = {**params, "kgqr.explain": "true"}
-            response = client.post(f"{proxy}/{managed}/_search", json=body, params=explain_params)
-            explain = response.json()["kgqr"]
-            final = explain["final_query"]
-            for _ in range(args.rounds // 2):
-                lat_final.append(timed_post(client, f"{direct}/{managed}/_search", final,
-                                            search_params({}, final)))  # fmt: skip
-                lat_cached.append(timed_post(client, f"{proxy}/{managed}/_search", body, params))
-        added = statistics.median(lat_cached) - statistics.median(lat_final)
-        print(f"cached rewrite: p50 {statistics.median(lat_cached):.2f} ms vs the same hybrid "
-              f"query direct {statistics.median(lat_final):.2f} ms: added {added:.2f} ms "
-              "(goal <= 5 ms)")  # fmt: skip
-        figures["cached_rewrite"] = {"p50_proxy_ms": statistics.median(lat_cached),
-                                     "p50_direct_same_query_ms": statistics.median(lat_final),
-                                     "added_p50_ms": added}  # fmt: skip
 
-        per_strategy = {}
-        for strategy in args.strategies.split(","):
-            text = f"which journal publishes mathematical physics {uuid.uuid4().hex[:6]}"
-            body = {"query": {"match": {"text": text}}, "size": 10}
+def cached_rewrite(
+    client: httpx.Client, proxy: str, direct: str, managed: str, rounds: int
+) -> dict:
+    lat_cached, lat_final = [], []
+    params = {"kgqr.strategy": "base"}
+    for text in QUERIES:  # warm the rewrite cache and learn each final query
+        body = {"query": {"match": {"text": text}}, "size": 10}
+        explain_params = {**params, "kgqr.explain": "true"}
+        response = client.post(f"{proxy}/{managed}/_search", json=body, params=explain_params)
+        final = response.json()["kgqr"]["final_query"]
+        for _ in range(rounds // 2):
+            lat_final.append(timed_post(client, f"{direct}/{managed}/_search", final,
+                                        search_params({}, final)))  # fmt: skip
+            lat_cached.append(timed_post(client, f"{proxy}/{managed}/_search", body, params))
+    added = statistics.median(lat_cached) - statistics.median(lat_final)
+    print(f"cached rewrite: p50 {statistics.median(lat_cached):.2f} ms vs the same hybrid "
+          f"query direct {statistics.median(lat_final):.2f} ms: added {added:.2f} ms "
+          "(goal <= 5 ms)")  # fmt: skip
+    return {"p50_proxy_ms": statistics.median(lat_cached),
+            "p50_direct_same_query_ms": statistics.median(lat_final),
+            "added_p50_ms": added}  # fmt: skip
+
+
+def llm_strategies(
+    client: httpx.Client, proxies: dict[str, tuple[str, str]], managed: str, rounds: int
+) -> dict:
+    """Uncached latency per strategy: each round asks every strategy the same fresh question
+    (a random suffix defeats every cache), strategies interleaved so load drift hits all;
+    `proxies` maps a label to (proxy URL, strategy)."""
+    samples: dict[str, list[dict]] = {label: [] for label in proxies}
+    for round_no in range(rounds):
+        text = f"{QUESTIONS[round_no % len(QUESTIONS)]} {uuid.uuid4().hex[:6]}"
+        body = {"query": {"match": {"text": text}}, "size": 10}
+        for label, (proxy, strategy) in proxies.items():
             started = time.perf_counter()
             strategy_params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
             result = client.post(f"{proxy}/{managed}/_search", json=body, params=strategy_params)
             elapsed = (time.perf_counter() - started) * 1000
             explain = result.json()["kgqr"]
-            per_strategy[strategy] = {"ms": elapsed, "stages_ms": explain["stages_ms"],
-                                      "llm_calls": explain["llm_calls"],
-                                      "fallback": explain["fallback"]}  # fmt: skip
-            print(f"{strategy:>5}: {elapsed:8.0f} ms, {explain['llm_calls']} LLM calls, "
-                  f"fallback={explain['fallback']}")  # fmt: skip
-        if "hyde" in per_strategy:
-            for row in per_strategy.values():
-                row["vs_hyde"] = row["ms"] / per_strategy["hyde"]["ms"]
-        figures["strategies"] = per_strategy
+            samples[label].append({"ms": elapsed, "stages_ms": explain["stages_ms"],
+                                   "llm_calls": explain["llm_calls"],
+                                   "fallback": explain["fallback"]})  # fmt: skip
+            print(f"round {round_no + 1} {label:>14}: {elapsed:8.0f} ms, "
+                  f"{explain['llm_calls']} LLM calls, fallback={explain['fallback']}")  # fmt: skip
+    per_label = {}
+    for label, rows in samples.items():
+        stages = {stage for row in rows for stage in row["stages_ms"]}
+        per_label[label] = {
+            "p50_ms": statistics.median(row["ms"] for row in rows),
+            "stages_p50_ms": {
+                stage: statistics.median(row["stages_ms"].get(stage, 0.0) for row in rows)
+                for stage in sorted(stages)
+            },
+            "fallbacks": sum(row["fallback"] is not None for row in rows),
+            "runs": rows,
+        }
+    if "hyde" in per_label:
+        for label, row in per_label.items():
+            row["vs_hyde"] = row["p50_ms"] / per_label["hyde"]["p50_ms"]
+            print(f"{label:>14}: p50 {row['p50_ms']:8.0f} ms, {row['vs_hyde']:.2f}x HyDE")
+    return per_label
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kb", default="musique-sample", help="an ingested knowledge base")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--sections", default="passthrough,cached,strategies",
+                        help="which of passthrough, cached, strategies to run")  # fmt: skip
+    parser.add_argument("--strategies", default="prf,hyde,rar,agr")
+    parser.add_argument("--llm-rounds", type=int, default=3,
+                        help="fresh questions per LLM strategy (reports the median)")  # fmt: skip
+    parser.add_argument("--kar-triples", action="store_true",
+                        help="also time kar with the paper's full triples in the prompt "
+                        "(KGQR_KAR_KNOWLEDGE_FORMAT=triples, a second proxy)")  # fmt: skip
+    args = parser.parse_args()
+    sections = set(args.sections.split(","))
+    direct = get_settings().opensearch_url
+    managed = f"kgqr-{args.kb}-documents"
+    figures: dict[str, object] = {"kb": args.kb, "rounds": args.rounds}
+    with ExitStack() as stack:
+        proxy = stack.enter_context(proxy_process())
+        client = stack.enter_context(httpx.Client(timeout=600))
+        if "passthrough" in sections:
+            figures["passthrough"] = passthrough(client, proxy, direct, managed, args.rounds)
+        if "cached" in sections:
+            figures["cached_rewrite"] = cached_rewrite(client, proxy, direct, managed, args.rounds)
+        if "strategies" in sections:
+            proxies = {s: (proxy, s) for s in args.strategies.split(",")}
+            if args.kar_triples:
+                paper = stack.enter_context(proxy_process({"KGQR_KAR_KNOWLEDGE_FORMAT": "triples"}))
+                proxies["kar (triples)"] = (paper, "kar")
+            figures["llm_rounds"] = args.llm_rounds
+            figures["strategies"] = llm_strategies(client, proxies, managed, args.llm_rounds)
     save("proxy_latency", figures)
 
 

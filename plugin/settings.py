@@ -101,6 +101,11 @@ class Settings(BaseSettings):
         description="Each document in a KAR triple is cut to this many characters, "
         "so ten triples fit a 4k-token context with room to write.",
     )
+    kar_knowledge_format: Literal["numbered", "triples"] = Field(
+        default="numbered",
+        description="numbered: each document once, relations between their numbers (about "
+        "half the prompt); triples: the KAR paper's (d_i, r, d_j) triples written in full",
+    )
     hybrid_fusion: Literal["auto", "pipeline", "client"] = Field(
         default="auto",
         description="pipeline: OpenSearch's hybrid query + normalisation pipeline; client: two "

@@ -8,7 +8,8 @@
 4. document-based relation filtering (DRF): neighbours scored by the query embedding
    against each neighbour's *document* embedding (exact cosine in OpenSearch, one request
    restricted to the neighbour ids); top-k kept;
-5. document triples (d_i, relation, d_j) with documents truncated;
+5. document triples (d_i, relation, d_j) with documents truncated, written into the prompt
+   as `kar_knowledge.render_knowledge` says (each document once, by default);
 6. expansion: one LLM call writes n documents from the triples.
 
 `kar_no_kg` stops after step 2 (entity documents only); `kar_no_drf` ranks neighbours by
@@ -26,6 +27,7 @@ from query_rewriter.graph_store import Neighbour, neighbours
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext, documents_from
+from query_rewriter.strategies.kar_knowledge import DocumentRelation, render_knowledge
 from query_rewriter.strategies.vector_lookups import by_ids, most_similar_documents
 
 DOC_FIELDS = ["id", "title", "body", "type"]
@@ -47,7 +49,12 @@ class KnowledgeAwareRewrite(Strategy):
             {"entity": m["entity"], "id": m["id"], "title": m["title"], "score": m["score"]}
             for m in matched
         ]
-        triples: list[dict[str, str]] = []
+        documents: dict[str, dict[str, Any]] = {m["id"]: m for m in matched}
+        relations: list[DocumentRelation] = []
+
+        def as_text(doc: dict[str, Any]) -> str:
+            return f"{doc['title']}: {ctx.truncate(doc['body'], ctx.settings.kar_triple_chars)}"
+
         if self.use_graph and matched:
             kept = await self.filtered_neighbours(query, matched, ctx)
             rewrite.details["neighbours"] = [
@@ -60,19 +67,27 @@ class KnowledgeAwareRewrite(Strategy):
                 }
                 for n in kept
             ]
-            by_id = {m["id"]: m for m in matched}
-
-            def as_text(doc: dict[str, Any]) -> str:
-                return f"{doc['title']}: {ctx.truncate(doc['body'], ctx.settings.kar_triple_chars)}"
-
-            triples = [
-                {"head": as_text(by_id[n["seed"]]), "relation": n["relation"], "tail": as_text(n)}
-                for n in kept
+            for n in kept:
+                documents.setdefault(n["id"], n)
+            relations = [DocumentRelation(n["seed"], n["relation"], n["id"]) for n in kept]
+            rewrite.details["triples"] = [
+                {
+                    "head": as_text(documents[r.head]),
+                    "relation": r.relation,
+                    "tail": as_text(documents[r.tail]),
+                }
+                for r in relations
             ]
-            rewrite.details["triples"] = triples
             if self.boost:
                 rewrite.boost_ids = {n["id"]: float(n["score"]) for n in kept}
-        knowledge = self.knowledge_text(matched, triples, ctx)
+        knowledge = render_knowledge(
+            documents,
+            [m["id"] for m in matched],
+            relations,
+            as_text,
+            ctx.settings.kar_knowledge_format,
+        )
+        rewrite.details["knowledge_format"] = ctx.settings.kar_knowledge_format
         answer = await ctx.llm_json(
             rewrite,
             "generate",
@@ -170,15 +185,6 @@ class KnowledgeAwareRewrite(Strategy):
             ):
                 best[neighbour.id] = row
         return sorted(best.values(), key=lambda r: -r["score"])[:top_k]
-
-    @staticmethod
-    def knowledge_text(
-        matched: list[dict[str, Any]], triples: list[dict[str, str]], ctx: StrategyContext
-    ) -> str:
-        limit = ctx.settings.kar_triple_chars
-        lines = [f"- {m['title']}: {ctx.truncate(m['body'], limit)}" for m in matched]
-        lines += [f"- ({t['head']}) --{t['relation']}--> ({t['tail']})" for t in triples]
-        return "\n".join(lines)
 
 
 async def name_similarity(

@@ -151,6 +151,7 @@ def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str
     assert scores == sorted(scores, reverse=True) and len(scores) <= llm_settings.kar_top_k
     for triple in details["triples"]:
         assert set(triple) == {"head", "relation", "tail"} and all(triple.values())
+    assert details["knowledge_format"] == llm_settings.kar_knowledge_format
     assert explain["expansions"]
     assert {"parse", "entity_retrieval", "propagate", "drf", "generate"} <= set(
         explain["stages_ms"]
