@@ -171,9 +171,11 @@ def llm_strategies(
             explain = result.json()["kgqr"]
             samples[label].append({"ms": elapsed, "stages_ms": explain["stages_ms"],
                                    "llm_calls": explain["llm_calls"],
+                                   "prompt_chars": explain["llm_prompt_chars"],
                                    "fallback": explain["fallback"]})  # fmt: skip
             print(f"round {round_no + 1} {label:>14}: {elapsed:8.0f} ms, "
-                  f"{explain['llm_calls']} LLM calls, fallback={explain['fallback']}")  # fmt: skip
+                  f"{explain['llm_calls']} LLM calls, prompt chars {explain['llm_prompt_chars']},"
+                  f" fallback={explain['fallback']}")  # fmt: skip
     per_label = {}
     for label, rows in samples.items():
         stages = {stage for row in rows for stage in row["stages_ms"]}
@@ -183,13 +185,17 @@ def llm_strategies(
                 stage: statistics.median(row["stages_ms"].get(stage, 0.0) for row in rows)
                 for stage in sorted(stages)
             },
+            "prompt_chars_p50": statistics.median(
+                sum(row["prompt_chars"].values()) for row in rows
+            ),
             "fallbacks": sum(row["fallback"] is not None for row in rows),
             "runs": rows,
         }
     if "hyde" in per_label:
         for label, row in per_label.items():
             row["vs_hyde"] = row["p50_ms"] / per_label["hyde"]["p50_ms"]
-            print(f"{label:>14}: p50 {row['p50_ms']:8.0f} ms, {row['vs_hyde']:.2f}x HyDE")
+            print(f"{label:>14}: p50 {row['p50_ms']:8.0f} ms, {row['vs_hyde']:.2f}x HyDE, "
+                  f"prompt chars p50 {row['prompt_chars_p50']:.0f}")  # fmt: skip
     return per_label
 
 

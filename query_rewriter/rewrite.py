@@ -45,6 +45,8 @@ class Rewrite:
     details: dict[str, Any] = field(default_factory=dict)
     llm_calls: int = 0
     cached_llm_calls: int = 0
+    # characters of each LLM prompt by stage: on a CPU LLM the prompt's length is its cost
+    prompt_chars: dict[str, int] = field(default_factory=dict)
     boost_ids: dict[str, float] = field(default_factory=dict)  # doc id -> weight, BM25 side
 
     @property

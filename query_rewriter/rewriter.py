@@ -55,6 +55,7 @@ class RewriteOutcome:
             "cached": self.cached,
             "llm_calls": self.rewrite.llm_calls,
             "cached_llm_calls": self.rewrite.cached_llm_calls,
+            "llm_prompt_chars": self.rewrite.prompt_chars,
             "final_query": final_query,
         }
 

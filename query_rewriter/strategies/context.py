@@ -58,6 +58,7 @@ class StrategyContext:
             )
         rewrite.llm_calls += 1
         rewrite.cached_llm_calls += int(answer.cached)
+        rewrite.prompt_chars[stage] = rewrite.prompt_chars.get(stage, 0) + len(text)
         return parse_json_object(answer.texts[0])
 
     async def initial_hits(self, query: str, size: int) -> list[dict[str, Any]]:

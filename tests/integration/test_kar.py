@@ -157,6 +157,8 @@ def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str
         explain["stages_ms"]
     )
     assert explain["llm_calls"] == 2
+    assert set(explain["llm_prompt_chars"]) == {"parse", "generate"}
+    assert explain["llm_prompt_chars"]["generate"] > len(QUERY)
 
 
 def test_kar_degrades_to_the_plain_query_when_neo4j_is_down(
