@@ -6,6 +6,7 @@ same prompts costs no LLM time; the cache is shared by every process using the s
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -46,6 +47,10 @@ class LlmRequest:
         if self.json_mode:
             arguments["response_format"] = {"type": "json_object"}
         return arguments
+
+
+class LlmStreamInterrupted(RuntimeError):
+    """The endpoint closed a streamed answer before it was complete."""
 
 
 @dataclass(frozen=True)
@@ -111,12 +116,12 @@ class AsyncLlmClient:
         self.model = settings.llm_model
         # No client retries: a failing LLM must fall back fast, not stall a search.
         self._client = AsyncOpenAI(**_connection(settings), max_retries=0)
+        # A stream's read timeout only bounds the gap between chunks; this bounds the whole.
+        self._timeout_s = settings.llm_timeout_s
         self._redis = redis
         self._in_flight: dict[str, Any] = {}
 
     async def complete(self, request: LlmRequest) -> LlmAnswer:
-        import asyncio
-
         started = time.perf_counter()
         key = request.cache_key(self.model)
         if self._redis is not None:
@@ -130,10 +135,8 @@ class AsyncLlmClient:
         future: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         self._in_flight[key] = future
         try:
-            response = await self._client.chat.completions.create(
-                **request.openai_arguments(self.model)
-            )
-            texts = [choice.message.content or "" for choice in response.choices]
+            async with asyncio.timeout(self._timeout_s):
+                texts = await self._streamed_texts(request)
             if self._redis is not None:
                 await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
             future.set_result(texts)
@@ -144,6 +147,26 @@ class AsyncLlmClient:
         finally:
             del self._in_flight[key]
         return LlmAnswer(texts, False, (time.perf_counter() - started) * 1000)
+
+    async def _streamed_texts(self, request: LlmRequest) -> list[str]:
+        """The answer, streamed so that a caller giving up (a rewrite timeout cancels this
+        coroutine) closes the connection and the server stops generating. A non-streamed
+        request would keep a local llama.cpp server busy for its whole answer, and every
+        search behind it waiting, long after nobody wants it."""
+        arguments = request.openai_arguments(self.model)
+        parts: dict[int, list[str]] = {index: [] for index in range(request.n)}
+        finished: set[int] = set()
+        async with await self._client.chat.completions.create(**arguments, stream=True) as stream:
+            async for chunk in stream:
+                for choice in chunk.choices:
+                    parts.setdefault(choice.index, []).append(choice.delta.content or "")
+                    if choice.finish_reason is not None:
+                        finished.add(choice.index)
+        if finished != set(parts):
+            # llama-cpp-python ends a stream early, with no finish reason, when it interrupts
+            # a request for a newer one; a truncated answer must not be parsed or cached.
+            raise LlmStreamInterrupted(f"stream ended without a finish reason ({self.model})")
+        return ["".join(parts[index]) for index in sorted(parts)]
 
     async def close(self) -> None:
         await self._client.close()

@@ -101,8 +101,12 @@ class LlmServer(LocalService):
             "--host", self.host, "--port", str(self.port),
             "--n_ctx", str(s.llm_context_tokens),
             "--n_threads", str(s.llm_threads), "--n_threads_batch", str(s.llm_threads),
+            # By default a new request cuts short the answer being streamed; kgqr streams
+            # (to cancel abandoned answers), so requests must queue instead.
+            "--interrupt_requests", "false",
         ]  # fmt: skip
-        return argv, {}
+        # Unbuffered, so the server's own messages (a dropped answer) reach the log at once.
+        return argv, {"PYTHONUNBUFFERED": "1"}
 
     def _models_url(self) -> str:
         path = urlparse(self.settings.llm_base_url).path.rstrip("/") or "/v1"
