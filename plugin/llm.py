@@ -53,6 +53,27 @@ class LlmStreamInterrupted(RuntimeError):
     """The endpoint closed a streamed answer before it was complete."""
 
 
+class StreamedAnswer:
+    """Collects a streamed chat completion's pieces per choice."""
+
+    def __init__(self, n: int) -> None:
+        self._parts: dict[int, list[str]] = {index: [] for index in range(n)}
+        self._finished: set[int] = set()
+
+    def add(self, chunk: Any) -> None:
+        for choice in chunk.choices:
+            self._parts.setdefault(choice.index, []).append(choice.delta.content or "")
+            if choice.finish_reason is not None:
+                self._finished.add(choice.index)
+
+    def texts(self, model: str) -> list[str]:
+        if self._finished != set(self._parts):
+            # llama-cpp-python ends a stream early, with no finish reason, when it interrupts
+            # a request for a newer one; a truncated answer must not be parsed or cached.
+            raise LlmStreamInterrupted(f"stream ended without a finish reason ({model})")
+        return ["".join(self._parts[index]) for index in sorted(self._parts)]
+
+
 @dataclass(frozen=True)
 class LlmAnswer:
     texts: list[str]
@@ -86,8 +107,14 @@ class LlmClient:
             hit = self._redis.get(key)
             if hit is not None:
                 return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
-        response = self._client.chat.completions.create(**request.openai_arguments(self.model))
-        texts = [choice.message.content or "" for choice in response.choices]
+        # Streamed for the same reason as the async client: a timed-out (and retried)
+        # request must not leave the server writing an answer nobody reads.
+        answer = StreamedAnswer(request.n)
+        arguments = request.openai_arguments(self.model)
+        with self._client.chat.completions.create(**arguments, stream=True) as stream:
+            for chunk in stream:
+                answer.add(chunk)
+        texts = answer.texts(self.model)
         if self._redis is not None:
             self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
         return LlmAnswer(texts, False, (time.perf_counter() - started) * 1000)
@@ -149,24 +176,16 @@ class AsyncLlmClient:
         return LlmAnswer(texts, False, (time.perf_counter() - started) * 1000)
 
     async def _streamed_texts(self, request: LlmRequest) -> list[str]:
-        """The answer, streamed so that a caller giving up (a rewrite timeout cancels this
-        coroutine) closes the connection and the server stops generating. A non-streamed
-        request would keep a local llama.cpp server busy for its whole answer, and every
-        search behind it waiting, long after nobody wants it."""
+        """Streamed so that a caller giving up (a rewrite timeout cancels this coroutine)
+        closes the connection and the server stops generating: a non-streamed request keeps
+        a local llama.cpp server busy for its whole answer, and every search behind it
+        waiting, long after nobody wants it."""
+        answer = StreamedAnswer(request.n)
         arguments = request.openai_arguments(self.model)
-        parts: dict[int, list[str]] = {index: [] for index in range(request.n)}
-        finished: set[int] = set()
         async with await self._client.chat.completions.create(**arguments, stream=True) as stream:
             async for chunk in stream:
-                for choice in chunk.choices:
-                    parts.setdefault(choice.index, []).append(choice.delta.content or "")
-                    if choice.finish_reason is not None:
-                        finished.add(choice.index)
-        if finished != set(parts):
-            # llama-cpp-python ends a stream early, with no finish reason, when it interrupts
-            # a request for a newer one; a truncated answer must not be parsed or cached.
-            raise LlmStreamInterrupted(f"stream ended without a finish reason ({self.model})")
-        return ["".join(parts[index]) for index in sorted(parts)]
+                answer.add(chunk)
+        return answer.texts(self.model)
 
     async def close(self) -> None:
         await self._client.close()

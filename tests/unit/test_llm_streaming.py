@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from plugin.llm import AsyncLlmClient, LlmRequest, LlmStreamInterrupted
+from plugin.llm import AsyncLlmClient, LlmClient, LlmRequest, LlmStreamInterrupted
 from plugin.settings import Settings
 
 
@@ -74,21 +74,39 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
 
 
 @asynccontextmanager
-async def client_of(endpoint: ScriptedStream) -> AsyncIterator[AsyncLlmClient]:
+async def settings_for(endpoint: ScriptedStream) -> AsyncIterator[Settings]:
     server = await asyncio.start_server(endpoint.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    client = AsyncLlmClient(Settings(llm_base_url=f"http://127.0.0.1:{port}/v1", llm_model="m"))
     try:
-        yield client
+        yield Settings(llm_base_url=f"http://127.0.0.1:{port}/v1", llm_model="m")
     finally:
-        await client.close()
         server.close()
+
+
+@asynccontextmanager
+async def client_of(endpoint: ScriptedStream) -> AsyncIterator[AsyncLlmClient]:
+    async with settings_for(endpoint) as settings:
+        client = AsyncLlmClient(settings)
+        try:
+            yield client
+        finally:
+            await client.close()
 
 
 def test_streamed_pieces_make_one_answer() -> None:
     async def run() -> list[str]:
         async with client_of(ScriptedStream(['{"a": ', '"b"', "}"])) as client:
             return (await client.complete(LlmRequest.user("q", json_mode=True))).texts
+
+    assert asyncio.run(run()) == ['{"a": "b"}']
+
+
+def test_the_blocking_client_streams_the_same_answer() -> None:
+    async def run() -> list[str]:
+        async with settings_for(ScriptedStream(['{"a": ', '"b"', "}"])) as settings:
+            client = LlmClient(settings)
+            answer = await asyncio.to_thread(client.complete, LlmRequest.user("q"))
+            return answer.texts
 
     assert asyncio.run(run()) == ['{"a": "b"}']
 
