@@ -64,12 +64,15 @@ def browser() -> Iterator[Any]:
 
 
 def _metric(browser: Any, strategy: str, metric: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    cells = browser.find_elements(
-        By.CSS_SELECTOR, f'#metrics tr[data-strategy="{strategy}"] td[data-metric="{metric}"]'
+    """Read in one script call: the page re-renders the metrics table whenever a judgment
+    lands, so a cell found first and read after can already be gone (stale element)."""
+    selector = f'#metrics tr[data-strategy="{strategy}"] td[data-metric="{metric}"]'
+    text = browser.execute_script(
+        "const cell = document.querySelector(arguments[0]);"
+        "return cell ? cell.textContent.trim() : '';",
+        selector,
     )
-    return str(cells[0].text) if cells else ""
+    return str(text)
 
 
 def test_judging_a_hit_updates_each_strategys_metrics(
