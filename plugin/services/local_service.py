@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import abc
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
 from plugin.services.errors import ServiceError
@@ -56,11 +58,37 @@ class LocalService(abc.ABC):
     @abc.abstractmethod
     def version(self) -> str | None: ...
 
+    @property
+    def _command_record(self) -> Path:
+        return self.layout.run / f"{self.name}.command.json"
+
+    def _runs_current_command(self) -> bool:
+        """Whether our running process was started with what command() says now. A
+        process from before the record existed counts as changed, so an upgrade that
+        changes a service's flags takes effect at the next `up`, once."""
+        argv, env = self.command()
+        try:
+            recorded = json.loads(self._command_record.read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        return bool(recorded == {"argv": argv, "env": env})
+
+    def _start(self) -> None:
+        self.prepare()
+        argv, env = self.command()
+        self.process.start(argv, env={**os.environ, **env}, cwd=self.layout.root)
+        self._command_record.write_text(json.dumps({"argv": argv, "env": env}))
+        wait_until_healthy(self.process, self.is_healthy, self.startup_timeout_s)
+
     def up(self) -> str:
         """Start the service unless it already answers; returns what happened."""
         ours = self.process.pid() is not None
         if ours and self.is_healthy():
-            return "already running"
+            if self._runs_current_command():
+                return "already running"
+            self.down()
+            self._start()
+            return "restarted (its command changed)"
         if ours and port_is_open(self.host, self.port):
             # Our own process holds the port but did not answer: still starting, or busy
             # (the LLM server answers nothing while it generates). Wait, don't fail.
@@ -74,10 +102,7 @@ class LocalService(abc.ABC):
                 f"port {self.port} on {self.host} is in use by something that is not a healthy "
                 f"{self.name}; stop it or point kgqr at another port",
             )
-        self.prepare()
-        argv, env = self.command()
-        self.process.start(argv, env={**os.environ, **env}, cwd=self.layout.root)
-        wait_until_healthy(self.process, self.is_healthy, self.startup_timeout_s)
+        self._start()
         return "started"
 
     def down(self) -> bool:

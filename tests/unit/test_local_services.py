@@ -103,6 +103,45 @@ def test_up_waits_for_its_own_busy_service(tmp_path: Path, listening_port: int) 
         service.process.stop(timeout_s=10)
 
 
+class _SleeperService(LocalService):
+    """A real process whose command line is a setting, to test restarts on upgrade."""
+
+    name = "sleeper"
+    startup_timeout_s = 20
+    flag = "first"
+
+    @property
+    def port(self) -> int:
+        return 9  # discard: nothing listens, so `up` never mistakes a stranger for us
+
+    def prepare(self) -> None:
+        pass
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, "-c", "import time; time.sleep(60)", self.flag], {"X": "1"}
+
+    def is_healthy(self) -> bool:
+        return self.process.pid() is not None
+
+    def version(self) -> str | None:
+        return self.flag
+
+
+def test_up_restarts_its_service_when_the_command_changed(tmp_path: Path) -> None:
+    service = _SleeperService(Settings(home=tmp_path))
+    try:
+        assert service.up() == "started"
+        first_pid = service.process.pid()
+        assert service.up() == "already running"
+        assert service.process.pid() == first_pid
+        service.flag = "second"  # e.g. a new kgqr passes the LLM server a new option
+        assert service.up() == "restarted (its command changed)"
+        assert service.process.pid() not in (None, first_pid)
+        assert service.up() == "already running"
+    finally:
+        service.down()
+
+
 def test_port_probe(listening_port: int) -> None:
     assert port_is_open("127.0.0.1", listening_port)
 
