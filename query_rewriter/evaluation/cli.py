@@ -136,10 +136,15 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
         def command(*args: Any, split: str | None, limit: int | None, params: tuple[str, ...],
                     size: int, concurrency: int, proxy: str | None, out: Path | None,
                     **kwargs: Any) -> None:  # fmt: skip
+            from query_rewriter.evaluation.runner import EvalError
+
             options = EvalOptions(
                 split, limit, _parse_params(params), size, concurrency, proxy, out
             )
-            function(*args, options=options, **kwargs)
+            try:
+                function(*args, options=options, **kwargs)
+            except EvalError as exc:  # a refused search is the user's to fix, not a crash
+                raise click.ClickException(f"evaluation stopped: {exc}") from exc
 
         decorators = [
             click.option(

@@ -96,6 +96,11 @@ async def run_query(
     started = loop.time()
     response = await client.post(f"/{index}/_search", params=query_params, json=body)
     seconds = loop.time() - started
+    if response.status_code == 404 and "index_not_found_exception" in response.text:
+        raise EvalError(
+            f"no index {index!r}: is the knowledge base ingested? "
+            "(`kgqr ingest SOURCE --kb NAME`; `kgqr ingest verify --kb NAME` shows what is there)"
+        )
     if response.status_code != 200:
         raise EvalError(
             f"{strategy} on {query.id!r}: HTTP {response.status_code} {response.text[:300]}"

@@ -101,3 +101,11 @@ def test_bad_query_sets_and_parameters_are_usage_errors(judged: Path, tmp_path: 
     bad_strategy = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB,
                                         "--strategies", "base,magic"])  # fmt: skip
     assert bad_strategy.exit_code == 2 and "magic" in bad_strategy.output
+
+
+def test_a_knowledge_base_never_ingested_is_a_clear_error(judged: Path, proxy: str) -> None:
+    result = CliRunner().invoke(main, ["eval", f"jsonl:{judged}", "--kb", "never-ingested",
+                                       "--strategies", "base", "--proxy", proxy])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "no index 'kgqr-never-ingested-documents'" in result.output
+    assert "kgqr ingest" in result.output and "Traceback" not in result.output
