@@ -28,6 +28,11 @@ def port_of(url: str, default: int) -> int:
     return urlparse(url if "://" in url else f"tcp://{url}").port or default
 
 
+def _command_line(argv: list[str], env: dict[str, str]) -> dict[str, object]:
+    """How a start is recorded, and compared with what command() says now."""
+    return {"argv": argv, "env": env}
+
+
 class LocalService(abc.ABC):
     """One service kgqr can run on 127.0.0.1 without Docker."""
 
@@ -66,18 +71,17 @@ class LocalService(abc.ABC):
         """Whether our running process was started with what command() says now. A
         process from before the record existed counts as changed, so an upgrade that
         changes a service's flags takes effect at the next `up`, once."""
-        argv, env = self.command()
         try:
             recorded = json.loads(self._command_record.read_text())
         except (FileNotFoundError, ValueError):
             return False
-        return bool(recorded == {"argv": argv, "env": env})
+        return bool(recorded == _command_line(*self.command()))
 
     def _start(self) -> None:
         self.prepare()
         argv, env = self.command()
         self.process.start(argv, env={**os.environ, **env}, cwd=self.layout.root)
-        self._command_record.write_text(json.dumps({"argv": argv, "env": env}))
+        self._command_record.write_text(json.dumps(_command_line(argv, env)))
         wait_until_healthy(self.process, self.is_healthy, self.startup_timeout_s)
 
     def up(self) -> str:
