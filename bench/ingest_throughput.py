@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import save
-from ingest import job_runner
+from ingest import chunking, job_runner
 from ingest.job_store import JobStore
 from ingest.kb_removal import drop_knowledge_base
 from ingest.sources import open_source
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument(
         "--chunk-size",
         type=int,
-        default=job_runner.DEFAULT_CHUNK_SIZE,
+        default=chunking.DEFAULT_CHUNK_SIZE,
         help="records per Celery task (default: what `kgqr ingest` uses)",
     )
     args = parser.parse_args()

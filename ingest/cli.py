@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
 from plugin.cli_groups import DefaultRunGroup
 from plugin.settings import get_settings
 
@@ -43,7 +44,13 @@ def ingest() -> None:
     show_default=True,
     help="Follow the job with a progress bar until every chunk is done.",
 )
-@click.option("--chunk-size", default=256, show_default=True, help="Records per Celery task.")
+@click.option(
+    "--chunk-size",
+    default=DEFAULT_CHUNK_SIZE,
+    show_default=True,
+    help=f"Documents and triples per Celery task; up to {GRAPH_ONLY_PER_EMBEDDED}x as many "
+    "relations and mentions ride along.",
+)
 @click.option("--limit", type=int, default=None, help="Only the first N documents.")
 @click.option("--restart", is_flag=True, help="Forget earlier progress of this job.")
 @click.option(

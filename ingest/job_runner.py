@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
 from plugin import installer, kb_meta
@@ -23,8 +24,6 @@ from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from plugin.schema import check_kb_name
 from plugin.settings import Settings
-
-DEFAULT_CHUNK_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def enqueue(
     relations: dict[str, None] = {}
     sent = 0
     total = 0
-    for chunk_no, chunk in enumerate(_chunks(source, chunk_size)):
+    for chunk_no, chunk in enumerate(chunks(source, chunk_size)):
         total = chunk_no + 1
         for record in chunk:
             if record["kind"] == "document":
@@ -94,17 +93,6 @@ def enqueue(
         ),
     )
     return EnqueuedJob(job_id, total, sent, total - sent, structure)
-
-
-def _chunks(source: Source, size: int) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
-    for record in source.records():
-        chunk.append(record.model_dump(mode="json"))
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def follow(

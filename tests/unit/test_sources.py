@@ -110,3 +110,24 @@ def test_array_items_stop_before_trailing_nan() -> None:
 
     raw = b'{"docs": [{"a": [1, {"b": 2}]}, {"a": []}, 3], "avg": NaN}'
     assert list(array_items(io.BytesIO(raw), "docs")) == [{"a": [1, {"b": 2}]}, {"a": []}, 3]
+
+
+def test_chunks_take_many_graph_only_records_per_embedded_one() -> None:
+    from ingest.chunking import GRAPH_ONLY_PER_EMBEDDED, chunks
+    from ingest.records import Document, Relation
+
+    class Records:
+        def __init__(self, records: list[Document | Relation]) -> None:
+            self._records = records
+
+        def records(self) -> list[Document | Relation]:
+            return self._records
+
+    docs = [Document(id=f"d{i}", type="note", title=f"d{i}") for i in range(10)]
+    rels = [Relation(source="d0", type="cites", target=f"d{i}") for i in range(100)]
+    assert [len(c) for c in chunks(Records(docs), 4)] == [4, 4, 2]  # type: ignore[arg-type]
+    per_chunk = 2 * GRAPH_ONLY_PER_EMBEDDED
+    relation_only = [len(c) for c in chunks(Records(rels * 3), 2)]  # type: ignore[arg-type]
+    assert relation_only == [per_chunk, per_chunk, 300 - 2 * per_chunk]
+    mixed = [len(c) for c in chunks(Records([*rels[:5], *docs[:3]]), 2)]  # type: ignore[arg-type]
+    assert mixed == [7, 1]
