@@ -23,8 +23,8 @@ CALL (s, n1) {
     n2.id, n2.name, n2.type, coalesce(r2.relation, toLower(type(r2))), startNode(r2) = n1
   ] END) AS second
 }
-RETURN seed, coalesce(r1.relation, toLower(type(r1))) AS relation, startNode(r1) = s AS outgoing,
-       n1.id AS id, n1.name AS name, n1.type AS type, second
+RETURN collect([seed, coalesce(r1.relation, toLower(type(r1))), startNode(r1) = s,
+                n1.id, n1.name, n1.type, second]) AS rows
 """
 
 
@@ -68,7 +68,7 @@ async def neighbours(
     )
     found: dict[tuple[str, str], Neighbour] = {}
     seeds = set(node_ids)
-    rows = [row.values() for row in records]
+    rows = records[0]["rows"]
     for seed, relation, outgoing, node_id, name, node_type, _ in rows:
         if node_id not in seeds and (seed, node_id) not in found:
             found[seed, node_id] = Neighbour(
@@ -98,7 +98,7 @@ CALL (e) {
   MATCH (e)-[r:RELATION]-(n:Node)
   RETURN r.triple_id AS triple_id, n.id AS target LIMIT $cap
 }
-RETURN source, triple_id, target
+RETURN collect([source, triple_id, target]) AS edges
 """
 
 
@@ -110,4 +110,4 @@ async def entity_edges(
     records, _, _ = await driver.execute_query(
         ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
     )
-    return [(row["source"], row["triple_id"], row["target"]) for row in records]
+    return [(source, triple_id, target) for source, triple_id, target in records[0]["edges"]]

@@ -1,13 +1,14 @@
 """Neo4j 5.26 LTS with its Bolt server, run from a small Java launcher.
 
 Neo4j's server distribution is not on Maven Central; the embedded kernel and the Bolt
-connector are. Maven resolves them, javac compiles ``KgqrNeo4jLauncher.java`` once, and
-the launcher serves Bolt on 127.0.0.1. Auth is disabled in embedded mode, so any
+connector are. Maven resolves them, javac compiles ``KgqrNeo4jLauncher.java`` (once per
+version of it), and the launcher serves Bolt on 127.0.0.1. Auth is disabled in embedded mode, so any
 credentials the driver sends are accepted.
 """
 
 from __future__ import annotations
 
+import hashlib
 from importlib import resources
 from pathlib import Path
 
@@ -42,21 +43,31 @@ class Neo4jServer(LocalService):
             self.layout.maven_repo,
             self.name,
         )
-        classes = self.install_dir / "classes"
+        classes = self._classes_dir()
         if not (classes / f"{LAUNCHER_CLASS}.class").is_file():
             classes.mkdir(parents=True, exist_ok=True)
-            source = Path(str(package.joinpath(f"{LAUNCHER_CLASS}.java")))
             run_checked(
                 self.name,
                 [str(java_home / "bin" / "javac"), "-cp", f"{self.install_dir / 'lib'}/*",
-                 "-d", str(classes), str(source)],
+                 "-d", str(classes), str(self._launcher_source())],
             )  # fmt: skip
         self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
+
+    def _launcher_source(self) -> Path:
+        return Path(
+            str(resources.files("plugin.services.neo4j").joinpath(f"{LAUNCHER_CLASS}.java"))
+        )
+
+    def _classes_dir(self) -> Path:
+        """One directory per launcher source version: an edited launcher is compiled
+        again, and the changed classpath makes `services up` restart the server."""
+        digest = hashlib.sha256(self._launcher_source().read_bytes()).hexdigest()[:12]
+        return self.install_dir / "classes" / digest
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         java_home = find_java_home(self.settings.java_home)
         s = self.settings
-        classpath = f"{self.install_dir / 'classes'}:{self.install_dir / 'lib'}/*"
+        classpath = f"{self._classes_dir()}:{self.install_dir / 'lib'}/*"
         argv = [
             str(java_home / "bin" / "java"),
             f"-Xms{s.neo4j_heap_mb}m", f"-Xmx{s.neo4j_heap_mb}m",

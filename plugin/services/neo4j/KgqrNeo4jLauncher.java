@@ -32,6 +32,11 @@ public final class KgqrNeo4jLauncher {
                 .setConfig(BoltConnector.listen_address, new SocketAddress(host, port))
                 .setConfig(GraphDatabaseSettings.pagecache_memory, ByteUnit.mebiBytes(pageCacheMb))
                 .setConfig(GraphDatabaseSettings.keep_logical_logs, "1 files")
+                // Keep-alive NOOPs only while streaming results. With ALL, the server hints
+                // a receive timeout to drivers, and the Python async driver then wraps every
+                // socket read in asyncio.wait_for: ~0.15 ms per record returned.
+                .setConfig(BoltConnector.connection_keep_alive_type,
+                        BoltConnector.KeepAliveRequestType.STREAMING)
                 .build();
 
         CountDownLatch stopped = new CountDownLatch(1);
