@@ -23,6 +23,7 @@ from plugin import installer, kb_meta
 from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from plugin.schema import check_kb_name
+from plugin.services.process import terminate_child
 from plugin.settings import Settings
 
 
@@ -134,10 +135,6 @@ def temporary_worker(
     try:
         yield worker
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        terminate_child(worker, timeout_s=30)
         if log is not subprocess.DEVNULL:
             log.close()

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
-
-from plugin.services.errors import ServiceError
 from plugin.services.local_service import LocalService, port_of
-from plugin.services.process import run_checked
-from plugin.services.service_user import running_as_root
+from plugin.services.os_packages import ensure_installed
 
 
 class RedisServer(LocalService):
@@ -19,14 +15,7 @@ class RedisServer(LocalService):
         return port_of(self.settings.redis_url, 6379)
 
     def prepare(self) -> None:
-        if shutil.which("redis-server") is None:
-            if not running_as_root() or shutil.which("apt-get") is None:
-                raise ServiceError(
-                    self.name, "redis-server is not installed; `apt-get install redis-server`"
-                )
-            env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-            run_checked(self.name, ["apt-get", "update", "-qq"], env=env)
-            run_checked(self.name, ["apt-get", "install", "-y", "-qq", "redis-server"], env=env)
+        ensure_installed(self.name, "redis-server", "redis-server")
         self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
