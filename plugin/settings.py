@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     # Rewriter (the proxy) -------------------------------------------------------------
     proxy_host: str = "127.0.0.1"
     proxy_port: int = 9201
+    front_port: int | None = Field(
+        default=None,
+        description="With a port, `kgqr serve` also runs nginx there, passing what kgqr does "
+        "not rewrite straight to OpenSearch (query_rewriter/front.py).",
+    )
     rewrite_default_strategy: str | None = Field(
         default="base",
         description="Strategy for searches on kgqr-managed indices (kgqr-KB-documents) that "

@@ -24,17 +24,17 @@ else
   echo "(../shared/data/musique100 not found: skipping the MuSiQue sample)"
 fi
 
-echo "== rewrite: searches through the kgqr proxy (kgqr serve on 127.0.0.1:9201)"
-kgqr serve --port 9201 --log-level WARNING &
+echo "== rewrite: searches through the kgqr proxy (kgqr serve on 127.0.0.1:9201, its nginx front on 9202)"
+kgqr serve --port 9201 --front-port 9202 --log-level WARNING &
 proxy_pid=$!
 trap 'kill $proxy_pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do
   curl -fs http://127.0.0.1:9201/metrics >/dev/null 2>&1 && break
   sleep 0.5
 done
-python scripts/rewrite_demo.py --proxy http://127.0.0.1:9201
+python scripts/rewrite_demo.py --proxy http://127.0.0.1:9202
 
 echo "== evaluate: two strategies on three judged movie queries (kgqr eval)"
 kgqr eval "jsonl:tests/fixtures/movie_judgments.jsonl" --kb movies --strategies base,hyde \
-  --proxy http://127.0.0.1:9201 --out eval-results/quickstart-movies
+  --proxy http://127.0.0.1:9202 --out eval-results/quickstart-movies
 echo "== next: run \`kgqr serve\` and open http://127.0.0.1:9201/_kgqr/tune to compare strategies and judge hits"

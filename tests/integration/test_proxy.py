@@ -11,8 +11,10 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import NotFoundError
 
 from plugin import schema
+from plugin.services.local_service import port_of
 from plugin.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
+from query_rewriter.front import running_front
 from tests.integration.ingest_helpers import TINY_KB, ingested
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
@@ -31,9 +33,20 @@ def proxy_url(settings: Settings) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module", params=["kgqr", "front"])
+def entry_url(request: pytest.FixtureRequest, settings: Settings, proxy_url: str) -> Iterator[str]:
+    """Where clients point: `kgqr serve` itself, or the nginx front that passes what kgqr
+    does not rewrite straight to OpenSearch. Both must look the same to a client."""
+    if request.param == "kgqr":
+        yield proxy_url
+        return
+    with running_front(settings, "127.0.0.1", free_port(), port_of(proxy_url, 0)) as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
-def via_proxy(proxy_url: str) -> OpenSearch:
-    return OpenSearch(hosts=[proxy_url], timeout=300)
+def via_proxy(entry_url: str) -> OpenSearch:
+    return OpenSearch(hosts=[entry_url], timeout=300)
 
 
 def _search(url: str, index: str, body: dict[str, Any], **params: str) -> httpx.Response:
@@ -82,16 +95,42 @@ def test_unmanaged_apis_behave_exactly_as_direct(
         via_proxy.indices.delete(index=index)
 
 
-def test_opensearch_errors_pass_through_unchanged(proxy_url: str, settings: Settings) -> None:
+def _passthrough_count(proxy_url: str) -> float:
+    for line in httpx.get(f"{proxy_url}/metrics").text.splitlines():
+        if line.startswith('kgqr_requests_total{kind="passthrough",status="200"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_the_front_sends_only_kgqr_traffic_through_kgqr(
+    settings: Settings, proxy_url: str, movies_kb: str
+) -> None:
+    with running_front(settings, "127.0.0.1", free_port(), port_of(proxy_url, 0)) as front:
+        before = _passthrough_count(proxy_url)
+        assert httpx.get(f"{front}/_cluster/health").json()["status"] in ("green", "yellow")
+        assert _passthrough_count(proxy_url) == before, "a plain request went through kgqr"
+        assert "kgqr_requests_total" in httpx.get(f"{front}/metrics").text
+        assert httpx.get(f"{front}/_kgqr/tune").status_code == 200
+        explained = _search(front, movies_kb, QUERY, **{"kgqr.explain": "true"}).json()
+        assert explained["kgqr"]["strategy"] == "base"
+        # OpenSearch rejects kgqr's parameters, so a request carrying one goes to kgqr.
+        plain = httpx.get(f"{front}/_cat/health", params={"kgqr.explain": "true"})
+        assert plain.status_code == 200
+        assert httpx.get(f"{settings.opensearch_url}/_cat/health",
+                         params={"kgqr.explain": "true"}).status_code == 400  # fmt: skip
+        assert _passthrough_count(proxy_url) == before + 1
+
+
+def test_opensearch_errors_pass_through_unchanged(entry_url: str, settings: Settings) -> None:
     body = {"query": {"match": {"text": "x"}}}
-    proxied = httpx.post(f"{proxy_url}/kgqr-no-such-documents/_search", json=body)
+    proxied = httpx.post(f"{entry_url}/kgqr-no-such-documents/_search", json=body)
     direct = httpx.post(f"{settings.opensearch_url}/kgqr-no-such-documents/_search", json=body)
     assert proxied.status_code == direct.status_code == 404
     assert proxied.json()["error"] == direct.json()["error"]
 
 
 def test_pass_through_is_byte_for_byte(
-    proxy_url: str, settings: Settings, opensearch: Any, unique_name: str
+    entry_url: str, settings: Settings, opensearch: Any, unique_name: str
 ) -> None:
     """Compressed answers stay compressed, HEAD keeps its length, kgqr's own parameters
     never reach OpenSearch (which would reject them)."""
@@ -100,29 +139,29 @@ def test_pass_through_is_byte_for_byte(
     gzip = {"accept-encoding": "gzip"}
     try:
         with httpx.Client(timeout=60) as client:
-            proxied = client.get(f"{proxy_url}/{index}/_search", headers=gzip)
+            proxied = client.get(f"{entry_url}/{index}/_search", headers=gzip)
             direct = client.get(f"{settings.opensearch_url}/{index}/_search", headers=gzip)
             assert proxied.headers["content-encoding"] == "gzip"
             assert proxied.headers["content-encoding"] == direct.headers.get("content-encoding")
             assert proxied.json()["hits"] == direct.json()["hits"]
-            plain = client.get(f"{proxy_url}/{index}/_search",
+            plain = client.get(f"{entry_url}/{index}/_search",
                                headers={"accept-encoding": "identity"})  # fmt: skip
             assert "content-encoding" not in plain.headers and plain.json()["hits"]["hits"]
-            head = client.head(f"{proxy_url}/{index}")
+            head = client.head(f"{entry_url}/{index}")
             assert head.status_code == 200
             assert (
                 head.headers["content-length"]
                 == client.head(f"{settings.opensearch_url}/{index}").headers["content-length"]
             )
-            cat = client.get(f"{proxy_url}/_cat/indices/{index}",
+            cat = client.get(f"{entry_url}/_cat/indices/{index}",
                              params={"format": "json", "kgqr.explain": "true"})  # fmt: skip
             assert cat.status_code == 200 and cat.json()[0]["index"] == index
     finally:
         opensearch.indices.delete(index=index)
 
 
-def test_managed_index_gets_a_hybrid_search(proxy_url: str, movies_kb: str) -> None:
-    response = _search(proxy_url, movies_kb, QUERY, **{"kgqr.explain": "true"})
+def test_managed_index_gets_a_hybrid_search(entry_url: str, movies_kb: str) -> None:
+    response = _search(entry_url, movies_kb, QUERY, **{"kgqr.explain": "true"})
     assert response.status_code == 200
     result = response.json()
     explain = result["kgqr"]
@@ -130,7 +169,7 @@ def test_managed_index_gets_a_hybrid_search(proxy_url: str, movies_kb: str) -> N
     hybrid = explain["final_query"]["query"]["hybrid"]["queries"]
     assert "multi_match" in hybrid[0] and "knn" in hybrid[1]
     assert result["hits"]["hits"][0]["_id"] == "m1"
-    assert "kgqr" not in _search(proxy_url, movies_kb, QUERY).json()
+    assert "kgqr" not in _search(entry_url, movies_kb, QUERY).json()
 
 
 def test_client_filters_sort_and_paging_are_preserved(proxy_url: str, movies_kb: str) -> None:
@@ -148,29 +187,29 @@ def test_client_filters_sort_and_paging_are_preserved(proxy_url: str, movies_kb:
     assert result["kgqr"]["final_query"]["query"]["hybrid"]["pagination_depth"] >= 3
 
 
-def test_malformed_requests_get_opensearch_style_errors(proxy_url: str, movies_kb: str) -> None:
-    bad_json = httpx.post(f"{proxy_url}/{movies_kb}/_search", content=b"{not json",
+def test_malformed_requests_get_opensearch_style_errors(entry_url: str, movies_kb: str) -> None:
+    bad_json = httpx.post(f"{entry_url}/{movies_kb}/_search", content=b"{not json",
                           headers={"content-type": "application/json"})  # fmt: skip
     assert bad_json.status_code == 400
     assert bad_json.json()["error"]["type"] == "parse_exception"
     assert bad_json.json()["status"] == 400
-    unknown = _search(proxy_url, movies_kb, QUERY, **{"kgqr.strategy": "magic"})
+    unknown = _search(entry_url, movies_kb, QUERY, **{"kgqr.strategy": "magic"})
     assert unknown.status_code == 400
     assert (
         "hyde" in unknown.json()["error"]["reason"] and "magic" in unknown.json()["error"]["reason"]
     )
-    huge = httpx.post(f"{proxy_url}/{movies_kb}/_search", content=b"x" * (11 * 1024 * 1024),
+    huge = httpx.post(f"{entry_url}/{movies_kb}/_search", content=b"x" * (11 * 1024 * 1024),
                       headers={"content-type": "application/json"})  # fmt: skip
     assert huge.status_code == 413
     assert huge.json()["error"]["type"] == "content_too_long_exception"
-    odd_msearch = httpx.post(f"{proxy_url}/_msearch", content=b'{"index": "x"}\n',
+    odd_msearch = httpx.post(f"{entry_url}/_msearch", content=b'{"index": "x"}\n',
                              headers={"content-type": "application/x-ndjson"})  # fmt: skip
     assert odd_msearch.status_code == 400
 
 
-def test_ext_kgqr_is_removed_before_forwarding(proxy_url: str, movies_kb: str) -> None:
+def test_ext_kgqr_is_removed_before_forwarding(entry_url: str, movies_kb: str) -> None:
     body = {**QUERY, "ext": {"kgqr": {"strategy": "base", "explain": True}}}
-    result = _search(proxy_url, movies_kb, body).json()
+    result = _search(entry_url, movies_kb, body).json()
     assert result["kgqr"]["strategy"] == "base"
     assert "ext" not in result["kgqr"]["final_query"]
 
