@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import ctypes
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -59,26 +58,28 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path) -> 
 @contextmanager
 def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> Iterator[str]:
     """nginx listening on host:port for as long as the block runs; yields its URL."""
-    nginx = ensure_installed(SERVICE, "nginx", "nginx-light")
-    run_dir = Path(tempfile.mkdtemp(prefix="kgqr-front-"))
-    # nginx started by root serves from unprivileged workers, which need into this dir.
-    run_dir.chmod(0o755)
-    config = run_dir / "nginx.conf"
-    config.write_text(render_config(settings, f"{host}:{port}", f"127.0.0.1:{kgqr_port}", run_dir))
     if port_is_open(host, port):
         raise ServiceError(SERVICE, f"{host}:{port} is already in use")
-    # nginx's own messages go to our stderr, next to kgqr's logs.
-    process = subprocess.Popen(
-        [nginx, "-c", str(config), "-p", str(run_dir), "-e", "stderr"],
-        stdout=subprocess.DEVNULL,
-        preexec_fn=_stop_with_parent,
-    )
-    try:
-        _wait_for_port(process, host, port)
-        yield f"http://{host}:{port}"
-    finally:
-        terminate_child(process, timeout_s=10)
-        shutil.rmtree(run_dir, ignore_errors=True)
+    nginx = ensure_installed(SERVICE, "nginx", "nginx-light")
+    # Removed on every way out, a config that cannot be rendered included.
+    with tempfile.TemporaryDirectory(prefix="kgqr-front-") as tmp:
+        run_dir = Path(tmp)
+        # nginx started by root serves from unprivileged workers, which need into this dir.
+        run_dir.chmod(0o755)
+        config = run_dir / "nginx.conf"
+        listen, kgqr = f"{host}:{port}", f"127.0.0.1:{kgqr_port}"
+        config.write_text(render_config(settings, listen, kgqr, run_dir))
+        # nginx's own messages go to our stderr, next to kgqr's logs.
+        process = subprocess.Popen(
+            [nginx, "-c", str(config), "-p", str(run_dir), "-e", "stderr"],
+            stdout=subprocess.DEVNULL,
+            preexec_fn=_stop_with_parent,
+        )
+        try:
+            _wait_for_port(process, host, port)
+            yield f"http://{host}:{port}"
+        finally:
+            terminate_child(process, timeout_s=10)
 
 
 def _stop_with_parent() -> None:

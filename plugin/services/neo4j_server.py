@@ -2,8 +2,8 @@
 
 Neo4j's server distribution is not on Maven Central; the embedded kernel and the Bolt
 connector are. Maven resolves them, javac compiles ``KgqrNeo4jLauncher.java`` (once per
-version of it), and the launcher serves Bolt on 127.0.0.1. Auth is disabled in embedded mode, so any
-credentials the driver sends are accepted.
+version of it), and the launcher serves Bolt on 127.0.0.1. Auth is disabled in embedded
+mode, so any credentials the driver sends are accepted.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from plugin.services.process import port_is_open, run_checked
 LAUNCHER_CLASS = "KgqrNeo4jLauncher"
 
 
+def _packaged(name: str) -> Path:
+    """A file shipped beside this module in ``plugin/services/neo4j``."""
+    return Path(str(resources.files("plugin.services.neo4j").joinpath(name)))
+
+
 class Neo4jServer(LocalService):
     name = "neo4j"
     startup_timeout_s = 120.0
@@ -35,9 +40,8 @@ class Neo4jServer(LocalService):
 
     def prepare(self) -> None:
         java_home = find_java_home(self.settings.java_home)
-        package = resources.files("plugin.services.neo4j")
         maven.resolve_jars(
-            Path(str(package.joinpath("pom.xml"))),
+            _packaged("pom.xml"),
             {"neo4j.version": self.settings.neo4j_version},
             self.install_dir / "lib",
             self.layout.maven_repo,
@@ -49,19 +53,15 @@ class Neo4jServer(LocalService):
             run_checked(
                 self.name,
                 [str(java_home / "bin" / "javac"), "-cp", f"{self.install_dir / 'lib'}/*",
-                 "-d", str(classes), str(self._launcher_source())],
+                 "-d", str(classes), str(_packaged(f"{LAUNCHER_CLASS}.java"))],
             )  # fmt: skip
         self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
-
-    def _launcher_source(self) -> Path:
-        return Path(
-            str(resources.files("plugin.services.neo4j").joinpath(f"{LAUNCHER_CLASS}.java"))
-        )
 
     def _classes_dir(self) -> Path:
         """One directory per launcher source version: an edited launcher is compiled
         again, and the changed classpath makes `services up` restart the server."""
-        digest = hashlib.sha256(self._launcher_source().read_bytes()).hexdigest()[:12]
+        source = _packaged(f"{LAUNCHER_CLASS}.java")
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
         return self.install_dir / "classes" / digest
 
     def command(self) -> tuple[list[str], dict[str, str]]:
