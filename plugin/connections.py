@@ -46,9 +46,16 @@ def neo4j_driver(settings: Settings, **options: Any) -> Any:
 
 
 def async_neo4j_driver(settings: Settings) -> Any:
+    """The read path's driver. Its queries name properties a knowledge base may not have
+    (`relation` on typed relationships); Neo4j warns about that on every query, which
+    flooded the log once per search, so that one class of notification is turned off."""
     from neo4j import AsyncGraphDatabase
 
-    return AsyncGraphDatabase.driver(settings.neo4j_uri, auth=_neo4j_auth(settings))
+    return AsyncGraphDatabase.driver(
+        settings.neo4j_uri,
+        auth=_neo4j_auth(settings),
+        notifications_disabled_categories=["UNRECOGNIZED"],
+    )
 
 
 def redis_client(settings: Settings) -> Any:

@@ -6,8 +6,12 @@ costs the same as one of degree ``cap``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+# A second hop is [id, type, relation, outgoing, name]; the name only when asked for, since
+# reading thousands of names costs Neo4j a third of the query and only `kar_no_drf` uses them.
 NEIGHBOURS = """
 UNWIND $seeds AS seed
 MATCH (s:Node {kb: $kb, id: seed})
@@ -20,7 +24,8 @@ CALL (s, n1) {
   WHERE $hops >= 2 AND n2 <> s
   WITH r2, n2 LIMIT $cap
   RETURN collect(CASE WHEN n2 IS NULL THEN null ELSE [
-    n2.id, n2.name, n2.type, coalesce(r2.relation, toLower(type(r2))), startNode(r2) = n1
+    n2.id, n2.type, coalesce(r2.relation, toLower(type(r2))), startNode(r2) = n1,
+    CASE WHEN $names THEN n2.name END
   ] END) AS second
 }
 RETURN collect([seed, coalesce(r1.relation, toLower(type(r1))), startNode(r1) = s,
@@ -32,10 +37,13 @@ def _render_hop(relation: str, outgoing: bool) -> str:
     return relation if outgoing else f"inverse of {relation}"
 
 
+def _has_document(node_type: str | None) -> bool:
+    """Corpus-KG entity nodes (and untyped ones) have no document to score or show."""
+    return node_type not in (None, "entity")
+
+
 class Neighbour(NamedTuple):
-    """A node reached from a seed, with the path that reached it. A plain named tuple with
-    the path kept raw: a hub-capped 2-hop query yields thousands of these, only the few DRF
-    keeps are ever rendered, and building richer objects was most of the stage's time."""
+    """A node reached from a seed, with the path that reached it, kept raw until rendered."""
 
     seed: str
     id: str
@@ -46,7 +54,7 @@ class Neighbour(NamedTuple):
 
     @property
     def has_document(self) -> bool:
-        return self.type not in (None, "entity")
+        return _has_document(self.type)
 
     @property
     def hops(self) -> int:
@@ -59,36 +67,77 @@ class Neighbour(NamedTuple):
         return f"{first} -> [{self.path[2]}] -> {_render_hop(self.path[3], self.path[4])}"
 
 
+@dataclass(frozen=True)
+class Neighbourhood:
+    """The rows of one propagation query, read lazily.
+
+    A hub-capped 2-hop query yields thousands of second hops and DRF keeps ten; turning
+    every row into a `Neighbour` cost more than the Neo4j query itself (~12 ms for 4,800),
+    so the ids to score come from one set comprehension and paths are built only for the
+    ids asked for.
+    """
+
+    seeds: frozenset[str]
+    rows: list[list[Any]]
+
+    def document_ids(self) -> set[str]:
+        """Every reached node that has a document, seeds excluded: what DRF scores."""
+        first = {row[3] for row in self.rows if _has_document(row[5])}
+        second = {hop[0] for row in self.rows for hop in row[6] if _has_document(hop[1])}
+        return (first | second) - self.seeds
+
+    def names(self) -> dict[str, str]:
+        """Name (id when unnamed) of every node with a document; needs `with_names`."""
+        names = {row[3]: row[4] or row[3] for row in self.rows if _has_document(row[5])}
+        for row in self.rows:
+            for hop in row[6]:
+                if _has_document(hop[1]):
+                    names.setdefault(hop[0], hop[4] or hop[0])
+        return {node_id: name for node_id, name in names.items() if node_id not in self.seeds}
+
+    def paths(self, ids: Collection[str] | None = None) -> list[Neighbour]:
+        """Distinct (seed, neighbour) pairs for `ids` (all reached nodes when None), each
+        with its shortest path."""
+        wanted = None if ids is None else set(ids)
+        found: dict[tuple[str, str], Neighbour] = {}
+        for seed, relation, outgoing, node_id, name, node_type, _ in self.rows:
+            if (wanted is None or node_id in wanted) and node_id not in self.seeds:
+                found.setdefault(
+                    (seed, node_id),
+                    Neighbour(seed, node_id, name or node_id, node_type, (relation, outgoing)),
+                )
+        # Second hops only after every first hop, so a node one hop away keeps its short path.
+        for seed, relation, outgoing, via_id, via_name, _, second in self.rows:
+            for next_id, next_type, next_relation, next_outgoing, next_name in second:
+                if (wanted is not None and next_id not in wanted) or next_id in self.seeds:
+                    continue
+                found.setdefault(
+                    (seed, next_id),
+                    Neighbour(
+                        seed,
+                        next_id,
+                        next_name or next_id,
+                        next_type,
+                        (relation, outgoing, via_name or via_id, next_relation, next_outgoing),
+                    ),
+                )
+        return list(found.values())
+
+
 async def neighbours(
-    driver: Any, kb: str, node_ids: list[str], hops: int = 2, cap: int = 50
-) -> list[Neighbour]:
-    """Distinct (seed, neighbour) pairs within `hops` of the seeds, shortest path first."""
+    driver: Any,
+    kb: str,
+    node_ids: list[str],
+    hops: int = 2,
+    cap: int = 50,
+    with_names: bool = False,
+) -> Neighbourhood:
+    """Everything within `hops` of the seeds, one round trip; second-hop names only
+    `with_names`."""
     records, _, _ = await driver.execute_query(
-        NEIGHBOURS, kb=kb, seeds=node_ids, hops=hops, cap=cap, routing_="r"
+        NEIGHBOURS, kb=kb, seeds=node_ids, hops=hops, cap=cap, names=with_names, routing_="r"
     )
-    found: dict[tuple[str, str], Neighbour] = {}
-    seeds = set(node_ids)
-    rows = records[0]["rows"]
-    for seed, relation, outgoing, node_id, name, node_type, _ in rows:
-        if node_id not in seeds and (seed, node_id) not in found:
-            found[seed, node_id] = Neighbour(
-                seed, node_id, name or node_id, node_type, (relation, outgoing)
-            )
-    # Second hops only after every first hop, so a node one hop away keeps its short path.
-    for seed, relation, outgoing, node_id, name, _, second in rows:
-        via = name or node_id
-        for next_id, next_name, next_type, next_relation, next_outgoing in second:
-            key = (seed, next_id)
-            if next_id in seeds or key in found:
-                continue
-            found[key] = Neighbour(
-                seed,
-                next_id,
-                next_name or next_id,
-                next_type,
-                (relation, outgoing, via, next_relation, next_outgoing),
-            )
-    return list(found.values())
+    return Neighbourhood(frozenset(node_ids), records[0]["rows"])
 
 
 ENTITY_EDGES = """

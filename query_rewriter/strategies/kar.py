@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from query_rewriter.graph_store import Neighbour, neighbours
+from query_rewriter.graph_store import neighbours
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext, documents_from
@@ -152,27 +152,31 @@ class KnowledgeAwareRewrite(Strategy):
         top_k = int(ctx.param("k", ctx.settings.kar_top_k))
         with ctx.timer.stage("propagate"):
             found = await neighbours(
-                ctx.graph, ctx.kb, [m["id"] for m in matched], hops, ctx.settings.kar_hub_cap
+                ctx.graph,
+                ctx.kb,
+                [m["id"] for m in matched],
+                hops,
+                ctx.settings.kar_hub_cap,
+                with_names=self.filter_by == "name",
             )
-        candidates = [n for n in found if n.has_document]
-        if not candidates:
+        ids = found.document_ids()
+        if not ids:
             return []
         with ctx.timer.stage("drf"):
             query_vector = (await ctx.embed([query]))[0]
             if self.filter_by == "document":
-                ids = {n.id for n in candidates}
                 ranked = await most_similar_documents(
                     ctx, ctx.index, query_vector, ids, top_k, DOC_FIELDS
                 )
                 scores = {node_id: score for node_id, (score, _) in ranked.items()}
                 documents = {node_id: doc for node_id, (_, doc) in ranked.items()}
             else:
-                scores = await name_similarity(ctx, query_vector, candidates)
+                scores = await name_similarity(ctx, query_vector, found.names())
                 scores = dict(sorted(scores.items(), key=lambda item: -item[1])[:top_k])
                 documents = await by_ids(ctx, ctx.index, list(scores), DOC_FIELDS)
         best: dict[str, dict[str, Any]] = {}
-        for neighbour in candidates:
-            if neighbour.id not in scores or neighbour.id not in documents:
+        for neighbour in found.paths(scores):
+            if neighbour.id not in documents:
                 continue
             row = {
                 **documents[neighbour.id],
@@ -188,9 +192,8 @@ class KnowledgeAwareRewrite(Strategy):
 
 
 async def name_similarity(
-    ctx: StrategyContext, query_vector: np.ndarray, candidates: list[Neighbour]
+    ctx: StrategyContext, query_vector: np.ndarray, by_id: dict[str, str]
 ) -> dict[str, float]:
-    by_id = {n.id: n.name for n in candidates}
     vectors = await ctx.embed(list(by_id.values()))
     return {node_id: float(v @ query_vector) for node_id, v in zip(by_id, vectors, strict=True)}
 

@@ -17,7 +17,7 @@ from plugin.kb_meta import DocumentStructure
 from plugin.llm import AsyncLlmClient
 from plugin.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.graph_store import neighbours
+from query_rewriter.graph_store import Neighbourhood, neighbours
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine, most_similar_documents
@@ -41,22 +41,40 @@ def _run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
-async def _neighbours(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) -> list:
+async def _neighbourhood(
+    settings: Settings, kb: str, ids: list[str], hops: int, cap: int, with_names: bool = False
+) -> Neighbourhood:
     async with connections.async_neo4j_driver(settings) as driver:
-        return await neighbours(driver, kb, ids, hops, cap)
+        return await neighbours(driver, kb, ids, hops, cap, with_names)
+
+
+def _neighbours(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) -> list:
+    return _run(_neighbourhood(settings, kb, ids, hops, cap)).paths()
 
 
 def test_one_and_two_hop_neighbours(settings: Settings, movies: str) -> None:
-    one = _run(_neighbours(settings, KB, ["m1"], hops=1, cap=50))
+    one = _neighbours(settings, KB, ["m1"], hops=1, cap=50)
     assert {n.id for n in one} == {"p1", "p2", "g1"}
     assert {n.relation_text() for n in one if n.id == "p1"} == {"directed_by"}
-    two = _run(_neighbours(settings, KB, ["m1"], hops=2, cap=50))
+    two = _neighbours(settings, KB, ["m1"], hops=2, cap=50)
     assert {n.id for n in two} == {"p1", "p2", "g1", "m2", "m3"}
     via = next(n for n in two if n.id == "m3")
     assert via.relation_text() in {
         "directed_by -> [Michael Mann] -> inverse of directed_by",
         "starring -> [Al Pacino] -> inverse of starring",
     }
+
+
+def test_the_ids_to_score_and_their_names(settings: Settings, movies: str) -> None:
+    found = _run(_neighbourhood(settings, KB, ["m1"], hops=2, cap=50))
+    assert found.document_ids() == {"p1", "p2", "g1", "m2", "m3"}
+    # Second-hop names are read only when asked for; ids stand in for them otherwise.
+    assert found.names()["m3"] == "m3"
+    named = _run(_neighbourhood(settings, KB, ["m1"], hops=2, cap=50, with_names=True))
+    assert named.names()["m3"] != "m3"
+    assert named.names()["p1"] == found.names()["p1"] != "p1"
+    only = found.paths({"m3"})
+    assert [n.id for n in only] == ["m3"] and only[0].hops == 2
 
 
 def test_hub_nodes_are_capped(settings: Settings, neo4j_driver: Any, movies: str) -> None:
@@ -66,7 +84,7 @@ def test_hub_nodes_are_capped(settings: Settings, neo4j_driver: Any, movies: str
         "MERGE (n:Node {kb: 'kar-hub', id: 'n' + i}) SET n.type = 'movie' "
         "MERGE (n)-[:STARRING]->(h)"
     )
-    found = _run(_neighbours(settings, "kar-hub", ["hub"], hops=2, cap=25))
+    found = _neighbours(settings, "kar-hub", ["hub"], hops=2, cap=25)
     assert len(found) <= 25 + 25 * 25
     assert len([n for n in found if n.hops == 1]) == 25
 
