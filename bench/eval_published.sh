@@ -48,3 +48,7 @@ kgqr eval sweep --dataset "musique=musique:$data/musique100" --strategy kar --li
 KGQR_KAR_KNOWLEDGE_FORMAT=numbered KGQR_REWRITE_TIMEOUT_S=400 KGQR_LLM_TIMEOUT_S=300 \
   kgqr eval "musique:$data/musique100" --kb musique --strategies kar,kar+boost \
   --out "$out/ablation-musique100-dev50-kar-numbered"
+# KAR with the parse prompt's worked example (the shipped prompt), first 25 MuSiQue questions.
+KGQR_KAR_KNOWLEDGE_FORMAT=numbered KGQR_REWRITE_TIMEOUT_S=400 KGQR_LLM_TIMEOUT_S=300 \
+  kgqr eval "musique:$data/musique100" --kb musique --strategies kar --limit 25 \
+  --out "$out/ablation-musique100-dev25-kar-parse-example"
