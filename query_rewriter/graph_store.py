@@ -53,10 +53,6 @@ class Neighbour(NamedTuple):
     path: tuple[Any, ...]
 
     @property
-    def has_document(self) -> bool:
-        return _has_document(self.type)
-
-    @property
     def hops(self) -> int:
         return 1 if len(self.path) == 2 else 2
 
@@ -100,27 +96,30 @@ class Neighbourhood:
         with its shortest path."""
         wanted = None if ids is None else set(ids)
         found: dict[tuple[str, str], Neighbour] = {}
+
+        def skip(seed: str, node_id: str) -> bool:
+            return (
+                (wanted is not None and node_id not in wanted)
+                or node_id in self.seeds
+                or (seed, node_id) in found
+            )
+
         for seed, relation, outgoing, node_id, name, node_type, _ in self.rows:
-            if (wanted is None or node_id in wanted) and node_id not in self.seeds:
-                found.setdefault(
-                    (seed, node_id),
-                    Neighbour(seed, node_id, name or node_id, node_type, (relation, outgoing)),
+            if not skip(seed, node_id):
+                found[seed, node_id] = Neighbour(
+                    seed, node_id, name or node_id, node_type, (relation, outgoing)
                 )
         # Second hops only after every first hop, so a node one hop away keeps its short path.
         for seed, relation, outgoing, via_id, via_name, _, second in self.rows:
             for next_id, next_type, next_relation, next_outgoing, next_name in second:
-                if (wanted is not None and next_id not in wanted) or next_id in self.seeds:
-                    continue
-                found.setdefault(
-                    (seed, next_id),
-                    Neighbour(
+                if not skip(seed, next_id):
+                    found[seed, next_id] = Neighbour(
                         seed,
                         next_id,
                         next_name or next_id,
                         next_type,
                         (relation, outgoing, via_name or via_id, next_relation, next_outgoing),
-                    ),
-                )
+                    )
         return list(found.values())
 
 
