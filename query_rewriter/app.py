@@ -32,6 +32,7 @@ from query_rewriter import metrics
 from query_rewriter.client_fusion import client_side_hybrid
 from query_rewriter.errors import RewriteRequestError, error_response
 from query_rewriter.forwarding import Upstream, request_headers, to_response
+from query_rewriter.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.hybrid_query import hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.query_log import QueryLog, query_log_entry
@@ -167,7 +168,11 @@ async def structure_of(state: ProxyState, kb: str) -> DocumentStructure:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    """kgqr's own metrics, then those of any nginx front forwarding to this port."""
+    state: ProxyState = request.app.state.kgqr
+    fronts = await read_fronts(status_folder(state.settings, request.scope["server"][1]))
+    body = generate_latest(metrics.REGISTRY) + render_fronts(fronts)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

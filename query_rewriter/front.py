@@ -3,8 +3,9 @@
 Every request through the Python proxy pays for an HTTP parse and a second HTTP request
 (~1.5 ms on a 2-core machine, 1.4x a small search); nginx forwards in ~0.2 ms. The front
 sends kgqr only what concerns it (see ``plugin/front/nginx.conf``) and the rest straight to
-OpenSearch. What it cannot see: an ``ext.kgqr`` object in the body of a search on an index
-kgqr does not manage reaches OpenSearch as sent, where `kgqr serve` alone would drop it.
+OpenSearch; kgqr's /metrics still counts the front's requests (``front_status.py``). What
+it cannot see: an ``ext.kgqr`` object in the body of a search on an index kgqr does not
+manage reaches OpenSearch as sent, where `kgqr serve` alone would drop it.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ from plugin.services.errors import ServiceError
 from plugin.services.os_packages import ensure_installed
 from plugin.services.process import port_is_open, terminate_child
 from plugin.settings import Settings
+from query_rewriter.front_status import status_socket
 
 SERVICE = "front"
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path) -> str:
-    """The nginx configuration: `listen` and `kgqr` as host:port."""
+def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, status: Path) -> str:
+    """The nginx configuration: `listen` and `kgqr` as host:port, `status` the unix socket
+    for its counters."""
     upstream = urlparse(settings.opensearch_url)
     if upstream.scheme != "http" or not upstream.hostname:
         raise ServiceError(
@@ -49,6 +52,7 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path) -> 
         "KGQR_ADDRESS": kgqr,
         "OPENSEARCH_ADDRESS": f"{upstream.hostname}:{upstream.port or 80}",
         "DEFAULT_AUTHORIZATION": authorization,
+        "STATUS_SOCKET": str(status),
     }
     for name, value in values.items():
         template = template.replace(f"@{name}@", value)
@@ -68,7 +72,11 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
         run_dir.chmod(0o755)
         config = run_dir / "nginx.conf"
         listen, kgqr = f"{host}:{port}", f"127.0.0.1:{kgqr_port}"
-        config.write_text(render_config(settings, listen, kgqr, run_dir))
+        # Left behind only by a front that was killed; the port check above says it is gone.
+        status = status_socket(settings, kgqr_port, port)
+        status.parent.mkdir(parents=True, exist_ok=True)
+        status.unlink(missing_ok=True)
+        config.write_text(render_config(settings, listen, kgqr, run_dir, status))
         # nginx's own messages go to our stderr, next to kgqr's logs.
         process = subprocess.Popen(
             [nginx, "-c", str(config), "-p", str(run_dir), "-e", "stderr"],
@@ -80,6 +88,7 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
             yield f"http://{host}:{port}"
         finally:
             terminate_child(process, timeout_s=10)
+            status.unlink(missing_ok=True)
 
 
 def _stop_with_parent() -> None:

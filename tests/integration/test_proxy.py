@@ -121,6 +121,26 @@ def test_the_front_sends_only_kgqr_traffic_through_kgqr(
         assert _passthrough_count(proxy_url) == before + 1
 
 
+def _front_requests(proxy_url: str, front_port: int) -> float:
+    for line in httpx.get(f"{proxy_url}/metrics").text.splitlines():
+        if line.startswith(f'kgqr_front_requests_total{{front_port="{front_port}"}}'):
+            return float(line.split()[-1])
+    raise AssertionError(f"no counters for the front on port {front_port} in /metrics")
+
+
+def test_kgqr_metrics_count_what_the_front_passes_straight_through(
+    settings: Settings, proxy_url: str
+) -> None:
+    front_port = free_port()
+    with running_front(settings, "127.0.0.1", front_port, port_of(proxy_url, 0)) as front:
+        before = _front_requests(proxy_url, front_port)
+        for _ in range(3):
+            assert httpx.get(f"{front}/_cluster/health").status_code == 200
+        # One more: reading the counters is itself a request to the front.
+        assert _front_requests(proxy_url, front_port) == before + 4
+    assert f'front_port="{front_port}"' not in httpx.get(f"{proxy_url}/metrics").text
+
+
 def test_opensearch_errors_pass_through_unchanged(entry_url: str, settings: Settings) -> None:
     body = {"query": {"match": {"text": "x"}}}
     proxied = httpx.post(f"{entry_url}/kgqr-no-such-documents/_search", json=body)
