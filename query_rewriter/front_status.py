@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from plugin.services.layout import ServiceLayout
 from plugin.settings import Settings
@@ -76,7 +77,7 @@ async def read_fronts(folder: Path) -> dict[str, FrontCounters]:
     return fronts
 
 
-class _FrontCollector:
+class _FrontCollector(Collector):
     def __init__(self, fronts: dict[str, FrontCounters]) -> None:
         self.fronts = fronts
 
@@ -111,5 +112,5 @@ def render_fronts(fronts: dict[str, FrontCounters]) -> bytes:
     if not fronts:
         return b""
     registry = CollectorRegistry()
-    registry.register(_FrontCollector(fronts))  # type: ignore[arg-type]
+    registry.register(_FrontCollector(fronts))
     return generate_latest(registry)
