@@ -4,9 +4,10 @@ llama.cpp's CPU backend here is built with OpenMP, and its threads meet at a bar
 after every operation of every token. With as many compute threads as cores, one busy
 process elsewhere (the embedder, OpenSearch, a test run) can take a core from one of them;
 a thread that spins at the barrier then burns its time slice waiting for the one that
-cannot run. This runs a second server on its own port for each policy (the default, and
-``OMP_WAIT_POLICY=PASSIVE``: wait by sleeping), times the same completions on an idle
-machine and beside one busy-looping process, and prints tokens/s and the ratios.
+cannot run. This runs a second server on its own port for each policy (libgomp's default,
+and ``OMP_WAIT_POLICY=PASSIVE``, wait by sleeping, which `kgqr services up` uses), times
+the same completions on an idle machine and beside one busy-looping process, and prints
+tokens/s and the ratios.
 
 Run it when nothing else is using the CPU; it starts and stops its own servers and leaves
 the one `kgqr services up` runs alone.
@@ -35,7 +36,8 @@ from plugin.services.process import terminate_child
 from plugin.settings import get_settings
 
 PROMPT = "Describe in detail how a river delta forms, step by step."
-POLICIES = {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
+# None: OMP_WAIT_POLICY unset, libgomp's default (spin for a while, then sleep).
+POLICIES = {"default": None, "passive": "PASSIVE"}
 
 
 def busy_loop() -> None:
@@ -43,13 +45,14 @@ def busy_loop() -> None:
         pass
 
 
-def start_server(port: int, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_server(port: int, policy: str | None) -> subprocess.Popen[bytes]:
     settings = get_settings().model_copy(update={"llm_base_url": f"http://127.0.0.1:{port}/v1"})
-    argv, env = LlmServer(settings).command()
-    process = subprocess.Popen(
-        argv, env={**os.environ, **env, **extra_env},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    argv, service_env = LlmServer(settings).command()
+    env = {**os.environ, **service_env}
+    env.pop("OMP_WAIT_POLICY", None)
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
     while get_json(f"http://127.0.0.1:{port}/v1/models") is None:
         if process.poll() is not None or time.monotonic() > deadline:
@@ -95,8 +98,8 @@ def main() -> None:
     args = parser.parse_args()
 
     cells: dict[str, dict[str, Any]] = {}
-    for policy, extra_env in POLICIES.items():
-        server = start_server(args.port, extra_env)
+    for policy, wait_policy in POLICIES.items():
+        server = start_server(args.port, wait_policy)
         try:
             tokens_per_second(args.port, 8)  # warm-up: page the model in
             for load, competing in (("idle", 0), ("contended", args.competing)):

@@ -142,6 +142,13 @@ class Settings(BaseSettings):
     llm_server_version: str = "0.3.36"
     llm_context_tokens: int = 4096
     llm_threads: int = 2
+    llm_omp_wait_policy: Literal["passive", "active"] = Field(
+        default="passive",
+        description="How the local LLM's OpenMP threads wait for each other (OMP_WAIT_POLICY). "
+        "passive sleeps: 0.95x decode speed on an idle 2-core machine but 1.94x beside one "
+        "busy process (bench/llm_thread_contention.py), where spinning threads starve the "
+        "one that has lost its core.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -106,7 +106,7 @@ class LlmServer(LocalService):
             "--interrupt_requests", "false",
         ]  # fmt: skip
         # Unbuffered, so the server's own messages (a dropped answer) reach the log at once.
-        return argv, {"PYTHONUNBUFFERED": "1"}
+        return argv, {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": s.llm_omp_wait_policy.upper()}
 
     def _models_url(self) -> str:
         path = urlparse(self.settings.llm_base_url).path.rstrip("/") or "/v1"
