@@ -48,7 +48,21 @@ kgqr eval sweep --dataset "musique=musique:$data/musique100" --strategy kar --li
 KGQR_KAR_KNOWLEDGE_FORMAT=numbered KGQR_REWRITE_TIMEOUT_S=400 KGQR_LLM_TIMEOUT_S=300 \
   kgqr eval "musique:$data/musique100" --kb musique --strategies kar,kar+boost \
   --out "$out/ablation-musique100-dev50-kar-numbered"
-# KAR with the parse prompt's worked example (the shipped prompt), first 25 MuSiQue questions.
-KGQR_KAR_KNOWLEDGE_FORMAT=numbered KGQR_REWRITE_TIMEOUT_S=400 KGQR_LLM_TIMEOUT_S=300 \
-  kgqr eval "musique:$data/musique100" --kb musique --strategies kar --limit 25 \
-  --out "$out/ablation-musique100-dev25-kar-parse-example"
+# KAR with the parse prompt's worked example (the shipped prompt), all 50 MuSiQue questions
+# (a first run on the first 25 was published before the rest), the same LLM answers with
+# the query vector alone on the k-NN side, and the first 20 HotpotQA questions.
+kar_env=(KGQR_KAR_KNOWLEDGE_FORMAT=numbered KGQR_REWRITE_TIMEOUT_S=400 KGQR_LLM_TIMEOUT_S=300)
+env "${kar_env[@]}" kgqr eval "musique:$data/musique100" --kb musique \
+  --strategies kar,kar+boost --out "$out/ablation-musique100-dev50-kar-parse-example"
+env "${kar_env[@]}" kgqr eval "musique:$data/musique100" --kb musique \
+  --strategies kar,kar+boost --param alpha=1.0 \
+  --out "$out/ablation-musique100-dev50-kar-parse-example-alpha1"
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit 20 \
+  --strategies kar,kar+boost --out "$out/eval-hotpotqa100-dev20-kar-parse-example"
+# The KAR ablations with the shipped parse prompt (first 25), and agr (first 10; five LLM
+# calls per question).
+env "${kar_env[@]}" kgqr eval "musique:$data/musique100" --kb musique --limit 25 \
+  --strategies kar_no_kg,kar_no_drf \
+  --out "$out/ablation-musique100-dev25-kar-ablations-parse-example"
+env "${kar_env[@]}" kgqr eval "musique:$data/musique100" --kb musique --limit 10 \
+  --strategies agr --out "$out/ablation-musique100-dev10-agr"
