@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -62,10 +63,15 @@ def parse_stub_status(text: str) -> FrontCounters:
     return FrontCounters(**{name: int(value) for name, value in match.groupdict().items()})
 
 
+def _sockets_in(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.sock")) if folder.is_dir() else []
+
+
 async def read_fronts(folder: Path) -> dict[str, FrontCounters]:
     """Counters of every live front whose socket is in `folder`, by front port."""
     fronts: dict[str, FrontCounters] = {}
-    for socket in sorted(folder.glob("*.sock")) if folder.is_dir() else []:
+    # Listing a folder is file-system I/O: off the event loop, like every other blocking call.
+    for socket in await anyio.to_thread.run_sync(_sockets_in, folder):
         transport = httpx.AsyncHTTPTransport(uds=str(socket))
         try:
             async with httpx.AsyncClient(transport=transport, timeout=READ_TIMEOUT_S) as client:
