@@ -95,11 +95,16 @@ def test_unmanaged_apis_behave_exactly_as_direct(
         via_proxy.indices.delete(index=index)
 
 
-def _passthrough_count(proxy_url: str) -> float:
+def _sample(proxy_url: str, series: str) -> float | None:
+    """The value of one series (name and labels, as written) in kgqr's /metrics."""
     for line in httpx.get(f"{proxy_url}/metrics").text.splitlines():
-        if line.startswith('kgqr_requests_total{kind="passthrough",status="200"}'):
+        if line.startswith(series + " "):
             return float(line.split()[-1])
-    return 0.0
+    return None
+
+
+def _passthrough_count(proxy_url: str) -> float:
+    return _sample(proxy_url, 'kgqr_requests_total{kind="passthrough",status="200"}') or 0.0
 
 
 def test_the_front_sends_only_kgqr_traffic_through_kgqr(
@@ -122,10 +127,9 @@ def test_the_front_sends_only_kgqr_traffic_through_kgqr(
 
 
 def _front_requests(proxy_url: str, front_port: int) -> float:
-    for line in httpx.get(f"{proxy_url}/metrics").text.splitlines():
-        if line.startswith(f'kgqr_front_requests_total{{front_port="{front_port}"}}'):
-            return float(line.split()[-1])
-    raise AssertionError(f"no counters for the front on port {front_port} in /metrics")
+    value = _sample(proxy_url, f'kgqr_front_requests_total{{front_port="{front_port}"}}')
+    assert value is not None, f"no counters for the front on port {front_port} in /metrics"
+    return value
 
 
 def test_kgqr_metrics_count_what_the_front_passes_straight_through(
