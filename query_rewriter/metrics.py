@@ -10,7 +10,7 @@ REQUESTS = Counter(
 )
 REWRITE_SECONDS = Histogram(
     "kgqr_rewrite_seconds",
-    "Rewrite latency per strategy",
+    "Latency of rewrites computed (cache hits are not timed), per strategy",
     ["strategy"],
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),

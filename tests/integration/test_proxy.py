@@ -356,12 +356,30 @@ def test_every_rewrite_lands_in_the_query_log(
     assert hyde["fallback_stage"] == "generate" and hyde["applied_strategy"] == "base"
 
 
-def test_metrics_count_requests_and_fallbacks(proxy_url: str, movies_kb: str) -> None:
-    _search(proxy_url, movies_kb, QUERY)
-    text = httpx.get(f"{proxy_url}/metrics").text
-    assert 'kgqr_requests_total{kind="search",status="200"}' in text
-    assert "kgqr_rewrite_seconds_bucket" in text
-    assert 'kgqr_rewrite_cache_total{result="hit"}' in text
+def test_metrics_count_requests_cache_hits_and_fallbacks(
+    settings: Settings, movies_kb: str, unique_name: str
+) -> None:
+    """Counts are read as deltas: the registry is shared by every proxy this process runs."""
+    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    text = f"{QUERY['query']['match']['text']} {unique_name}"
+    query = {**QUERY, "query": {"match": {"text": text}}}
+    series = {
+        "searches": 'kgqr_requests_total{kind="search",status="200"}',
+        "hits": 'kgqr_rewrite_cache_total{result="hit"}',
+        "misses": 'kgqr_rewrite_cache_total{result="miss"}',
+        "fallbacks": 'kgqr_fallbacks_total{stage="generate",strategy="hyde"}',
+        "base_computed": 'kgqr_rewrite_seconds_count{strategy="base"}',
+        "hyde_computed": 'kgqr_rewrite_seconds_count{strategy="hyde"}',
+    }
+    with running_proxy(dead) as url:
+        before = {name: _sample(url, s) or 0.0 for name, s in series.items()}
+        for strategy in ("base", "base", "hyde"):
+            assert _search(url, movies_kb, query, **{"kgqr.strategy": strategy}).status_code == 200
+        after = {name: _sample(url, s) or 0.0 for name, s in series.items()}
+    delta = {name: after[name] - before[name] for name in series}
+    # base twice (a miss, then a hit, which is not timed), hyde once (its LLM call fails).
+    assert delta == {"searches": 3, "hits": 1, "misses": 2, "fallbacks": 1,
+                     "base_computed": 1, "hyde_computed": 1}  # fmt: skip
 
 
 def test_client_side_fusion_when_the_pipeline_is_not_used(
