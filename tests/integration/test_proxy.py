@@ -310,13 +310,18 @@ def test_identical_concurrent_rewrites_share_one_llm_call(
     assert explains[0]["expansions"] == explains[1]["expansions"]
 
 
+def _dead_llm_and_uncached_query(settings: Settings, unique_name: str) -> tuple[Settings, dict]:
+    """Settings whose LLM port has nothing behind it, and a query no cache holds (Redis
+    outlives test runs), so an LLM strategy really asks the LLM and fails."""
+    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    text = f"{QUERY['query']['match']['text']} {unique_name}"
+    return dead, {**QUERY, "query": {"match": {"text": text}}}
+
+
 def test_a_dead_llm_degrades_to_the_plain_query(
     settings: Settings, movies_kb: str, unique_name: str
 ) -> None:
-    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
-    # A query no cache holds, so the LLM really is asked (and nothing answers on that port).
-    text = f"{QUERY['query']['match']['text']} {unique_name}"
-    query = {**QUERY, "query": {"match": {"text": text}}}
+    dead, query = _dead_llm_and_uncached_query(settings, unique_name)
     with running_proxy(dead) as url:
         params = {"kgqr.strategy": "hyde", "kgqr.explain": "true"}
         response = _search(url, movies_kb, query, **params)
@@ -330,9 +335,7 @@ def test_a_dead_llm_degrades_to_the_plain_query(
 def test_every_rewrite_lands_in_the_query_log(
     settings: Settings, opensearch: Any, movies_kb: str, unique_name: str
 ) -> None:
-    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
-    text = f"{QUERY['query']['match']['text']} {unique_name}"
-    query = {**QUERY, "query": {"match": {"text": text}}}
+    dead, query = _dead_llm_and_uncached_query(settings, unique_name)
     with running_proxy(dead) as url:
         assert _search(url, movies_kb, query, **{"kgqr.strategy": "base"}).status_code == 200
         assert _search(url, movies_kb, query, **{"kgqr.strategy": "hyde"}).status_code == 200
@@ -341,7 +344,11 @@ def test_every_rewrite_lands_in_the_query_log(
     opensearch.indices.refresh(index=schema.QUERY_LOG_INDEX)
     found = opensearch.search(
         index=schema.QUERY_LOG_INDEX,
-        body={"query": {"term": {"query.raw": text}}, "sort": [{"timestamp": "asc"}], "size": 10},
+        body={
+            "query": {"term": {"query.raw": query["query"]["match"]["text"]}},
+            "sort": [{"timestamp": "asc"}],
+            "size": 10,
+        },
     )["hits"]["hits"]
     entries = sorted(
         (hit["_source"] for hit in found), key=lambda e: (e["strategy"], e["hit_count"])
@@ -360,9 +367,7 @@ def test_metrics_count_requests_cache_hits_and_fallbacks(
     settings: Settings, movies_kb: str, unique_name: str
 ) -> None:
     """Counts are read as deltas: the registry is shared by every proxy this process runs."""
-    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
-    text = f"{QUERY['query']['match']['text']} {unique_name}"
-    query = {**QUERY, "query": {"match": {"text": text}}}
+    dead, query = _dead_llm_and_uncached_query(settings, unique_name)
     series = {
         "searches": 'kgqr_requests_total{kind="search",status="200"}',
         "hits": 'kgqr_rewrite_cache_total{result="hit"}',
