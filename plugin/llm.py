@@ -121,15 +121,58 @@ class LlmClient:
 
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object in an LLM answer, tolerating prose or code fences around it."""
+    """The first JSON object in an LLM answer, tolerating prose or code fences around it,
+    and an answer cut off by the token limit (see `_cut_off_object`)."""
     start = text.find("{")
     while start != -1:
         try:
             value, _ = json.JSONDecoder().raw_decode(text[start:])
         except json.JSONDecodeError:
+            salvaged = _cut_off_object(text[start:])
+            if salvaged is not None:
+                return salvaged
             start = text.find("{", start + 1)
             continue
         return value if isinstance(value, dict) else None
+    return None
+
+
+def _cut_off_object(text: str) -> dict[str, Any] | None:
+    """A JSON object that ends mid-way, closed after the last complete element of its
+    deepest open list (or else after its own last complete member). A long answer that hits
+    max_tokens then keeps the documents or entities it wrote in full and drops the one it
+    was writing; without this, the search for a later object returned one of its inner
+    objects, which has no list at all."""
+    # Each open container's closing bracket and the position of its last direct comma.
+    open_containers: list[tuple[str, int | None]] = []
+    in_string = escaped = False
+    for position, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            open_containers.append(("]" if char == "[" else "}", None))
+        elif char in "]}":
+            if not open_containers or open_containers[-1][0] != char or len(open_containers) == 1:
+                return None  # malformed, or complete (so not cut off: the decoder judged it)
+            open_containers.pop()
+        elif char == "," and open_containers:
+            open_containers[-1] = (open_containers[-1][0], position)
+    for depth in range(len(open_containers) - 1, -1, -1):
+        closer, comma = open_containers[depth]
+        if comma is not None and (closer == "]" or depth == 0):
+            closers = "".join(c for c, _ in reversed(open_containers[: depth + 1]))
+            try:
+                value = json.loads(text[:comma] + closers)
+            except json.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) else None
     return None
 
 

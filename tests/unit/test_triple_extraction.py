@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ingest.records import Document
 from ingest.triple_extraction import extract, parse_triples
-from plugin.llm import LlmAnswer, LlmRequest, parse_json_object
+from plugin.llm import LlmAnswer, LlmRequest
 
 
 @dataclass
@@ -63,12 +63,6 @@ def test_parse_triples_drops_malformed_items_and_duplicates() -> None:
         '["a", "b", "c"], [1, 2, 3]]} hope it helps'
     )
     assert parse_triples(answer) == [("a", "b", "c"), ("1", "2", "3")]
-
-
-def test_parse_json_object_skips_prose_and_fences() -> None:
-    assert parse_json_object('```json\n{"a": {"b": 1}}\n```') == {"a": {"b": 1}}
-    assert parse_json_object("no object here") is None
-    assert parse_json_object('{broken {"ok": true}') == {"ok": True}
 
 
 def test_llm_cache_key_depends_on_model_and_request() -> None:
