@@ -95,12 +95,18 @@ def test_unmanaged_apis_behave_exactly_as_direct(
         via_proxy.indices.delete(index=index)
 
 
-def _sample(proxy_url: str, series: str) -> float | None:
-    """The value of one series (name and labels, as written) in kgqr's /metrics."""
+def _samples(proxy_url: str) -> dict[str, float]:
+    """Every series (name and labels, as written) in kgqr's /metrics, read in one request."""
+    samples = {}
     for line in httpx.get(f"{proxy_url}/metrics").text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[-1])
-    return None
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            samples[series] = float(value)
+    return samples
+
+
+def _sample(proxy_url: str, series: str) -> float | None:
+    return _samples(proxy_url).get(series)
 
 
 def _passthrough_count(proxy_url: str) -> float:
@@ -377,11 +383,11 @@ def test_metrics_count_requests_cache_hits_and_fallbacks(
         "hyde_computed": 'kgqr_rewrite_seconds_count{strategy="hyde"}',
     }
     with running_proxy(dead) as url:
-        before = {name: _sample(url, s) or 0.0 for name, s in series.items()}
+        before = _samples(url)
         for strategy in ("base", "base", "hyde"):
             assert _search(url, movies_kb, query, **{"kgqr.strategy": strategy}).status_code == 200
-        after = {name: _sample(url, s) or 0.0 for name, s in series.items()}
-    delta = {name: after[name] - before[name] for name in series}
+        after = _samples(url)
+    delta = {name: after.get(s, 0.0) - before.get(s, 0.0) for name, s in series.items()}
     # base twice (a miss, then a hit, which is not timed), hyde once (its LLM call fails).
     assert delta == {"searches": 3, "hits": 1, "misses": 2, "fallbacks": 1,
                      "base_computed": 1, "hyde_computed": 1}  # fmt: skip
