@@ -1,5 +1,6 @@
 """The multi-hop QA corpora in ../shared/data: MuSiQue (with its third-party OpenIE KG)
-and HotpotQA. Passages are keyed by position (``p0``, ``p1``, ...) because titles repeat.
+and HotpotQA (with a title-link graph built here). Passages are keyed by position (``p0``,
+``p1``, ...) because titles repeat.
 
 MuSiQue's ``openie_*.json`` lists, per passage in corpus order, the entities and
 (head, relation, tail) triples GPT-3.5 extracted: a corpus-centric KG in KG-CQR's style.
@@ -20,8 +21,11 @@ from ingest.records import (
     Mention,
     Record,
     Rejected,
+    Relation,
 )
 from ingest.sources.base import Source
+from ingest.title_links import RELATION as LINK_RELATION
+from ingest.title_links import TitleLinker
 from plugin.kb_meta import DocumentStructure
 
 PASSAGE_STRUCTURE = DocumentStructure(types={"passage": ["title", "text"]})
@@ -110,20 +114,42 @@ def _passage_graph(pid: str, doc: dict[str, Any]) -> Iterator[Record]:
 
 
 class HotpotQaSource(Source):
+    """HotpotQA passages, then `links_to` relations between passages whose text names
+    another's title (see ingest.title_links); the file is read once per pass, never held."""
+
     kind = "hotpotqa"
 
     def structure(self) -> DocumentStructure:
         return PASSAGE_STRUCTURE
 
-    def records(self) -> Iterator[Record]:
+    def _passages(self) -> Iterator[tuple[int, str, Any]]:
         with (self.path / "corpus.json").open("rb") as corpus:
             for position, (title, sentences) in enumerate(ijson.kvitems(corpus, "")):
                 if self.limit is not None and position >= self.limit:
-                    break
-                if not isinstance(sentences, list):
-                    yield Rejected(
-                        reason=f"{title}: sentences is not a list", raw=repr(sentences)[:4000]
-                    )
-                    continue
-                text = "".join(str(sentence) for sentence in sentences).strip()
-                yield Document(id=passage_id(position), type="passage", title=title, text=text)
+                    return
+                yield position, title, sentences
+
+    def records(self) -> Iterator[Record]:
+        for position, title, sentences in self._passages():
+            if not isinstance(sentences, list):
+                yield Rejected(
+                    reason=f"{title}: sentences is not a list", raw=repr(sentences)[:4000]
+                )
+                continue
+            yield Document(
+                id=passage_id(position), type="passage", title=title, text=_joined(sentences)
+            )
+        linker = TitleLinker(
+            (passage_id(position), title)
+            for position, title, sentences in self._passages()
+            if isinstance(sentences, list)
+        )
+        for position, _, sentences in self._passages():
+            if isinstance(sentences, list):
+                source = passage_id(position)
+                for target in linker.targets(source, _joined(sentences)):
+                    yield Relation(source=source, type=LINK_RELATION, target=target)
+
+
+def _joined(sentences: list[Any]) -> str:
+    return "".join(str(sentence) for sentence in sentences).strip()
