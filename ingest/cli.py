@@ -21,7 +21,9 @@ KIND is one of:
   jsonl:DIR        documents.jsonl (+ relations.jsonl, structure.json); see README
   stark:DIR        a STaRK processed folder (node_info.pkl, edge_index.pt, ...)
   musique:DIR      MuSiQue corpus.json + openie_*.json triples (../shared/data/musique100)
-  hotpotqa:DIR     HotpotQA corpus.json (../shared/data/hotpotqa100)
+  hotpotqa:DIR     HotpotQA corpus.json (../shared/data/hotpotqa100), title links
+                   as document relations (for KAR)
+  hotpotqa-kg:DIR  the same title links as a corpus KG with extractive TTRs (KG-CQR)
   passages:FILE    JSONL passages; the LLM extracts triples and TTRs (KG-CQR)
 
 The source is split into chunks that Celery workers ingest. Running the same command

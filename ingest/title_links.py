@@ -38,7 +38,9 @@ class TitleLinker:
     def __init__(self, titles: Iterable[tuple[str, str]]) -> None:
         """`titles`: (passage id, title) pairs; a title several passages share links to all."""
         self._ids_by_form: dict[str, set[str]] = {}
+        self._titles: dict[str, str] = {}
         for passage_id, title in titles:
+            self._titles[passage_id] = title
             for form in surface_forms(title):
                 self._ids_by_form.setdefault(form, set()).add(passage_id)
         forms = sorted(self._ids_by_form, key=len, reverse=True)
@@ -47,6 +49,9 @@ class TitleLinker:
             if forms
             else None
         )
+
+    def title(self, passage_id: str) -> str:
+        return self._titles[passage_id]
 
     def targets(self, passage_id: str, text: str) -> Iterator[str]:
         """Ids of the passages `text` names, once each, never `passage_id` itself."""

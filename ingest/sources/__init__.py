@@ -2,7 +2,8 @@
 
 A source is named on the command line as ``KIND:PATH`` (``jsonl:data/kb``,
 ``stark:skb/prime/processed``, ``musique:../shared/data/musique100``,
-``hotpotqa:../shared/data/hotpotqa100``, ``passages:notes.jsonl``).
+``hotpotqa:../shared/data/hotpotqa100``, ``hotpotqa-kg:../shared/data/hotpotqa100``,
+``passages:notes.jsonl``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingest.sources.base import Source
-from ingest.sources.corpus_qa import HotpotQaSource, MusiqueSource
+from ingest.sources.corpus_qa import HotpotQaGraphSource, HotpotQaSource, MusiqueSource
 from ingest.sources.jsonl import JsonlSource
 from ingest.sources.passages import PassagesSource
 from ingest.sources.stark import StarkSource
@@ -20,6 +21,7 @@ SOURCE_KINDS: dict[str, type[Source]] = {
     "stark": StarkSource,
     "musique": MusiqueSource,
     "hotpotqa": HotpotQaSource,
+    "hotpotqa-kg": HotpotQaGraphSource,
     "passages": PassagesSource,
 }
 

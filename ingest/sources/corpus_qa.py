@@ -1,6 +1,6 @@
 """The multi-hop QA corpora in ../shared/data: MuSiQue (with its third-party OpenIE KG)
-and HotpotQA (with a title-link graph built here). Passages are keyed by position (``p0``,
-``p1``, ...) because titles repeat.
+and HotpotQA (with a title-link graph built here, as document relations or as a corpus
+KG). Passages are keyed by position (``p0``, ``p1``, ...) because titles repeat.
 
 MuSiQue's ``openie_*.json`` lists, per passage in corpus order, the entities and
 (head, relation, tail) triples GPT-3.5 extracted: a corpus-centric KG in KG-CQR's style.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ijson
 from ijson.common import ObjectBuilder
@@ -29,6 +29,7 @@ from ingest.title_links import TitleLinker
 from plugin.kb_meta import DocumentStructure
 
 PASSAGE_STRUCTURE = DocumentStructure(types={"passage": ["title", "text"]})
+MENTIONS_RELATION = "mentions"
 
 
 def passage_id(position: int) -> str:
@@ -113,6 +114,12 @@ def _passage_graph(pid: str, doc: dict[str, Any]) -> Iterator[Record]:
             yield Rejected(reason=f"{pid}: malformed triple", raw=repr(triple)[:4000])
 
 
+class HotpotQaPassage(NamedTuple):
+    id: str
+    title: str
+    sentences: Any  # a list of sentences when the record is well-formed
+
+
 class HotpotQaSource(Source):
     """HotpotQA passages, then `links_to` relations between passages whose text names
     another's title (see ingest.title_links); the file is read once per pass, never held."""
@@ -122,33 +129,65 @@ class HotpotQaSource(Source):
     def structure(self) -> DocumentStructure:
         return PASSAGE_STRUCTURE
 
-    def _passages(self) -> Iterator[tuple[int, str, Any]]:
+    def _passages(self) -> Iterator[HotpotQaPassage]:
         with (self.path / "corpus.json").open("rb") as corpus:
             for position, (title, sentences) in enumerate(ijson.kvitems(corpus, "")):
                 if self.limit is not None and position >= self.limit:
                     return
-                yield position, title, sentences
+                yield HotpotQaPassage(passage_id(position), title, sentences)
+
+    def _well_formed(self) -> Iterator[HotpotQaPassage]:
+        return (p for p in self._passages() if isinstance(p.sentences, list))
 
     def records(self) -> Iterator[Record]:
-        for position, title, sentences in self._passages():
-            if not isinstance(sentences, list):
+        for passage in self._passages():
+            if not isinstance(passage.sentences, list):
                 yield Rejected(
-                    reason=f"{title}: sentences is not a list", raw=repr(sentences)[:4000]
+                    reason=f"{passage.title}: sentences is not a list",
+                    raw=repr(passage.sentences)[:4000],
                 )
                 continue
             yield Document(
-                id=passage_id(position), type="passage", title=title, text=_joined(sentences)
+                id=passage.id, type="passage", title=passage.title, text=_joined(passage.sentences)
             )
-        linker = TitleLinker(
-            (passage_id(position), title)
-            for position, title, sentences in self._passages()
-            if isinstance(sentences, list)
-        )
-        for position, _, sentences in self._passages():
-            if isinstance(sentences, list):
-                source = passage_id(position)
-                for target in linker.targets(source, _joined(sentences)):
-                    yield Relation(source=source, type=LINK_RELATION, target=target)
+        linker = TitleLinker((passage.id, passage.title) for passage in self._well_formed())
+        for passage in self._well_formed():
+            yield from self._links(passage, linker)
+
+    def _links(self, passage: HotpotQaPassage, linker: TitleLinker) -> Iterator[Record]:
+        for target in linker.targets(passage.id, _joined(passage.sentences)):
+            yield Relation(source=passage.id, type=LINK_RELATION, target=target)
+
+
+class HotpotQaGraphSource(HotpotQaSource):
+    """HotpotQA with the same title links written as a corpus KG for KG-CQR instead of
+    document relations: entities are titles, each link a (title, mentions, title) triple
+    whose TTR is the sentence that names the target, prefixed with the source's title.
+
+    KG-CQR's TTRs are LLM-written from the passage, which over HotpotQA's 994 passages costs
+    about 15 hours on this machine's CPU; the naming sentence is the extractive stand-in.
+    A passage mentions its own title's entity and every title it names.
+    """
+
+    kind = "hotpotqa-kg"
+
+    def _links(self, passage: HotpotQaPassage, linker: TitleLinker) -> Iterator[Record]:
+        yield Mention(passage_id=passage.id, entity=passage.title)
+        named: set[str] = set()
+        for sentence in map(str, passage.sentences):
+            for target in linker.targets(passage.id, sentence):
+                if target in named:
+                    continue  # one triple per pair: the triple id is (passage, head, tail)
+                named.add(target)
+                yield Mention(passage_id=passage.id, entity=linker.title(target))
+                yield CorpusTriple(
+                    head=passage.title,
+                    relation=MENTIONS_RELATION,
+                    tail=linker.title(target),
+                    passage_id=passage.id,
+                    ttr=f"{passage.title}: {sentence.strip()}",
+                    ttr_source="given",
+                )
 
 
 def _joined(sentences: list[Any]) -> str:

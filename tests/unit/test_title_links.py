@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ingest.records import Document, Rejected, Relation
+from ingest.records import CorpusTriple, Document, Mention, Rejected, Relation
 from ingest.sources import open_source
 from ingest.title_links import TitleLinker, surface_forms
 
@@ -31,21 +31,46 @@ def test_whole_words_only_and_shared_titles_link_to_every_holder() -> None:
     assert list(TitleLinker([]).targets("p0", "anything")) == []
 
 
-def test_hotpotqa_source_yields_documents_then_title_links(tmp_path: Path) -> None:
+def _write_corpus(folder: Path) -> None:
     corpus = {
-        "Kill Bill": ["Kill Bill is a film ", "by Quentin Tarantino."],
+        "Kill Bill": ["Kill Bill is a film ", "by Quentin Tarantino.", " Quentin Tarantino."],
         "Quentin Tarantino": ["Quentin Tarantino directed Kill Bill."],
         "Broken": "not a list of sentences",
         "Uma Thurman": ["An actress."],
-    }
-    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    }  # fmt: skip
+    (folder / "corpus.json").write_text(json.dumps(corpus))
+
+
+def test_hotpotqa_source_yields_documents_then_title_links(tmp_path: Path) -> None:
+    _write_corpus(tmp_path)
     records = list(open_source(f"hotpotqa:{tmp_path}").records())
     kinds = [Document, Document, Rejected, Document, Relation, Relation]
     assert [type(r) for r in records] == kinds
-    assert records[0].body() == "Kill Bill is a film by Quentin Tarantino."
+    assert records[0].body().startswith("Kill Bill is a film by Quentin Tarantino. Quentin")
     assert [(r.source, r.type, r.target) for r in records[4:]] == [
         ("p0", "links_to", "p1"),
         ("p1", "links_to", "p0"),
     ]
     limited = list(open_source(f"hotpotqa:{tmp_path}", limit=1).records())
     assert [type(r) for r in limited] == [Document]  # the title it names is past the limit
+
+
+def test_hotpotqa_kg_writes_each_link_once_as_a_triple_with_its_sentence(tmp_path: Path) -> None:
+    _write_corpus(tmp_path)
+    records = list(open_source(f"hotpotqa-kg:{tmp_path}").records())
+    assert [type(r) for r in records[:4]] == [Document, Document, Rejected, Document]
+    graph = records[4:]
+    assert not [r for r in graph if isinstance(r, Relation)]
+    mentions = [(r.passage_id, r.entity) for r in graph if isinstance(r, Mention)]
+    assert mentions == [
+        ("p0", "Kill Bill"), ("p0", "Quentin Tarantino"),
+        ("p1", "Quentin Tarantino"), ("p1", "Kill Bill"),
+        ("p3", "Uma Thurman"),
+    ]  # fmt: skip
+    triples = [r for r in graph if isinstance(r, CorpusTriple)]
+    assert [(t.passage_id, t.head, t.relation, t.tail, t.ttr, t.ttr_source) for t in triples] == [
+        ("p0", "Kill Bill", "mentions", "Quentin Tarantino",
+         "Kill Bill: by Quentin Tarantino.", "given"),
+        ("p1", "Quentin Tarantino", "mentions", "Kill Bill",
+         "Quentin Tarantino: Quentin Tarantino directed Kill Bill.", "given"),
+    ]  # fmt: skip
