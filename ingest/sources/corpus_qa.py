@@ -173,17 +173,20 @@ class HotpotQaGraphSource(HotpotQaSource):
 
     def _links(self, passage: HotpotQaPassage, linker: TitleLinker) -> Iterator[Record]:
         yield Mention(passage_id=passage.id, entity=passage.title)
-        named: set[str] = set()
+        # Entities are titles, so passages sharing one are one entity: its own title is no
+        # link, and one triple per tail title, since the triple id is (passage, head, tail).
+        named = {passage.title}
         for sentence in map(str, passage.sentences):
             for target in linker.targets(passage.id, sentence):
-                if target in named:
-                    continue  # one triple per pair: the triple id is (passage, head, tail)
-                named.add(target)
-                yield Mention(passage_id=passage.id, entity=linker.title(target))
+                tail = linker.title(target)
+                if tail in named:
+                    continue
+                named.add(tail)
+                yield Mention(passage_id=passage.id, entity=tail)
                 yield CorpusTriple(
                     head=passage.title,
                     relation=MENTIONS_RELATION,
-                    tail=linker.title(target),
+                    tail=tail,
                     passage_id=passage.id,
                     ttr=f"{passage.title}: {sentence.strip()}",
                     ttr_source="given",

@@ -74,3 +74,13 @@ def test_hotpotqa_kg_writes_each_link_once_as_a_triple_with_its_sentence(tmp_pat
         ("p1", "Quentin Tarantino", "mentions", "Kill Bill",
          "Quentin Tarantino: Quentin Tarantino directed Kill Bill.", "given"),
     ]  # fmt: skip
+
+
+def test_hotpotqa_kg_makes_no_self_loop_or_repeat_from_a_shared_title(tmp_path: Path) -> None:
+    # A streamed JSON object may repeat a key: two passages, one title, one entity.
+    (tmp_path / "corpus.json").write_text(
+        '{"Dune": ["Dune names Dune and Ra."], "Ra": ["Ra names Dune."], "Dune": ["Novel."]}'
+    )
+    records = list(open_source(f"hotpotqa-kg:{tmp_path}").records())
+    triples = [(t.passage_id, t.head, t.tail) for t in records if isinstance(t, CorpusTriple)]
+    assert triples == [("p0", "Dune", "Ra"), ("p1", "Ra", "Dune")]
