@@ -82,3 +82,12 @@ env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
 # KAR with the title-link graph, all 50 HotpotQA questions (kar+boost shares kar's answers):
 env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
   --strategies kar,kar+boost --out "$out/eval-hotpotqa100-dev50-links"
+# The KAR ablations with the title-link graph, first 25 HotpotQA questions only (time-boxed;
+# run on a new machine, so their parse answers are new samples, not the ones kar used):
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit 25 \
+  --strategies kar_no_drf,kar_no_kg --out "$out/ablation-hotpotqa100-dev25-links-kar-ablations"
+# KG-CQR on HotpotQA over the title links written as a corpus KG with extractive TTRs
+# (`hotpotqa-kg:`; the paper's LLM triple extraction would take ~15 h here):
+kgqr ingest "hotpotqa-kg:$data/hotpotqa100" --kb hotpotqa-kg
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa-kg \
+  --strategies kgcqr --out "$out/eval-hotpotqa100-dev50-kgcqr-title-links"
