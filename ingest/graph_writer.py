@@ -2,12 +2,15 @@
 
 Labels and relationship types cannot be query parameters, so they are interpolated only
 after ``plugin.schema`` has reduced them to ``[A-Za-z0-9_]``; every value is a parameter.
+Relations go through kgqr's ``kgqr.mergeRelations`` procedure (``plugin/neo4j``) when the
+server has it: the same MERGE, without Cypher's per-row cost.
 Nodes are MERGEd on (kb, id), so a re-run or a relation arriving before its documents
 never duplicates a node.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +19,9 @@ from ingest.records import CorpusTriple, Document, Mention, Relation, entity_id
 from plugin.schema import node_label, relation_type
 
 BATCH = 5_000
+PROCEDURE_BATCH = 20_000
+RELATION_MERGE_PROCEDURE = "kgqr.mergeRelations"
+_PROCEDURE_PRESENT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def _run_batched(driver: Any, query: str, rows: list[dict[str, Any]], **params: Any) -> None:
@@ -37,7 +43,17 @@ def write_documents(driver: Any, kb: str, documents: Sequence[Document]) -> None
         )
 
 
-def write_relations(driver: Any, kb: str, relations: Sequence[Relation]) -> None:
+def write_relations(
+    driver: Any, kb: str, relations: Sequence[Relation], *, procedure: bool | None = None
+) -> None:
+    """MERGE typed relations, through ``kgqr.mergeRelations`` when the server has it (the
+    Neo4j that ``kgqr services`` runs does) and through the equivalent UNWIND statement per
+    relation type otherwise. ``procedure`` forces a path."""
+    if procedure is None:
+        procedure = has_relation_merge_procedure(driver)
+    if procedure:
+        _call_relation_merge(driver, kb, relations)
+        return
     by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for rel in relations:
         by_type[relation_type(rel.type)].append(
@@ -53,6 +69,34 @@ def write_relations(driver: Any, kb: str, relations: Sequence[Relation]) -> None
             rows,
             kb=kb,
         )
+
+
+def _call_relation_merge(driver: Any, kb: str, relations: Sequence[Relation]) -> None:
+    """All types in one transaction, as columns: Bolt moves 5,000 row maps in ~20 ms and
+    the same values as lists in ~6, and a statement per type meant a commit per type."""
+    for start in range(0, len(relations), PROCEDURE_BATCH):
+        batch = relations[start : start + PROCEDURE_BATCH]
+        properties = [dict(rel.properties) for rel in batch]
+        driver.execute_query(
+            f"CALL {RELATION_MERGE_PROCEDURE}($kb, $types, $sources, $targets, $properties) "
+            "YIELD created RETURN created",
+            kb=kb, types=[relation_type(rel.type) for rel in batch],
+            sources=[rel.source for rel in batch], targets=[rel.target for rel in batch],
+            properties=properties if any(properties) else None,
+        )  # fmt: skip
+
+
+def has_relation_merge_procedure(driver: Any) -> bool:
+    """Asked once per driver: a Neo4j started elsewhere (Docker, a managed server) may not
+    have kgqr's procedure installed."""
+    known = _PROCEDURE_PRESENT.get(driver)
+    if known is None:
+        records, _, _ = driver.execute_query(
+            "SHOW PROCEDURES YIELD name WHERE name = $name RETURN count(*) AS n",
+            name=RELATION_MERGE_PROCEDURE,
+        )
+        known = _PROCEDURE_PRESENT[driver] = records[0]["n"] > 0
+    return known
 
 
 def _merge_entity(var: str, key: str) -> str:

@@ -1,9 +1,10 @@
 """Neo4j 5.26 LTS with its Bolt server, run from a small Java launcher.
 
 Neo4j's server distribution is not on Maven Central; the embedded kernel and the Bolt
-connector are. Maven resolves them, javac compiles ``KgqrNeo4jLauncher.java`` (once per
-version of it), and the launcher serves Bolt on 127.0.0.1. Auth is disabled in embedded
-mode, so any credentials the driver sends are accepted.
+connector are. Maven resolves them, javac compiles ``KgqrNeo4jLauncher.java`` with kgqr's
+procedures from ``plugin/neo4j`` (once per version of the sources), and the launcher serves
+Bolt on 127.0.0.1 with the procedures registered. Auth is disabled in embedded mode, so any
+credentials the driver sends are accepted.
 """
 
 from __future__ import annotations
@@ -19,11 +20,18 @@ from plugin.services.local_service import LocalService, port_of
 from plugin.services.process import port_is_open, run_checked
 
 LAUNCHER_CLASS = "KgqrNeo4jLauncher"
+PROCEDURES_SOURCE = "KgqrRelationMerge.java"
 
 
-def _packaged(name: str) -> Path:
-    """A file shipped beside this module in ``plugin/services/neo4j``."""
-    return Path(str(resources.files("plugin.services.neo4j").joinpath(name)))
+def _packaged(name: str, package: str = "plugin.services.neo4j") -> Path:
+    """A file shipped in one of kgqr's packages, by default beside this module."""
+    return Path(str(resources.files(package).joinpath(name)))
+
+
+def _java_sources() -> list[Path]:
+    """The launcher and the procedures it registers (``plugin/neo4j``: what kgqr installs
+    into Neo4j)."""
+    return [_packaged(f"{LAUNCHER_CLASS}.java"), _packaged(PROCEDURES_SOURCE, "plugin.neo4j")]
 
 
 class Neo4jServer(LocalService):
@@ -53,15 +61,14 @@ class Neo4jServer(LocalService):
             run_checked(
                 self.name,
                 [str(java_home / "bin" / "javac"), "-cp", f"{self.install_dir / 'lib'}/*",
-                 "-d", str(classes), str(_packaged(f"{LAUNCHER_CLASS}.java"))],
+                 "-d", str(classes), *map(str, _java_sources())],
             )  # fmt: skip
         self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
 
     def _classes_dir(self) -> Path:
-        """One directory per launcher source version: an edited launcher is compiled
-        again, and the changed classpath makes `services up` restart the server."""
-        source = _packaged(f"{LAUNCHER_CLASS}.java")
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+        """One directory per version of the Java sources: an edited launcher or procedure is
+        compiled again, and the changed classpath makes `services up` restart the server."""
+        digest = hashlib.sha256(b"".join(p.read_bytes() for p in _java_sources())).hexdigest()[:12]
         return self.install_dir / "classes" / digest
 
     def command(self) -> tuple[list[str], dict[str, str]]:

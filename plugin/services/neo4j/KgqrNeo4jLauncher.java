@@ -6,18 +6,21 @@ import org.neo4j.configuration.connectors.BoltConnector;
 import org.neo4j.configuration.helpers.SocketAddress;
 import org.neo4j.dbms.api.DatabaseManagementService;
 import org.neo4j.dbms.api.DatabaseManagementServiceBuilder;
+import org.neo4j.internal.kernel.api.exceptions.ProcedureException;
 import org.neo4j.io.ByteUnit;
+import org.neo4j.kernel.api.procedure.GlobalProcedures;
+import org.neo4j.kernel.internal.GraphDatabaseAPI;
 
 /**
  * Runs an embedded Neo4j with its Bolt server, for machines that have no Docker engine.
  *
  * The Neo4j server distribution is not on Maven Central, but the kernel and the Bolt
  * connector are; this launcher is the smallest program that turns them into a server
- * that the official drivers can reach. Arguments: home dir, bolt host, bolt port,
- * page cache size in MiB.
+ * that the official drivers can reach, with kgqr's procedures ({@code KgqrRelationMerge})
+ * registered. Arguments: home dir, bolt host, bolt port, page cache size in MiB.
  */
 public final class KgqrNeo4jLauncher {
-    public static void main(String[] args) throws InterruptedException {
+    public static void main(String[] args) throws InterruptedException, ProcedureException {
         if (args.length != 4) {
             System.err.println("usage: KgqrNeo4jLauncher HOME_DIR HOST PORT PAGECACHE_MB");
             System.exit(2);
@@ -38,6 +41,10 @@ public final class KgqrNeo4jLauncher {
                 .setConfig(BoltConnector.connection_keep_alive_type,
                         BoltConnector.KeepAliveRequestType.STREAMING)
                 .build();
+        ((GraphDatabaseAPI) service.database(GraphDatabaseSettings.DEFAULT_DATABASE_NAME))
+                .getDependencyResolver()
+                .resolveDependency(GlobalProcedures.class)
+                .registerProcedure(KgqrRelationMerge.class);
 
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {

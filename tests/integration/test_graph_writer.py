@@ -1,0 +1,89 @@
+"""Both relation write paths (kgqr's procedure and the plain UNWIND statement) must leave
+the same graph: the procedure is only a faster way to run the same MERGE."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from neo4j.exceptions import ClientError
+
+from ingest import graph_writer
+from ingest.records import Document, Relation
+from plugin import installer
+from plugin.services.neo4j_server import Neo4jServer
+from plugin.settings import Settings
+
+RELATIONS = [
+    Relation(source="a", type="cites", target="b", properties={"weight": 2, "tag": "x"}),
+    Relation(source="a", type="cites", target="b", properties={"weight": 3}),  # same edge again
+    Relation(source="b", type="cites", target="a"),  # the reverse is another edge
+    Relation(source="a", type="authored by", target="c"),  # c has no document yet
+    Relation(source="c", type="cites", target="c", properties={"note": "self", "ok": True}),
+]
+
+
+@pytest.fixture
+def graph_kb(kb_name: str, neo4j_driver: Any) -> Iterator[str]:
+    installer.install_neo4j(neo4j_driver)
+    graph_writer.write_documents(neo4j_driver, kb_name, [
+        Document(id="a", type="paper", title="A"), Document(id="b", type="paper", title="B"),
+    ])  # fmt: skip
+    yield kb_name
+    neo4j_driver.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb_name)
+
+
+def graph_of(driver: Any, kb: str) -> tuple[list[tuple], list[str]]:
+    records, _, _ = driver.execute_query(
+        "MATCH (s:Node {kb: $kb})-[r]->(t:Node) "
+        "RETURN s.id AS s, type(r) AS type, t.id AS t, properties(r) AS props "
+        "ORDER BY s, type, t",
+        kb=kb,
+    )
+    nodes, _, _ = driver.execute_query(
+        "MATCH (n:Node {kb: $kb}) RETURN n.id AS id ORDER BY id", kb=kb
+    )
+    edges = [(r["s"], r["type"], r["t"], r["props"]) for r in records]
+    return edges, [n["id"] for n in nodes]
+
+
+EXPECTED_EDGES = [
+    ("a", "AUTHORED_BY", "c", {}),
+    ("a", "CITES", "b", {"weight": 3, "tag": "x"}),
+    ("b", "CITES", "a", {}),
+    ("c", "CITES", "c", {"note": "self", "ok": True}),
+]
+
+
+@pytest.fixture
+def procedure_required(settings: Settings, neo4j_driver: Any) -> None:
+    """The Neo4j `kgqr services up` runs must have the procedure (else ingest would quietly
+    run at the UNWIND statement's rate); another Neo4j (testcontainers, a user's server)
+    need not, and then the procedure's tests skip."""
+    if graph_writer.has_relation_merge_procedure(neo4j_driver):
+        return
+    if Neo4jServer(settings).process.pid() is not None:
+        pytest.fail("the Neo4j that `kgqr services up` started has no kgqr.mergeRelations")
+    pytest.skip("this Neo4j was not started by `kgqr services up`: no kgqr.mergeRelations")
+
+
+@pytest.mark.parametrize("procedure", [True, False], ids=["procedure", "unwind"])
+def test_relations_merge_once_and_rerun_changes_nothing(
+    request: pytest.FixtureRequest, neo4j_driver: Any, graph_kb: str, procedure: bool
+) -> None:
+    if procedure:
+        request.getfixturevalue("procedure_required")
+    for _ in range(2):
+        graph_writer.write_relations(neo4j_driver, graph_kb, RELATIONS, procedure=procedure)
+        assert graph_of(neo4j_driver, graph_kb) == (EXPECTED_EDGES, ["a", "b", "c"])
+
+
+@pytest.mark.usefixtures("procedure_required")
+def test_procedure_rejects_columns_of_different_lengths(neo4j_driver: Any, graph_kb: str) -> None:
+    with pytest.raises(ClientError, match="differ in length"):
+        neo4j_driver.execute_query(
+            f"CALL {graph_writer.RELATION_MERGE_PROCEDURE}($kb, ['cites'], ['a', 'b'], ['b'])",
+            kb=graph_kb,
+        )
+    assert graph_of(neo4j_driver, graph_kb) == ([], ["a", "b"])
