@@ -24,6 +24,7 @@ from ingest import graph_writer
 from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
 from ingest.records import Document, Relation
 from plugin import connections, installer
+from plugin.neo4j import procedures
 from plugin.settings import get_settings
 
 TYPES = ("cites", "authored_by", "has_topic", "published_in", "related_to")
@@ -80,7 +81,7 @@ def main() -> None:
     rates: dict[str, float] = {}
     with connections.neo4j_driver(settings) as driver:
         installer.install_neo4j(driver)
-        if not graph_writer.has_relation_merge_procedure(driver):
+        if procedures.RELATION_MERGE not in procedures.installed(driver):
             sys.exit("this Neo4j has no kgqr.mergeRelations: start it with `kgqr services up`")
         for name, procedure in (("unwind", False), ("procedure", True)):
             clear_graph(driver, kb)

@@ -10,18 +10,16 @@ never duplicates a node.
 
 from __future__ import annotations
 
-import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from ingest.records import CorpusTriple, Document, Mention, Relation, entity_id
+from plugin.neo4j import procedures
 from plugin.schema import node_label, relation_type
 
 BATCH = 5_000
 PROCEDURE_BATCH = 20_000
-RELATION_MERGE_PROCEDURE = "kgqr.mergeRelations"
-_PROCEDURE_PRESENT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def _run_batched(driver: Any, query: str, rows: list[dict[str, Any]], **params: Any) -> None:
@@ -50,7 +48,7 @@ def write_relations(
     Neo4j that ``kgqr services`` runs does) and through the equivalent UNWIND statement per
     relation type otherwise. ``procedure`` forces a path."""
     if procedure is None:
-        procedure = has_relation_merge_procedure(driver)
+        procedure = procedures.RELATION_MERGE in procedures.installed(driver)
     if procedure:
         _call_relation_merge(driver, kb, relations)
         return
@@ -78,25 +76,12 @@ def _call_relation_merge(driver: Any, kb: str, relations: Sequence[Relation]) ->
         batch = relations[start : start + PROCEDURE_BATCH]
         properties = [dict(rel.properties) for rel in batch]
         driver.execute_query(
-            f"CALL {RELATION_MERGE_PROCEDURE}($kb, $types, $sources, $targets, $properties) "
+            f"CALL {procedures.RELATION_MERGE}($kb, $types, $sources, $targets, $properties) "
             "YIELD created RETURN created",
             kb=kb, types=[relation_type(rel.type) for rel in batch],
             sources=[rel.source for rel in batch], targets=[rel.target for rel in batch],
             properties=properties if any(properties) else None,
         )  # fmt: skip
-
-
-def has_relation_merge_procedure(driver: Any) -> bool:
-    """Asked once per driver: a Neo4j started elsewhere (Docker, a managed server) may not
-    have kgqr's procedure installed."""
-    known = _PROCEDURE_PRESENT.get(driver)
-    if known is None:
-        records, _, _ = driver.execute_query(
-            "SHOW PROCEDURES YIELD name WHERE name = $name RETURN count(*) AS n",
-            name=RELATION_MERGE_PROCEDURE,
-        )
-        known = _PROCEDURE_PRESENT[driver] = records[0]["n"] > 0
-    return known
 
 
 def _merge_entity(var: str, key: str) -> str:

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from plugin import connections
+from plugin.neo4j import procedures
+from plugin.services.neo4j_server import Neo4jServer
 from plugin.settings import Settings
 from tests.service_discovery import discover_services, require_llm
 
@@ -91,3 +93,15 @@ def ingest_worker(settings: Settings) -> Iterator[Any]:
 def kb_name(unique_name: str) -> str:
     """A knowledge-base name unique to the test (index-safe, short)."""
     return unique_name.replace("kgqr-test-", "t-")[:60].rstrip("-_")
+
+
+@pytest.fixture
+def neo4j_procedures(settings: Settings, neo4j_driver: Any) -> None:
+    """For tests of kgqr's Neo4j procedures. The Neo4j `kgqr services up` runs must have
+    them (else ingest would quietly fall back to slower Cypher); another Neo4j
+    (testcontainers, a user's server) need not, and then those tests skip."""
+    if procedures.RELATION_MERGE in procedures.installed(neo4j_driver):
+        return
+    if Neo4jServer(settings).process.pid() is not None:
+        pytest.fail("the Neo4j that `kgqr services up` started lacks kgqr's procedures")
+    pytest.skip("this Neo4j was not started by `kgqr services up`: no kgqr procedures")

@@ -20,18 +20,18 @@ from plugin.services.local_service import LocalService, port_of
 from plugin.services.process import port_is_open, run_checked
 
 LAUNCHER_CLASS = "KgqrNeo4jLauncher"
-PROCEDURES_SOURCE = "KgqrRelationMerge.java"
 
 
-def _packaged(name: str, package: str = "plugin.services.neo4j") -> Path:
-    """A file shipped in one of kgqr's packages, by default beside this module."""
-    return Path(str(resources.files(package).joinpath(name)))
+def _packaged(name: str) -> Path:
+    """A file shipped beside this module in ``plugin/services/neo4j``."""
+    return Path(str(resources.files("plugin.services.neo4j").joinpath(name)))
 
 
 def _java_sources() -> list[Path]:
     """The launcher and the procedures it registers (``plugin/neo4j``: what kgqr installs
     into Neo4j)."""
-    return [_packaged(f"{LAUNCHER_CLASS}.java"), _packaged(PROCEDURES_SOURCE, "plugin.neo4j")]
+    procedures = Path(str(resources.files("plugin.neo4j")))
+    return [_packaged(f"{LAUNCHER_CLASS}.java"), *sorted(procedures.glob("*.java"))]
 
 
 class Neo4jServer(LocalService):

@@ -12,8 +12,7 @@ from neo4j.exceptions import ClientError
 from ingest import graph_writer
 from ingest.records import Document, Relation
 from plugin import installer
-from plugin.services.neo4j_server import Neo4jServer
-from plugin.settings import Settings
+from plugin.neo4j import procedures
 
 RELATIONS = [
     Relation(source="a", type="cites", target="b", properties={"weight": 2, "tag": "x"}),
@@ -56,34 +55,22 @@ EXPECTED_EDGES = [
 ]
 
 
-@pytest.fixture
-def procedure_required(settings: Settings, neo4j_driver: Any) -> None:
-    """The Neo4j `kgqr services up` runs must have the procedure (else ingest would quietly
-    run at the UNWIND statement's rate); another Neo4j (testcontainers, a user's server)
-    need not, and then the procedure's tests skip."""
-    if graph_writer.has_relation_merge_procedure(neo4j_driver):
-        return
-    if Neo4jServer(settings).process.pid() is not None:
-        pytest.fail("the Neo4j that `kgqr services up` started has no kgqr.mergeRelations")
-    pytest.skip("this Neo4j was not started by `kgqr services up`: no kgqr.mergeRelations")
-
-
 @pytest.mark.parametrize("procedure", [True, False], ids=["procedure", "unwind"])
 def test_relations_merge_once_and_rerun_changes_nothing(
     request: pytest.FixtureRequest, neo4j_driver: Any, graph_kb: str, procedure: bool
 ) -> None:
     if procedure:
-        request.getfixturevalue("procedure_required")
+        request.getfixturevalue("neo4j_procedures")
     for _ in range(2):
         graph_writer.write_relations(neo4j_driver, graph_kb, RELATIONS, procedure=procedure)
         assert graph_of(neo4j_driver, graph_kb) == (EXPECTED_EDGES, ["a", "b", "c"])
 
 
-@pytest.mark.usefixtures("procedure_required")
+@pytest.mark.usefixtures("neo4j_procedures")
 def test_procedure_rejects_columns_of_different_lengths(neo4j_driver: Any, graph_kb: str) -> None:
     with pytest.raises(ClientError, match="differ in length"):
         neo4j_driver.execute_query(
-            f"CALL {graph_writer.RELATION_MERGE_PROCEDURE}($kb, ['cites'], ['a', 'b'], ['b'])",
+            f"CALL {procedures.RELATION_MERGE}($kb, ['cites'], ['a', 'b'], ['b'])",
             kb=graph_kb,
         )
     assert graph_of(neo4j_driver, graph_kb) == ([], ["a", "b"])
