@@ -40,7 +40,7 @@ public final class KgqrRelationMerge {
     @Context
     public Transaction tx;
 
-    /** What one call did, for the caller's counts and tests. */
+    /** What one call did: relationships created and found, end nodes that had to be made. */
     public static final class Outcome {
         public long created;
         public long matched;
@@ -49,8 +49,8 @@ public final class KgqrRelationMerge {
 
     @Procedure(name = "kgqr.mergeRelations", mode = Mode.WRITE)
     @Description("kgqr.mergeRelations(kb, types, sources, targets, properties) - MERGE "
-            + "relations sources[i] -[types[i]]-> targets[i] between (kb, id) nodes; properties is null "
-            + "or a list of maps, one per relation.")
+            + "relations sources[i] -[types[i]]-> targets[i] between (kb, id) nodes; "
+            + "properties is null or a list of maps, one per relation.")
     public Stream<Outcome> mergeRelations(
             @Name("kb") String kb,
             @Name("types") List<String> types,

@@ -67,6 +67,25 @@ def test_relations_merge_once_and_rerun_changes_nothing(
 
 
 @pytest.mark.usefixtures("neo4j_procedures")
+def test_procedure_counts_what_it_created_and_what_it_found(
+    neo4j_driver: Any, graph_kb: str
+) -> None:
+    call = (
+        f"CALL {procedures.RELATION_MERGE}($kb, $types, $sources, $targets) "
+        "YIELD created, matched, nodesMerged RETURN created, matched, nodesMerged"
+    )
+    columns = {
+        "types": ["CITES", "CITES", "CITES", "AUTHORED_BY", "CITES"],
+        "sources": ["a", "a", "b", "a", "c"],
+        "targets": ["b", "b", "a", "c", "c"],
+    }
+    first, _, _ = neo4j_driver.execute_query(call, kb=graph_kb, **columns)
+    second, _, _ = neo4j_driver.execute_query(call, kb=graph_kb, **columns)
+    assert first[0].values() == [4, 1, 1]  # a->b twice in one call is one relationship
+    assert second[0].values() == [0, 5, 0]
+
+
+@pytest.mark.usefixtures("neo4j_procedures")
 def test_procedure_rejects_columns_of_different_lengths(neo4j_driver: Any, graph_kb: str) -> None:
     with pytest.raises(ClientError, match="differ in length"):
         neo4j_driver.execute_query(
