@@ -91,3 +91,9 @@ env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit
 kgqr ingest "hotpotqa-kg:$data/hotpotqa100" --kb hotpotqa-kg
 env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa-kg \
   --strategies kgcqr --out "$out/eval-hotpotqa100-dev50-kgcqr-title-links"
+# rar on all 50 HotpotQA questions (it reads no graph) and KG-CQR without TTRs on the first
+# 25 over the title-link KG (time-boxed), 2026-11-24:
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
+  --strategies rar --out "$out/ablation-hotpotqa100-dev50-rar"
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa-kg --limit 25 \
+  --strategies kgcqr_no_ttr --out "$out/ablation-hotpotqa100-dev25-kgcqr-no-ttr-title-links"
