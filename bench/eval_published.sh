@@ -97,3 +97,9 @@ env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
   --strategies rar --out "$out/ablation-hotpotqa100-dev50-rar"
 env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa-kg --limit 25 \
   --strategies kgcqr_no_ttr --out "$out/ablation-hotpotqa100-dev25-kgcqr-no-ttr-title-links"
+# KG-CQR without subgraph completion (first 25, title-link KG) and agr (first 10; five LLM
+# calls per question) on HotpotQA, 2026-11-24:
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa-kg --limit 25 \
+  --strategies kgcqr_no_completion --out "$out/ablation-hotpotqa100-dev25-kgcqr-no-completion-title-links"
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit 10 \
+  --strategies agr --out "$out/ablation-hotpotqa100-dev10-agr"
