@@ -185,43 +185,79 @@ def eval_group() -> None:
 @click.argument("query_set")
 @click.option("--kb", required=True, help="Knowledge base the queries are judged against.")
 @click.option("--strategies", default="base,prf", show_default=True, help="Comma-separated.")
-@common_options("Output stem (default eval-results/KB-DATE); .json and .csv are added.")
-def run(query_set: str, kb: str, strategies: str, options: EvalOptions) -> None:
+@click.option(
+    "--resume",
+    "resume_from",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Reuse the results of an earlier run with the same configuration instead of "
+    "searching again: its OUT.json, or the OUT.partial.jsonl checkpoint a stopped run left "
+    "behind. Repeatable; a later file wins.",
+)
+@common_options(
+    "Output stem (default eval-results/KB-DATE); .json and .csv are added. Results are "
+    "checkpointed to STEM.partial.jsonl while the run lasts."
+)
+def run(
+    query_set: str, kb: str, strategies: str, resume_from: tuple[Path, ...], options: EvalOptions
+) -> None:
     from tqdm import tqdm
 
     from query_rewriter.evaluation.report import format_table, write_outputs
+    from query_rewriter.evaluation.resume import (
+        Checkpoint,
+        ResumeError,
+        load_earlier_run,
+        reusable_results,
+    )
     from query_rewriter.evaluation.runner import evaluate
 
     names = _split_strategies(strategies)
     queries = _load(query_set, options.split, options.limit)
     settings = get_settings()
     config = run_config(settings, query_set=query_set, split=options.split, limit=options.limit)
-    with (
-        proxy_url(options.proxy, settings) as url,
-        tqdm(total=len(names) * len(queries), unit="query", desc="eval") as bar,
-    ):
+    matching = {"kb": kb, "params": options.params, "size": options.size, **config}
+    try:
+        earlier = [load_earlier_run(path) for path in resume_from]
+        reuse = reusable_results(earlier, matching, queries, names)
+    except ResumeError as exc:
+        raise click.BadParameter(str(exc), param_hint="--resume") from exc
+    if resume_from:
+        config.update(resumed_from=[str(p) for p in resume_from], reused_results=len(reuse))
+    stem = options.out or Path("eval-results") / f"{kb}-{_stamp()}"
+    checkpoint = Checkpoint(stem, matching)
+    try:
+        with (
+            proxy_url(options.proxy, settings) as url,
+            tqdm(total=len(names) * len(queries), unit="query", desc="eval") as bar,
+        ):
 
-        def advance(result: Any) -> None:
-            bar.set_postfix(strategy=result.strategy, refresh=False)
-            bar.update()
+            def advance(result: Any) -> None:
+                checkpoint.add(result)
+                bar.set_postfix(strategy=result.strategy, refresh=False)
+                bar.update()
 
-        report = asyncio.run(
-            evaluate(
-                url,
-                kb,
-                queries,
-                names,
-                options.params,
-                size=options.size,
-                concurrency=options.concurrency,
-                on_result=advance,
-                config=config,
+            report = asyncio.run(
+                evaluate(
+                    url,
+                    kb,
+                    queries,
+                    names,
+                    options.params,
+                    size=options.size,
+                    concurrency=options.concurrency,
+                    on_result=advance,
+                    config=config,
+                    reuse=reuse,
+                )
             )
-        )
+    except BaseException:  # Ctrl-C included: say where the finished part is
+        if checkpoint.close(finished=False):
+            click.echo(f"results so far are in {checkpoint.path}; --resume it to go on", err=True)
+        raise
     click.echo(format_table(report))
-    json_path, csv_path = write_outputs(
-        report, options.out or Path("eval-results") / f"{kb}-{_stamp()}"
-    )
+    json_path, csv_path = write_outputs(report, stem)
+    checkpoint.close(finished=True)
     click.echo(f"wrote {json_path} and {csv_path}")
 
 

@@ -42,9 +42,11 @@ def format_table(report: EvalReport) -> str:
     lines += ["  ".join(str(r[c]).rjust(widths[c]) for c in COLUMNS) for r in table]
     llm = sum(s.llm_calls for s in report.strategies)
     cached = sum(s.cached_llm_calls for s in report.strategies)
+    reused = report.config.get("reused_results")
     lines.append(
         f"{report.config['queries']} queries on knowledge base {report.config['kb']!r}; "
         f"LLM calls {llm}, of which {cached} answered from the cache"
+        + (f"; {reused} results reused from earlier runs" if reused else "")
     )
     return "\n".join(lines)
 

@@ -8,7 +8,7 @@ Each search asks for ``kgqr.explain`` to learn about fallbacks and LLM calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -134,10 +134,13 @@ async def evaluate(
     timeout_s: float = 900.0,
     on_result: Callable[[QueryResult], None] | None = None,
     config: dict[str, Any] | None = None,
+    reuse: Mapping[tuple[str, str], QueryResult] | None = None,
 ) -> EvalReport:
     """Every (strategy, query) pair, `concurrency` searches at a time; strategies run one
-    after another so their latencies do not inflate each other."""
+    after another so their latencies do not inflate each other. Pairs found in `reuse`
+    (keyed by strategy and query id: an earlier run's results) are not searched again."""
     params = dict(params or {})
+    reuse = reuse or {}
     index = documents_index(kb)
     limiter = asyncio.Semaphore(max(1, concurrency))
     all_results: list[QueryResult] = []
@@ -145,8 +148,10 @@ async def evaluate(
     async with httpx.AsyncClient(base_url=proxy_url, timeout=timeout_s) as client:
 
         async def one(query: JudgedQuery, strategy: str) -> QueryResult:
-            async with limiter:
-                result = await run_query(client, index, query, strategy, params, size)
+            result = reuse.get((strategy, query.id))
+            if result is None:
+                async with limiter:
+                    result = await run_query(client, index, query, strategy, params, size)
             if on_result is not None:
                 on_result(result)
             return result

@@ -75,6 +75,32 @@ def test_eval_scores_two_strategies_and_a_rerun_costs_no_llm_time(
     assert f"LLM calls {QUERIES}, of which {QUERIES} answered from the cache" in (again.output)
 
 
+def test_a_resumed_run_searches_only_what_the_earlier_run_lacks(
+    judged: Path, proxy: str, tmp_path: Path
+) -> None:
+    first = tmp_path / "first"
+    _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "base", "--limit", "2",
+          "--proxy", proxy, "--out", str(first))  # fmt: skip
+    assert not first.with_suffix(".partial.jsonl").exists()  # removed once the report is out
+    earlier = json.loads(first.with_suffix(".json").read_text())["queries"]
+    second = tmp_path / "second"
+    result = _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "base", "--proxy", proxy,
+                   "--resume", str(first.with_suffix(".json")), "--out", str(second))  # fmt: skip
+    assert "2 results reused from earlier runs" in result.output
+    report = json.loads(second.with_suffix(".json").read_text())
+    assert report["config"]["reused_results"] == 2
+    assert len(report["queries"]) == QUERIES
+    # The reused two carry the earlier run's own timings; the third was searched now.
+    assert report["queries"][:2] == earlier
+    assert report["strategies"][0]["metrics"]["MRR"] == 1.0
+
+    other = CliRunner().invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies",
+                                      "base", "--param", "alpha=0.5", "--proxy", proxy,
+                                      "--resume", str(first.with_suffix(".json"))])  # fmt: skip
+    assert other.exit_code == 2, other.output
+    assert "another configuration: params: {} then, {'alpha': 0.5} now" in other.output
+
+
 def test_sweep_writes_a_plot_per_parameter(judged: Path, proxy: str, tmp_path: Path) -> None:
     result = _eval("sweep", "--dataset", f"{KB}=jsonl:{judged}", "--strategy", "prf",
                    "--grid", "alpha=0.3,1.0", "--grid", "prf_docs=1,3", "--proxy", proxy,
