@@ -94,7 +94,10 @@ async def run_query(
     query_params, body = search_request(query, strategy, params, size)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    response = await client.post(f"/{index}/_search", params=query_params, json=body)
+    try:
+        response = await client.post(f"/{index}/_search", params=query_params, json=body)
+    except httpx.TransportError as exc:
+        raise EvalError(f"the kgqr proxy at {client.base_url} did not answer: {exc!r}") from exc
     seconds = loop.time() - started
     if response.status_code == 404 and "index_not_found_exception" in response.text:
         raise EvalError(
@@ -143,6 +146,10 @@ async def evaluate(
     reuse = reuse or {}
     index = documents_index(kb)
     limiter = asyncio.Semaphore(max(1, concurrency))
+    # Set by the first failed search before it frees its slot, so the search queued behind
+    # it is never started: it would be abandoned mid-request (an LLM rewrite paid for and
+    # dropped, and an anyio connect task cancelled before it ran).
+    failed = asyncio.Event()
     all_results: list[QueryResult] = []
     reports = []
     async with httpx.AsyncClient(base_url=proxy_url, timeout=timeout_s) as client:
@@ -151,7 +158,13 @@ async def evaluate(
             result = reuse.get((strategy, query.id))
             if result is None:
                 async with limiter:
-                    result = await run_query(client, index, query, strategy, params, size)
+                    if failed.is_set():
+                        raise EvalError("not searched: an earlier search failed")
+                    try:
+                        result = await run_query(client, index, query, strategy, params, size)
+                    except BaseException:
+                        failed.set()
+                        raise
             if on_result is not None:
                 on_result(result)
             return result

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from plugin.cli import main
 from plugin.settings import Settings
-from query_rewriter.background_server import running_proxy
+from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import TINY_KB, ingested
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -93,6 +93,25 @@ def test_a_resumed_run_searches_only_what_the_earlier_run_lacks(
     # The reused two carry the earlier run's own timings; the third was searched now.
     assert report["queries"][:2] == earlier
     assert report["strategies"][0]["metrics"]["MRR"] == 1.0
+
+    # A run whose proxy dies keeps what it has in a checkpoint, and a run resumed from
+    # that checkpoint completes.
+    stopped = tmp_path / "stopped"
+    dead = CliRunner().invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies",
+                                     "base", "--proxy", f"http://127.0.0.1:{free_port()}",
+                                     "--resume", str(first.with_suffix(".json")),
+                                     "--out", str(stopped)])  # fmt: skip
+    assert dead.exit_code == 1, dead.output
+    assert "evaluation stopped: the kgqr proxy at" in dead.output
+    assert "Traceback" not in dead.output
+    checkpoint = stopped.with_suffix(".partial.jsonl")
+    assert f"results so far are in {checkpoint}" in dead.output
+    assert len(checkpoint.read_text().splitlines()) == 1 + 2  # config + the two reused
+    _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "base", "--proxy", proxy,
+          "--resume", str(checkpoint), "--out", str(stopped))  # fmt: skip
+    assert not checkpoint.exists()
+    resumed = json.loads(stopped.with_suffix(".json").read_text())
+    assert resumed["config"]["reused_results"] == 2 and len(resumed["queries"]) == QUERIES
 
     other = CliRunner().invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies",
                                       "base", "--param", "alpha=0.5", "--proxy", proxy,
