@@ -104,16 +104,20 @@ env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa-kg --li
 env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --limit 10 \
   --strategies agr --out "$out/ablation-hotpotqa100-dev10-agr"
 # 2026-11-24, later (a new machine again, so no cached LLM answers): the time-boxed
-# HotpotQA runs above grown to all 50 questions with `--resume`, which reuses the earlier
+# runs above grown to all 50 questions with `--resume`, which reuses the earlier
 # run's per-query results and searches only the questions it lacks. The first 25 (or 10)
 # rows in each file are the earlier run's; the rest were run now.
-run_resumed() {  # STRATEGIES KB EARLIER OUT
-  env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb "$2" --strategies "$1" \
-    --resume "$out/$3.json" --out "$out/$4"
+run_resumed() {  # QUERY_SET STRATEGIES KB EARLIER OUT
+  env "${kar_env[@]}" kgqr eval "$1" --kb "$3" --strategies "$2" \
+    --resume "$out/$4.json" --out "$out/$5"
 }
-run_resumed kar_no_drf,kar_no_kg hotpotqa ablation-hotpotqa100-dev25-links-kar-ablations \
+run_resumed "hotpotqa:$data/hotpotqa100" kar_no_drf,kar_no_kg hotpotqa ablation-hotpotqa100-dev25-links-kar-ablations \
   ablation-hotpotqa100-dev50-links-kar-ablations
-run_resumed kgcqr_no_ttr hotpotqa-kg ablation-hotpotqa100-dev25-kgcqr-no-ttr-title-links \
+run_resumed "hotpotqa:$data/hotpotqa100" kgcqr_no_ttr hotpotqa-kg ablation-hotpotqa100-dev25-kgcqr-no-ttr-title-links \
   ablation-hotpotqa100-dev50-kgcqr-no-ttr-title-links
-run_resumed kgcqr_no_completion hotpotqa-kg ablation-hotpotqa100-dev25-kgcqr-no-completion-title-links \
+run_resumed "hotpotqa:$data/hotpotqa100" kgcqr_no_completion hotpotqa-kg ablation-hotpotqa100-dev25-kgcqr-no-completion-title-links \
   ablation-hotpotqa100-dev50-kgcqr-no-completion-title-links
+run_resumed "hotpotqa:$data/hotpotqa100" agr hotpotqa ablation-hotpotqa100-dev10-agr \
+  ablation-hotpotqa100-dev50-agr
+run_resumed "musique:$data/musique100" agr musique ablation-musique100-dev10-agr \
+  ablation-musique100-dev50-agr
