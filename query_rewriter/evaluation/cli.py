@@ -210,13 +210,13 @@ def run(
         load_earlier_run,
         reusable_results,
     )
-    from query_rewriter.evaluation.runner import evaluate
+    from query_rewriter.evaluation.runner import evaluate, run_identity
 
     names = _split_strategies(strategies)
     queries = _load(query_set, options.split, options.limit)
     settings = get_settings()
     config = run_config(settings, query_set=query_set, split=options.split, limit=options.limit)
-    matching = {"kb": kb, "params": options.params, "size": options.size, **config}
+    matching = run_identity(kb, options.params, options.size, config)
     try:
         earlier = [load_earlier_run(path) for path in resume_from]
         reuse = reusable_results(earlier, matching, queries, names)

@@ -174,11 +174,16 @@ async def evaluate(
             all_results.extend(results)
             reports.append(StrategyReport.of(strategy, results))
     run_config = {
-        "kb": kb,
         "queries": len(queries),
         "strategies": list(strategies),
-        "params": params,
-        "size": size,
-        **(config or {}),
+        **run_identity(kb, params, size, config),
     }
     return EvalReport(run_config, reports, all_results)
+
+
+def run_identity(
+    kb: str, params: Mapping[str, Any], size: int, config: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The part of a report's config that says which run made it. A checkpoint records the
+    same so that `--resume` compares like with like, whichever file it is given."""
+    return {"kb": kb, "params": dict(params), "size": size, **(config or {})}
