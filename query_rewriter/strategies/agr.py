@@ -11,7 +11,7 @@ import json
 
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
-from query_rewriter.strategies.context import StrategyContext, documents_from
+from query_rewriter.strategies.context import StrategyContext
 
 
 class AnalyzeGenerateRefine(Strategy):
@@ -38,7 +38,7 @@ class AnalyzeGenerateRefine(Strategy):
                 documents=grounding,
                 n=2,
             )
-            drafts.extend(documents_from(answer, 2))
+            drafts.extend(ctx.generated_documents(answer, 2))
         candidates = drafts
         for stage in ("refine_1", "refine_2"):  # each round refines the previous round's output
             answer = await ctx.llm_json(
@@ -50,7 +50,7 @@ class AnalyzeGenerateRefine(Strategy):
                 drafts="\n".join(f"- {d}" for d in candidates) or "(none)",
                 n=ctx.n_expansions,
             )
-            candidates = documents_from(answer, ctx.n_expansions) or candidates
+            candidates = ctx.generated_documents(answer) or candidates
         rewrite.expansions = candidates
         rewrite.details = {
             "analysis": analysis,

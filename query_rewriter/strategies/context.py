@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,16 @@ class StrategyContext:
     def structure_text(self) -> str:
         """The KB's document structure for prompts; plain passages when none is recorded."""
         return self.structure.describe() or "- passage: title, text"
+
+    @property
+    def template_words(self) -> frozenset[str]:
+        """The words a prompt's structure block shows the LLM (type and field names, and the
+        "type: fields" legend), so that an answer which only copies them can be told apart."""
+        return frozenset(_words(self.structure_text)) | {"type", "fields"}
+
+    def generated_documents(self, answer: dict[str, Any] | None, limit: int = 0) -> list[str]:
+        """The documents an LLM wrote, without the ones that only echo the structure block."""
+        return documents_from(answer, limit or self.n_expansions, self.template_words)
 
     @property
     def n_expansions(self) -> int:
@@ -106,8 +117,19 @@ def _flatten(value: Any) -> str:
     return str(value) if value is not None else ""
 
 
-def documents_from(answer: dict[str, Any] | None, limit: int) -> list[str]:
-    """The ``documents`` list of a JSON answer, cleaned; empty when the answer is unusable."""
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def documents_from(
+    answer: dict[str, Any] | None, limit: int, template_words: frozenset[str] = frozenset()
+) -> list[str]:
+    """The ``documents`` list of a JSON answer, cleaned; empty when the answer is unusable.
+
+    A document made only of `template_words` is dropped. The 1.5B model sometimes fills the
+    structure in with its own names ("fields title text" for "- passage: title, text")
+    instead of writing facts; appended to the query, that would only match boilerplate.
+    """
     if not answer:
         return []
     documents = answer.get("documents")
@@ -116,4 +138,4 @@ def documents_from(answer: dict[str, Any] | None, limit: int) -> list[str]:
     if not isinstance(documents, list):
         return []
     cleaned = [" ".join(_flatten(document).split()) for document in documents]
-    return [text for text in cleaned if text][:limit]
+    return [text for text in cleaned if not _words(text) <= template_words][:limit]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
-from query_rewriter.strategies.context import StrategyContext, documents_from
+from query_rewriter.strategies.context import StrategyContext
 
 
 class HypotheticalDocuments(Strategy):
@@ -24,7 +24,7 @@ class HypotheticalDocuments(Strategy):
             rewrite.details["grounding_documents"] = [hit["id"] for hit in hits]
             values["documents"] = ctx.format_documents(hits)
         answer = await ctx.llm_json(rewrite, "generate", self.name, **values)
-        rewrite.expansions = documents_from(answer, ctx.n_expansions)
+        rewrite.expansions = ctx.generated_documents(answer)
         if not rewrite.expansions:
             raise ValueError("the LLM returned no usable documents")
         return rewrite

@@ -26,7 +26,7 @@ import numpy as np
 from query_rewriter.graph_store import neighbours
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
-from query_rewriter.strategies.context import StrategyContext, documents_from
+from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar_knowledge import DocumentRelation, render_knowledge
 from query_rewriter.strategies.vector_lookups import by_ids, most_similar_documents
 
@@ -97,7 +97,7 @@ class KnowledgeAwareRewrite(Strategy):
             structure=structure,
             knowledge=knowledge or "(nothing found)",
         )
-        rewrite.expansions = documents_from(answer, ctx.n_expansions)
+        rewrite.expansions = ctx.generated_documents(answer)
         if not rewrite.expansions:
             raise ValueError("the LLM returned no usable documents")
         return rewrite

@@ -148,6 +148,22 @@ def test_generated_documents_are_flattened_to_text() -> None:
     assert documents_from({"other": 1}, 3) == [] and documents_from(None, 3) == []
 
 
+def test_documents_that_only_echo_the_structure_block_are_dropped() -> None:
+    # From the quickstart's musique-sample run: hyde's three "documents" were all
+    # "fields title text", the prompt's "(type: fields)" legend and "- passage: title, text".
+    from plugin.kb_meta import DocumentStructure
+    from plugin.settings import Settings
+    from query_rewriter.strategies.context import StrategyContext
+
+    structure = DocumentStructure(types={"passage": ["title", "text"]})
+    ctx = StrategyContext(Settings(), "i", "kb", structure, None, None, None)  # type: ignore[arg-type]
+    assert ctx.template_words == {"passage", "title", "text", "type", "fields"}
+    echo = {"type": "fields", "passage": {"title": "title", "text": "text"}}
+    answer = {"documents": [echo, "Passage: title, text.", "fields Heat A 1995 film."]}
+    assert ctx.generated_documents(answer) == ["fields Heat A 1995 film."]
+    assert ctx.generated_documents({"documents": [echo, echo]}) == []
+
+
 def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
     from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE
     from query_rewriter.hybrid_query import search_params
