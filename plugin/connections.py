@@ -3,6 +3,7 @@ are applied the same way by ingest, the rewriter, the CLI and the tests."""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from plugin.settings import Settings
@@ -15,11 +16,26 @@ def opensearch_basic_auth(settings: Settings) -> tuple[str, str] | None:
     return None
 
 
+def opensearch_ssl_context(settings: Settings) -> ssl.SSLContext:
+    """How every client of kgqr's (opensearch-py, httpx, aiohttp) checks an https
+    OpenSearch, so the CA and verification settings cannot differ between paths."""
+    context = ssl.create_default_context(
+        cafile=str(settings.opensearch_ca_certs) if settings.opensearch_ca_certs else None
+    )
+    if not settings.opensearch_verify_certs:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def _opensearch_kwargs(settings: Settings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"hosts": [settings.opensearch_url], "timeout": 30}
     auth = opensearch_basic_auth(settings)
     if auth is not None:
         kwargs["http_auth"] = auth
+    if settings.opensearch_url.startswith("https:"):
+        # opensearch-py then ignores (and warns about) its own verify_certs/ca_certs.
+        kwargs["ssl_context"] = opensearch_ssl_context(settings)
     return kwargs
 
 

@@ -45,6 +45,16 @@ class Settings(BaseSettings):
     opensearch_url: str = "http://127.0.0.1:9200"
     opensearch_user: str | None = None
     opensearch_password: SecretStr | None = None
+    opensearch_ca_certs: Path | None = Field(
+        default=None,
+        description="PEM file of the CA that signed an https OpenSearch's certificate "
+        "(a security-plugin cluster's own root CA); default: the system's trusted CAs.",
+    )
+    opensearch_verify_certs: bool = Field(
+        default=True,
+        description="Check an https OpenSearch's certificate and host name. Turn off only "
+        "for a throwaway cluster with the security plugin's demo certificates.",
+    )
     neo4j_uri: str = "bolt://127.0.0.1:7687"
     neo4j_user: str = "neo4j"
     neo4j_password: SecretStr = SecretStr("kgqr-local")

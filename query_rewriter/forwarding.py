@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from yarl import URL
 
-from plugin.connections import opensearch_basic_auth
+from plugin.connections import opensearch_basic_auth, opensearch_ssl_context
 from plugin.settings import Settings
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and ones the HTTP client recomputes must not be copied.
@@ -64,7 +64,7 @@ class Upstream:
         credentials = opensearch_basic_auth(settings)
         self._auth = aiohttp.BasicAuth(*credentials).encode() if credentials else None
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=200),
+            connector=aiohttp.TCPConnector(limit=200, ssl=opensearch_ssl_context(settings)),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=60.0),
             auto_decompress=False,
             # Only what the caller sent: no added Accept-Encoding or User-Agent.

@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 import ctypes
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -37,20 +38,24 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, sta
     """The nginx configuration: `listen` and `kgqr` as host:port, `status` the unix socket
     for its counters."""
     upstream = urlparse(settings.opensearch_url)
-    if upstream.scheme != "http" or not upstream.hostname:
+    if upstream.scheme not in ("http", "https") or not upstream.hostname:
         raise ServiceError(
-            SERVICE, f"the front forwards to plain-http OpenSearch only, not {upstream.geturl()}"
+            SERVICE, f"not an OpenSearch URL the front can forward to: {upstream.geturl()}"
         )
     credentials = opensearch_basic_auth(settings)
     authorization = (
         "Basic " + base64.b64encode(":".join(credentials).encode()).decode() if credentials else ""
     )
+    tls = upstream.scheme == "https"
+    default_port = 443 if tls else 80
     template = resources.files("plugin.front").joinpath("nginx.conf").read_text()
     values = {
         "RUN_DIR": str(run_dir),
         "LISTEN_ADDRESS": listen,
         "KGQR_ADDRESS": kgqr,
-        "OPENSEARCH_ADDRESS": f"{upstream.hostname}:{upstream.port or 80}",
+        "OPENSEARCH_ADDRESS": f"{upstream.hostname}:{upstream.port or default_port}",
+        "OPENSEARCH_SCHEME": upstream.scheme,
+        "OPENSEARCH_TLS": _tls_directives(settings, upstream.hostname) if tls else "",
         "DEFAULT_AUTHORIZATION": authorization,
         "STATUS_SOCKET": str(status),
     }
@@ -59,11 +64,53 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, sta
     return template
 
 
+def _tls_directives(settings: Settings, host: str) -> str:
+    """nginx's side of `connections.opensearch_ssl_context`: the same CA file (else the
+    system's) and the same verification. The upstream is named "opensearch" in the config,
+    so the name to send and check is set to the real host."""
+    ca_file = settings.opensearch_ca_certs or ssl.get_default_verify_paths().cafile
+    directives = [
+        "proxy_ssl_server_name on;",
+        f"proxy_ssl_name {host};",
+        "proxy_ssl_session_reuse on;",
+        f"proxy_ssl_verify {'on' if settings.opensearch_verify_certs else 'off'};",
+    ]
+    if settings.opensearch_verify_certs:
+        if not ca_file or not Path(ca_file).is_file():
+            raise ServiceError(
+                SERVICE,
+                "no CA file to check OpenSearch's certificate; set KGQR_OPENSEARCH_CA_CERTS",
+            )
+        directives += [f"proxy_ssl_trusted_certificate {ca_file};", "proxy_ssl_verify_depth 4;"]
+    return "\n      ".join(directives)
+
+
 @contextmanager
 def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> Iterator[str]:
     """nginx listening on host:port for as long as the block runs; yields its URL."""
     if port_is_open(host, port):
         raise ServiceError(SERVICE, f"{host}:{port} is already in use")
+    # Left behind only by a front that was killed; the port check above says it is gone.
+    status = status_socket(settings, kgqr_port, port)
+    status.parent.mkdir(parents=True, exist_ok=True)
+    status.unlink(missing_ok=True)
+    try:
+        with running_nginx(
+            lambda run_dir: render_config(
+                settings, f"{host}:{port}", f"127.0.0.1:{kgqr_port}", run_dir, status
+            ),
+            host,
+            port,
+        ):
+            yield f"http://{host}:{port}"
+    finally:
+        status.unlink(missing_ok=True)
+
+
+@contextmanager
+def running_nginx(config_for: Callable[[Path], str], host: str, port: int) -> Iterator[None]:
+    """nginx with the config `config_for(run_dir)` renders, until the block ends, once it
+    listens on host:port; its pid file and temp folders go in a fresh run_dir."""
     nginx = ensure_installed(SERVICE, "nginx", "nginx-light")
     # Removed on every way out, a config that cannot be rendered included.
     with tempfile.TemporaryDirectory(prefix="kgqr-front-") as tmp:
@@ -71,12 +118,7 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
         # nginx started by root serves from unprivileged workers, which need into this dir.
         run_dir.chmod(0o755)
         config = run_dir / "nginx.conf"
-        listen, kgqr = f"{host}:{port}", f"127.0.0.1:{kgqr_port}"
-        # Left behind only by a front that was killed; the port check above says it is gone.
-        status = status_socket(settings, kgqr_port, port)
-        status.parent.mkdir(parents=True, exist_ok=True)
-        status.unlink(missing_ok=True)
-        config.write_text(render_config(settings, listen, kgqr, run_dir, status))
+        config.write_text(config_for(run_dir))
         # nginx's own messages go to our stderr, next to kgqr's logs.
         process = subprocess.Popen(
             [nginx, "-c", str(config), "-p", str(run_dir), "-e", "stderr"],
@@ -85,10 +127,9 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
         )
         try:
             _wait_for_port(process, host, port)
-            yield f"http://{host}:{port}"
+            yield
         finally:
             terminate_child(process, timeout_s=10)
-            status.unlink(missing_ok=True)
 
 
 def _stop_with_parent() -> None:

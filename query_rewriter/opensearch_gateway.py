@@ -8,18 +8,19 @@ from typing import Any
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from plugin.connections import opensearch_basic_auth
+from plugin.connections import opensearch_basic_auth, opensearch_ssl_context
 from plugin.settings import Settings
 
 
 def opensearch_http_client(settings: Settings) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+    tls = opensearch_ssl_context(settings)
     return httpx.AsyncClient(
         base_url=settings.opensearch_url,
         auth=opensearch_basic_auth(settings),
         timeout=httpx.Timeout(60.0, connect=5.0),
         limits=limits,
-        transport=AiohttpTransport(limits=limits),
+        transport=AiohttpTransport(limits=limits, verify=tls),
         headers={"accept-encoding": "identity"},
     )
 

@@ -34,8 +34,30 @@ def test_callers_without_credentials_get_kgqrs(tmp_path: Path) -> None:
     assert f'""       "{expected}";' in config
 
 
-def test_https_opensearch_is_refused_with_a_reason(tmp_path: Path) -> None:
-    with pytest.raises(ServiceError, match="plain-http"):
-        render_config(
-            Settings(opensearch_url="https://search:9200"), "a:1", "b:2", tmp_path, tmp_path / "s"
-        )
+def _render(tmp_path: Path, **settings: object) -> str:
+    return render_config(Settings(**settings), "a:1", "b:2", tmp_path, tmp_path / "s")  # type: ignore[arg-type]
+
+
+def test_plain_http_opensearch_gets_no_tls_directives(tmp_path: Path) -> None:
+    config = _render(tmp_path, opensearch_url="http://search:9200")
+    assert "proxy_ssl" not in config and "default  http;" in config
+
+
+def test_https_opensearch_is_checked_against_the_configured_ca(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    config = _render(tmp_path, opensearch_url="https://search.internal", opensearch_ca_certs=ca)
+    assert "server search.internal:443;" in config and "default  https;" in config
+    assert "kgqr     http;" in config  # kgqr itself stays plain http on loopback
+    assert "proxy_ssl_name search.internal;" in config and "proxy_ssl_verify on;" in config
+    assert f"proxy_ssl_trusted_certificate {ca};" in config
+
+
+def test_https_without_verification_needs_no_ca(tmp_path: Path) -> None:
+    config = _render(tmp_path, opensearch_url="https://search:9200", opensearch_verify_certs=False)
+    assert "proxy_ssl_verify off;" in config and "trusted_certificate" not in config
+
+
+def test_a_url_the_front_cannot_forward_to_is_refused_with_a_reason(tmp_path: Path) -> None:
+    with pytest.raises(ServiceError, match="not an OpenSearch URL"):
+        _render(tmp_path, opensearch_url="unix:/run/opensearch.sock")
