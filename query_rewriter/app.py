@@ -36,7 +36,7 @@ from query_rewriter.front_status import read_fronts, render_fronts, status_folde
 from query_rewriter.hybrid_query import hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.query_log import QueryLog, query_log_entry
-from query_rewriter.rewrite_cache import RewriteCache
+from query_rewriter.rewrite_cache import RewriteCache, code_version
 from query_rewriter.rewriter import RewriteOutcome, Rewriter
 from query_rewriter.search_request import SearchPlan, plan_search, strip_kgqr
 from query_rewriter.tuning.routes import tuning_routes
@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         redis = aioredis.Redis.from_url(settings.redis_url)
         graph = connections.async_neo4j_driver(settings)
         embedder = await anyio.to_thread.run_sync(get_embedder, settings.embedder_model)
+        await anyio.to_thread.run_sync(code_version)  # reads kgqr's files: not on the loop
 
         async def embed(texts: list[str]) -> np.ndarray:
             return await anyio.to_thread.run_sync(embedder.encode, texts)

@@ -10,7 +10,12 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, TypeVar
+
+import plugin
+import query_rewriter
 
 T = TypeVar("T")
 PREFIX = "kgqr:rewrite:"
@@ -20,8 +25,23 @@ def caller_identity(authorization: str | None) -> str:
     return hashlib.sha256((authorization or "anonymous").encode()).hexdigest()[:16]
 
 
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """A digest of kgqr's own code and prompt templates. A rewrite cached by one version of
+    kgqr is never served by another, so a fixed parser or prompt shows at once instead of
+    after the cache TTL; the LLM's answers stay cached by prompt, so recomputing is cheap."""
+    digest = hashlib.sha256()
+    for package in (plugin, query_rewriter):
+        root = Path(package.__file__).parent
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".txt")):
+            digest.update(str(path.relative_to(root.parent)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def rewrite_key(caller: str, index: str, strategy: str, config: dict[str, Any], query: str) -> str:
-    config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    versioned = {"config": config, "code": code_version()}
+    config_hash = hashlib.sha256(json.dumps(versioned, sort_keys=True).encode()).hexdigest()[:16]
     query_hash = hashlib.sha256(query.encode()).hexdigest()[:32]
     return f"{PREFIX}{caller}:{index}:{strategy}:{config_hash}:{query_hash}"
 

@@ -138,6 +138,15 @@ def test_cache_keys_separate_callers_and_configs() -> None:
     assert key == rewrite_key(alice, "i", "hyde", {"alpha": 0.7}, "q")
 
 
+def test_a_rewrite_cached_by_other_kgqr_code_is_not_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    from query_rewriter import rewrite_cache
+
+    before = rewrite_key("c", "i", "hyde", {}, "q")
+    assert len(rewrite_cache.code_version()) == 16
+    monkeypatch.setattr(rewrite_cache, "code_version", lambda: "a-changed-parser")
+    assert rewrite_key("c", "i", "hyde", {}, "q") != before
+
+
 def test_generated_documents_are_flattened_to_text() -> None:
     from query_rewriter.strategies.context import documents_from
 
