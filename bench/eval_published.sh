@@ -33,9 +33,8 @@ for s in kar_no_drf kgcqr_no_ttr; do
   kgqr eval "musique:$data/musique100" --kb musique --strategies "$s" \
     --out "$out/ablation-musique100-dev50-$s"
 done
-# The same on the first 10 MuSiQue questions, and kgcqr_no_completion there only (time-boxed;
-# the README's first-10 kgcqr_no_ttr row is the first 10 queries of its 50-question run).
-for s in base,rar kar_no_kg kar_no_drf kgcqr_no_completion; do
+# The same on the first 10 MuSiQue questions (time-boxed).
+for s in base,rar kar_no_kg kar_no_drf; do
   kgqr eval "musique:$data/musique100" --kb musique --limit 10 --strategies "$s" \
     --out "$out/ablation-musique100-dev10-$(echo "$s" | tr ',+' '__')"
 done
@@ -121,3 +120,7 @@ run_resumed "hotpotqa:$data/hotpotqa100" agr hotpotqa ablation-hotpotqa100-dev10
   ablation-hotpotqa100-dev50-agr
 run_resumed "musique:$data/musique100" agr musique ablation-musique100-dev10-agr \
   ablation-musique100-dev50-agr
+# 2026-11-25 (a new machine): kgcqr_no_completion on all 50 MuSiQue questions. Its first-10
+# run (2026-11-23) predates kar_knowledge_format, so --resume refused it: run afresh.
+env "${kar_env[@]}" kgqr eval "musique:$data/musique100" --kb musique \
+  --strategies kgcqr_no_completion --out "$out/ablation-musique100-dev50-kgcqr-no-completion"
