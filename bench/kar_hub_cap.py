@@ -32,7 +32,6 @@ from plugin.llm import AsyncLlmClient
 from plugin.settings import get_settings
 from query_rewriter.evaluation.query_sets import load_query_set
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
-from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar import KnowledgeAwareRewrite
 
@@ -75,9 +74,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 )
 
             ctx = context(caps[-1])
-            entities = await strategy.parse_entities(
-                query.text, ctx, Rewrite("kar", query.text), ctx.structure_text
-            )
+            entities = await strategy.parse_entities(query.text, ctx, ctx.structure_text)
             matched = await strategy.entity_documents(query.text, entities, ctx)
             if gold:
                 entity_recall.append(len(gold & {m["id"] for m in matched}) / len(gold))

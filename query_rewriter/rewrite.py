@@ -29,6 +29,17 @@ class StageTimer:
 
 
 @dataclass
+class LlmUsage:
+    """The LLM calls one rewrite made. Kept beside the Rewrite, like the StageTimer, so a
+    rewrite that fails half-way still reports the calls it made and what they cost."""
+
+    calls: int = 0
+    cached: int = 0
+    # characters of each LLM prompt by stage: on a CPU LLM the prompt's length is its cost
+    prompt_chars: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class Rewrite:
     """A strategy's decision for one query.
 
@@ -43,10 +54,6 @@ class Rewrite:
     expansions: list[str] = field(default_factory=list)
     context: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
-    llm_calls: int = 0
-    cached_llm_calls: int = 0
-    # characters of each LLM prompt by stage: on a CPU LLM the prompt's length is its cost
-    prompt_chars: dict[str, int] = field(default_factory=dict)
     boost_ids: dict[str, float] = field(default_factory=dict)  # doc id -> weight, BM25 side
 
     @property

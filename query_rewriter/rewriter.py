@@ -22,7 +22,7 @@ from plugin.settings import Settings
 from query_rewriter import metrics
 from query_rewriter.hybrid_query import fuse, mean_vector
 from query_rewriter.opensearch_gateway import OpenSearchGateway
-from query_rewriter.rewrite import Rewrite, StageTimer
+from query_rewriter.rewrite import LlmUsage, Rewrite, StageTimer
 from query_rewriter.rewrite_cache import RewriteCache, caller_identity, rewrite_key
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.context import StrategyContext
@@ -41,6 +41,7 @@ class RewriteOutcome:
     stages_ms: dict[str, float] = field(default_factory=dict)
     fallback: dict[str, str] | None = None
     cached: bool = False
+    llm: LlmUsage = field(default_factory=LlmUsage)
 
     def explain(self, final_query: dict[str, Any] | None) -> dict[str, Any]:
         return {
@@ -53,9 +54,9 @@ class RewriteOutcome:
             "stages_ms": self.stages_ms,
             "fallback": self.fallback,
             "cached": self.cached,
-            "llm_calls": self.rewrite.llm_calls,
-            "cached_llm_calls": self.rewrite.cached_llm_calls,
-            "llm_prompt_chars": self.rewrite.prompt_chars,
+            "llm_calls": self.llm.calls,
+            "cached_llm_calls": self.llm.cached,
+            "llm_prompt_chars": self.llm.prompt_chars,
             "final_query": final_query,
         }
 
@@ -65,6 +66,7 @@ class RewriteOutcome:
             "vector": self.vector,
             "alpha": self.alpha,
             "stages_ms": self.stages_ms,
+            "llm": self.llm.__dict__,
         }
 
     @classmethod
@@ -76,6 +78,7 @@ class RewriteOutcome:
             data["stages_ms"],
             None,
             cached=True,
+            llm=LlmUsage(**data["llm"]),
         )
 
 
@@ -152,6 +155,7 @@ class Rewriter:
         strategy = STRATEGIES[strategy_name]
         alpha = float(params.get("alpha", self.settings.rewrite_alpha))
         fallback = None
+        usage = LlmUsage()
         try:
             with timer.stage("structure"):
                 structure = await self.structure_of(kb)
@@ -166,6 +170,7 @@ class Rewriter:
                 timer,
                 params,
                 graph=self.graph,
+                usage=usage,
             )
             rewrite = await asyncio.wait_for(
                 strategy.rewrite(query, ctx), timeout=self.settings.rewrite_timeout_s
@@ -187,5 +192,5 @@ class Rewriter:
             metrics.STAGE_SECONDS.labels(strategy_name, stage).observe(ms / 1000)
         metrics.REWRITE_SECONDS.labels(strategy_name).observe(time.perf_counter() - started)
         return RewriteOutcome(
-            rewrite, [float(x) for x in vector], alpha, dict(timer.stages_ms), fallback
+            rewrite, [float(x) for x in vector], alpha, dict(timer.stages_ms), fallback, llm=usage
         )

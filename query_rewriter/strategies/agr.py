@@ -20,16 +20,13 @@ class AnalyzeGenerateRefine(Strategy):
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
         structure = ctx.structure_text
-        analysis = await ctx.llm_json(
-            rewrite, "analyze", "agr_analyze", query=query, structure=structure
-        )
+        analysis = await ctx.llm_json("analyze", "agr_analyze", query=query, structure=structure)
         analysis_text = json.dumps(analysis or {}, ensure_ascii=False)[:1200]
         hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
         documents = ctx.format_documents(hits)
         drafts = []
         for stage, grounding in (("generate_1", "(none)"), ("generate_2", documents)):
             answer = await ctx.llm_json(
-                rewrite,
                 stage,
                 "agr_generate",
                 query=query,
@@ -42,7 +39,6 @@ class AnalyzeGenerateRefine(Strategy):
         candidates = drafts
         for stage in ("refine_1", "refine_2"):  # each round refines the previous round's output
             answer = await ctx.llm_json(
-                rewrite,
                 stage,
                 "agr_refine",
                 query=query,

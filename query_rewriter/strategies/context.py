@@ -16,7 +16,7 @@ from plugin.settings import Settings
 from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.query_text import ParsedQuery
-from query_rewriter.rewrite import Rewrite, StageTimer
+from query_rewriter.rewrite import LlmUsage, StageTimer
 
 
 @dataclass
@@ -31,6 +31,7 @@ class StrategyContext:
     timer: StageTimer = field(default_factory=StageTimer)
     params: dict[str, float] = field(default_factory=dict)
     graph: Any = None  # the async Neo4j driver, for the KG strategies
+    usage: LlmUsage = field(default_factory=LlmUsage)
 
     def param(self, name: str, default: float) -> float:
         return float(self.params.get(name, default))
@@ -59,7 +60,7 @@ class StrategyContext:
         return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
     async def llm_json(
-        self, rewrite: Rewrite, stage: str, prompt: str, max_tokens: int = 700, **values: Any
+        self, stage: str, prompt: str, max_tokens: int = 700, **values: Any
     ) -> dict[str, Any] | None:
         """Render a prompt template, ask for JSON, count the call; None if unparseable."""
         text = render(prompt, **values)
@@ -67,9 +68,9 @@ class StrategyContext:
             answer = await self.llm.complete(
                 LlmRequest.user(text, json_mode=True, max_tokens=max_tokens, temperature=0.7)
             )
-        rewrite.llm_calls += 1
-        rewrite.cached_llm_calls += int(answer.cached)
-        rewrite.prompt_chars[stage] = rewrite.prompt_chars.get(stage, 0) + len(text)
+        self.usage.calls += 1
+        self.usage.cached += int(answer.cached)
+        self.usage.prompt_chars[stage] = self.usage.prompt_chars.get(stage, 0) + len(text)
         return parse_json_object(answer.texts[0])
 
     async def initial_hits(self, query: str, size: int) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ class HypotheticalDocuments(Strategy):
             hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
             rewrite.details["grounding_documents"] = [hit["id"] for hit in hits]
             values["documents"] = ctx.format_documents(hits)
-        answer = await ctx.llm_json(rewrite, "generate", self.name, **values)
+        answer = await ctx.llm_json("generate", self.name, **values)
         rewrite.expansions = ctx.generated_documents(answer)
         if not rewrite.expansions:
             raise ValueError("the LLM returned no usable documents")

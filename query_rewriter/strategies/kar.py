@@ -42,7 +42,7 @@ class KnowledgeAwareRewrite(Strategy):
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
         structure = ctx.structure_text
-        entities = await self.parse_entities(query, ctx, rewrite, structure)
+        entities = await self.parse_entities(query, ctx, structure)
         matched = await self.entity_documents(query, entities, ctx)
         rewrite.details["entities"] = entities
         rewrite.details["entity_documents"] = [
@@ -89,7 +89,6 @@ class KnowledgeAwareRewrite(Strategy):
         )
         rewrite.details["knowledge_format"] = ctx.settings.kar_knowledge_format
         answer = await ctx.llm_json(
-            rewrite,
             "generate",
             "kar_generate",
             query=query,
@@ -103,11 +102,11 @@ class KnowledgeAwareRewrite(Strategy):
         return rewrite
 
     async def parse_entities(
-        self, query: str, ctx: StrategyContext, rewrite: Rewrite, structure: str
+        self, query: str, ctx: StrategyContext, structure: str
     ) -> list[dict[str, str]]:
         """The LLM's entities plus the query itself; a malformed answer leaves the query."""
         answer = await ctx.llm_json(
-            rewrite, "parse", "kar_parse", query=query, structure=structure, max_tokens=500
+            "parse", "kar_parse", query=query, structure=structure, max_tokens=500
         )
         entities = [{"type": "", "name": query, "document": query}]
         for item in (answer or {}).get("entities") or []:

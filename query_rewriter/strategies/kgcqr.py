@@ -56,7 +56,7 @@ class ContextualQueryRetrieval(Strategy):
             top = await self.top_triples(ctx, index, query, query_vector)
         if not top:
             raise ValueError(f"no triples in {index}: ingest a corpus graph first")
-        kept = await self.llm_filter(ctx, rewrite, query, top)
+        kept = await self.llm_filter(ctx, query, top)
         rewrite.details["retrieved_triples"] = [self.fact(t) for t in top]
         rewrite.details["kept_triples"] = [self.fact(t) for t in kept]
         added: list[dict[str, Any]] = []
@@ -66,7 +66,7 @@ class ContextualQueryRetrieval(Strategy):
             rewrite.details["completion_triples"] = [self.fact(t) for t in added]
         facts = "\n".join(f"- {self.fact(t)}" for t in [*kept, *added])
         answer = await ctx.llm_json(
-            rewrite, "context", "kgcqr_context", query=query, facts=facts, max_tokens=400
+            "context", "kgcqr_context", query=query, facts=facts, max_tokens=400
         )
         context = str((answer or {}).get("context") or "").strip()
         if not context:
@@ -111,11 +111,11 @@ class ContextualQueryRetrieval(Strategy):
         return sorted(scored, key=lambda t: -t["similarity"])[:k]
 
     async def llm_filter(
-        self, ctx: StrategyContext, rewrite: Rewrite, query: str, top: list[dict[str, Any]]
+        self, ctx: StrategyContext, query: str, top: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         facts = "\n".join(f"{i}. {self.fact(t)}" for i, t in enumerate(top, start=1))
         answer = await ctx.llm_json(
-            rewrite, "filter", "kgcqr_filter", query=query, facts=facts, max_tokens=200
+            "filter", "kgcqr_filter", query=query, facts=facts, max_tokens=200
         )
         numbers = (answer or {}).get("keep")
         if not isinstance(numbers, list):

@@ -173,6 +173,33 @@ def test_documents_that_only_echo_the_structure_block_are_dropped() -> None:
     assert ctx.generated_documents({"documents": [echo, echo]}) == []
 
 
+def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from plugin.kb_meta import DocumentStructure
+    from plugin.settings import Settings
+    from query_rewriter.rewriter import Rewriter
+
+    class EchoingLlm:  # answers, from its cache, only with the structure block's own words
+        async def complete(self, request: object) -> SimpleNamespace:
+            return SimpleNamespace(texts=['{"documents": ["fields title text"]}'], cached=True)
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    async def structure_of(kb: str) -> DocumentStructure:
+        return DocumentStructure(types={"passage": ["title", "text"]})
+
+    rewriter = Rewriter(Settings(), EchoingLlm(), None, embed, structure_of)  # type: ignore[arg-type]
+    outcome = asyncio.run(rewriter._compute("i", "kb", "hyde", "q", {}, None))  # type: ignore[arg-type]
+    explain = outcome.explain(None)
+    assert explain["fallback"]["reason"] == "ValueError: the LLM returned no usable documents"
+    assert explain["expansions"] == []
+    assert explain["llm_calls"] == 1 and explain["cached_llm_calls"] == 1
+    assert explain["llm_prompt_chars"]["generate"] > len("q")
+
+
 def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
     from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE
     from query_rewriter.hybrid_query import search_params
