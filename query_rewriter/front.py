@@ -110,7 +110,8 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
 @contextmanager
 def running_nginx(config_for: Callable[[Path], str], host: str, port: int) -> Iterator[None]:
     """nginx with the config `config_for(run_dir)` renders, until the block ends, once it
-    listens on host:port; its pid file and temp folders go in a fresh run_dir."""
+    listens on host:port. run_dir is fresh and removed afterwards; the config must put its
+    pid file and temp folders there (nginx's defaults are system paths)."""
     nginx = ensure_installed(SERVICE, "nginx", "nginx-light")
     # Removed on every way out, a config that cannot be rendered included.
     with tempfile.TemporaryDirectory(prefix="kgqr-front-") as tmp:
