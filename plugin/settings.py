@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     opensearch_url: str = "http://127.0.0.1:9200"
     opensearch_user: str | None = None
     opensearch_password: SecretStr | None = None
+    anonymous_uses_service_account: bool = Field(
+        default=False,
+        description="Send a caller that brings no credentials to OpenSearch as kgqr's own "
+        "account (KGQR_OPENSEARCH_USER). Only for a cluster without security, where every "
+        "caller may do everything anyway; off, such a caller gets OpenSearch's own 401.",
+    )
     opensearch_ca_certs: Path | None = Field(
         default=None,
         description="PEM file of the CA that signed an https OpenSearch's certificate "
@@ -127,6 +133,12 @@ class Settings(BaseSettings):
         "searches fused by RRF in kgqr; auto: pipeline when neural-search is installed.",
     )
     max_body_bytes: int = 10 * 1024 * 1024
+    msearch_max_items: int = Field(
+        default=100,
+        ge=1,
+        description="Searches one _msearch may hold; more is a 400. Each may be a rewrite, so "
+        "one request must not start hundreds of them.",
+    )
     query_log_enabled: bool = Field(
         default=True, description="Log every rewrite to the kgqr-query-log index (Dashboards)."
     )
@@ -142,6 +154,19 @@ class Settings(BaseSettings):
     opensearch_version: str = "2.19.1"
     opensearch_plugin_version: str = "2.19.1.0"
     opensearch_heap_mb: int = 1024
+    secured_opensearch_port: int = Field(
+        default=9250,
+        description="HTTPS port of the optional local node with the security plugin "
+        "(`kgqr services up opensearch-secured`); its transport port is this + 100.",
+    )
+    secured_admin_password: SecretStr | None = Field(
+        default=None,
+        description="The secured node's admin password; generated at its first start when unset.",
+    )
+    secured_kgqr_password: SecretStr | None = Field(
+        default=None,
+        description="Password of kgqr's service user on the secured node; generated when unset.",
+    )
     neo4j_version: str = "5.26.30"
     neo4j_heap_mb: int = 1024
     neo4j_pagecache_mb: int = 256

@@ -29,11 +29,18 @@ from plugin.llm import AsyncLlmClient
 from plugin.schema import META_INDEX, hybrid_pipelines, proxy_index_templates
 from plugin.settings import Settings, get_settings
 from query_rewriter import metrics
+from query_rewriter.caller import Caller, IdentityResolver
 from query_rewriter.client_fusion import client_side_hybrid
-from query_rewriter.errors import RewriteRequestError, error_response
+from query_rewriter.errors import (
+    RewriteRequestError,
+    error_response,
+    redact_addresses,
+    upstream_unreachable,
+)
 from query_rewriter.forwarding import Upstream, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.hybrid_query import hybrid_body, search_params
+from query_rewriter.msearch_header import check_header
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.query_log import QueryLog, query_log_entry
 from query_rewriter.rewrite_cache import RewriteCache, code_version
@@ -49,11 +56,16 @@ STRUCTURE_TTL_S = 60.0
 
 @dataclass
 class ProxyState:
+    """`http` carries no credentials (callers' requests send their own); `service_http` is
+    kgqr's own account, for kgqr's bookkeeping indices and definitions only."""
+
     settings: Settings
     http: httpx.AsyncClient
+    service_http: httpx.AsyncClient
     upstream: Upstream
     redis: Any
     rewriter: Rewriter
+    identities: IdentityResolver
     query_log: QueryLog | None = None
     neural_search: bool = True
     structures: dict[str, tuple[float, DocumentStructure]] = field(default_factory=dict)
@@ -67,6 +79,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         import redis.asyncio as aioredis
 
         http = opensearch_http_client(settings)
+        service_http = opensearch_http_client(settings, service_account=True)
         redis = aioredis.Redis.from_url(settings.redis_url)
         graph = connections.async_neo4j_driver(settings)
         embedder = await anyio.to_thread.run_sync(get_embedder, settings.embedder_model)
@@ -79,6 +92,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         state = ProxyState(
             settings,
             http,
+            service_http,
             Upstream(settings),
             redis,
             Rewriter(
@@ -89,13 +103,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 lambda kb: structure_of(state, kb),
                 graph,
             ),
-            query_log=QueryLog(http) if settings.query_log_enabled else None,
+            IdentityResolver(http),
+            query_log=QueryLog(service_http) if settings.query_log_enabled else None,
         )
         fusion = settings.hybrid_fusion
         state.neural_search = fusion == "pipeline" or (
-            fusion == "auto" and await _has_neural_search(http)
+            fusion == "auto" and await _has_neural_search(service_http)
         )
-        await _ensure_definitions(http, settings, pipelines=state.neural_search)
+        await _ensure_definitions(service_http, settings, pipelines=state.neural_search)
         if state.query_log is not None:
             state.query_log.start()
         app.state.kgqr = state
@@ -117,6 +132,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await graph.close()
             await state.upstream.close()
             await http.aclose()
+            await service_http.aclose()
             await redis.aclose()
 
     return Starlette(
@@ -160,7 +176,7 @@ async def structure_of(state: ProxyState, kb: str) -> DocumentStructure:
     cached = state.structures.get(kb)
     if cached and cached[0] > time.monotonic():
         return cached[1]
-    response = await state.http.get(f"/{META_INDEX}/_doc/{kb}")
+    response = await state.service_http.get(f"/{META_INDEX}/_doc/{kb}")
     structure = DocumentStructure()
     if response.status_code == 200:
         structure = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"]).structure
@@ -210,11 +226,7 @@ async def proxy(request: Request) -> Response:
     except RewriteRequestError as exc:
         response = error_response(exc)
     except httpx.HTTPError as exc:
-        response = error_response(
-            RewriteRequestError(
-                502, "kgqr_upstream_exception", f"OpenSearch could not be reached: {exc}"
-            )
-        )
+        response = error_response(upstream_unreachable(exc))
     metrics.REQUESTS.labels(kind, str(response.status_code)).inc()
     return response
 
@@ -261,9 +273,19 @@ def with_explain(upstream: httpx.Response, explain: dict[str, Any]) -> dict[str,
 async def run_plan(
     state: ProxyState, plan: SearchPlan, query_params: dict[str, str], headers: dict[str, str]
 ) -> tuple[httpx.Response, dict[str, Any]]:
-    """Rewrite, search hybrid; if the hybrid search itself fails, search the original."""
+    """Rewrite, search hybrid; if the hybrid search itself fails, search the original.
+    Every request here carries the caller's credentials, never kgqr's."""
     began = time.perf_counter()
-    gateway = OpenSearchGateway(state.http, headers.get("authorization"))
+    caller = Caller.from_headers(headers, state.settings)
+    headers = {**headers, **caller.headers}
+    original = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
+    identity = await state.identities.identity(caller)
+    if identity is None:  # OpenSearch refuses these credentials: its own answer, no rewrite
+        refused = await state.http.post(
+            f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
+        )
+        return refused, {"strategy": plan.strategy, "refused": refused.status_code}
+    gateway = OpenSearchGateway(state.http, caller.headers)
     outcome: RewriteOutcome = await state.rewriter.rewrite(
         index=plan.index,
         kb=plan.kb,
@@ -271,7 +293,7 @@ async def run_plan(
         query=plan.parsed.text,
         params=plan.params,
         gateway=gateway,
-        authorization=headers.get("authorization"),
+        caller=identity,
     )
     k = int(plan.params.get("k", state.settings.rewrite_knn_k))
     body = hybrid_body(
@@ -291,11 +313,15 @@ async def run_plan(
     else:
         upstream = await client_side_hybrid(state.http, plan.index, body, params, headers)
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
-    if upstream.status_code >= 400 and upstream.status_code != 404:
-        reason = upstream.text[:300]
+    if upstream.status_code >= 400 and upstream.status_code not in (401, 403, 404):
+        log.warning(
+            "rewritten search failed",
+            extra={"kgqr": {"status": upstream.status_code, "body": upstream.text[:1000]}},
+        )
+        reason = f"OpenSearch answered {upstream.status_code}: {redact_addresses(upstream.text)}"
+        reason = reason[:300]
         outcome.fallback = {"stage": "search", "reason": reason, "strategy": plan.strategy}
         metrics.FALLBACKS.labels(plan.strategy, "search").inc()
-        original = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
         upstream = await state.http.post(
             f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
         )
@@ -334,28 +360,39 @@ async def handle_msearch(
     state: ProxyState, request: Request, path_index: str | None, raw: bytes
 ) -> Response:
     lines = _ndjson(raw)
+    items = len(lines) // 2
+    if items > state.settings.msearch_max_items:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            f"msearch holds {items} searches; at most {state.settings.msearch_max_items} "
+            "are allowed (KGQR_MSEARCH_MAX_ITEMS)",
+        )
     query_params = dict(request.query_params)
     headers = request_headers(request)
+    checked = [
+        check_header(header, path_index, line=2 * n + 1) for n, header in enumerate(lines[0::2])
+    ]
     plans: list[SearchPlan | None] = []
-    for header, body in zip(lines[0::2], lines[1::2], strict=True):
-        index = header.get("index", path_index)
+    for header, body in zip(checked, lines[1::2], strict=True):
         plan = None
-        if isinstance(index, str) and set(header) <= {"index"}:
-            plan = plan_search(index, query_params, body, state.settings.rewrite_default_strategy)
+        if header.single_index is not None and not header.params:
+            default = state.settings.rewrite_default_strategy
+            plan = plan_search(header.single_index, query_params, body, default)
         plans.append(plan)
     if not any(plans):
         cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
         return await state.upstream.forward(request, cleaned)
 
     started = time.perf_counter()
+    caller = Caller.from_headers(headers, state.settings)
+    plain_headers = {**headers, **caller.headers}
 
     async def one(position: int, plan: SearchPlan | None) -> dict[str, Any]:
-        header, body = lines[2 * position], lines[2 * position + 1]
         if plan is None:
-            index = header.get("index", path_index)
-            params = {k: str(v) for k, v in header.items() if k != "index"}
+            header, body = checked[position], lines[2 * position + 1]
             upstream = await state.http.post(
-                f"/{index}/_search", json=strip_kgqr(body), params=params, headers=headers
+                header.path, json=strip_kgqr(body), params=header.params, headers=plain_headers
             )
             status, result = upstream.status_code, upstream.json()
         else:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 from starlette.responses import JSONResponse
+
+# URLs, and host:port pairs as connection errors print them ("127.0.0.1:9200", "[::1]:7687").
+ADDRESS = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"]+|\[?[\w.:-]+\]?:\d{2,5}\b", re.IGNORECASE)
+
+
+def redact_addresses(text: str) -> str:
+    """Text for a client (an explain, a fallback reason) with URLs and host:port removed."""
+    return ADDRESS.sub("<address>", text)
 
 
 class RewriteRequestError(Exception):
@@ -23,4 +33,15 @@ def opensearch_error_body(status: int, error_type: str, reason: str) -> dict[str
 def error_response(exc: RewriteRequestError) -> JSONResponse:
     return JSONResponse(
         opensearch_error_body(exc.status, exc.error_type, exc.reason), status_code=exc.status
+    )
+
+
+def upstream_unreachable(exc: Exception) -> RewriteRequestError:
+    """A 502 that names no host or URL (clients need not learn kgqr's network); the
+    detail goes to kgqr's log."""
+    logging.getLogger("kgqr.proxy").warning(
+        "OpenSearch could not be reached", extra={"kgqr": {"error": str(exc)}}
+    )
+    return RewriteRequestError(
+        502, "kgqr_upstream_exception", f"OpenSearch could not be reached ({type(exc).__name__})"
     )

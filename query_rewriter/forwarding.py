@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from yarl import URL
 
-from plugin.connections import opensearch_basic_auth, opensearch_ssl_context
+from plugin.connections import opensearch_ssl_context
 from plugin.settings import Settings
+from query_rewriter.caller import Caller
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and ones the HTTP client recomputes must not be copied.
 HOP_BY_HOP = {
@@ -61,8 +62,7 @@ class Upstream:
 
     def __init__(self, settings: Settings) -> None:
         self._base = settings.opensearch_url.rstrip("/")
-        credentials = opensearch_basic_auth(settings)
-        self._auth = aiohttp.BasicAuth(*credentials).encode() if credentials else None
+        self._settings = settings
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=200, ssl=opensearch_ssl_context(settings)),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=60.0),
@@ -76,12 +76,14 @@ class Upstream:
         self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes
     ) -> Response:
         """Send as given (path and query already encoded) and answer with OpenSearch's
-        status, headers and bytes. The caller's own Authorization wins over kgqr's."""
+        status, headers and bytes. The caller's credentials are the only ones sent (see
+        caller.Caller for the opt-in that lends anonymous callers kgqr's account)."""
         outgoing = CIMultiDict(
             (k, v) for k, v in headers if k.lower() not in DROPPED_VERBATIM_REQUEST_HEADERS
         )
-        if self._auth and "authorization" not in outgoing:
-            outgoing["authorization"] = self._auth
+        caller = Caller.from_headers(outgoing, self._settings)
+        for name, value in caller.credentials:
+            outgoing.setdefault(name, value)
         url = URL(f"{self._base}{path}{'?' + query if query else ''}", encoded=True)
         try:
             async with self._session.request(

@@ -10,7 +10,6 @@ manage reaches OpenSearch as sent, where `kgqr serve` alone would drop it.
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import signal
 import ssl
@@ -23,11 +22,11 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import urlparse
 
-from plugin.connections import opensearch_basic_auth
 from plugin.services.errors import ServiceError
 from plugin.services.os_packages import ensure_installed
 from plugin.services.process import port_is_open, terminate_child
 from plugin.settings import Settings
+from query_rewriter.caller import service_authorization
 from query_rewriter.front_status import status_socket
 
 SERVICE = "front"
@@ -42,10 +41,9 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, sta
         raise ServiceError(
             SERVICE, f"not an OpenSearch URL the front can forward to: {upstream.geturl()}"
         )
-    credentials = opensearch_basic_auth(settings)
-    authorization = (
-        "Basic " + base64.b64encode(":".join(credentials).encode()).decode() if credentials else ""
-    )
+    # Callers without credentials reach OpenSearch without any, unless the opt-in lends them
+    # kgqr's account (query_rewriter/caller.py).
+    lent = service_authorization(settings) if settings.anonymous_uses_service_account else None
     tls = upstream.scheme == "https"
     default_port = 443 if tls else 80
     template = resources.files("plugin.front").joinpath("nginx.conf").read_text()
@@ -56,7 +54,7 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, sta
         "OPENSEARCH_ADDRESS": f"{upstream.hostname}:{upstream.port or default_port}",
         "OPENSEARCH_SCHEME": upstream.scheme,
         "OPENSEARCH_TLS": _tls_directives(settings, upstream.hostname) if tls else "",
-        "DEFAULT_AUTHORIZATION": authorization,
+        "DEFAULT_AUTHORIZATION": lent or "",
         "STATUS_SOCKET": str(status),
     }
     for name, value in values.items():

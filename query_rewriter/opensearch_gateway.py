@@ -12,12 +12,18 @@ from plugin.connections import opensearch_basic_auth, opensearch_ssl_context
 from plugin.settings import Settings
 
 
-def opensearch_http_client(settings: Settings) -> httpx.AsyncClient:
+def opensearch_http_client(
+    settings: Settings, *, service_account: bool = False
+) -> httpx.AsyncClient:
+    """A pooled client for OpenSearch. Without `service_account` it carries no credentials
+    of its own: every request made for a caller sends the caller's headers, and a client
+    default would replace them (httpx's `auth` overrides an Authorization header). With it,
+    kgqr's own account, for kgqr's bookkeeping (KB meta, query log, its definitions) only."""
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
     tls = opensearch_ssl_context(settings)
     return httpx.AsyncClient(
         base_url=settings.opensearch_url,
-        auth=opensearch_basic_auth(settings),
+        auth=opensearch_basic_auth(settings) if service_account else None,
         timeout=httpx.Timeout(60.0, connect=5.0),
         limits=limits,
         transport=AiohttpTransport(limits=limits, verify=tls),
@@ -26,12 +32,13 @@ def opensearch_http_client(settings: Settings) -> httpx.AsyncClient:
 
 
 class OpenSearchGateway:
-    """Searches kgqr itself runs (initial hits for PRF/RAR, entity lookups), sent with the
-    caller's own authorization so a caller never sees documents it could not search."""
+    """Searches kgqr itself runs (initial hits for PRF/RAR, entity lookups, DRF), sent with
+    the caller's own credential headers so a caller never sees documents it could not
+    search; `client` must be the credential-less one."""
 
-    def __init__(self, client: httpx.AsyncClient, authorization: str | None) -> None:
+    def __init__(self, client: httpx.AsyncClient, credentials: dict[str, str]) -> None:
         self._client = client
-        self._headers = {"authorization": authorization} if authorization else {}
+        self._headers = dict(credentials)
 
     async def search(
         self, index: str, body: dict[str, Any], params: dict[str, str] | None = None

@@ -1,7 +1,8 @@
 """Rewrites cached in Redis, per caller, and identical concurrent rewrites done once.
 
-The key holds a hash of the caller's credentials, so one tenant's rewrite (which may quote
-documents only that tenant can read) is never served to another.
+The key holds the caller's identity as OpenSearch resolves it (query_rewriter/caller.py), so
+one tenant's rewrite (which may quote documents only that tenant can read) is never served
+to another.
 """
 
 from __future__ import annotations
@@ -19,10 +20,6 @@ import query_rewriter
 
 T = TypeVar("T")
 PREFIX = "kgqr:rewrite:"
-
-
-def caller_identity(authorization: str | None) -> str:
-    return hashlib.sha256((authorization or "anonymous").encode()).hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)

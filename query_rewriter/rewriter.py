@@ -20,10 +20,11 @@ from plugin.kb_meta import DocumentStructure
 from plugin.llm import AsyncLlmClient
 from plugin.settings import Settings
 from query_rewriter import metrics
+from query_rewriter.errors import redact_addresses
 from query_rewriter.hybrid_query import fuse, mean_vector
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.rewrite import LlmUsage, Rewrite, StageTimer
-from query_rewriter.rewrite_cache import RewriteCache, caller_identity, rewrite_key
+from query_rewriter.rewrite_cache import RewriteCache, rewrite_key
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.context import StrategyContext
 
@@ -119,11 +120,11 @@ class Rewriter:
         query: str,
         params: dict[str, float],
         gateway: OpenSearchGateway,
-        authorization: str | None,
+        caller: str,
     ) -> RewriteOutcome:
-        key = rewrite_key(
-            caller_identity(authorization), index, strategy, self._config(strategy, params), query
-        )
+        """`caller` is the identity OpenSearch resolved (caller.IdentityResolver): a rewrite
+        may quote documents only that caller can read, so it is cached per caller."""
+        key = rewrite_key(caller, index, strategy, self._config(strategy, params), query)
         cached = await self.cache.get(key)
         if cached is not None:
             metrics.CACHE.labels("hit").inc()
@@ -180,9 +181,17 @@ class Rewriter:
             reason = (
                 "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
             )
-            fallback = {"stage": stage, "reason": reason[:300], "strategy": strategy_name}
+            # The log keeps the whole reason; the explain, which a client reads, no addresses.
+            log.warning(
+                "rewrite fell back to the plain query",
+                extra={"kgqr": {"stage": stage, "reason": reason, "strategy": strategy_name}},
+            )
+            fallback = {
+                "stage": stage,
+                "reason": redact_addresses(reason)[:300],
+                "strategy": strategy_name,
+            }
             metrics.FALLBACKS.labels(strategy_name, stage).inc()
-            log.warning("rewrite fell back to the plain query", extra={"kgqr": fallback})
             rewrite = Rewrite(strategy="base", query=query)
         timer.current = None
         with timer.stage("embed"):

@@ -8,6 +8,7 @@ with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,39 @@ from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.strategies import ALIASES, STRATEGIES
 
 MANAGED_INDEX = re.compile(r"^kgqr-([a-z0-9][a-z0-9_-]*)-documents$")
-NUMERIC_PARAMS = {"alpha", "n", "k", "h", "L", "prf_docs", "boost"}
+
+
+@dataclass(frozen=True)
+class ParamRange:
+    """The values a request may give a kgqr parameter. Bounded so that one request cannot
+    make kgqr embed thousands of hits or walk the graph without end (`prf_docs=10000`)."""
+
+    low: float
+    high: float
+    integer: bool = False
+
+    def check(self, name: str, value: float) -> float:
+        if not math.isfinite(value) or not self.low <= value <= self.high:
+            raise RewriteRequestError(400, "illegal_argument_exception", self.message(name))
+        if self.integer and value != int(value):
+            raise RewriteRequestError(400, "illegal_argument_exception", self.message(name))
+        return value
+
+    def message(self, name: str) -> str:
+        kind = "a whole number" if self.integer else "a number"
+        return f"kgqr parameter [{name}] must be {kind} from {self.low:g} to {self.high:g}"
+
+
+PARAM_RANGES: dict[str, ParamRange] = {
+    "alpha": ParamRange(0.0, 1.0),
+    "n": ParamRange(1, 8, integer=True),
+    "k": ParamRange(1, 1000, integer=True),
+    "h": ParamRange(1, 2, integer=True),
+    "L": ParamRange(1, 5, integer=True),
+    "prf_docs": ParamRange(1, 20, integer=True),
+    "boost": ParamRange(0.0, 100.0),
+}
+NUMERIC_PARAMS = set(PARAM_RANGES)
 
 
 @dataclass
@@ -44,14 +77,18 @@ def _truthy(value: Any) -> bool:
 
 def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
     ext = body.get("ext")
-    options = dict(ext.get("kgqr") or {}) if isinstance(ext, dict) else {}
-    if not isinstance(options, dict):
+    given = (ext.get("kgqr") or {}) if isinstance(ext, dict) else {}
+    if not isinstance(given, dict):
         raise RewriteRequestError(400, "parsing_exception", "ext.kgqr must be an object")
+    options = dict(given)
     if "kgqr.strategy" in query_params:
         options["strategy"] = query_params["kgqr.strategy"]
     if "kgqr.explain" in query_params:
         options["explain"] = query_params["kgqr.explain"]
-    params = dict(options.get("params") or {})
+    given = options.get("params") or {}
+    if not isinstance(given, dict):
+        raise RewriteRequestError(400, "parsing_exception", "ext.kgqr.params must be an object")
+    params = dict(given)
     for key, value in query_params.items():
         if key.startswith("kgqr.param."):
             params[key.removeprefix("kgqr.param.")] = value
@@ -68,12 +105,16 @@ def _numeric_params(params: dict[str, Any]) -> dict[str, float]:
                 "illegal_argument_exception",
                 f"unknown kgqr parameter [{name}]; valid: {', '.join(sorted(NUMERIC_PARAMS))}",
             )
+        allowed = PARAM_RANGES[name]
+        if isinstance(value, bool):
+            raise RewriteRequestError(400, "illegal_argument_exception", allowed.message(name))
         try:
-            parsed[name] = float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise RewriteRequestError(
-                400, "illegal_argument_exception", f"kgqr parameter [{name}] must be a number"
+                400, "illegal_argument_exception", allowed.message(name)
             ) from None
+        parsed[name] = allowed.check(name, number)
     return parsed
 
 

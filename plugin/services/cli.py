@@ -30,7 +30,12 @@ def services() -> None:
 @services.command()
 @names_argument
 def up(names: tuple[str, ...]) -> None:
-    """Prepare and start NAMES (default: all), then wait until each is healthy."""
+    """Prepare and start NAMES, then wait until each is healthy.
+
+    Default: redis, opensearch, neo4j and llm. `opensearch-secured` (a second node with the
+    security plugin, TLS and generated passwords, on KGQR_SECURED_OPENSEARCH_PORT) starts
+    only when named.
+    """
     failures = 0
     for service in local_services(get_settings(), names):
         started = time.monotonic()
@@ -53,8 +58,8 @@ def up(names: tuple[str, ...]) -> None:
 @services.command()
 @names_argument
 def down(names: tuple[str, ...]) -> None:
-    """Stop NAMES (default: all) — only processes that `up` started."""
-    for service in reversed(local_services(get_settings(), names)):
+    """Stop NAMES (default: all, the secured node included) — only processes `up` started."""
+    for service in reversed(local_services(get_settings(), names, include_optional=True)):
         click.echo(f"{service.name}: {'stopped' if service.down() else 'was not running'}")
 
 

@@ -38,6 +38,7 @@ class LocalService(abc.ABC):
 
     name: str
     startup_timeout_s: float = 120.0
+    optional = False  # started by `kgqr services up` only when named
     host = "127.0.0.1"
 
     def __init__(self, settings: Settings) -> None:

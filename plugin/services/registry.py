@@ -7,6 +7,7 @@ from plugin.services.local_service import LocalService
 from plugin.services.neo4j_server import Neo4jServer
 from plugin.services.opensearch_node import OpenSearchNode
 from plugin.services.redis_server import RedisServer
+from plugin.services.secured_opensearch import SecuredOpenSearchNode
 from plugin.settings import Settings
 
 SERVICE_TYPES: tuple[type[LocalService], ...] = (
@@ -14,13 +15,22 @@ SERVICE_TYPES: tuple[type[LocalService], ...] = (
     OpenSearchNode,
     Neo4jServer,
     LlmServer,
+    SecuredOpenSearchNode,
 )
 SERVICE_NAMES: tuple[str, ...] = tuple(t.name for t in SERVICE_TYPES)
 
 
-def local_services(settings: Settings, names: tuple[str, ...] = ()) -> list[LocalService]:
-    """The chosen services (all when names is empty), in start order."""
+def local_services(
+    settings: Settings, names: tuple[str, ...] = (), include_optional: bool = False
+) -> list[LocalService]:
+    """The chosen services (all but the optional ones when names is empty), in start order."""
     unknown = set(names) - set(SERVICE_NAMES)
     if unknown:
         raise ValueError(f"unknown services {sorted(unknown)}; choose from {list(SERVICE_NAMES)}")
-    return [t(settings) for t in SERVICE_TYPES if not names or t.name in names]
+    every = not names
+    chosen = [
+        t
+        for t in SERVICE_TYPES
+        if t.name in names or (every and (include_optional or not t.optional))
+    ]
+    return [t(settings) for t in chosen]

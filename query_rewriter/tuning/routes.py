@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from plugin.schema import META_INDEX, check_kb_name, documents_index
-from query_rewriter.errors import RewriteRequestError, error_response
+from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.forwarding import request_headers
 from query_rewriter.search_request import SearchPlan, plan_search
 from query_rewriter.strategies import STRATEGIES
@@ -35,6 +35,13 @@ def _static(name: str) -> str:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
+    """A JSON object body. Anything not sent as application/json is refused: a browser
+    posts text/plain or form data from any other site without asking, JSON it does not."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise RewriteRequestError(
+            415, "media_type_header_exception", "kgqr's POST endpoints accept application/json only"
+        )
     try:
         body = json.loads(await request.body() or b"{}")
     except json.JSONDecodeError as exc:
@@ -79,8 +86,7 @@ def _errors_as_opensearch(
                 media_type="application/json",
             )
         except httpx.HTTPError as exc:
-            reason = f"OpenSearch could not be reached: {exc}"
-            return error_response(RewriteRequestError(502, "kgqr_upstream_exception", reason))
+            return error_response(upstream_unreachable(exc))
 
     return wrapped
 

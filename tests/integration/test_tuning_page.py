@@ -3,6 +3,8 @@ driven by Selenium): compare two strategies, judge hits, see the metrics change.
 
 from __future__ import annotations
 
+import json
+
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,7 +126,8 @@ def test_judging_a_hit_updates_each_strategys_metrics(
 
 
 def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> None:
-    bad_json = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", content=b"{oops")
+    as_json = {"content-type": "application/json"}
+    bad_json = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", content=b"{oops", headers=as_json)
     assert bad_json.status_code == 400
     assert bad_json.json()["error"]["type"] == "parsing_exception"
     missing = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", json={"kb": KB, "query": QUERY})
@@ -137,3 +140,10 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
     assert bad_kb.status_code == 400 and "invalid knowledge-base name" in bad_kb.text
     no_query = httpx.get(f"{tuning_url}/_kgqr/tune/judgments", params={"kb": KB})
     assert no_query.status_code == 400 and "[query]" in no_query.text
+    # A browser posts text/plain to any site without asking; JSON it does not.
+    judgment = json.dumps({"kb": KB, "query": QUERY, "doc_id": "m1", "relevant": True})
+    for media_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        sent = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", content=judgment.encode(),
+                          headers={"content-type": media_type} if media_type else {})  # fmt: skip
+        assert sent.status_code == 415, media_type
+        assert sent.json()["error"]["type"] == "media_type_header_exception"

@@ -27,8 +27,19 @@ def test_every_placeholder_is_filled(tmp_path: Path) -> None:
     assert '""       "";' in config  # no credentials: a caller's own header, or none
 
 
-def test_callers_without_credentials_get_kgqrs(tmp_path: Path) -> None:
+def test_callers_without_credentials_never_get_kgqrs_by_default(tmp_path: Path) -> None:
     settings = Settings(opensearch_user="admin", opensearch_password=SecretStr("s3cret"))
+    config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
+    assert '""       "";' in config
+    assert base64.b64encode(b"admin:s3cret").decode() not in config
+
+
+def test_lending_kgqrs_account_to_anonymous_callers_is_an_opt_in(tmp_path: Path) -> None:
+    settings = Settings(
+        opensearch_user="admin",
+        opensearch_password=SecretStr("s3cret"),
+        anonymous_uses_service_account=True,
+    )
     config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
     expected = "Basic " + base64.b64encode(b"admin:s3cret").decode()
     assert f'""       "{expected}";' in config

@@ -1,0 +1,128 @@
+"""Which headers count as a caller's credentials, the opt-in for anonymous callers, and
+what keeps two callers' identities apart (the rewrite cache is keyed by it)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from plugin.settings import Settings
+from query_rewriter.caller import Caller, IdentityResolver
+from query_rewriter.errors import redact_addresses
+
+pytestmark = pytest.mark.unit
+SERVICE = Settings(opensearch_user="kgqr", opensearch_password=SecretStr("svc"))
+
+
+def test_every_credential_header_is_kept_and_nothing_else() -> None:
+    caller = Caller.from_headers(
+        {
+            "Authorization": "Basic YTpi",
+            "Cookie": "security_authentication=x",
+            "X-Proxy-User": "alice",
+            "Content-Type": "application/json",
+            "X-Opaque-Id": "trace-1",
+        },
+        SERVICE,
+    )
+    assert caller.headers == {
+        "authorization": "Basic YTpi",
+        "cookie": "security_authentication=x",
+        "x-proxy-user": "alice",
+    }
+
+
+def test_an_anonymous_caller_gets_no_credentials_unless_opted_in() -> None:
+    assert Caller.from_headers({"accept": "*/*"}, SERVICE).anonymous
+    lent = Caller.from_headers(
+        {}, SERVICE.model_copy(update={"anonymous_uses_service_account": True})
+    )
+    assert lent.headers == {"authorization": "Basic " + base64.b64encode(b"kgqr:svc").decode()}
+
+
+def test_fingerprints_differ_for_any_credential_header() -> None:
+    prints = {
+        Caller.from_headers(headers, SERVICE).fingerprint()
+        for headers in (
+            {},
+            {"authorization": "Basic YTpi"},
+            {"authorization": "Basic YzpK"},
+            {"cookie": "s=1"},
+            {"cookie": "s=2"},
+            {"x-ssl-client-cert": "CN=a"},
+            {"authorization": "Basic YTpi", "securitytenant": "global"},
+        )
+    }
+    assert len(prints) == 7
+
+
+def _resolver(answers: dict[str, httpx.Response]) -> tuple[IdentityResolver, list[str]]:
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        who = request.headers.get("authorization", "")
+        asked.append(who)
+        return answers.get(who, httpx.Response(401))
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://os")
+    return IdentityResolver(client), asked
+
+
+def test_identity_is_the_user_and_roles_opensearch_resolves() -> None:
+    def info(user: str, roles: list[str]) -> httpx.Response:
+        return httpx.Response(200, json={"user_name": user, "roles": roles, "backend_roles": []})
+
+    resolver, asked = _resolver(
+        {
+            "Basic a1": info("alice", ["reader"]),
+            "Basic a2": info("alice", ["reader"]),  # a second credential of the same user
+            "Basic b": info("bob", ["reader"]),
+            "Basic c": info("alice", ["reader", "admin"]),
+        }
+    )
+
+    async def identities() -> list[str | None]:
+        return [
+            await resolver.identity(Caller.from_headers({"authorization": a}, SERVICE))
+            for a in ("Basic a1", "Basic a2", "Basic b", "Basic c", "Basic a1", "Basic zzz")
+        ]
+
+    a1, a2, b, c, a1_again, refused = asyncio.run(identities())
+    assert a1 == a2 == a1_again
+    assert len({a1, b, c}) == 3
+    assert refused is None  # 401: no rewrite for credentials OpenSearch refuses
+    assert asked.count("Basic a1") == 1  # kept for a while, not asked on every search
+
+
+def test_without_the_security_plugin_the_identity_is_the_credential_hash() -> None:
+    resolver, _ = _resolver(
+        {"Basic a": httpx.Response(404, json={}), "Basic b": httpx.Response(404, json={})}
+    )
+
+    async def both() -> tuple[str | None, str | None]:
+        a = await resolver.identity(Caller.from_headers({"authorization": "Basic a"}, SERVICE))
+        b = await resolver.identity(Caller.from_headers({"authorization": "Basic b"}, SERVICE))
+        return a, b
+
+    a, b = asyncio.run(both())
+    assert a and b and a != b and a.startswith("headers:")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Client error '403 Forbidden' for url 'http://10.1.2.3:9200/kgqr-x/_search'",
+        "Cannot connect to host opensearch.internal:9200 ssl:default",
+        "Couldn't connect to [::1]:7687",
+        "ConnectError: https://search.example.com/_search failed",
+    ],
+)
+def test_addresses_are_redacted_from_client_visible_reasons(text: str) -> None:
+    redacted = redact_addresses(text)
+    for secret in ("10.1.2.3", "opensearch.internal", "::1", "search.example.com", "9200"):
+        assert secret not in redacted
+    assert "<address>" in redacted
