@@ -52,6 +52,7 @@ log = logging.getLogger("kgqr.proxy")
 SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?$")
 MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?$")
 STRUCTURE_TTL_S = 60.0
+HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
 
 
 @dataclass
@@ -306,12 +307,7 @@ async def run_plan(
     )
     params = search_params(query_params, body)
     started = time.perf_counter()
-    if state.neural_search:
-        upstream = await state.http.post(
-            f"/{plan.index}/_search", json=body, params=params, headers=headers
-        )
-    else:
-        upstream = await client_side_hybrid(state.http, plan.index, body, params, headers)
+    upstream, fusion = await hybrid_search(state, plan.index, body, params, headers)
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
     if upstream.status_code >= 400 and upstream.status_code not in (401, 403, 404):
         log.warning(
@@ -326,7 +322,7 @@ async def run_plan(
             f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
         )
         body = plan.body
-    explain = outcome.explain(body)
+    explain = {**outcome.explain(body), "fusion": fusion}
     if state.query_log is not None:
         state.query_log.record(
             query_log_entry(
@@ -343,6 +339,28 @@ async def run_plan(
             "rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}}
         )
     return upstream, explain
+
+
+async def hybrid_search(
+    state: ProxyState,
+    index: str,
+    body: dict[str, Any],
+    params: dict[str, str],
+    headers: dict[str, str],
+) -> tuple[httpx.Response, str]:
+    """The hybrid body through the engine's pipeline, else fused in kgqr; says which.
+
+    A caller under document-level security cannot run a `hybrid` query on OpenSearch 2.19:
+    the security plugin wraps the query in its filter, and neural-search refuses a hybrid
+    query that is not top-level (neural-search issue 1303). For such a caller the same
+    sub-queries are fused in kgqr, so the rewrite still applies."""
+    if not state.neural_search:
+        return await client_side_hybrid(state.http, index, body, params, headers), "client"
+    upstream = await state.http.post(f"/{index}/_search", json=body, params=params, headers=headers)
+    if upstream.status_code == 400 and HYBRID_NOT_TOP_LEVEL in upstream.text:
+        fused = await client_side_hybrid(state.http, index, body, params, headers)
+        return fused, "client (the engine refused a hybrid query under document-level security)"
+    return upstream, "pipeline"
 
 
 def _ndjson(raw: bytes) -> list[dict[str, Any]]:

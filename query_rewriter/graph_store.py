@@ -51,6 +51,7 @@ class Neighbour(NamedTuple):
     type: str | None
     # (relation, outgoing) for one hop; (relation, outgoing, via name, relation, outgoing) for two
     path: tuple[Any, ...]
+    via: str | None = None  # the middle node's id on a two-hop path
 
     @property
     def hops(self) -> int:
@@ -91,10 +92,23 @@ class Neighbourhood:
                     names.setdefault(hop[0], hop[4] or hop[0])
         return {node_id: name for node_id, name in names.items() if node_id not in self.seeds}
 
-    def paths(self, ids: Collection[str] | None = None) -> list[Neighbour]:
+    def vias(self, ids: Collection[str]) -> set[str]:
+        """The middle nodes with a document on any two-hop path to `ids`: the evidence a
+        path shows besides its ends, which a caller must be able to read too."""
+        wanted = set(ids)
+        return {
+            row[3]
+            for row in self.rows
+            if _has_document(row[5]) and any(hop[0] in wanted for hop in row[6])
+        } - self.seeds
+
+    def paths(
+        self, ids: Collection[str] | None = None, hidden: Collection[str] = ()
+    ) -> list[Neighbour]:
         """Distinct (seed, neighbour) pairs for `ids` (all reached nodes when None), each
-        with its shortest path."""
+        with its shortest path that passes through no `hidden` node."""
         wanted = None if ids is None else set(ids)
+        blocked = set(hidden)
         found: dict[tuple[str, str], Neighbour] = {}
 
         def skip(seed: str, node_id: str) -> bool:
@@ -105,20 +119,23 @@ class Neighbourhood:
             )
 
         for seed, relation, outgoing, node_id, name, node_type, _ in self.rows:
-            if not skip(seed, node_id):
+            if node_id not in blocked and not skip(seed, node_id):
                 found[seed, node_id] = Neighbour(
                     seed, node_id, name or node_id, node_type, (relation, outgoing)
                 )
         # Second hops only after every first hop, so a node one hop away keeps its short path.
         for seed, relation, outgoing, via_id, via_name, _, second in self.rows:
+            if via_id in blocked:
+                continue
             for next_id, next_type, next_relation, next_outgoing, next_name in second:
-                if not skip(seed, next_id):
+                if next_id not in blocked and not skip(seed, next_id):
                     found[seed, next_id] = Neighbour(
                         seed,
                         next_id,
                         next_name or next_id,
                         next_type,
                         (relation, outgoing, via_name or via_id, next_relation, next_outgoing),
+                        via_id,
                     )
         return list(found.values())
 

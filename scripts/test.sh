@@ -9,6 +9,8 @@ export PATH="$bin:$PATH" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 cd "$repo"
 
 kgqr services up
+# A second node with the security plugin: the access tests (tests/integration/test_secured_access.py).
+kgqr services up opensearch-secured
 bash "$repo/scripts/test_browser.sh"
 echo "test.sh: services ready after $(( $(date +%s) - started ))s"
 ruff check .

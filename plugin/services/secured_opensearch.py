@@ -167,7 +167,9 @@ class SecuredOpenSearchNode(OpenSearchNode):
         if self.credentials_file.is_file():
             stored = json.loads(self.credentials_file.read_text())
         elif not create:
-            raise ServiceError(self.name, "not set up yet: run `kgqr services up opensearch-secured`")
+            raise ServiceError(
+                self.name, "not set up yet: run `kgqr services up opensearch-secured`"
+            )
         s = self.settings
         admin = s.secured_admin_password.get_secret_value() if s.secured_admin_password else None
         kgqr = s.secured_kgqr_password.get_secret_value() if s.secured_kgqr_password else None
@@ -181,7 +183,8 @@ class SecuredOpenSearchNode(OpenSearchNode):
             self.credentials_file.write_text(json.dumps(values))
         return SecuredCredentials(
             ca_file=self.config_dir / "certs" / "root-ca.pem",
-            url=f"https://{self.host}:{self.port}",
+            # By name: nginx (the front) checks a certificate's DNS names, not its IP ones.
+            url=f"https://localhost:{self.port}",
             **values,
         )
 

@@ -28,7 +28,11 @@ from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar_knowledge import DocumentRelation, render_knowledge
-from query_rewriter.strategies.vector_lookups import by_ids, most_similar_documents
+from query_rewriter.strategies.vector_lookups import (
+    by_ids,
+    most_similar_documents,
+    readable_ids,
+)
 
 DOC_FIELDS = ["id", "title", "body", "type"]
 
@@ -173,8 +177,13 @@ class KnowledgeAwareRewrite(Strategy):
                 scores = await name_similarity(ctx, query_vector, found.names())
                 scores = dict(sorted(scores.items(), key=lambda item: -item[1])[:top_k])
                 documents = await by_ids(ctx, ctx.index, list(scores), DOC_FIELDS)
+            # Graph evidence obeys document permissions: the ends of a path are documents the
+            # caller's own searches returned; its middle node must be readable too, or the
+            # path (which names it) is not shown.
+            unchecked = found.vias(documents) - set(documents)
+            hidden = unchecked - await readable_ids(ctx, ctx.index, unchecked)
         best: dict[str, dict[str, Any]] = {}
-        for neighbour in found.paths(scores):
+        for neighbour in found.paths(documents, hidden=hidden):
             if neighbour.id not in documents:
                 continue
             row = {

@@ -26,7 +26,7 @@ from query_rewriter.graph_store import entity_edges
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.vector_lookups import exact_cosine
+from query_rewriter.strategies.vector_lookups import exact_cosine, readable_ids
 
 TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", "passage_id"]
 
@@ -53,7 +53,7 @@ class ContextualQueryRetrieval(Strategy):
         index = triples_index(ctx.kb)
         with ctx.timer.stage("triple_retrieval"):
             query_vector = (await ctx.embed([query]))[0]
-            top = await self.top_triples(ctx, index, query, query_vector)
+            top = await self.readable(ctx, await self.top_triples(ctx, index, query, query_vector))
         if not top:
             raise ValueError(f"no triples in {index}: ingest a corpus graph first")
         kept = await self.llm_filter(ctx, query, top)
@@ -62,7 +62,9 @@ class ContextualQueryRetrieval(Strategy):
         added: list[dict[str, Any]] = []
         if self.complete:
             with ctx.timer.stage("completion"):
-                added = await self.completion(ctx, index, query_vector, kept)
+                added = await self.readable(
+                    ctx, await self.completion(ctx, index, query_vector, kept)
+                )
             rewrite.details["completion_triples"] = [self.fact(t) for t in added]
         facts = "\n".join(f"- {self.fact(t)}" for t in [*kept, *added])
         answer = await ctx.llm_json(
@@ -74,6 +76,16 @@ class ContextualQueryRetrieval(Strategy):
         rewrite.context = context
         rewrite.expansions = [context]
         return rewrite
+
+    async def readable(
+        self, ctx: StrategyContext, triples: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The triples whose source passage the caller may read. A triple states what its
+        passage says, so it reaches a prompt or an explain only with that permission,
+        whatever the triples index's own roles allow."""
+        passages = {str(t["passage_id"]) for t in triples if t.get("passage_id")}
+        allowed = await readable_ids(ctx, ctx.index, passages)
+        return [t for t in triples if t.get("passage_id") in allowed]
 
     def fact(self, triple: dict[str, Any]) -> str:
         if self.use_ttr and triple.get("ttr"):

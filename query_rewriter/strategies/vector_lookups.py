@@ -79,3 +79,12 @@ async def by_ids(
     body = {"size": len(ids), "_source": fields, "query": {"ids": {"values": ids}}}
     hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
     return {hit["_id"]: hit["_source"] for hit in hits}
+
+
+async def readable_ids(ctx: StrategyContext, index: str, ids: set[str]) -> set[str]:
+    """The ids the caller may read: one ids query sent with the caller's credentials, which
+    document-level security filters like any search of theirs."""
+    if not ids:
+        return set()
+    body = {"size": len(ids), "_source": False, "query": {"ids": {"values": sorted(ids)}}}
+    return {hit["_id"] for hit in (await ctx.opensearch.search(index, body))["hits"]["hits"]}

@@ -4,7 +4,6 @@ driven by Selenium): compare two strategies, judge hits, see the metrics change.
 from __future__ import annotations
 
 import json
-
 import shutil
 from collections.abc import Iterator
 from pathlib import Path

@@ -187,7 +187,13 @@ def test_model_parts_concatenate_in_numeric_order() -> None:
 
 def test_registry_selects_services_by_name(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
-    assert [s.name for s in local_services(settings)] == list(SERVICE_NAMES)
+    default = ["redis", "opensearch", "neo4j", "llm"]
+    assert [s.name for s in local_services(settings)] == default
+    everything = local_services(settings, include_optional=True)
+    assert [s.name for s in everything] == list(SERVICE_NAMES) == [*default, "opensearch-secured"]
+    assert [s.name for s in local_services(settings, ("opensearch-secured",))] == [
+        "opensearch-secured"
+    ]
     assert [s.name for s in local_services(settings, ("llm", "redis"))] == ["redis", "llm"]
     with pytest.raises(ValueError, match="unknown services"):
         local_services(settings, ("elasticsearch",))

@@ -1,0 +1,275 @@
+"""kgqr never widens anyone's access, proved on a real OpenSearch with its security plugin
+(`kgqr services up opensearch-secured`): TLS, users, roles, document-level security.
+
+Users: `reader` reads the whole knowledge base; `restricted` reads it through a DLS role
+that hides Al Pacino (p2), the middle of the shortest path from Heat to The Insider;
+`outsider` has no access to it. kgqr's own service user
+(`kgqr`) may not read knowledge-base documents at all, so any request kgqr sent as itself
+instead of as the caller would show up as a 403 for `reader`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import ssl
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from ingest import job_runner
+from ingest.chunk_ingest import ingest_chunk
+from ingest.job_store import JobStore
+from ingest.kb_removal import drop_knowledge_base
+from ingest.sources import open_source
+from ingest.worker_resources import WorkerResources
+from plugin import connections, schema
+from plugin.services.secured_opensearch import SecuredCredentials, SecuredOpenSearchNode
+from plugin.settings import Settings
+from query_rewriter.background_server import free_port, running_proxy
+from query_rewriter.front import running_front
+from tests.integration.ingest_helpers import TINY_KB
+from tests.integration.recording_llm import recording_llm
+
+KB = "sec-movies"
+INDEX = schema.documents_index(KB)
+HIDDEN = "Al Pacino"  # p2, hidden from `restricted` by DLS
+QUERY = {"query": {"match": {"text": "Heat, the 1995 film about bank robbers"}}, "size": 8}
+ROLES: dict[str, dict[str, Any]] = {
+    "kgqr_test_reader": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [{"index_patterns": [f"kgqr-{KB}-*"], "allowed_actions": ["read"]}],
+    },
+    "kgqr_test_restricted": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {
+                "index_patterns": [f"kgqr-{KB}-*"],
+                "allowed_actions": ["read"],
+                "dls": json.dumps({"bool": {"must_not": {"terms": {"id": ["p2"]}}}}),
+            }
+        ],
+    },
+    "kgqr_test_outsider": {"cluster_permissions": ["cluster_composite_ops_ro"]},
+}
+
+
+def _script(prompt: str) -> str:
+    """The stand-in LLM's answers: an entity list for KAR's parse, documents otherwise."""
+    if '"entities"' in prompt:
+        return json.dumps(
+            {"entities": [{"type": "movie", "name": "Heat", "document": "Heat: a crime film"}]}
+        )
+    return json.dumps({"documents": ["A crime film about bank robbers and a detective."]})
+
+
+@pytest.fixture(scope="module")
+def secured(settings: Settings) -> SecuredCredentials:
+    node = SecuredOpenSearchNode(settings)
+    if not node.is_healthy():
+        pytest.fail(
+            "no secured OpenSearch answers on port "
+            f"{settings.secured_opensearch_port}: run `kgqr services up opensearch-secured`"
+        )
+    return node.credentials()
+
+
+def _trusting(secured: SecuredCredentials) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(secured.ca_file))
+
+
+def _as(settings: Settings, credentials: SecuredCredentials, user: str, password: str) -> Settings:
+    return settings.model_copy(
+        update={
+            "opensearch_url": credentials.url,
+            "opensearch_user": user,
+            "opensearch_password": SecretStr(password),
+            "opensearch_ca_certs": credentials.ca_file,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def users(secured: SecuredCredentials) -> dict[str, str]:
+    """The test users (name -> Basic header), made afresh through the security REST API."""
+    headers: dict[str, str] = {}
+    with httpx.Client(
+        base_url=secured.url,
+        verify=_trusting(secured),
+        headers={"authorization": secured.admin_authorization},
+    ) as admin:
+        for role, definition in ROLES.items():
+            user = role.removeprefix("kgqr_test_")
+            password = secrets.token_urlsafe(12) + "Aa1!"
+            for path, body in (
+                (f"roles/{role}", definition),
+                (f"internalusers/{user}", {"password": password}),
+                (f"rolesmapping/{role}", {"users": [user]}),
+            ):
+                answer = admin.put(f"/_plugins/_security/api/{path}", json=body)
+                assert answer.status_code in (200, 201), answer.text
+            headers[user] = SecuredCredentials.basic(user, password)
+    headers["kgqr"] = SecuredCredentials.basic("kgqr", secured.kgqr_password)
+    return headers
+
+
+@pytest.fixture(scope="module")
+def secured_kb(
+    settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
+) -> Iterator[str]:
+    """The movie KB ingested into the secured node as its admin, through the real ingest
+    code run in-process (a Celery worker would write to the plain node)."""
+    admin = _as(settings, secured, "admin", secured.admin_password)
+    opensearch = connections.opensearch_client(admin)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
+    resources = WorkerResources(admin)
+    dimension = job_runner.prepare_stores(admin, opensearch, neo4j_driver)
+
+    def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
+        ingest_chunk(resources, job_id, KB, chunk, records, extract)
+
+    job_runner.enqueue(
+        open_source(TINY_KB), TINY_KB, KB, settings=admin, opensearch=opensearch,
+        jobs=JobStore(redis_client), send=send, dimension=dimension, restart=True,
+    )  # fmt: skip
+    opensearch.indices.refresh(index=f"kgqr-{KB}-*")
+    try:
+        yield INDEX
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
+        opensearch.close()
+        resources.neo4j.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(
+    settings: Settings, secured: SecuredCredentials, secured_kb: str
+) -> Iterator[tuple[str, list[str]]]:
+    """kgqr serve in front of the secured node as its service user, with a recording LLM
+    (a model name of this run's own, so no cached answer hides a prompt)."""
+    with recording_llm(_script) as (llm_url, prompts):
+        proxied = _as(settings, secured, "kgqr", secured.kgqr_password).model_copy(
+            update={
+                "llm_base_url": llm_url,
+                "llm_model": f"stand-in-{uuid.uuid4().hex[:8]}",
+                "query_log_enabled": True,
+            }
+        )
+        with running_proxy(proxied) as url:
+            yield url, prompts
+
+
+@pytest.fixture(scope="module")
+def front(
+    settings: Settings, secured: SecuredCredentials, proxy: tuple[str, list[str]]
+) -> Iterator[str]:
+    proxied = _as(settings, secured, "kgqr", secured.kgqr_password)
+    kgqr_port = int(proxy[0].rsplit(":", 1)[1])
+    with running_front(proxied, "127.0.0.1", free_port(), kgqr_port) as url:
+        yield url
+
+
+def _search(
+    url: str, who: str | None, users: dict[str, str], body: dict[str, Any] = QUERY, **params: str
+) -> httpx.Response:
+    headers = {"authorization": users[who]} if who else {}
+    return httpx.post(
+        f"{url}/{INDEX}/_search", params=params, json=body, headers=headers, timeout=120
+    )
+
+
+def _ids(response: httpx.Response) -> set[str]:
+    assert response.status_code == 200, response.text
+    return {hit["_id"] for hit in response.json()["hits"]["hits"]}
+
+
+def test_kgqrs_own_account_cannot_read_the_knowledge_base(
+    secured: SecuredCredentials, secured_kb: str, users: dict[str, str]
+) -> None:
+    """The premise of the tests below: a request kgqr sent as itself would be refused."""
+    as_kgqr = {"authorization": users["kgqr"]}
+    answer = httpx.post(
+        f"{secured.url}/{INDEX}/_search", json=QUERY, headers=as_kgqr, verify=_trusting(secured)
+    )
+    assert answer.status_code == 403
+
+
+@pytest.mark.parametrize("entry", ["proxy", "front"])
+def test_every_path_runs_as_the_caller(
+    entry: str, proxy: tuple[str, list[str]], front: str, users: dict[str, str]
+) -> None:
+    url = proxy[0] if entry == "proxy" else front
+    # Pass-through (a strategy-less count), a rewritten search, and a rewritten msearch item.
+    for who, expected in (("reader", 200), ("restricted", 200), ("outsider", 403)):
+        auth = {"authorization": users[who]}
+        count = httpx.get(f"{url}/{INDEX}/_count", headers=auth, timeout=60)
+        assert count.status_code == expected, (who, count.text)
+        rewritten = _search(url, who, users, **{"kgqr.strategy": "base"})
+        assert rewritten.status_code == expected, (who, rewritten.text)
+        lines = [{"index": INDEX}, QUERY, {"index": INDEX}, {"query": {"match_all": {}}}]
+        ndjson = {**auth, "content-type": "application/x-ndjson"}
+        content = "".join(json.dumps(line) + "\n" for line in lines)
+        msearch = httpx.post(f"{url}/_msearch", headers=ndjson, content=content, timeout=60)
+        assert msearch.status_code == 200
+        assert [r["status"] for r in msearch.json()["responses"]] == [expected, expected], who
+        # OpenSearch's own word on whom it served, passed through.
+        whoami = httpx.get(f"{url}/_plugins/_security/authinfo", headers=auth, timeout=60)
+        assert whoami.json()["user_name"] == who
+    reader = _ids(_search(url, "reader", users, **{"kgqr.strategy": "base"}))
+    restricted = _ids(_search(url, "restricted", users, **{"kgqr.strategy": "base"}))
+    assert "p2" in reader and "p2" not in restricted  # DLS saw the caller, not kgqr
+
+
+@pytest.mark.parametrize("entry", ["proxy", "front"])
+def test_no_credentials_get_opensearchs_401_and_no_rewrite(
+    entry: str, proxy: tuple[str, list[str]], front: str, users: dict[str, str]
+) -> None:
+    url, prompts = proxy[0] if entry == "proxy" else front, proxy[1]
+    before = len(prompts)
+    assert httpx.get(f"{url}/{INDEX}/_count").status_code == 401
+    assert httpx.delete(f"{url}/{INDEX}").status_code == 401
+    hyde = _search(url, None, users, **{"kgqr.strategy": "hyde"})
+    assert hyde.status_code == 401
+    wrong_password = {"authorization": SecuredCredentials.basic("reader", "wrong")}
+    wrong = httpx.post(
+        f"{url}/{INDEX}/_search",
+        params={"kgqr.strategy": "hyde"},
+        json=QUERY,
+        headers=wrong_password,
+    )
+    assert wrong.status_code == 401
+    assert len(prompts) == before  # refused callers cost no LLM call
+
+
+@pytest.mark.parametrize("strategy", ["kar", "kar+boost"])
+def test_graph_evidence_obeys_document_level_security(
+    strategy: str, proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    url, prompts = proxy
+    # A query of this test's own: the LLM cache would otherwise answer a prompt seen before
+    # without the stand-in seeing it.
+    body = {
+        **QUERY,
+        "query": {"match": {"text": f"Heat, the 1995 film about bank robbers ({strategy})"}},
+    }
+    seen: dict[str, tuple[str, str]] = {}
+    for who in ("restricted", "reader"):
+        before = len(prompts)
+        params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+        answer = _search(url, who, users, body, **params)
+        assert answer.status_code == 200, answer.text
+        explain = answer.json()["kgqr"]
+        assert explain["fallback"] is None, explain["fallback"]
+        assert explain["details"]["neighbours"], "the graph stage found nothing to check"
+        seen[who] = (json.dumps(answer.json()), "\n".join(prompts[before:]))
+    response, prompt = seen["restricted"]
+    assert HIDDEN not in response and '"p2"' not in response
+    assert HIDDEN not in prompt
+    # The same query for a reader of the whole KB does show the hidden node, so the test can
+    # fail, and the restricted user's rewrite was not served to the reader from the cache.
+    response, prompt = seen["reader"]
+    assert HIDDEN in response and HIDDEN in prompt
