@@ -10,9 +10,28 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+)
+
+from plugin.schema import has_name_characters
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+def _nameable(value: str) -> str:
+    if not has_name_characters(value):
+        raise ValueError(f"{value!r} has no letters or digits to name a graph type with")
+    return value
+
+
+# A document type or relation name, which becomes a Neo4j label or relationship type.
+GraphName = Annotated[NonEmpty, AfterValidator(_nameable)]
 
 
 class Document(BaseModel):
@@ -21,7 +40,7 @@ class Document(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["document"] = "document"
     id: NonEmpty
-    type: NonEmpty
+    type: GraphName
     title: str = ""
     fields: dict[str, Any] = Field(default_factory=dict)
     text: str | None = None
@@ -48,7 +67,7 @@ class Relation(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["relation"] = "relation"
     source: NonEmpty
-    type: NonEmpty
+    type: GraphName
     target: NonEmpty
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
 

@@ -96,9 +96,20 @@ def neo4j_statements() -> list[str]:
     return [statement.strip() for statement in " ".join(lines).split(";") if statement.strip()]
 
 
+# Letters and digits of any script stay (`директор`, `電影`): the names are backtick-quoted
+# wherever they enter Cypher, so only what a name cannot hold is replaced.
+NOT_NAME_CHARACTERS = re.compile(r"[\W_]+")
+
+
+def has_name_characters(name: str) -> bool:
+    """Whether `name` can become a Neo4j label or relationship type (records are checked
+    with this before anything is written, so the stores never disagree)."""
+    return bool(NOT_NAME_CHARACTERS.sub("", name))
+
+
 def relation_type(relation: str) -> str:
     """A relation name as a Neo4j relationship type: ``directed by`` -> ``DIRECTED_BY``."""
-    cleaned = re.sub(r"[^0-9A-Za-z]+", "_", relation).strip("_").upper()
+    cleaned = NOT_NAME_CHARACTERS.sub("_", relation).strip("_").upper()
     if not cleaned:
         raise ValueError(f"relation {relation!r} has no letters or digits")
     return cleaned if not cleaned[0].isdigit() else f"R_{cleaned}"
@@ -106,7 +117,7 @@ def relation_type(relation: str) -> str:
 
 def node_label(node_type: str) -> str:
     """A document type as a Neo4j label: ``gene/protein`` -> ``Gene_protein``."""
-    cleaned = re.sub(r"[^0-9A-Za-z]+", "_", node_type).strip("_")
+    cleaned = NOT_NAME_CHARACTERS.sub("_", node_type).strip("_")
     if not cleaned:
         raise ValueError(f"type {node_type!r} has no letters or digits")
     label = cleaned[0].upper() + cleaned[1:]

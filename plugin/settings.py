@@ -65,6 +65,23 @@ class Settings(BaseSettings):
     neo4j_user: str = "neo4j"
     neo4j_password: SecretStr = SecretStr("kgqr-local")
     redis_url: str = "redis://127.0.0.1:6379/0"
+    cache_redis_url: str = Field(
+        default="redis://127.0.0.1:6379/1",
+        description="Where the proxy caches rewrites and LLM answers: a logical database of "
+        "its own, apart from the Celery broker's (redis_url), so one can be flushed or sized "
+        "without the other.",
+    )
+    redis_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Socket and connect timeout of the proxy's Redis calls: a hung Redis "
+        "costs a search this much, then the cache counts as a miss.",
+    )
+    redis_maxmemory_mb: int = Field(
+        default=512,
+        description="maxmemory of the local Redis (`kgqr services`), evicting least recently "
+        "used keys that have a TTL (the caches), never the broker's queues.",
+    )
     ingest_queue: str = Field(
         default="kgqr-ingest",
         description="Celery queue ingest chunks go to; deployments (or test runs) sharing "
@@ -101,6 +118,11 @@ class Settings(BaseSettings):
     rewrite_timeout_s: float = Field(default=90.0, description="Whole-rewrite budget.")
     rewrite_cache_ttl_s: int = Field(
         default=24 * 3600, description="Rewrite cache lifetime; 0 turns the rewrite cache off."
+    )
+    rewrite_cache_max_entry_bytes: int = Field(
+        default=256 * 1024,
+        description="A rewrite larger than this (JSON) is not cached: a caller must not fill "
+        "Redis with a few huge queries.",
     )
     rewrite_knn_k: int = 50
     rewrite_prf_docs: int = 3

@@ -81,7 +81,11 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
         http = opensearch_http_client(settings)
         service_http = opensearch_http_client(settings, service_account=True)
-        redis = aioredis.Redis.from_url(settings.redis_url)
+        redis = aioredis.Redis.from_url(
+            settings.cache_redis_url,
+            socket_timeout=settings.redis_timeout_s,
+            socket_connect_timeout=settings.redis_timeout_s,
+        )
         graph = connections.async_neo4j_driver(settings)
         embedder = await anyio.to_thread.run_sync(get_embedder, settings.embedder_model)
         await anyio.to_thread.run_sync(code_version)  # reads kgqr's files: not on the loop
@@ -99,7 +103,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Rewriter(
                 settings,
                 llm,
-                RewriteCache(redis, settings.rewrite_cache_ttl_s),
+                RewriteCache(
+                    redis, settings.rewrite_cache_ttl_s, settings.rewrite_cache_max_entry_bytes
+                ),
                 embed,
                 lambda kb: structure_of(state, kb),
                 graph,

@@ -37,11 +37,12 @@ def error_response(exc: RewriteRequestError) -> JSONResponse:
 
 
 def upstream_unreachable(exc: Exception) -> RewriteRequestError:
-    """A 502 that names no host or URL (clients need not learn kgqr's network); the
-    detail goes to kgqr's log."""
+    """A 502 that says why (a certificate that does not verify, a refused connection) but
+    names no host or URL: clients need not learn kgqr's network. The log keeps it whole."""
     logging.getLogger("kgqr.proxy").warning(
         "OpenSearch could not be reached", extra={"kgqr": {"error": str(exc)}}
     )
+    reason = redact_addresses(str(exc)) or type(exc).__name__
     return RewriteRequestError(
-        502, "kgqr_upstream_exception", f"OpenSearch could not be reached ({type(exc).__name__})"
+        502, "kgqr_upstream_exception", f"OpenSearch could not be reached: {reason}"
     )

@@ -47,9 +47,10 @@ class RewriteCache:
     """A TTL of 0 or less turns the cache off (evaluation measures real rewrites), while
     concurrent identical rewrites are still coalesced."""
 
-    def __init__(self, redis: Any, ttl_s: int) -> None:
+    def __init__(self, redis: Any, ttl_s: int, max_entry_bytes: int = 256 * 1024) -> None:
         self._redis = redis
         self._ttl_s = ttl_s
+        self._max_entry_bytes = max_entry_bytes
         self._in_flight: dict[str, asyncio.Future[Any]] = {}
 
     async def get(self, key: str) -> dict[str, Any] | None:
@@ -57,15 +58,19 @@ class RewriteCache:
             return None
         try:
             raw = await self._redis.get(key)
-        except Exception:  # a cache outage must not fail the search
+            value = json.loads(raw) if raw else None
+        except Exception:  # an outage or a corrupt entry is a miss, never a failed search
             return None
-        return json.loads(raw) if raw else None
+        return value if isinstance(value, dict) else None
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
         if self._ttl_s <= 0:
             return
+        encoded = json.dumps(value)
+        if len(encoded) > self._max_entry_bytes:
+            return
         try:
-            await self._redis.set(key, json.dumps(value), ex=self._ttl_s)
+            await self._redis.set(key, encoded, ex=self._ttl_s)
         except Exception:  # a cache outage must not fail the search
             return
 

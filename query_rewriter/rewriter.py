@@ -127,8 +127,13 @@ class Rewriter:
         key = rewrite_key(caller, index, strategy, self._config(strategy, params), query)
         cached = await self.cache.get(key)
         if cached is not None:
-            metrics.CACHE.labels("hit").inc()
-            return RewriteOutcome.from_cache(cached)
+            try:
+                outcome = RewriteOutcome.from_cache(cached)
+            except (KeyError, TypeError, ValueError):
+                log.warning("a corrupt cached rewrite was ignored", extra={"kgqr": {"key": key}})
+            else:
+                metrics.CACHE.labels("hit").inc()
+                return outcome
         metrics.CACHE.labels("miss").inc()
 
         async def compute() -> RewriteOutcome:

@@ -93,6 +93,7 @@ def _testcontainers(settings: Settings) -> Iterator[Settings]:
             "opensearch_url": f"http://{address(opensearch, 9200)}",
             "neo4j_uri": f"bolt://{address(neo4j, 7687)}",
             "redis_url": f"redis://{address(redis, 6379)}/0",
+            "cache_redis_url": f"redis://{address(redis, 6379)}/1",
         }
         for key, value in overrides.items():
             os.environ[f"KGQR_{key.upper()}"] = value

@@ -24,6 +24,9 @@ class RedisServer(LocalService):
             "--bind", self.host, "--port", str(self.port),
             "--dir", str(self.layout.data(self.name)),
             "--daemonize", "no", "--save", "300 10", "--appendonly", "no",
+            # Bounded: the caches (every key with a TTL) give way; queues never do.
+            "--maxmemory", f"{self.settings.redis_maxmemory_mb}mb",
+            "--maxmemory-policy", "volatile-lru",
         ]  # fmt: skip
         return argv, {}
 

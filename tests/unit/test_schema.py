@@ -22,7 +22,8 @@ def test_hybrid_pipeline_weights_are_numbers() -> None:
 @pytest.mark.parametrize(
     ("relation", "expected"),
     [("directed by", "DIRECTED_BY"), ("associated with", "ASSOCIATED_WITH"),
-     ("ppi", "PPI"), ("2nd-order", "R_2ND_ORDER"), ("x`) DETACH DELETE n //", "X_DETACH_DELETE_N")],
+     ("ppi", "PPI"), ("2nd-order", "R_2ND_ORDER"), ("x`) DETACH DELETE n //", "X_DETACH_DELETE_N"),
+     ("директор", "ДИРЕКТОР"), ("監督 of", "監督_OF"), ("`電影`", "電影")],
 )  # fmt: skip
 def test_relation_types_are_safe_cypher_identifiers(relation: str, expected: str) -> None:
     assert schema.relation_type(relation) == expected
@@ -30,8 +31,22 @@ def test_relation_types_are_safe_cypher_identifiers(relation: str, expected: str
 
 def test_node_labels_from_types() -> None:
     assert schema.node_label("gene/protein") == "Gene_protein"
+    assert schema.node_label("電影") == "電影"
     with pytest.raises(ValueError):
         schema.node_label("///")
+
+
+def test_a_record_whose_type_cannot_name_a_graph_type_is_refused_before_any_write() -> None:
+    from pydantic import ValidationError
+
+    from ingest.records import Document, Relation
+
+    assert Document(id="d", type="映画").type == "映画"
+    assert Relation(source="a", type="режиссёр", target="b").type == "режиссёр"
+    with pytest.raises(ValidationError, match="no letters or digits"):
+        Document(id="d", type="///")
+    with pytest.raises(ValidationError, match="no letters or digits"):
+        Relation(source="a", type="--", target="b")
 
 
 def test_kb_names_must_be_index_safe() -> None:
