@@ -29,9 +29,45 @@ REQUIRED_FILES = (
 TITLE_FIELDS = ("name", "title")
 
 
+# What STaRK's published pickles are made of: dicts, lists, strings and numbers, which need
+# no class at all, and these few containers and scalar types.
+SAFE_GLOBALS = frozenset(
+    {
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "list"),
+        ("builtins", "dict"),
+        ("builtins", "str"),
+        ("builtins", "int"),
+        ("builtins", "float"),
+        ("collections", "OrderedDict"),
+        ("collections", "defaultdict"),
+    }
+)
+
+
+class UnsafePickleError(ValueError):
+    """A pickle that names a class or function a STaRK knowledge base never holds."""
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    """pickle.load runs whatever callable a file names; this admits only the data types
+    above, so a crafted `.pkl` in a folder someone hands kgqr cannot run code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in SAFE_GLOBALS:
+            raise UnsafePickleError(
+                f"refusing to load {module}.{name}: a STaRK pickle holds only plain data"
+            )
+        return super().find_class(module, name)
+
+
 def _load_pickle(path: Path) -> Any:
     with path.open("rb") as stream:
-        return pickle.load(stream)  # the user's own STaRK download, not untrusted input
+        try:
+            return _DataOnlyUnpickler(stream).load()
+        except UnsafePickleError as exc:
+            raise UnsafePickleError(f"{path}: {exc}") from None
 
 
 def _load_tensor(path: Path) -> list[Any]:

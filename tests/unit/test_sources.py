@@ -131,3 +131,27 @@ def test_chunks_take_many_graph_only_records_per_embedded_one() -> None:
     assert relation_only == [per_chunk, per_chunk, 300 - 2 * per_chunk]
     mixed = [len(c) for c in chunks(Records([*rels[:5], *docs[:3]]), 2)]  # type: ignore[arg-type]
     assert mixed == [7, 1]
+
+
+class _RunsCode:
+    """What a crafted pickle looks like: loading it calls a function of the author's."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import os
+
+        return (os.system, ("touch /tmp/kgqr-pwned",))
+
+
+def test_a_crafted_stark_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> None:
+    import pickle
+
+    from ingest.sources.stark import UnsafePickleError
+
+    folder = write_stark_layout(tmp_path / "crafted")
+    marker = Path("/tmp/kgqr-pwned")
+    marker.unlink(missing_ok=True)
+    with (folder / "node_type_dict.pkl").open("wb") as out:
+        pickle.dump({0: _RunsCode()}, out)
+    with pytest.raises(UnsafePickleError, match=r"posix\.system|os\.system"):
+        open_source(f"stark:{folder}").structure()
+    assert not marker.exists()
