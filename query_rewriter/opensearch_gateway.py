@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -36,9 +37,9 @@ class OpenSearchGateway:
     the caller's own credential headers so a caller never sees documents it could not
     search; `client` must be the credential-less one."""
 
-    def __init__(self, client: httpx.AsyncClient, credentials: dict[str, str]) -> None:
+    def __init__(self, client: httpx.AsyncClient, credentials: Mapping[str, str] | None) -> None:
         self._client = client
-        self._headers = dict(credentials)
+        self._headers = dict(credentials or {})
 
     async def search(
         self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
