@@ -66,11 +66,11 @@ def down(names: tuple[str, ...]) -> None:
 @services.command()
 @names_argument
 def status(names: tuple[str, ...]) -> None:
-    """Show each service's state, address, version and pid."""
-    for service in local_services(get_settings(), names):
+    """Show each service's state, address, version and pid (the secured node included)."""
+    for service in local_services(get_settings(), names, include_optional=True):
         st = service.status()
         click.echo(
-            f"{st.name:<11} {st.state:<30} {st.address:<16} pid={st.pid or '-':<8} "
+            f"{st.name:<18} {st.state:<30} {st.address:<16} pid={st.pid or '-':<8} "
             f"{st.version or ''}"
         )
 

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from plugin.services import maven
 from plugin.services.archives import extract_zip, replace_dir
@@ -57,6 +58,7 @@ NEURAL_SEARCH_SHA256 = {
 class OpenSearchNode(LocalService):
     name = "opensearch"
     startup_timeout_s = 180.0
+    cluster_name = "kgqr-local"
 
     @property
     def port(self) -> int:
@@ -149,15 +151,24 @@ class OpenSearchNode(LocalService):
         )
         (module / "plugin-security.policy").write_text(PAINLESS_POLICY)
 
+    def node_options(self) -> list[str]:
+        """Further `-E` options of a node kind (the secured node's transport port)."""
+        return []
+
+    def node_environment(self) -> dict[str, str]:
+        """Further environment of a node kind (the secured node's own config folder)."""
+        return {}
+
     def command(self) -> tuple[list[str], dict[str, str]]:
         java_home = find_java_home(self.settings.java_home)
         heap = self.settings.opensearch_heap_mb
         argv = as_service_user([
             str(self.install_dir / "bin" / "opensearch"),
             "-E", "discovery.type=single-node",
-            "-E", "cluster.name=kgqr-local",
+            "-E", f"cluster.name={self.cluster_name}",
             "-E", f"network.host={self.host}",
             "-E", f"http.port={self.port}",
+            *self.node_options(),
             "-E", f"path.data={self.data_dir / 'data'}",
             "-E", f"path.logs={self.data_dir / 'logs'}",
             # A developer disk that is 90% full must not turn every index read-only.
@@ -166,19 +177,21 @@ class OpenSearchNode(LocalService):
         env = {
             "OPENSEARCH_JAVA_HOME": str(java_home),
             "OPENSEARCH_JAVA_OPTS": f"-Xms{heap}m -Xmx{heap}m",
+            **self.node_environment(),
         }
         return argv, env
 
-    def _url(self, path: str) -> str:
-        return f"http://{self.host}:{self.port}{path}"
+    def get(self, path: str) -> Any | None:
+        """The JSON of a 200 answer to GET path, else None (health and version probes)."""
+        return get_json(f"http://{self.host}:{self.port}{path}")
 
     def is_healthy(self) -> bool:
-        health = get_json(self._url("/_cluster/health"))
+        health = self.get("/_cluster/health")
         return bool(health) and health.get("status") in {"green", "yellow"}
 
     def version(self) -> str | None:
-        root = get_json(self._url("/"))
-        plugins = get_json(self._url("/_cat/plugins?format=json")) or []
+        root = self.get("/")
+        plugins = self.get("/_cat/plugins?format=json") or []
         if not root:
             return None
         names = ", ".join(f"{p['component']} {p['version']}" for p in plugins)

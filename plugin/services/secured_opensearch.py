@@ -28,10 +28,9 @@ import yaml
 from plugin.schema import JUDGMENTS_INDEX, META_INDEX, QUERY_LOG_INDEX, TUNE_RUNS_INDEX
 from plugin.services import maven
 from plugin.services.errors import ServiceError
-from plugin.services.java import find_java_home
 from plugin.services.opensearch_node import OpenSearchNode
 from plugin.services.process import run_checked
-from plugin.services.service_user import as_service_user, hand_over, running_as_root
+from plugin.services.service_user import hand_over, running_as_root
 
 ADMIN_DN = "CN=kgqr-admin,O=kgqr local"
 NODE_DN = "CN=kgqr-node,O=kgqr local"
@@ -83,6 +82,7 @@ class SecuredCredentials:
 
 class SecuredOpenSearchNode(OpenSearchNode):
     name = "opensearch-secured"
+    cluster_name = "kgqr-secured"
     startup_timeout_s = 240.0
     optional = True  # started only when named
 
@@ -192,28 +192,14 @@ class SecuredOpenSearchNode(OpenSearchNode):
         """The running node's URL, CA file and passwords (for tests and users)."""
         return self._credentials()
 
-    def command(self) -> tuple[list[str], dict[str, str]]:
-        java_home = find_java_home(self.settings.java_home)
-        heap = self.settings.opensearch_heap_mb
-        argv = as_service_user([
-            str(self.install_dir / "bin" / "opensearch"),
-            "-E", "discovery.type=single-node",
-            "-E", "cluster.name=kgqr-secured",
-            "-E", f"network.host={self.host}",
-            "-E", f"http.port={self.port}",
-            "-E", f"transport.port={self.port + 100}",
-            "-E", f"path.data={self.data_dir / 'data'}",
-            "-E", f"path.logs={self.data_dir / 'logs'}",
-            "-E", "cluster.routing.allocation.disk.threshold_enabled=false",
-        ])  # fmt: skip
-        env = {
-            "OPENSEARCH_JAVA_HOME": str(java_home),
-            "OPENSEARCH_JAVA_OPTS": f"-Xms{heap}m -Xmx{heap}m",
-            "OPENSEARCH_PATH_CONF": str(self.config_dir),
-        }
-        return argv, env
+    def node_options(self) -> list[str]:
+        return ["-E", f"transport.port={self.port + 100}"]
 
-    def _get(self, path: str) -> Any | None:
+    def node_environment(self) -> dict[str, str]:
+        return {"OPENSEARCH_PATH_CONF": str(self.config_dir)}
+
+    def get(self, path: str) -> Any | None:
+        """As the admin, over TLS checked against the node's own CA."""
         if not self.credentials_file.is_file():
             return None
         credentials = self._credentials()
@@ -226,18 +212,6 @@ class SecuredOpenSearchNode(OpenSearchNode):
                 return json.loads(response.read())
         except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError, ssl.SSLError):
             return None
-
-    def is_healthy(self) -> bool:
-        health = self._get("/_cluster/health")
-        return bool(health) and health.get("status") in {"green", "yellow"}
-
-    def version(self) -> str | None:
-        root = self._get("/")
-        plugins = self._get("/_cat/plugins?format=json") or []
-        if not root:
-            return None
-        names = ", ".join(f"{p['component']} {p['version']}" for p in plugins)
-        return f"{root['version']['number']} ({names}; https, CA {self._credentials().ca_file})"
 
 
 def _password() -> str:
