@@ -117,7 +117,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
 
         final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout)
     _print_progress(final)
-    if not final.finished:
+    if not final.finished or final.failed:
         raise SystemExit(1)
     opensearch.indices.refresh(index=f"kgqr-{kb}-*")  # searchable the moment we say "done"
 
@@ -143,6 +143,8 @@ def _print_progress(progress: Any) -> None:
     )
     click.echo(f"  chunks {progress.chunks_done}/{total}, updated {updated} UTC")
     click.echo("  " + ", ".join(f"{name} {count}" for name, count in progress.counts.items()))
+    for chunk, reason in sorted(progress.failed.items()):
+        click.echo(f"  chunk {chunk} FAILED: {reason} (re-run the same command to retry it)")
 
 
 @ingest.command("verify")

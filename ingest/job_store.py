@@ -8,7 +8,7 @@ worker died, or re-sent by a re-run, never counts twice.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -22,16 +22,19 @@ class JobProgress:
     job_id: str
     kb: str
     source: str
-    state: str  # "enqueuing", "enqueued", "done"
+    state: str  # "enqueuing", "enqueued", "done", "failed"
     chunks_total: int | None
     chunks_done: int
     counts: dict[str, int]
     created: float
     updated: float
+    failed: dict[int, str] = field(default_factory=dict)  # chunk -> why it failed for good
 
     @property
     def finished(self) -> bool:
-        return self.chunks_total is not None and self.chunks_done >= self.chunks_total
+        """Every chunk either written or failed for good: nothing more will happen."""
+        settled = self.chunks_done + len(self.failed)
+        return self.chunks_total is not None and settled >= self.chunks_total
 
 
 class JobStore:
@@ -50,6 +53,7 @@ class JobStore:
             key, mapping={"kb": kb, "source": source, "state": "enqueuing", "updated": now}
         )
         self.redis.hdel(key, "chunks_total")
+        self.redis.delete(key + ":failed")  # a re-run sends its failed chunks again
         self.redis.expire(key, JOB_TTL_S)
         self.redis.sadd("kgqr:jobs", job_id)
 
@@ -79,6 +83,7 @@ class JobStore:
                     pipe.multi()
                     pipe.sadd(done_key, chunk)
                     pipe.expire(done_key, JOB_TTL_S)
+                    pipe.hdel(key + ":failed", chunk)
                     for name, value in counts.items():
                         pipe.hincrby(key, name, value)
                     pipe.hset(key, "updated", time.time())
@@ -87,14 +92,29 @@ class JobStore:
                 except redis.WatchError:
                     continue  # another worker touched the set between WATCH and EXEC
 
+    def fail_chunk(self, job_id: str, chunk: int, reason: str) -> None:
+        """Record a chunk that failed for good (retries spent, or an error no retry fixes),
+        so the job can finish as failed instead of waiting for it forever."""
+        key = self._key(job_id)
+        if self.is_done(job_id, chunk):
+            return
+        self.redis.hset(key + ":failed", chunk, reason[:500])
+        self.redis.expire(key + ":failed", JOB_TTL_S)
+        self.redis.hset(key, "updated", time.time())
+
     def progress(self, job_id: str) -> JobProgress | None:
         raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(self._key(job_id)).items()}
         if not raw:
             return None
         done = int(self.redis.scard(self._key(job_id) + ":done"))
-        state = (
-            "done" if raw.get("chunks_total") and done >= int(raw["chunks_total"]) else raw["state"]
-        )
+        failed = {
+            int(chunk): reason.decode()
+            for chunk, reason in self.redis.hgetall(self._key(job_id) + ":failed").items()
+        }
+        total = int(raw["chunks_total"]) if raw.get("chunks_total") else None
+        state = raw["state"]
+        if total is not None and done + len(failed) >= total:
+            state = "failed" if failed else "done"
         return JobProgress(
             job_id=job_id,
             kb=raw["kb"],
@@ -105,8 +125,10 @@ class JobStore:
             counts={name: int(raw.get(name, 0)) for name in COUNTERS},
             created=float(raw["created"]),
             updated=float(raw["updated"]),
+            failed=failed,
         )
 
     def forget(self, job_id: str) -> None:
-        self.redis.delete(self._key(job_id), self._key(job_id) + ":done")
+        key = self._key(job_id)
+        self.redis.delete(key, key + ":done", key + ":failed")
         self.redis.srem("kgqr:jobs", job_id)

@@ -35,6 +35,8 @@ def ingest_chunk_task(
     except Exception as exc:
         if is_transient(exc) and self.request.retries < MAX_RETRIES:
             raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc
+        # For good: say so in the job, so `kgqr ingest` ends (non-zero) instead of waiting.
+        _resources().jobs.fail_chunk(job_id, chunk, f"{type(exc).__name__}: {exc}")
         raise
     return {
         "chunk": chunk,
