@@ -3,6 +3,7 @@ are applied the same way by ingest, the rewriter, the CLI and the tests."""
 
 from __future__ import annotations
 
+import base64
 import ssl
 from typing import Any
 
@@ -14,6 +15,11 @@ def opensearch_basic_auth(settings: Settings) -> tuple[str, str] | None:
     if settings.opensearch_user and settings.opensearch_password:
         return (settings.opensearch_user, settings.opensearch_password.get_secret_value())
     return None
+
+
+def basic_authorization(user: str, password: str) -> str:
+    """An HTTP Basic Authorization header value."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def opensearch_ssl_context(settings: Settings) -> ssl.SSLContext:

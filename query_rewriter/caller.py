@@ -9,7 +9,6 @@ without security, gives anonymous callers kgqr's account.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from plugin.connections import opensearch_basic_auth
+from plugin.connections import basic_authorization, opensearch_basic_auth
 from plugin.settings import Settings
 
 # Headers by which OpenSearch's security plugin (or a proxy in front of it) authenticates a
@@ -48,9 +47,7 @@ REFUSED = "refused"
 def service_authorization(settings: Settings) -> str | None:
     """kgqr's own account as a Basic Authorization header value, or None without one."""
     credentials = opensearch_basic_auth(settings)
-    if credentials is None:
-        return None
-    return "Basic " + base64.b64encode(":".join(credentials).encode()).decode()
+    return basic_authorization(*credentials) if credentials else None
 
 
 @dataclass(frozen=True)
@@ -75,10 +72,6 @@ class Caller:
     @property
     def headers(self) -> dict[str, str]:
         return dict(self.credentials)
-
-    @property
-    def anonymous(self) -> bool:
-        return not self.credentials
 
     def fingerprint(self) -> str:
         """A hash of every credential header: the identity where OpenSearch resolves none."""

@@ -81,9 +81,9 @@ class Upstream:
         outgoing = CIMultiDict(
             (k, v) for k, v in headers if k.lower() not in DROPPED_VERBATIM_REQUEST_HEADERS
         )
-        caller = Caller.from_headers(outgoing, self._settings)
-        for name, value in caller.credentials:
-            outgoing.setdefault(name, value)
+        if self._settings.anonymous_uses_service_account:  # else only the caller's are sent
+            for name, value in Caller.from_headers(outgoing, self._settings).credentials:
+                outgoing.setdefault(name, value)
         url = URL(f"{self._base}{path}{'?' + query if query else ''}", encoded=True)
         try:
             async with self._session.request(

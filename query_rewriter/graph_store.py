@@ -51,7 +51,6 @@ class Neighbour(NamedTuple):
     type: str | None
     # (relation, outgoing) for one hop; (relation, outgoing, via name, relation, outgoing) for two
     path: tuple[Any, ...]
-    via: str | None = None  # the middle node's id on a two-hop path
 
     @property
     def hops(self) -> int:
@@ -135,7 +134,6 @@ class Neighbourhood:
                         next_name or next_id,
                         next_type,
                         (relation, outgoing, via_name or via_id, next_relation, next_outgoing),
-                        via_id,
                     )
         return list(found.values())
 

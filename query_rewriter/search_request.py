@@ -30,9 +30,8 @@ class ParamRange:
     integer: bool = False
 
     def check(self, name: str, value: float) -> float:
-        if not math.isfinite(value) or not self.low <= value <= self.high:
-            raise RewriteRequestError(400, "illegal_argument_exception", self.message(name))
-        if self.integer and value != int(value):
+        in_range = math.isfinite(value) and self.low <= value <= self.high
+        if not in_range or (self.integer and value != int(value)):
             raise RewriteRequestError(400, "illegal_argument_exception", self.message(name))
         return value
 

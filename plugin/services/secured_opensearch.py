@@ -11,7 +11,6 @@ node's data unless `KGQR_SECURED_ADMIN_PASSWORD` / `KGQR_SECURED_KGQR_PASSWORD` 
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import shutil
@@ -25,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from plugin.connections import basic_authorization
 from plugin.schema import JUDGMENTS_INDEX, META_INDEX, QUERY_LOG_INDEX, TUNE_RUNS_INDEX
 from plugin.services import maven
 from plugin.services.errors import ServiceError
@@ -71,13 +71,9 @@ class SecuredCredentials:
     ca_file: Path
     url: str
 
-    @staticmethod
-    def basic(user: str, password: str) -> str:
-        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
     @property
     def admin_authorization(self) -> str:
-        return self.basic("admin", self.admin_password)
+        return basic_authorization("admin", self.admin_password)
 
 
 class SecuredOpenSearchNode(OpenSearchNode):

@@ -28,6 +28,7 @@ from ingest.kb_removal import drop_knowledge_base
 from ingest.sources import open_source
 from ingest.worker_resources import WorkerResources
 from plugin import connections, schema
+from plugin.connections import basic_authorization
 from plugin.services.secured_opensearch import SecuredCredentials, SecuredOpenSearchNode
 from plugin.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
@@ -112,8 +113,8 @@ def users(secured: SecuredCredentials) -> dict[str, str]:
             ):
                 answer = admin.put(f"/_plugins/_security/api/{path}", json=body)
                 assert answer.status_code in (200, 201), answer.text
-            headers[user] = SecuredCredentials.basic(user, password)
-    headers["kgqr"] = SecuredCredentials.basic("kgqr", secured.kgqr_password)
+            headers[user] = basic_authorization(user, password)
+    headers["kgqr"] = basic_authorization("kgqr", secured.kgqr_password)
     return headers
 
 
@@ -234,7 +235,7 @@ def test_no_credentials_get_opensearchs_401_and_no_rewrite(
     assert httpx.delete(f"{url}/{INDEX}").status_code == 401
     hyde = _search(url, None, users, **{"kgqr.strategy": "hyde"})
     assert hyde.status_code == 401
-    wrong_password = {"authorization": SecuredCredentials.basic("reader", "wrong")}
+    wrong_password = {"authorization": basic_authorization("reader", "wrong")}
     wrong = httpx.post(
         f"{url}/{INDEX}/_search",
         params={"kgqr.strategy": "hyde"},

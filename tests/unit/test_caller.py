@@ -37,7 +37,7 @@ def test_every_credential_header_is_kept_and_nothing_else() -> None:
 
 
 def test_an_anonymous_caller_gets_no_credentials_unless_opted_in() -> None:
-    assert Caller.from_headers({"accept": "*/*"}, SERVICE).anonymous
+    assert Caller.from_headers({"accept": "*/*"}, SERVICE).headers == {}
     lent = Caller.from_headers(
         {}, SERVICE.model_copy(update={"anonymous_uses_service_account": True})
     )
