@@ -18,7 +18,12 @@ from plugin.settings import get_settings
     "kgqr does not rewrite straight to OpenSearch, which makes pass-through ~1.05x direct "
     "instead of ~1.4x. Point clients there. Needs nginx (apt-get install nginx-light).",
 )
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 def serve(host: str | None, port: int | None, front_port: int | None, log_level: str) -> None:
     """Serve OpenSearch's REST API on HOST:PORT, rewriting searches on kgqr indices.
 
@@ -29,6 +34,7 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     `kgqr.explain=true` to see the rewrite in the response. Metrics: GET /metrics.
     """
     import contextlib
+    import signal
 
     import uvicorn
 
@@ -37,6 +43,7 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     from query_rewriter.structured_logging import configure
 
     settings = get_settings()
+    log_level = log_level.upper()
     configure(log_level)
     host = host or settings.proxy_host
     port = port or settings.proxy_port
@@ -44,6 +51,10 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     front = (
         running_front(settings, host, front_port, port) if front_port else contextlib.nullcontext()
     )
+    # uvicorn handles SIGTERM itself and, once shut down, raises it again with the handler it
+    # found. Python's default handler would end the process on the spot, leaving the front's
+    # nginx folder in /tmp; as SystemExit the `with` below removes it first.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with front as front_url:
         if front_url:
             click.echo(f"front (nginx) on {front_url}: point clients there", err=True)
@@ -54,3 +65,7 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
             log_level=log_level.lower(),
             access_log=False,
         )
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

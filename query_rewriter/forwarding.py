@@ -32,7 +32,13 @@ HOP_BY_HOP = {
     "trailer",
     "upgrade",
 }
-DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+# kgqr's own searches send JSON it encoded itself, so the caller's body encoding is dropped.
+DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {
+    "host",
+    "content-length",
+    "accept-encoding",
+    "content-encoding",
+}
 DROPPED_VERBATIM_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length"}
 # httpx hands kgqr decoded bodies, so their encoding and length no longer apply.
 DROPPED_DECODED_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length", "content-encoding"}
@@ -106,9 +112,10 @@ class Upstream:
         response.raw_headers = kept
         return response
 
-    async def forward(self, request: Request, body: bytes) -> Response:
+    async def forward(self, request: Request, body: bytes, decoded: bool = False) -> Response:
         """The request as the client sent it (method, path, query, headers, body), less
-        kgqr's own `kgqr.*` parameters, which OpenSearch would reject."""
+        kgqr's own `kgqr.*` parameters, which OpenSearch would reject. `decoded`: kgqr
+        undid the body's Content-Encoding (request_body.decode_body), so it is not sent."""
         query = request.scope.get("query_string", b"").decode("latin-1")
         if "kgqr." in query:
             query = urlencode(
@@ -118,7 +125,7 @@ class Upstream:
             request.method,
             request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
             query,
-            request.headers.items(),
+            [(k, v) for k, v in request.headers.items() if not decoded or k != "content-encoding"],
             body,
         )
 

@@ -91,9 +91,14 @@ def hybrid_body(
 
 
 def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[str, str]:
-    """The client's query-string parameters minus kgqr's own, plus the pipeline that
-    matches the hybrid body's number of sub-queries."""
-    params = {k: v for k, v in client_params.items() if not k.startswith("kgqr.")}
+    """The client's query-string parameters minus kgqr's own and the paging the body now
+    holds (search_request.with_url_paging), plus the pipeline that matches the hybrid
+    body's number of sub-queries."""
+    params = {
+        k: v
+        for k, v in client_params.items()
+        if not k.startswith("kgqr.") and k not in ("from", "size")
+    }
     queries = body["query"]["hybrid"]["queries"]
     params["search_pipeline"] = HYBRID_BOOST_PIPELINE if len(queries) == 3 else HYBRID_PIPELINE
     return params

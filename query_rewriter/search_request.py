@@ -129,6 +129,32 @@ def strip_kgqr(body: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+URL_PAGING = ("from", "size")
+
+
+def with_url_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """The body with the URL's `from` / `size` in it. OpenSearch reads these from the URL
+    over the body's; kgqr builds its own body for a rewritten search (a hybrid query pages
+    through `pagination_depth`), so they must be in the body, not left in the URL."""
+    given = {name: query_params[name] for name in URL_PAGING if name in query_params}
+    if not given:
+        return body
+    paged = dict(body)
+    for name, value in given.items():
+        try:
+            number = int(value)
+        except ValueError:
+            raise RewriteRequestError(
+                400, "illegal_argument_exception", f"[{name}] must be a whole number: [{value}]"
+            ) from None
+        if number < 0:
+            raise RewriteRequestError(
+                400, "illegal_argument_exception", f"[{name}] must not be negative: [{value}]"
+            )
+        paged[name] = number
+    return paged
+
+
 def plan_search(
     index: str, query_params: dict[str, str], body: dict[str, Any], default_strategy: str | None
 ) -> SearchPlan | None:
@@ -154,7 +180,7 @@ def plan_search(
         kb,
         strategy,
         parsed,
-        strip_kgqr(body),
+        with_url_paging(query_params, strip_kgqr(body)),
         _truthy(options.get("explain", False)),
         params,
     )

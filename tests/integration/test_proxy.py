@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,33 +14,8 @@ from plugin.services.local_service import port_of
 from plugin.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.front import running_front
-from tests.integration.ingest_helpers import TINY_KB, ingested
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
-
-
-@pytest.fixture(scope="module")
-def movies_kb(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
-              ingest_worker: Any) -> Iterator[str]:  # fmt: skip
-    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, "proxy-movies") as kb:
-        yield schema.documents_index(kb)
-
-
-@pytest.fixture(scope="module")
-def proxy_url(settings: Settings) -> Iterator[str]:
-    with running_proxy(settings) as url:
-        yield url
-
-
-@pytest.fixture(scope="module", params=["kgqr", "front"])
-def entry_url(request: pytest.FixtureRequest, settings: Settings, proxy_url: str) -> Iterator[str]:
-    """Where clients point: `kgqr serve` itself, or the nginx front that passes what kgqr
-    does not rewrite straight to OpenSearch. Both must look the same to a client."""
-    if request.param == "kgqr":
-        yield proxy_url
-        return
-    with running_front(settings, "127.0.0.1", free_port(), port_of(proxy_url, 0)) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +308,7 @@ def test_a_dead_llm_degrades_to_the_plain_query(
     assert response.status_code == 200
     explain = response.json()["kgqr"]
     assert explain["fallback"]["stage"] == "generate"
+    assert response.headers["x-kgqr-fallback"].startswith("generate: ")
     assert explain["strategy"] == "base" and explain["expansions"] == []
     assert response.json()["hits"]["hits"][0]["_id"] == "m1"
 

@@ -1,0 +1,99 @@
+"""`_msearch`: managed items rewritten (each through the search service), the others sent
+as their headers say, answered as one msearch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from query_rewriter.caller import Caller
+from query_rewriter.errors import RewriteRequestError
+from query_rewriter.forwarding import request_headers
+from query_rewriter.msearch_header import check_header
+from query_rewriter.proxy_state import ProxyState
+from query_rewriter.request_body import json_object
+from query_rewriter.search_request import SearchPlan, plan_search, strip_kgqr
+from query_rewriter.search_service import (
+    FALLBACK_HEADER,
+    fallback_header,
+    run_plan,
+    with_explain,
+)
+
+# What applies to the msearch as a whole, not to each of its searches.
+MSEARCH_ONLY_PARAMS = {"max_concurrent_searches"}
+
+
+def _ndjson(raw: bytes) -> list[dict[str, Any]]:
+    lines = [line for line in raw.split(b"\n") if line.strip()]
+    if len(lines) % 2:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            "msearch body must hold header and body lines in pairs",
+        )
+    return [json_object(line, f"msearch line {n}") for n, line in enumerate(lines, start=1)]
+
+
+async def handle_msearch(
+    state: ProxyState, request: Request, path_index: str | None, raw: bytes
+) -> Response:
+    lines = _ndjson(raw)
+    items = len(lines) // 2
+    if items > state.settings.msearch_max_items:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            f"msearch holds {items} searches; at most {state.settings.msearch_max_items} "
+            "are allowed (KGQR_MSEARCH_MAX_ITEMS)",
+        )
+    query_params = dict(request.query_params)
+    headers = request_headers(request)
+    checked = [
+        check_header(header, path_index, line=2 * n + 1) for n, header in enumerate(lines[0::2])
+    ]
+    plans: list[SearchPlan | None] = []
+    for header, body in zip(checked, lines[1::2], strict=True):
+        plan = None
+        if header.single_index is not None and not header.params:
+            default = state.settings.rewrite_default_strategy
+            plan = plan_search(header.single_index, query_params, body, default)
+        plans.append(plan)
+    if not any(plans):
+        cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
+        return await state.upstream.forward(request, cleaned, decoded=True)
+
+    started = time.perf_counter()
+    caller = Caller.from_headers(headers, state.settings)
+    plain_headers = {**headers, **caller.headers}
+
+    # What applies to each search, not to the msearch as a whole.
+    item_params = {k: v for k, v in query_params.items() if k not in MSEARCH_ONLY_PARAMS}
+    fallbacks: list[str] = []
+
+    async def one(position: int, plan: SearchPlan | None) -> dict[str, Any]:
+        if plan is None:
+            header, body = checked[position], lines[2 * position + 1]
+            upstream = await state.http.post(
+                header.path, json=strip_kgqr(body), params=header.params, headers=plain_headers
+            )
+            status, result = upstream.status_code, upstream.json()
+        else:
+            upstream, explain = await run_plan(state, plan, item_params, headers)
+            status = upstream.status_code
+            result = with_explain(upstream, explain) if plan.explain else upstream.json()
+            if explain.get("fallback"):
+                fallbacks.append(f"item {position} {fallback_header(explain['fallback'])}")
+        return {**result, "status": status}
+
+    responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
+    took = int((time.perf_counter() - started) * 1000)
+    response = JSONResponse({"took": took, "responses": list(responses)})
+    if fallbacks:
+        response.headers[FALLBACK_HEADER] = "; ".join(sorted(fallbacks))[:400]
+    return response

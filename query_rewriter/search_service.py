@@ -1,0 +1,162 @@
+"""One rewritten search, independent of HTTP: rewrite, search hybrid with the caller's
+credentials, keep the original query's totals and facets, fall back to the plain query when
+the rewritten one fails, log it. The proxy's `_search`, its `_msearch` items and the tune
+page all run searches through `run_plan`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+
+from query_rewriter import metrics
+from query_rewriter.caller import Caller
+from query_rewriter.client_fusion import client_side_hybrid
+from query_rewriter.errors import redact_addresses
+from query_rewriter.hybrid_query import hybrid_body, search_params
+from query_rewriter.opensearch_gateway import OpenSearchGateway
+from query_rewriter.original_facets import (
+    facet_body,
+    with_original_facets,
+    without_aggregations,
+)
+from query_rewriter.proxy_state import ProxyState
+from query_rewriter.query_log import query_log_entry
+from query_rewriter.rewriter import RewriteOutcome
+from query_rewriter.search_request import URL_PAGING, SearchPlan
+
+log = logging.getLogger("kgqr.proxy")
+HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
+# On a rewritten search that answered with the plain query instead (explain: `fallback`).
+FALLBACK_HEADER = "x-kgqr-fallback"
+
+
+def fallback_header(fallback: dict[str, str]) -> str:
+    """`stage: reason` on one printable ASCII line, so a client that asked for no explain
+    still learns that this answer is the plain query's."""
+    text = f"{fallback.get('stage')}: {fallback.get('reason', '')}"
+    return "".join(c if " " <= c <= "~" else " " for c in text)[:200]
+
+
+def with_explain(upstream: httpx.Response, explain: dict[str, Any]) -> dict[str, Any]:
+    try:
+        result = upstream.json()
+    except ValueError:
+        result = {"error": upstream.text}
+    if isinstance(result, dict):
+        result["kgqr"] = explain
+    return dict(result)
+
+
+async def run_plan(
+    state: ProxyState, plan: SearchPlan, query_params: dict[str, str], headers: dict[str, str]
+) -> tuple[httpx.Response, dict[str, Any]]:
+    """Rewrite, search hybrid; if the hybrid search itself fails, search the original.
+    Every request here carries the caller's credentials, never kgqr's."""
+    began = time.perf_counter()
+    caller = Caller.from_headers(headers, state.settings)
+    headers = {**headers, **caller.headers}
+    original = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
+    identity = await state.identities.identity(caller)
+    if identity is None:  # OpenSearch refuses these credentials: its own answer, no rewrite
+        refused = await state.http.post(
+            f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
+        )
+        return refused, {"strategy": plan.strategy, "refused": refused.status_code}
+    gateway = OpenSearchGateway(state.http, caller.headers)
+    outcome: RewriteOutcome = await state.rewriter.rewrite(
+        index=plan.index,
+        kb=plan.kb,
+        strategy=plan.strategy,
+        query=plan.parsed.text,
+        params=plan.params,
+        gateway=gateway,
+        caller=identity,
+    )
+    k = int(plan.params.get("k", state.settings.rewrite_knn_k))
+    body = hybrid_body(
+        plan.body,
+        plan.parsed,
+        outcome.rewrite.expanded_text,
+        np.asarray(outcome.vector, dtype=np.float32),
+        k,
+        boosts=outcome.rewrite.boost_ids,
+    )
+    params = search_params(query_params, body)
+    started = time.perf_counter()
+    (upstream, fusion), facets = await asyncio.gather(
+        hybrid_search(state, plan.index, without_aggregations(body), params, headers),
+        state.http.post(
+            f"/{plan.index}/_search",
+            json=facet_body(plan.body),
+            params={k: v for k, v in original.items() if k not in URL_PAGING},
+            headers=headers,
+        ),
+    )
+    outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
+    failed = upstream if upstream.status_code >= 400 else facets
+    if failed.status_code < 400:
+        upstream = _json_response(upstream, with_original_facets(upstream.json(), facets.json()))
+    elif upstream.status_code not in (401, 403, 404):
+        log.warning(
+            "rewritten search failed",
+            extra={"kgqr": {"status": failed.status_code, "body": failed.text[:1000]}},
+        )
+        what = "" if failed is upstream else " to the original query's totals"
+        reason = f"OpenSearch answered {failed.status_code}{what}: {redact_addresses(failed.text)}"
+        reason = reason[:300]
+        outcome.fallback = {"stage": "search", "reason": reason, "strategy": plan.strategy}
+        metrics.FALLBACKS.labels(plan.strategy, "search").inc()
+        upstream = await state.http.post(
+            f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
+        )
+        body = plan.body
+    explain = {**outcome.explain(body), "fusion": fusion}
+    if state.query_log is not None:
+        state.query_log.record(
+            query_log_entry(
+                kb=plan.kb,
+                index=plan.index,
+                strategy=plan.strategy,
+                explain=explain,
+                upstream=upstream,
+                total_ms=(time.perf_counter() - began) * 1000,
+            )
+        )
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            "rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}}
+        )
+    return upstream, explain
+
+
+def _json_response(upstream: httpx.Response, content: dict[str, Any]) -> httpx.Response:
+    return httpx.Response(
+        upstream.status_code, json=content, headers={"content-type": "application/json"}
+    )
+
+
+async def hybrid_search(
+    state: ProxyState,
+    index: str,
+    body: dict[str, Any],
+    params: dict[str, str],
+    headers: dict[str, str],
+) -> tuple[httpx.Response, str]:
+    """The hybrid body through the engine's pipeline, else fused in kgqr; says which.
+
+    A caller under document-level security cannot run a `hybrid` query on OpenSearch 2.19:
+    the security plugin wraps the query in its filter, and neural-search refuses a hybrid
+    query that is not top-level (neural-search issue 1303). For such a caller the same
+    sub-queries are fused in kgqr, so the rewrite still applies."""
+    if not state.neural_search:
+        return await client_side_hybrid(state.http, index, body, params, headers), "client"
+    upstream = await state.http.post(f"/{index}/_search", json=body, params=params, headers=headers)
+    if upstream.status_code == 400 and HYBRID_NOT_TOP_LEVEL in upstream.text:
+        fused = await client_side_hybrid(state.http, index, body, params, headers)
+        return fused, "client (the engine refused a hybrid query under document-level security)"
+    return upstream, "pipeline"

@@ -1,0 +1,171 @@
+"""Requests as common clients send them, through `kgqr serve` and the nginx front: gzipped
+bodies, paging in the URL, msearch headers with lists and booleans, facets and totals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+from opensearchpy import OpenSearch
+from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
+from opensearchpy.helpers.search import Search
+
+from plugin.services.process import port_is_open
+from query_rewriter.background_server import free_port
+
+QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
+AMERICAN = {"match": {"text": "American"}}  # p1-p3 of 8; k-NN alone would match all 8
+
+
+def _ids(result: dict[str, Any]) -> list[str]:
+    return [hit["_id"] for hit in result["hits"]["hits"]]
+
+
+def test_gzipped_request_bodies_work_as_they_do_directly(
+    entry_url: str, movies_kb: str, opensearch: Any, unique_name: str
+) -> None:
+    """opensearch-py's `http_compress=True` gzips every body it sends."""
+    client = OpenSearch(hosts=[entry_url], http_compress=True, timeout=300)
+    direct = OpenSearch(hosts=[opensearch.transport.hosts[0]], http_compress=True)
+    explained = client.search(index=movies_kb, body=QUERY, params={"kgqr.explain": "true"})
+    assert explained["kgqr"]["fallback"] is None and _ids(explained)[0] == "m1"
+    mixed = client.msearch(body=[{"index": movies_kb}, QUERY, {"index": "kgqr-meta"}, {}])
+    assert [item["status"] for item in mixed["responses"]] == [200, 200]
+    assert _ids(mixed["responses"][0])[0] == "m1"
+    client.index(index=unique_name, id="1", body={"title": "gzip works"}, refresh=True)
+    try:
+        plain = {"query": {"match": {"title": "gzip"}}}
+        assert _ids(client.search(index=unique_name, body=plain)) == ["1"]
+        assert (
+            client.msearch(body=[{"index": unique_name}, plain])["responses"][0]["hits"]["total"]
+            == direct.search(index=unique_name, body=plain)["hits"]["total"]
+        )
+    finally:
+        direct.indices.delete(index=unique_name)
+
+
+def test_paging_in_the_url_pages_the_rewritten_search(entry_url: str, movies_kb: str) -> None:
+    client = OpenSearch(hosts=[entry_url], timeout=300)
+    body = {"query": {"match": {"text": "American film"}}}
+    in_body = client.search(index=movies_kb, body={**body, "from": 1, "size": 2})
+    response = httpx.post(
+        f"{entry_url}/{movies_kb}/_search",
+        json=body,
+        params={"from": "1", "size": "2", "kgqr.explain": "true"},
+        timeout=300,
+    )
+    assert response.status_code == 200 and "x-kgqr-fallback" not in response.headers
+    in_url = response.json()
+    assert in_url["kgqr"]["fallback"] is None
+    assert in_url["kgqr"]["final_query"]["query"]["hybrid"]["pagination_depth"] >= 3
+    assert _ids(in_url) == _ids(in_body) and len(_ids(in_url)) == 2
+    first_page = client.search(index=movies_kb, body=body, params={"size": "1"})
+    assert _ids(first_page) == _ids(client.search(index=movies_kb, body={**body, "size": 1}))
+    assert _ids(first_page)[0] not in _ids(in_url)
+    bad = httpx.post(f"{entry_url}/{movies_kb}/_search", json=body, params={"from": "-1"})
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "illegal_argument_exception"
+
+
+def test_msearch_headers_with_lists_and_booleans_answer_as_directly(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """opensearch-dsl's MultiSearch puts search options into the item headers."""
+    body = [
+        {"index": [movies_kb, "kgqr-meta"]}, {"query": AMERICAN},
+        {"index": movies_kb, "request_cache": True}, {"query": AMERICAN},
+        {"index": movies_kb}, {"query": AMERICAN, "size": 5},
+    ]  # fmt: skip
+    via = OpenSearch(hosts=[entry_url], timeout=300).msearch(body=body)["responses"]
+    direct = opensearch.msearch(body=body)["responses"]
+    assert [item["status"] for item in via] == [item["status"] for item in direct] == [200] * 3
+    for item_via, item_direct in zip(via[:2], direct[:2], strict=True):
+        assert _ids(item_via) == _ids(item_direct)  # not rewritten: the engine's answer
+    assert via[2]["hits"]["total"] == direct[2]["hits"]["total"]
+
+
+def _type_facets(client: OpenSearch, index: str, text: str) -> Any:
+    """opensearch-dsl's FacetedSearch, as a search UI builds one: an index and a client
+    are class attributes there."""
+
+    class TypeFacets(FacetedSearch):  # type: ignore[misc]
+        fields: ClassVar[list[str]] = ["title", "text"]
+        facets: ClassVar[dict[str, TermsFacet]] = {"type": TermsFacet(field="type")}
+
+    TypeFacets.index, TypeFacets.using = index, client
+    return TypeFacets(text).execute()
+
+
+def test_totals_and_aggregations_are_the_original_querys(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """The rewrite changes the hits and their order; hits.total and aggregations keep
+    meaning "documents matching what the caller asked" (README: Search semantics)."""
+    via = OpenSearch(hosts=[entry_url], timeout=300)
+    search = Search(index=movies_kb).query(AMERICAN).extra(size=5)
+    search.aggs.bucket("types", "terms", field="type")
+    direct_result = search.using(opensearch).execute()
+    rewritten = search.using(via).extra(ext={"kgqr": {"explain": True}}).execute()
+    assert rewritten.to_dict()["kgqr"]["fallback"] is None
+    assert direct_result.hits.total.value == 3
+    assert rewritten.hits.total.to_dict() == direct_result.hits.total.to_dict()
+    assert rewritten.aggregations.to_dict() == direct_result.aggregations.to_dict()
+    assert search.using(via).count() == 3
+    assert len(rewritten.hits) > 3  # the dense side still brings in other documents
+    facets_direct = _type_facets(opensearch, movies_kb, "American")
+    facets_via = _type_facets(via, movies_kb, "American")
+    assert facets_via.facets.type == facets_direct.facets.type == [("person", 3, False)]
+    assert facets_via.hits.total.value == 3
+    no_total = via.search(index=movies_kb, body={"query": AMERICAN, "track_total_hits": False})
+    assert "total" not in no_total["hits"]
+
+
+def test_kgqr_serve_stopped_by_sigterm_removes_its_front_folder(tmp_path: Path) -> None:
+    def front_folders() -> set[Path]:
+        return set(Path("/tmp").glob("kgqr-front-*"))
+
+    before = front_folders()
+    port, front_port = free_port(), free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from plugin.cli import main; main()", "serve", "--port", str(port),
+         "--front-port", str(front_port), "--log-level", "warning"],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (port_is_open("127.0.0.1", port) and port_is_open("127.0.0.1", front_port)):
+            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            assert time.monotonic() < deadline, "kgqr serve did not listen within 120 s"
+            time.sleep(0.2)
+        assert front_folders() - before, "the running front has no folder under /tmp"
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert front_folders() - before == set()
+    assert not port_is_open("127.0.0.1", front_port)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_compressed_msearch_with_a_bad_line_is_a_clear_400(
+    entry_url: str, movies_kb: str, encoding: str
+) -> None:
+    import gzip
+    import zlib
+
+    raw = b'{"index": "' + movies_kb.encode() + b'"}\n{not json\n'
+    packed = gzip.compress(raw) if encoding == "gzip" else zlib.compress(raw)
+    response = httpx.post(
+        f"{entry_url}/_msearch",
+        content=packed,
+        headers={"content-type": "application/x-ndjson", "content-encoding": encoding},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "parse_exception"

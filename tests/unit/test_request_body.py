@@ -1,0 +1,49 @@
+"""Request bodies kgqr must read: decompressed as OpenSearch would, bounded once decoded."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+
+from query_rewriter.errors import RewriteRequestError
+from query_rewriter.request_body import decode_body
+
+BODY = b'{"query": {"match": {"text": "heat"}}}'
+
+
+@pytest.mark.parametrize(
+    ("encoding", "packed"),
+    [
+        (None, BODY),
+        ("identity", BODY),
+        ("gzip", gzip.compress(BODY)),
+        ("GZIP", gzip.compress(BODY)),
+        ("deflate", zlib.compress(BODY)),
+        ("gzip, gzip", gzip.compress(gzip.compress(BODY))),
+    ],
+)
+def test_encoded_bodies_are_decoded(encoding: str | None, packed: bytes) -> None:
+    assert decode_body(packed, encoding, limit=1000) == BODY
+
+
+def _refusal(packed: bytes, encoding: str, limit: int = 1000) -> RewriteRequestError:
+    with pytest.raises(RewriteRequestError) as caught:
+        decode_body(packed, encoding, limit)
+    return caught.value
+
+
+def test_a_small_body_that_expands_past_the_limit_is_refused() -> None:
+    bomb = gzip.compress(b" " * 10_000_000)
+    assert len(bomb) < 20_000
+    refused = _refusal(bomb, "gzip", limit=1_000_000)
+    assert refused.status == 413 and refused.error_type == "content_too_long_exception"
+
+
+def test_broken_truncated_and_unknown_encodings_are_clear_400s() -> None:
+    assert _refusal(b"not gzip at all", "gzip").error_type == "parse_exception"
+    truncated = _refusal(gzip.compress(BODY)[:-12], "gzip")
+    assert truncated.status == 400 and "truncated" in truncated.reason
+    unknown = _refusal(BODY, "br")
+    assert unknown.status == 400 and "[br]" in unknown.reason
