@@ -75,6 +75,34 @@ def status(names: tuple[str, ...]) -> None:
         )
 
 
+@services.command("delete-unrunnable-indices")
+@click.option("--yes", is_flag=True, help="Delete without asking.")
+def delete_unrunnable_indices(yes: bool) -> None:
+    """Delete the indices that keep the local OpenSearch red.
+
+    The k-NN plugin from Maven Central has no native libraries: an index that maps a vector
+    on the faiss or nmslib engine (made before kgqr's engine guard refused such mappings)
+    cannot open on this node, and without the guard it killed the node at every start.
+    This lists such indices and deletes them; their documents were never searchable here.
+    """
+    from plugin.services.opensearch_node import OpenSearchNode
+    from plugin.services.unrunnable_indices import delete_unrunnable
+
+    def confirm(found: dict[str, list[str]]) -> bool:
+        for index, fields in found.items():
+            click.echo(f"{index}: {', '.join(fields)}")
+        return yes or click.confirm(f"delete these {len(found)} indices?")
+
+    node = OpenSearchNode(get_settings())
+    try:
+        deleted = delete_unrunnable(node, confirm)
+        click.echo(f"deleted {len(deleted)} indices" if deleted else "nothing deleted")
+        click.echo(f"{node.name}: {node.up()}")
+    except ServiceError as exc:
+        click.secho(f"{node.name}: FAILED: {exc}", fg="red", err=True)
+        raise SystemExit(1) from exc
+
+
 @services.command()
 def check() -> None:
     """Exercise each running service the way kgqr uses it, and print what was observed.

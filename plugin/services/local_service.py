@@ -83,7 +83,16 @@ class LocalService(abc.ABC):
         argv, env = self.command()
         self.process.start(argv, env={**os.environ, **env}, cwd=self.layout.root)
         self._command_record.write_text(json.dumps(_command_line(argv, env)))
-        wait_until_healthy(self.process, self.is_healthy, self.startup_timeout_s)
+        self._wait_until_healthy()
+
+    def _wait_until_healthy(self) -> None:
+        wait_until_healthy(
+            self.process, self.is_healthy, self.startup_timeout_s, self.startup_problem
+        )
+
+    def startup_problem(self) -> str | None:
+        """While the service is not healthy yet: a reason it never will be, if known."""
+        return None
 
     def up(self) -> str:
         """Start the service unless it already answers; returns what happened."""
@@ -97,7 +106,7 @@ class LocalService(abc.ABC):
         if ours and port_is_open(self.host, self.port):
             # Our own process holds the port but did not answer: still starting, or busy
             # (the LLM server answers nothing while it generates). Wait, don't fail.
-            wait_until_healthy(self.process, self.is_healthy, self.startup_timeout_s)
+            self._wait_until_healthy()
             return "already running (was busy)"
         if port_is_open(self.host, self.port):
             if self.is_healthy():

@@ -1,24 +1,22 @@
 """A single-node OpenSearch with k-NN and neural-search, assembled from Maven Central.
 
-The minimal distribution on Maven Central (``integ-test-zip``) has no plugins and, in the
-2.x line, no ``lang-painless`` module, which k-NN extends. Maven Central carries painless
-only as jars, so the module folder is built from them: the jars its pom resolves minus
-the ones the distribution's ``lib/`` already has.
+The minimal distribution on Maven Central (``integ-test-zip``) has no plugins and only one
+module; the standard modules are added from their jars (``opensearch_modules.py``).
 """
 
 from __future__ import annotations
 
-import shutil
 import tempfile
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from plugin.services import maven
 from plugin.services.archives import extract_zip, replace_dir
-from plugin.services.http_probe import get_json
+from plugin.services.http_probe import request_json
 from plugin.services.java import find_java_home
 from plugin.services.local_service import LocalService, port_of
+from plugin.services.opensearch_guard import add_engine_guard, guard_digest
+from plugin.services.opensearch_modules import MODULES, add_missing_modules
 from plugin.services.process import run_checked
 from plugin.services.service_user import (
     UNPRIVILEGED_ROOT,
@@ -27,26 +25,7 @@ from plugin.services.service_user import (
     hand_over,
     running_as_root,
 )
-
-PAINLESS_DESCRIPTOR = """\
-description=An easy, safe and fast scripting language for OpenSearch
-version={version}
-name=lang-painless
-classname=org.opensearch.painless.PainlessPlugin
-java.version=11
-opensearch.version={version}
-extended.plugins=
-has.native.controller=false
-"""
-
-# The module's own policy in the OpenSearch source tree: painless compiles scripts to classes.
-PAINLESS_POLICY = """\
-grant {
-  permission java.lang.RuntimePermission "createClassLoader";
-  permission java.lang.RuntimePermission "getClassLoader";
-};
-"""
-
+from plugin.services.unrunnable_indices import red_because_of_unrunnable
 
 # Maven Central has no checksum files for the neural-search zips; these were recorded on
 # first download and must be added here when the plugin version changes.
@@ -102,7 +81,8 @@ class OpenSearchNode(LocalService):
     def prepare(self) -> None:
         java_home = find_java_home(self.settings.java_home)
         marker = self.install_dir / ".kgqr-installed"
-        if not marker.is_file():
+        recipe = self._recipe()
+        if not marker.is_file() or marker.read_text() != recipe:
             distribution, plugins = self._artifacts()
             dist_zip = maven.fetch(
                 distribution, self.layout.downloads, self.layout.maven_repo, self.name
@@ -113,8 +93,12 @@ class OpenSearchNode(LocalService):
             ]
             with tempfile.TemporaryDirectory(dir=self.layout.root) as scratch:
                 home = extract_zip(dist_zip, Path(scratch))
-                if not (home / "modules" / "lang-painless").is_dir():
-                    self._add_painless_module(home)
+                add_missing_modules(
+                    home,
+                    self.settings.opensearch_version,
+                    self.layout.downloads,
+                    self.layout.maven_repo,
+                )
                 for plugin_zip in plugin_zips:
                     run_checked(
                         self.name,
@@ -122,7 +106,8 @@ class OpenSearchNode(LocalService):
                          plugin_zip.as_uri()],
                         env={"OPENSEARCH_JAVA_HOME": str(java_home), "PATH": "/usr/bin:/bin"},
                     )  # fmt: skip
-                (home / ".kgqr-installed").write_text("ok\n")
+                add_engine_guard(home, java_home, self.settings.opensearch_version)
+                (home / ".kgqr-installed").write_text(recipe)
                 replace_dir(home, self.install_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if running_as_root():
@@ -130,26 +115,13 @@ class OpenSearchNode(LocalService):
             hand_over(self.install_dir)
             hand_over(self.data_dir)
 
-    def _add_painless_module(self, home: Path) -> None:
-        version = self.settings.opensearch_version
-        pom = resources.files("plugin.services.opensearch").joinpath("lang-painless-pom.xml")
-        resolved = maven.resolve_jars(
-            Path(str(pom)),
-            {"opensearch.version": version},
-            self.layout.downloads / f"lang-painless-{version}-jars",
-            self.layout.maven_repo,
-            self.name,
-        )
-        in_core = {_artifact_name(jar) for jar in (home / "lib").glob("*.jar")}
-        module = home / "modules" / "lang-painless"
-        module.mkdir(parents=True)
-        for jar in resolved:
-            if _artifact_name(jar) not in in_core:
-                shutil.copy2(jar, module / jar.name)
-        (module / "plugin-descriptor.properties").write_text(
-            PAINLESS_DESCRIPTOR.format(version=version)
-        )
-        (module / "plugin-security.policy").write_text(PAINLESS_POLICY)
+    def startup_problem(self) -> str | None:
+        return red_because_of_unrunnable(self)
+
+    def _recipe(self) -> str:
+        """What an install holds; an install made by another recipe is rebuilt (data kept)."""
+        modules = ",".join(module.name for module in MODULES)
+        return f"modules: {modules}\nengine guard: {guard_digest()}\n"
 
     def node_options(self) -> list[str]:
         """Further `-E` options of a node kind (the secured node's transport port)."""
@@ -181,9 +153,12 @@ class OpenSearchNode(LocalService):
         }
         return argv, env
 
+    def call(self, method: str, path: str, timeout_s: float = 2.0) -> Any | None:
+        """The JSON of a 200 answer, else None (probes and repairs)."""
+        return request_json(method, f"http://{self.host}:{self.port}{path}", timeout_s=timeout_s)
+
     def get(self, path: str) -> Any | None:
-        """The JSON of a 200 answer to GET path, else None (health and version probes)."""
-        return get_json(f"http://{self.host}:{self.port}{path}")
+        return self.call("GET", path)
 
     def is_healthy(self) -> bool:
         health = self.get("/_cluster/health")
@@ -196,12 +171,3 @@ class OpenSearchNode(LocalService):
             return None
         names = ", ".join(f"{p['component']} {p['version']}" for p in plugins)
         return f"{root['version']['number']} ({names or 'no plugins'})"
-
-
-def _artifact_name(jar: Path) -> str:
-    """``lucene-core-9.12.1.jar`` -> ``lucene-core``: the name without its version."""
-    parts = jar.stem.split("-")
-    for index, part in enumerate(parts):
-        if part[:1].isdigit():
-            return "-".join(parts[:index])
-    return jar.stem

@@ -120,12 +120,16 @@ def wait_until_healthy(
     process: ManagedProcess,
     is_healthy: Callable[[], bool],
     timeout_s: float,
+    problem: Callable[[], str | None] = lambda: None,
 ) -> None:
-    """Poll is_healthy until it holds; fail with the log tail if the process dies or stalls."""
+    """Poll is_healthy until it holds; fail with the log tail if the process dies or stalls,
+    and at once with `problem()` when it names a reason it never will be healthy."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if is_healthy():
             return
+        if (reason := problem()) is not None:
+            raise ServiceError(process.name, reason)
         if process.pid() is None:
             raise ServiceError(
                 process.name,

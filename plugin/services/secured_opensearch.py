@@ -16,8 +16,6 @@ import secrets
 import shutil
 import ssl
 import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from plugin.connections import basic_authorization
 from plugin.schema import JUDGMENTS_INDEX, META_INDEX, QUERY_LOG_INDEX, TUNE_RUNS_INDEX
 from plugin.services import maven
 from plugin.services.errors import ServiceError
+from plugin.services.http_probe import request_json
 from plugin.services.opensearch_node import OpenSearchNode
 from plugin.services.process import run_checked
 from plugin.services.service_user import hand_over, running_as_root
@@ -194,20 +193,18 @@ class SecuredOpenSearchNode(OpenSearchNode):
     def node_environment(self) -> dict[str, str]:
         return {"OPENSEARCH_PATH_CONF": str(self.config_dir)}
 
-    def get(self, path: str) -> Any | None:
+    def call(self, method: str, path: str, timeout_s: float = 3.0) -> Any | None:
         """As the admin, over TLS checked against the node's own CA."""
         if not self.credentials_file.is_file():
             return None
         credentials = self._credentials()
-        context = ssl.create_default_context(cafile=str(credentials.ca_file))
-        request = urllib.request.Request(
-            credentials.url + path, headers={"Authorization": credentials.admin_authorization}
+        return request_json(
+            method,
+            credentials.url + path,
+            headers={"Authorization": credentials.admin_authorization},
+            context=ssl.create_default_context(cafile=str(credentials.ca_file)),
+            timeout_s=timeout_s,
         )
-        try:
-            with urllib.request.urlopen(request, timeout=3, context=context) as response:
-                return json.loads(response.read())
-        except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError, ssl.SSLError):
-            return None
 
 
 def _password() -> str:

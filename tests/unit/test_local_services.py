@@ -15,7 +15,7 @@ from plugin.services.errors import ServiceError
 from plugin.services.llm_models import MODELS
 from plugin.services.llm_server import cmake_args
 from plugin.services.local_service import LocalService
-from plugin.services.opensearch_node import _artifact_name
+from plugin.services.opensearch_modules import artifact_name
 from plugin.services.process import ManagedProcess, port_is_open, wait_until_healthy
 from plugin.services.registry import SERVICE_NAMES, local_services
 from plugin.settings import Settings
@@ -168,7 +168,7 @@ def test_extract_zip_keeps_exec_bits(tmp_path: Path) -> None:
     ],
 )
 def test_artifact_name_drops_the_version(jar: str, name: str) -> None:
-    assert _artifact_name(Path(jar)) == name
+    assert artifact_name(Path(jar)) == name
 
 
 def test_cmake_args_never_enable_amx() -> None:
