@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: where results go and what machine produced them."""
+"""Shared by the benchmark scripts: where results go, what machine produced them, and a
+kgqr proxy in a process of its own."""
 
 from __future__ import annotations
 
@@ -6,10 +7,26 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import httpx
+
+from query_rewriter.background_server import free_port
 
 RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+
+
+class RunningProxy(NamedTuple):
+    url: str
+    front: str
+    pid: int
 
 
 def machine() -> dict[str, Any]:
@@ -24,3 +41,38 @@ def save(name: str, figures: dict[str, Any]) -> Path:
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"saved {path}")
     return path
+
+
+@contextmanager
+def proxy_process(env: dict[str, str] | None = None) -> Iterator[RunningProxy]:
+    """`kgqr serve` in its own process, so the benchmark client does not share its GIL,
+    with its nginx front. `env` overrides settings for this proxy only."""
+    port, front_port = free_port(), free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from plugin.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--front-port",
+            str(front_port),
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                httpx.get(f"{url}/metrics", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield RunningProxy(url, f"http://127.0.0.1:{front_port}", server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

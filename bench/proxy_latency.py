@@ -12,60 +12,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import save
+from bench.bench_common import proxy_process, save
 from plugin.settings import get_settings
-from query_rewriter.background_server import free_port
 from query_rewriter.hybrid_query import search_params
-
-
-@contextmanager
-def proxy_process(env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
-    """`kgqr serve` in its own process, so the benchmark client does not share its GIL,
-    with its nginx front; yields both URLs. `env` overrides settings for this proxy only."""
-    port, front_port = free_port(), free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from plugin.cli import main; main()",
-            "serve",
-            "--port",
-            str(port),
-            "--front-port",
-            str(front_port),
-            "--log-level",
-            "WARNING",
-        ],
-        cwd=Path(__file__).resolve().parents[1],
-        env={**os.environ, **(env or {})},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                httpx.get(f"{url}/metrics", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        yield url, f"http://127.0.0.1:{front_port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
 
 # Multi-hop questions of the kind the MuSiQue knowledge base answers, for the LLM strategies.
 QUESTIONS = [
@@ -225,7 +185,7 @@ def main() -> None:
     managed = f"kgqr-{args.kb}-documents"
     figures: dict[str, object] = {"kb": args.kb, "rounds": args.rounds}
     with ExitStack() as stack:
-        proxy, front = stack.enter_context(proxy_process())
+        proxy, front, _ = stack.enter_context(proxy_process())
         client = stack.enter_context(httpx.Client(timeout=600))
         if "passthrough" in sections:
             figures["passthrough"] = passthrough(client, proxy, front, direct, managed, args.rounds)
@@ -234,7 +194,7 @@ def main() -> None:
         if "strategies" in sections:
             proxies = {s: (proxy, s) for s in args.strategies.split(",")}
             if args.kar_triples:
-                paper, _ = stack.enter_context(
+                paper, _, _ = stack.enter_context(
                     proxy_process({"KGQR_KAR_KNOWLEDGE_FORMAT": "triples"})
                 )
                 proxies["kar (triples)"] = (paper, "kar")

@@ -190,6 +190,11 @@ class AsyncLlmClient:
         self._timeout_s = settings.llm_timeout_s
         self._redis = redis
         self._in_flight: dict[str, Any] = {}
+        # A local LLM server answers one call at a time; more in flight only queue there,
+        # where a rewrite that gives up cannot leave the queue. They queue here instead,
+        # and a rewrite whose budget ends while waiting (its wait_for cancels) falls back.
+        self._slots = asyncio.Semaphore(settings.llm_max_concurrent)
+        self.waiting = 0
 
     async def complete(self, request: LlmRequest) -> LlmAnswer:
         started = time.perf_counter()
@@ -205,8 +210,16 @@ class AsyncLlmClient:
         future: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         self._in_flight[key] = future
         try:
-            async with asyncio.timeout(self._timeout_s):
-                texts = await self._streamed_texts(request)
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    texts = await self._streamed_texts(request)
+            finally:
+                self._slots.release()
             if self._redis is not None:
                 await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
             future.set_result(texts)

@@ -116,6 +116,19 @@ class Settings(BaseSettings):
     rewrite_alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")
     rewrite_expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
     rewrite_timeout_s: float = Field(default=90.0, description="Whole-rewrite budget.")
+    rewrite_max_concurrent: int = Field(
+        default=16,
+        ge=1,
+        description="Rewrites computed at once (cache misses; `base` is not counted). Beyond "
+        "it a search runs the plain query at once (fallback stage `admission`), so a flood of "
+        "slow rewrites cannot hold every connection or queue the searches behind it.",
+    )
+    llm_max_concurrent: int = Field(
+        default=2,
+        ge=1,
+        description="LLM calls in flight from this proxy; more wait for a slot, and a rewrite "
+        "whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits falls back.",
+    )
     rewrite_cache_ttl_s: int = Field(
         default=24 * 3600, description="Rewrite cache lifetime; 0 turns the rewrite cache off."
     )

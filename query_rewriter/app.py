@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             return await anyio.to_thread.run_sync(embedder.encode, texts)
 
         llm = AsyncLlmClient(settings, redis)
+        metrics.LLM_WAITING.set_function(lambda: llm.waiting)
         state = ProxyState(
             settings,
             http,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter(
@@ -33,5 +33,15 @@ QUERY_LOG = Counter(
     "kgqr_query_log_entries_total",
     "Query-log entries by outcome (written, dropped when the queue is full, failed to index)",
     ["result"],
+    registry=REGISTRY,
+)
+REWRITES_RUNNING = Gauge(
+    "kgqr_rewrites_running",
+    "Rewrites being computed (KGQR_REWRITE_MAX_CONCURRENT caps them)",
+    registry=REGISTRY,
+)
+LLM_WAITING = Gauge(
+    "kgqr_llm_calls_waiting",
+    "LLM calls waiting for one of the KGQR_LLM_MAX_CONCURRENT slots",
     registry=REGISTRY,
 )

@@ -31,7 +31,12 @@ from query_rewriter.strategies.context import StrategyContext
 log = logging.getLogger("kgqr.rewrite")
 REWRITE_SETTING_PREFIXES = ("rewrite_", "kar_", "kgcqr_", "llm_model", "embedder_model")
 # Settings under those prefixes that say how or when to rewrite, not what a rewrite is.
-NOT_SHAPING = {"rewrite_cache_ttl_s", "rewrite_default_strategy", "rewrite_timeout_s"}
+NOT_SHAPING = {
+    "rewrite_cache_ttl_s",
+    "rewrite_default_strategy",
+    "rewrite_timeout_s",
+    "rewrite_max_concurrent",
+}
 
 
 @dataclass
@@ -99,6 +104,7 @@ class Rewriter:
         self.embed = embed
         self.structure_of = structure_of
         self.graph = graph
+        self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
         # Everything that shapes a rewrite goes into its cache key, so changing any of it
         # never serves a stale one: the models and every rewrite_*, kar_*, kgcqr_* setting.
         # Computed once: settings do not change under a running rewriter.
@@ -137,7 +143,15 @@ class Rewriter:
         metrics.CACHE.labels("miss").inc()
 
         async def compute() -> RewriteOutcome:
-            outcome = await self._compute(index, kb, strategy, query, params, gateway)
+            if strategy != "base" and self._running >= self.settings.rewrite_max_concurrent:
+                return self._refused(strategy, query, params)
+            self._running += 1
+            metrics.REWRITES_RUNNING.inc()
+            try:
+                outcome = await self._compute(index, kb, strategy, query, params, gateway)
+            finally:
+                self._running -= 1
+                metrics.REWRITES_RUNNING.dec()
             if outcome.fallback is None:
                 await self.cache.put(key, outcome.to_cache())
             return outcome
@@ -186,25 +200,57 @@ class Rewriter:
             reason = (
                 "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
             )
-            # The log keeps the whole reason; the explain, which a client reads, no addresses.
-            log.warning(
-                "rewrite fell back to the plain query",
-                extra={"kgqr": {"stage": stage, "reason": reason, "strategy": strategy_name}},
-            )
-            fallback = {
-                "stage": stage,
-                "reason": redact_addresses(reason)[:300],
-                "strategy": strategy_name,
-            }
-            metrics.FALLBACKS.labels(strategy_name, stage).inc()
+            fallback = self._fallback(strategy_name, stage, reason)
             rewrite = Rewrite(strategy="base", query=query)
         timer.current = None
-        with timer.stage("embed"):
-            vectors = await self.embed([query, *rewrite.context_texts])
+        texts = [query, *rewrite.context_texts]
+        remaining = self.settings.rewrite_timeout_s - (time.perf_counter() - started)
+        try:
+            with timer.stage("embed"):
+                # Context texts (PRF hits, generated documents) are embedded within the budget;
+                # the query's own vector, which every hybrid search needs, always is.
+                embedding = self.embed(texts)
+                vectors = await (
+                    asyncio.wait_for(embedding, max(remaining, 0.0))
+                    if len(texts) > 1
+                    else embedding
+                )
+        except TimeoutError:
+            fallback = fallback or self._fallback(strategy_name, "embed", "timed out")
+            rewrite = Rewrite(strategy="base", query=query)
+            vectors = await self.embed([query])
         vector = fuse(vectors[0], mean_vector(vectors[1:]), alpha)
         for stage, ms in timer.stages_ms.items():
             metrics.STAGE_SECONDS.labels(strategy_name, stage).observe(ms / 1000)
         metrics.REWRITE_SECONDS.labels(strategy_name).observe(time.perf_counter() - started)
         return RewriteOutcome(
             rewrite, [float(x) for x in vector], alpha, dict(timer.stages_ms), fallback, llm=usage
+        )
+
+    @staticmethod
+    def _fallback(strategy: str, stage: str, reason: str) -> dict[str, str]:
+        """The explain's `fallback`. The log keeps the whole reason; the explain, which a
+        client reads, names no address."""
+        log.warning(
+            "rewrite fell back to the plain query",
+            extra={"kgqr": {"stage": stage, "reason": reason, "strategy": strategy}},
+        )
+        metrics.FALLBACKS.labels(strategy, stage).inc()
+        return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}
+
+    def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
+        """A rewrite refused admission: no vector, so the caller's own search runs as sent.
+        Under load even embedding the query (CPU-bound, ~10 ms) would queue every search."""
+        limit = self.settings.rewrite_max_concurrent
+        fallback = self._fallback(
+            strategy,
+            "admission",
+            f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)",
+        )
+        return RewriteOutcome(
+            Rewrite(strategy="base", query=query),
+            None,
+            float(params.get("alpha", self.settings.rewrite_alpha)),
+            {},
+            fallback,
         )

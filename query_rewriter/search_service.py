@@ -63,59 +63,26 @@ async def run_plan(
     original = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
     identity = await state.identities.identity(caller)
     if identity is None:  # OpenSearch refuses these credentials: its own answer, no rewrite
-        refused = await state.http.post(
-            f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
-        )
+        refused = await _original_search(state, plan, original, headers)
         return refused, {"strategy": plan.strategy, "refused": refused.status_code}
-    gateway = OpenSearchGateway(state.http, caller.headers)
     outcome: RewriteOutcome = await state.rewriter.rewrite(
         index=plan.index,
         kb=plan.kb,
         strategy=plan.strategy,
         query=plan.parsed.text,
         params=plan.params,
-        gateway=gateway,
+        gateway=OpenSearchGateway(state.http, caller.headers),
         caller=identity,
     )
-    k = int(plan.params.get("k", state.settings.rewrite_knn_k))
-    body = hybrid_body(
-        plan.body,
-        plan.parsed,
-        outcome.rewrite.expanded_text,
-        np.asarray(outcome.vector, dtype=np.float32),
-        k,
-        boosts=outcome.rewrite.boost_ids,
-    )
-    params = search_params(query_params, body)
     started = time.perf_counter()
-    (upstream, fusion), facets = await asyncio.gather(
-        hybrid_search(state, plan.index, without_aggregations(body), params, headers),
-        state.http.post(
-            f"/{plan.index}/_search",
-            json=facet_body(plan.body),
-            params={k: v for k, v in original.items() if k not in URL_PAGING},
-            headers=headers,
-        ),
-    )
+    if outcome.vector is None:  # refused admission under load: the caller's search, at once
+        upstream, body, fusion = await _original_search(state, plan, original, headers), None, None
+    else:
+        upstream, body, fusion = await _rewritten_search(
+            state, plan, outcome, query_params, original, headers
+        )
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
-    failed = upstream if upstream.status_code >= 400 else facets
-    if failed.status_code < 400:
-        upstream = _json_response(upstream, with_original_facets(upstream.json(), facets.json()))
-    elif upstream.status_code not in (401, 403, 404):
-        log.warning(
-            "rewritten search failed",
-            extra={"kgqr": {"status": failed.status_code, "body": failed.text[:1000]}},
-        )
-        what = "" if failed is upstream else " to the original query's totals"
-        reason = f"OpenSearch answered {failed.status_code}{what}: {redact_addresses(failed.text)}"
-        reason = reason[:300]
-        outcome.fallback = {"stage": "search", "reason": reason, "strategy": plan.strategy}
-        metrics.FALLBACKS.labels(plan.strategy, "search").inc()
-        upstream = await state.http.post(
-            f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
-        )
-        body = plan.body
-    explain = {**outcome.explain(body), "fusion": fusion}
+    explain = {**outcome.explain(body or plan.body), "fusion": fusion}
     if state.query_log is not None:
         state.query_log.record(
             query_log_entry(
@@ -132,6 +99,66 @@ async def run_plan(
             "rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}}
         )
     return upstream, explain
+
+
+async def _original_search(
+    state: ProxyState, plan: SearchPlan, original: dict[str, str], headers: dict[str, str]
+) -> httpx.Response:
+    return await state.http.post(
+        f"/{plan.index}/_search", json=plan.body, params=original, headers=headers
+    )
+
+
+async def _rewritten_search(
+    state: ProxyState,
+    plan: SearchPlan,
+    outcome: RewriteOutcome,
+    query_params: dict[str, str],
+    original: dict[str, str],
+    headers: dict[str, str],
+) -> tuple[httpx.Response, dict[str, Any], str | None]:
+    """The hybrid search with the original query's totals and facets; the original search
+    (outcome.fallback says why) if either fails. Returns the answer, the body it answers
+    and how the hybrid was fused."""
+    k = int(plan.params.get("k", state.settings.rewrite_knn_k))
+    body = hybrid_body(
+        plan.body,
+        plan.parsed,
+        outcome.rewrite.expanded_text,
+        np.asarray(outcome.vector, dtype=np.float32),
+        k,
+        boosts=outcome.rewrite.boost_ids,
+    )
+    (upstream, fusion), facets = await asyncio.gather(
+        hybrid_search(
+            state,
+            plan.index,
+            without_aggregations(body),
+            search_params(query_params, body),
+            headers,
+        ),
+        state.http.post(
+            f"/{plan.index}/_search",
+            json=facet_body(plan.body),
+            params={k: v for k, v in original.items() if k not in URL_PAGING},
+            headers=headers,
+        ),
+    )
+    failed = upstream if upstream.status_code >= 400 else facets
+    if failed.status_code < 400:
+        merged = with_original_facets(upstream.json(), facets.json())
+        return _json_response(upstream, merged), body, fusion
+    if upstream.status_code in (401, 403, 404):
+        return upstream, body, fusion  # the caller's own refusal, as OpenSearch gave it
+    log.warning(
+        "rewritten search failed",
+        extra={"kgqr": {"status": failed.status_code, "body": failed.text[:1000]}},
+    )
+    what = "" if failed is upstream else " to the original query's totals"
+    reason = f"OpenSearch answered {failed.status_code}{what}: {redact_addresses(failed.text)}"
+    outcome.fallback = {"stage": "search", "reason": reason[:300], "strategy": plan.strategy}
+    metrics.FALLBACKS.labels(plan.strategy, "search").inc()
+    return await _original_search(state, plan, original, headers), plan.body, fusion
 
 
 def _json_response(upstream: httpx.Response, content: dict[str, Any]) -> httpx.Response:

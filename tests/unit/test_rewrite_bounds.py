@@ -1,0 +1,121 @@
+"""The proxy's resource bounds: an admission limit on concurrent rewrites, LLM calls queued
+for a bounded number of slots, and the embed step inside the rewrite's budget. A scripted
+stand-in LLM (no model: these check when kgqr calls it, not what it answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from plugin.kb_meta import DocumentStructure
+from plugin.llm import AsyncLlmClient, LlmRequest
+from plugin.settings import Settings
+from query_rewriter.rewrite_cache import RewriteCache
+from query_rewriter.rewriter import Rewriter
+from tests.unit.test_llm_streaming import ScriptedStream, settings_for
+
+HYDE_ANSWER = '{"documents": ["Heat is a 1995 crime film about bank robbers in Los Angeles."]}'
+
+
+class GatedLlm:
+    """Answers once `release` is set; counts the calls it saw."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def complete(self, request: object) -> SimpleNamespace:
+        self.calls += 1
+        await self.release.wait()
+        return SimpleNamespace(texts=[HYDE_ANSWER], cached=False, elapsed_ms=1.0)
+
+
+async def _structure(kb: str) -> DocumentStructure:
+    return DocumentStructure(types={"movie": ["title", "text"]})
+
+
+def _rewriter(settings: Settings, llm: object, embed: object) -> Rewriter:
+    return Rewriter(settings, llm, RewriteCache(None, 0), embed, _structure)  # type: ignore[arg-type]
+
+
+async def _embed(texts: list[str]) -> np.ndarray:
+    return np.ones((len(texts), 4), dtype=np.float32)
+
+
+def _rewrite(rewriter: Rewriter, query: str):  # type: ignore[no-untyped-def]
+    return rewriter.rewrite(index="i", kb="kb", strategy="hyde", query=query, params={},
+                            gateway=None, caller="someone")  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None:
+    async def run() -> None:
+        llm = GatedLlm()
+        rewriter = _rewriter(Settings(rewrite_max_concurrent=2), llm, _embed)
+        first = [asyncio.create_task(_rewrite(rewriter, f"query {n}")) for n in range(2)]
+        await asyncio.sleep(0.05)
+        started = time.perf_counter()
+        refused = await _rewrite(rewriter, "query 3")
+        assert time.perf_counter() - started < 0.5
+        assert refused.fallback["stage"] == "admission"
+        assert "KGQR_REWRITE_MAX_CONCURRENT" in refused.fallback["reason"]
+        assert refused.rewrite.strategy == "base" and refused.vector is None
+        assert llm.calls == 2
+        plain = await rewriter.rewrite(index="i", kb="kb", strategy="base", query="q",
+                                       params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
+        assert plain.fallback is None  # base rewrites cost nothing and are always admitted
+        llm.release.set()
+        admitted = await asyncio.gather(*first)
+        assert all(o.fallback is None and o.rewrite.expansions for o in admitted)
+        again = await _rewrite(rewriter, "query 4")  # the slots are free again
+        assert again.fallback is None
+
+    asyncio.run(run())
+
+
+def test_context_embedding_past_the_budget_falls_back_to_the_query_vector() -> None:
+    async def slow_context(texts: list[str]) -> np.ndarray:
+        if len(texts) > 1:
+            await asyncio.sleep(5)
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    async def run() -> None:
+        llm = GatedLlm()
+        llm.release.set()
+        rewriter = _rewriter(Settings(rewrite_timeout_s=0.3), llm, slow_context)
+        started = time.perf_counter()
+        outcome = await _rewrite(rewriter, "heat")
+        assert time.perf_counter() - started < 1.0
+        assert outcome.fallback["stage"] == "embed"
+        assert outcome.rewrite.strategy == "base" and outcome.rewrite.expansions == []
+        assert outcome.vector is not None
+
+    asyncio.run(run())
+
+
+def test_llm_calls_wait_for_a_slot_and_a_waiter_that_gives_up_never_reaches_the_llm() -> None:
+    endpoint = ScriptedStream(['{"a": ', '"b"', "}"], gap_s=0.2)
+
+    async def run() -> None:
+        async with settings_for(endpoint) as base:
+            client = AsyncLlmClient(base.model_copy(update={"llm_max_concurrent": 1}))
+            try:
+                first = asyncio.create_task(client.complete(LlmRequest.user("one")))
+                await asyncio.sleep(0.05)
+                second = asyncio.create_task(client.complete(LlmRequest.user("two")))
+                await asyncio.sleep(0.05)
+                assert client.waiting == 1
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(client.complete(LlmRequest.user("three")), 0.1)
+                assert client.waiting == 1  # the one that gave up left the queue
+                answers = await asyncio.gather(first, second)
+                assert [a.texts for a in answers] == [['{"a": "b"}'], ['{"a": "b"}']]
+                assert client.waiting == 0
+            finally:
+                await client.close()
+
+    asyncio.run(run())
+    assert endpoint.sent == 6  # two answers of three pieces: "three" never got a slot
