@@ -76,10 +76,16 @@ def write_triples(
     return _bulk(client, schema.triples_index(kb), items, "opensearch-triples")
 
 
+class DeadLetterWriteError(RuntimeError):
+    """Rejected records could not be set aside: the chunk must fail (and be retried by a
+    re-run), since completing it would lose them silently."""
+
+
 def write_dead_letters(
     client: Any, kb: str, job_id: str, chunk: int, failures: Sequence[WriteFailure]
 ) -> None:
-    """Set failures aside where a user can inspect them; ids make a re-run overwrite."""
+    """Set failures aside where a user can inspect them; ids make a re-run overwrite.
+    Raises when any of them did not land (transiently: the chunk is retried)."""
     if not failures:
         return
     now = dt.datetime.now(dt.UTC).isoformat()
@@ -101,4 +107,14 @@ def write_dead_letters(
                 "timestamp": now,
             }
         )
-    client.bulk(body=body)
+    response = client.bulk(body=body)
+    if not response.get("errors"):
+        return
+    errors = [item["index"] for item in response["items"] if item["index"].get("error")]
+    if any(error.get("status") in (429, 503) for error in errors):
+        raise TransientBulkError(f"dead letters rejected: {errors[0]['error']}")
+    first = errors[0]["error"]
+    raise DeadLetterWriteError(
+        f"{len(errors)} of {len(failures)} rejected records could not be set aside in "
+        f"{schema.deadletter_index(kb)}: {first.get('type')}: {first.get('reason')}"
+    )

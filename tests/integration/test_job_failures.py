@@ -59,3 +59,26 @@ def test_status_names_each_failed_chunk_and_why(jobs: Any, settings: Any) -> Non
     assert result.exit_code == 0, result.output
     assert "[failed]" in result.output
     assert "chunk 0 FAILED: ValueError: no letters or digits" in result.output
+
+
+def test_rejected_records_that_cannot_be_set_aside_fail_their_chunk(
+    opensearch: Any, kb_name: str
+) -> None:
+    """Completing a chunk whose dead letters did not land would lose those records."""
+    from ingest.opensearch_writer import DeadLetterWriteError, WriteFailure, write_dead_letters
+    from plugin import schema
+
+    index = schema.deadletter_index(kb_name)
+    failure = WriteFailure({"kind": "rejected", "raw": '{"id": "x", broken'}, "bad JSON", "parse")
+    opensearch.indices.create(index=index)
+    try:
+        opensearch.indices.put_settings(index=index, body={"index.blocks.write": True})
+        with pytest.raises(DeadLetterWriteError, match="1 of 1 rejected records could not"):
+            write_dead_letters(opensearch, kb_name, "job", 0, [failure])
+        opensearch.indices.put_settings(index=index, body={"index.blocks.write": False})
+        write_dead_letters(opensearch, kb_name, "job", 0, [failure])  # the re-run lands it
+        opensearch.indices.refresh(index=index)
+        stored = opensearch.search(index=index)["hits"]["hits"]
+        assert [hit["_source"]["raw"] for hit in stored] == ['{"id": "x", broken']
+    finally:
+        opensearch.indices.delete(index=index)
