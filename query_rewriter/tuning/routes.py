@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from plugin.schema import META_INDEX, check_kb_name, documents_index
+from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_index
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.forwarding import request_headers
 from query_rewriter.search_request import SearchPlan, plan_search
@@ -154,13 +154,31 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
                 upstream.content, status_code=upstream.status_code, media_type="application/json"
             )
         hits = [_shown_hit(hit) for hit in upstream.json()["hits"]["hits"]]
-        await _store(request).record_ranking(kb, query, strategy, [h["id"] for h in hits], total_ms)
+        ranking = [h["id"] for h in hits]
+        not_recorded = await _record(_store(request), kb, query, strategy, ranking, total_ms)
         explain.pop("final_query", None)
         return JSONResponse(
-            {"strategy": strategy, "hits": hits, "explain": explain, "total_ms": round(total_ms, 1)}
-        )
+            {"strategy": strategy, "hits": hits, "explain": explain, "total_ms": round(total_ms, 1),
+             "recorded": not_recorded is None, "not_recorded": not_recorded}
+        )  # fmt: skip
 
     return search
+
+
+async def _record(
+    store: JudgmentStore, kb: str, query: str, strategy: str, ranking: list[str], ms: float
+) -> str | None:
+    """Store the ranking shown, for the scoreboard; why not, if it could not be. The search
+    itself ran with the caller's read rights; recording needs write rights on kgqr's
+    tuning indices, which a caller who may only search does not have."""
+    try:
+        await store.record_ranking(kb, query, strategy, ranking, ms)
+    except httpx.HTTPStatusError as exc:
+        status = exc.response.status_code
+        if status in (401, 403):
+            return f"OpenSearch refused you writing to {TUNE_RUNS_INDEX} ({status})"
+        return f"OpenSearch answered {status} when storing the ranking"
+    return None
 
 
 async def judge(request: Request) -> Response:

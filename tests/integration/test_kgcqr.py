@@ -49,6 +49,14 @@ def _triple(head: str, relation: str, tail: str, ttr: str) -> CorpusTriple:
 
 TRIPLES = [_triple(*row) for row in [*CHAIN, *DISTRACTORS, *KEPT]]
 KEPT_TRIPLES = TRIPLES[-len(KEPT) :]
+PASSAGES = [
+    Document(id="p1", type="passage", title="Alpha Corp history",
+             text="Alpha Corp founded Beta Holdings, which owns Gamma Systems."),
+    Document(id="p2", type="passage", title="Delta Labs",
+             text="Delta Labs was acquired by Gamma Systems and researches batteries."),
+]  # fmt: skip
+# One ingest chunk holding the whole knowledge base (also used on the secured node).
+CHAIN_RECORDS = [record.model_dump(mode="json") for record in [*PASSAGES, *TRIPLES]]
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +67,8 @@ def chain_kb(
 
     drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
     job_runner.prepare_stores(settings, opensearch, neo4j_driver)
-    passages = [
-        Document(id="p1", type="passage", title="Alpha Corp history",
-                 text="Alpha Corp founded Beta Holdings, which owns Gamma Systems."),
-        Document(id="p2", type="passage", title="Delta Labs",
-                 text="Delta Labs was acquired by Gamma Systems and researches batteries."),
-    ]  # fmt: skip
-    records = [record.model_dump(mode="json") for record in [*passages, *TRIPLES]]
     resources = WorkerResources(settings)
-    outcome = ingest_chunk(resources, f"{KB}-{uuid.uuid4().hex[:8]}", KB, 0, records)
+    outcome = ingest_chunk(resources, f"{KB}-{uuid.uuid4().hex[:8]}", KB, 0, CHAIN_RECORDS)
     resources.neo4j.close()
     assert outcome.counts["triples"] == len(TRIPLES)
     opensearch.indices.refresh(index=f"kgqr-{KB}-*")

@@ -40,31 +40,52 @@ KB = "sec-movies"
 INDEX = schema.documents_index(KB)
 HIDDEN = "Al Pacino"  # p2, hidden from `restricted` by DLS
 QUERY = {"query": {"match": {"text": "Heat, the 1995 film about bank robbers"}}, "size": 8}
+# A corpus graph for KG-CQR: passage p2 is hidden by the same DLS rule, while its triples
+# stay readable in the triples index: kgqr itself must keep them from the restricted user.
+CHAIN_KB = "sec-chain"
+CHAIN_HIDDEN = "Delta Labs"
+PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*"]
 ROLES: dict[str, dict[str, Any]] = {
     "kgqr_test_reader": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
-        "index_permissions": [{"index_patterns": [f"kgqr-{KB}-*"], "allowed_actions": ["read"]}],
+        "index_permissions": [{"index_patterns": PATTERNS, "allowed_actions": ["read"]}],
     },
     "kgqr_test_restricted": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
         "index_permissions": [
             {
-                "index_patterns": [f"kgqr-{KB}-*"],
+                "index_patterns": PATTERNS,
                 "allowed_actions": ["read"],
                 "dls": json.dumps({"bool": {"must_not": {"terms": {"id": ["p2"]}}}}),
             }
         ],
     },
     "kgqr_test_outsider": {"cluster_permissions": ["cluster_composite_ops_ro"]},
+    # Searches the KB and keeps the tuning page's judgments and rankings.
+    "kgqr_test_tuner": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {"index_patterns": PATTERNS, "allowed_actions": ["read"]},
+            {
+                "index_patterns": [f"{schema.JUDGMENTS_INDEX}*", f"{schema.TUNE_RUNS_INDEX}*"],
+                "allowed_actions": ["crud", "create_index"],
+            },
+        ],
+    },
 }
 
 
 def _script(prompt: str) -> str:
-    """The stand-in LLM's answers: an entity list for KAR's parse, documents otherwise."""
+    """The stand-in LLM's answers: an entity list for KAR's parse, KG-CQR's filter (keep
+    every triple shown) and context (the facts it was given), documents otherwise."""
     if '"entities"' in prompt:
         return json.dumps(
             {"entities": [{"type": "movie", "name": "Heat", "document": "Heat: a crime film"}]}
         )
+    if '{"keep"' in prompt:
+        return json.dumps({"keep": list(range(1, 21))})
+    if '{"context"' in prompt:
+        return json.dumps({"context": prompt.rsplit("Facts:", 1)[-1][:600]})
     return json.dumps({"documents": ["A crime film about bank robbers and a detective."]})
 
 
@@ -142,6 +163,30 @@ def secured_kb(
         yield INDEX
     finally:
         drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
+        opensearch.close()
+        resources.neo4j.close()
+
+
+@pytest.fixture(scope="module")
+def secured_chain_kb(
+    settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
+) -> Iterator[str]:
+    """test_kgcqr's chain corpus graph (passages and triples), ingested as the admin."""
+    from tests.integration.test_kgcqr import CHAIN_RECORDS
+
+    admin = _as(settings, secured, "admin", secured.admin_password)
+    opensearch = connections.opensearch_client(admin)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, CHAIN_KB)
+    job_runner.prepare_stores(admin, opensearch, neo4j_driver)
+    resources = WorkerResources(admin)
+    job = f"{CHAIN_KB}-{uuid.uuid4().hex[:8]}"
+    outcome = ingest_chunk(resources, job, CHAIN_KB, 0, CHAIN_RECORDS)
+    assert outcome.counts["documents"] == 2 and outcome.counts["triples"] > 0
+    opensearch.indices.refresh(index=f"kgqr-{CHAIN_KB}-*")
+    try:
+        yield schema.documents_index(CHAIN_KB)
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, CHAIN_KB)
         opensearch.close()
         resources.neo4j.close()
 
@@ -274,3 +319,57 @@ def test_graph_evidence_obeys_document_level_security(
     # fail, and the restricted user's rewrite was not served to the reader from the cache.
     response, prompt = seen["reader"]
     assert HIDDEN in response and HIDDEN in prompt
+
+
+def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(
+    proxy: tuple[str, list[str]], users: dict[str, str], secured_chain_kb: str
+) -> None:
+    url, prompts = proxy
+    body = {"query": {"match": {"text": "How did Alpha Corp grow through Beta and Gamma?"}}}
+    seen: dict[str, tuple[str, str]] = {}
+    for who in ("restricted", "reader"):
+        before = len(prompts)
+        answer = httpx.post(
+            f"{url}/{secured_chain_kb}/_search",
+            params={"kgqr.strategy": "kgcqr", "kgqr.explain": "true"},
+            json=body,
+            headers={"authorization": users[who]},
+            timeout=120,
+        )
+        assert answer.status_code == 200, answer.text
+        explain = answer.json()["kgqr"]
+        assert explain["fallback"] is None, explain["fallback"]
+        assert explain["details"]["retrieved_triples"], "no triples to check"
+        seen[who] = (json.dumps(answer.json()), "\n".join(prompts[before:]))
+    response, prompt = seen["restricted"]
+    assert CHAIN_HIDDEN not in response and CHAIN_HIDDEN not in prompt
+    response, prompt = seen["reader"]  # the same query does show them to a full reader
+    assert CHAIN_HIDDEN in response and CHAIN_HIDDEN in prompt
+
+
+def test_the_tuning_page_searches_and_judges_as_the_caller(
+    proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    url = proxy[0]
+    query = {"kb": KB, "query": "American actor in Heat", "strategy": "base", "size": 8}
+
+    def tune(who: str | None, path: str = "search", body: dict[str, Any] = query) -> httpx.Response:
+        headers = {"authorization": users[who]} if who else {}
+        return httpx.post(f"{url}/_kgqr/tune/{path}", json=body, headers=headers, timeout=120)
+
+    shown: dict[str, dict[str, Any]] = {}
+    for who in ("reader", "restricted", "tuner"):
+        answer = tune(who)
+        assert answer.status_code == 200, (who, answer.text)
+        shown[who] = answer.json()
+    ids = {who: {hit["id"] for hit in result["hits"]} for who, result in shown.items()}
+    assert "p2" in ids["reader"] and "p2" not in ids["restricted"] and "p2" in ids["tuner"]
+    # Searching needs only read rights; the scoreboard needs write rights on kgqr's tuning
+    # indices, which OpenSearch checks for the caller, not for kgqr.
+    assert shown["reader"]["recorded"] is False and "403" in shown["reader"]["not_recorded"]
+    assert shown["tuner"]["recorded"] is True
+    judgment = {"kb": KB, "query": query["query"], "doc_id": "p2", "relevant": True}
+    assert tune("reader", "judgments", judgment).status_code == 403
+    assert tune("tuner", "judgments", judgment).status_code == 200
+    assert tune("outsider").status_code == 403
+    assert tune(None).status_code == 401

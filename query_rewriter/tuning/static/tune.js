@@ -98,6 +98,9 @@ function fillColumn(node, result) {
   if (explain.fallback) {
     parts.push(element("p", { class: "fallback" }, `fell back at ${explain.fallback.stage}: ${explain.fallback.reason}`));
   }
+  if (!result.recorded) {
+    parts.push(element("p", { class: "fallback" }, `not on the scoreboard: ${result.not_recorded}`));
+  }
   if (explain.expansions && explain.expansions.length) {
     parts.push(element("details", {}, element("summary", {}, `expansions (${explain.expansions.length})`),
       element("pre", {}, explain.expansions.join("\n\n"))));
