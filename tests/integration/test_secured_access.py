@@ -291,27 +291,46 @@ def test_no_credentials_get_opensearchs_401_and_no_rewrite(
     assert len(prompts) == before  # refused callers cost no LLM call
 
 
+def _what_each_saw(
+    proxy: tuple[str, list[str]],
+    users: dict[str, str],
+    index: str,
+    body: dict[str, Any],
+    strategy: str,
+    evidence: str,
+) -> dict[str, tuple[str, str]]:
+    """For the restricted user, then a reader: the explained answer and the prompts the
+    LLM received, after checking the rewrite ran and found graph `evidence` to check."""
+    url, prompts = proxy
+    seen = {}
+    for who in ("restricted", "reader"):
+        before = len(prompts)
+        answer = httpx.post(
+            f"{url}/{index}/_search",
+            params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
+            json=body,
+            headers={"authorization": users[who]},
+            timeout=120,
+        )
+        assert answer.status_code == 200, answer.text
+        explain = answer.json()["kgqr"]
+        assert explain["fallback"] is None, explain["fallback"]
+        assert explain["details"][evidence], f"no {evidence} to check"
+        seen[who] = (json.dumps(answer.json()), "\n".join(prompts[before:]))
+    return seen
+
+
 @pytest.mark.parametrize("strategy", ["kar", "kar+boost"])
 def test_graph_evidence_obeys_document_level_security(
     strategy: str, proxy: tuple[str, list[str]], users: dict[str, str]
 ) -> None:
-    url, prompts = proxy
     # A query of this test's own: the LLM cache would otherwise answer a prompt seen before
     # without the stand-in seeing it.
     body = {
         **QUERY,
         "query": {"match": {"text": f"Heat, the 1995 film about bank robbers ({strategy})"}},
     }
-    seen: dict[str, tuple[str, str]] = {}
-    for who in ("restricted", "reader"):
-        before = len(prompts)
-        params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
-        answer = _search(url, who, users, body, **params)
-        assert answer.status_code == 200, answer.text
-        explain = answer.json()["kgqr"]
-        assert explain["fallback"] is None, explain["fallback"]
-        assert explain["details"]["neighbours"], "the graph stage found nothing to check"
-        seen[who] = (json.dumps(answer.json()), "\n".join(prompts[before:]))
+    seen = _what_each_saw(proxy, users, INDEX, body, strategy, evidence="neighbours")
     response, prompt = seen["restricted"]
     assert HIDDEN not in response and '"p2"' not in response
     assert HIDDEN not in prompt
@@ -324,23 +343,8 @@ def test_graph_evidence_obeys_document_level_security(
 def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(
     proxy: tuple[str, list[str]], users: dict[str, str], secured_chain_kb: str
 ) -> None:
-    url, prompts = proxy
     body = {"query": {"match": {"text": "How did Alpha Corp grow through Beta and Gamma?"}}}
-    seen: dict[str, tuple[str, str]] = {}
-    for who in ("restricted", "reader"):
-        before = len(prompts)
-        answer = httpx.post(
-            f"{url}/{secured_chain_kb}/_search",
-            params={"kgqr.strategy": "kgcqr", "kgqr.explain": "true"},
-            json=body,
-            headers={"authorization": users[who]},
-            timeout=120,
-        )
-        assert answer.status_code == 200, answer.text
-        explain = answer.json()["kgqr"]
-        assert explain["fallback"] is None, explain["fallback"]
-        assert explain["details"]["retrieved_triples"], "no triples to check"
-        seen[who] = (json.dumps(answer.json()), "\n".join(prompts[before:]))
+    seen = _what_each_saw(proxy, users, secured_chain_kb, body, "kgcqr", "retrieved_triples")
     response, prompt = seen["restricted"]
     assert CHAIN_HIDDEN not in response and CHAIN_HIDDEN not in prompt
     response, prompt = seen["reader"]  # the same query does show them to a full reader
