@@ -63,6 +63,7 @@ def enqueue(
 ) -> EnqueuedJob:
     """Stream the source into chunks and send those not yet done."""
     check_kb_name(kb)
+    installer.add_new_document_fields(opensearch, kb)
     job_id = job_id_for(source, kb)
     if restart:
         jobs.forget(job_id)

@@ -56,6 +56,8 @@ def write_documents(
         (doc.id, {
             "id": doc.id, "kb": kb, "type": doc.type, "title": doc.title, "body": doc.body(),
             "text": doc.combined_text(), "fields": doc.fields, "vector": vector.tolist(),
+            # What vector-store clients read as a hit's metadata (LlamaIndex needs it).
+            "metadata": {"kb": kb, "type": doc.type, "title": doc.title},
         }, doc)
         for doc, vector in zip(documents, vectors, strict=True)
     ]  # fmt: skip

@@ -29,6 +29,17 @@ def install_opensearch(
     return installed
 
 
+def add_new_document_fields(client: Any, kb: str) -> None:
+    """Give a knowledge base's existing documents index the fields kgqr's template has
+    gained since it was made (its mapping is strict, so a write with them would fail)."""
+    index = schema.documents_index(kb)
+    if not client.indices.exists(index=index):
+        return  # made from the current template at the first write
+    properties = schema.index_templates(1)["kgqr-documents"]["template"]["mappings"]["properties"]
+    fields = {name: mapping for name, mapping in properties.items() if name != "vector"}
+    client.indices.put_mapping(index=index, body={"properties": fields})
+
+
 def install_neo4j(driver: Any) -> list[str]:
     statements = schema.neo4j_statements()
     for statement in statements:

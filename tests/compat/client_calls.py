@@ -586,7 +586,7 @@ def langchain(url: str, gzip: bool, managed: str, dim: int) -> Iterator[Recorder
     rec.step("delete", lambda: store.delete(ids=["0", "1"], refresh_indices=True))
     rec.step("drop", lambda: store.delete_index())
     kb = OpenSearchVectorSearch(url, managed, StandInEmbeddings(dim), **options)
-    fields = {"vector_field": "vector", "text_field": "text", "metadata_field": "*"}
+    fields = {"vector_field": "vector", "text_field": "text"}
     rec.step(
         "similarity managed",
         lambda: len(kb.similarity_search(MANAGED_QUERY, k=3, **fields)),

@@ -217,3 +217,28 @@ def test_raw_passages_get_llm_triples_and_ttrs_and_a_rerun_is_served_from_cache(
     assert isinstance(passage, Document)
     again = extract(LlmClient(llm_settings, redis), passage)
     assert again.llm_calls >= 1 and again.cached_calls == again.llm_calls
+
+
+def test_an_index_made_by_an_older_template_gains_the_new_fields(
+    opensearch: Any, kb_name: str
+) -> None:
+    """Documents indices are strict; one made before `metadata` existed would refuse every
+    write of a re-ingest, unless ingest adds the field first."""
+    from plugin import installer, schema
+
+    index = schema.documents_index(kb_name)
+    old = {"dynamic": "strict", "properties": {"id": {"type": "keyword"}}}
+    # The highest-priority template alone applies: this one stands in for an older kgqr's.
+    older = {"index_patterns": [index], "priority": 500, "template": {"mappings": old}}
+    opensearch.indices.put_index_template(name=index, body=older)
+    opensearch.indices.create(index=index)
+    try:
+        before = opensearch.indices.get_mapping(index=index)[index]["mappings"]["properties"]
+        assert "metadata" not in before
+        installer.add_new_document_fields(opensearch, kb_name)
+        opensearch.index(index=index, id="d1", body={"id": "d1", "metadata": {"type": "t"}})
+        properties = opensearch.indices.get_mapping(index=index)[index]["mappings"]["properties"]
+        assert {"metadata", "title", "text", "fields"} <= set(properties)
+    finally:
+        opensearch.indices.delete(index=index)
+        opensearch.indices.delete_index_template(name=index)
