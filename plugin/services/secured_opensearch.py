@@ -3,9 +3,11 @@ document-level security, for proving kgqr never widens a caller's access.
 
 It is the plain node's distribution and plugins plus `opensearch-security` from Maven
 Central, with its own config folder, data and port (`KGQR_SECURED_OPENSEARCH_PORT`). The
-TLS certificates are made here at first start with `openssl` (never downloaded), and the
-admin and kgqr service passwords are generated then too, kept in a 0600 file beside the
-node's data unless `KGQR_SECURED_ADMIN_PASSWORD` / `KGQR_SECURED_KGQR_PASSWORD` name them.
+TLS certificates are made at first start with `openssl` (never downloaded) by
+plugin/opensearch/security/configure.sh, the script docker/compose.yml runs too. The admin,
+kgqr, kgqr-ingest and Dashboards passwords are generated then, kept in a 0600 file beside
+the node's data unless `KGQR_SECURED_ADMIN_PASSWORD` / `KGQR_SECURED_KGQR_PASSWORD` name
+the first two.
 `kgqr services up opensearch-secured` starts it; plain `kgqr services up` does not.
 """
 
@@ -15,58 +17,35 @@ import json
 import secrets
 import shutil
 import ssl
-import subprocess
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from plugin.connections import basic_authorization
-from plugin.schema import JUDGMENTS_INDEX, META_INDEX, QUERY_LOG_INDEX, TUNE_RUNS_INDEX
 from plugin.services import maven
 from plugin.services.errors import ServiceError
 from plugin.services.http_probe import request_json
+from plugin.services.java import find_java_home
 from plugin.services.opensearch_node import OpenSearchNode
 from plugin.services.process import run_checked
 from plugin.services.service_user import hand_over, running_as_root
 
-ADMIN_DN = "CN=kgqr-admin,O=kgqr local"
-NODE_DN = "CN=kgqr-node,O=kgqr local"
 # Maven Central has no checksum files for the security zip; recorded on first download.
 SECURITY_SHA256 = {
     "2.19.1.0": "94a04f12ac6033902209fac1e4e512618d45beee604bbf0e42c3ed79c55220cf",
-}
-SERVICE_ROLE = "kgqr_service"
-# kgqr's own account: its bookkeeping indices and the definitions the proxy installs.
-SERVICE_ROLE_DEFINITION = {
-    "cluster_permissions": [
-        "cluster_monitor",
-        "cluster_manage_index_templates",
-        "cluster_manage_pipelines",
-        "cluster:admin/search/pipeline/*",
-        "indices:data/write/bulk",
-    ],
-    "index_permissions": [
-        {
-            "index_patterns": [
-                META_INDEX,
-                f"{QUERY_LOG_INDEX}*",
-                f"{JUDGMENTS_INDEX}*",
-                f"{TUNE_RUNS_INDEX}*",
-            ],
-            "allowed_actions": ["crud", "create_index", "manage"],
-        }
-    ],
 }
 
 
 @dataclass(frozen=True)
 class SecuredCredentials:
-    """Who may do what on the secured node: the admin (all_access) and kgqr's service user."""
+    """Who may do what on the secured node: the admin (all_access), kgqr's service user,
+    the ingest user and Dashboards' server user."""
 
     admin_password: str
     kgqr_password: str
+    ingest_password: str  # kgqr-ingest: writes knowledge bases (role kgqr_ingest)
+    dashboards_password: str  # kibanaserver: OpenSearch Dashboards' server user
     ca_file: Path
     url: str
 
@@ -120,42 +99,29 @@ class SecuredOpenSearchNode(OpenSearchNode):
             hand_over(self.data_dir)
 
     def _configure(self) -> None:
-        """A config folder of the node's own: the distribution's, plus certificates, the
-        security settings, and the users and roles the security index starts from."""
+        """A config folder of the node's own: the distribution's, turned into a secured
+        node's by the same script docker/compose.yml runs in the OpenSearch image."""
         shutil.rmtree(self.config_dir, ignore_errors=True)
         shutil.copytree(self.install_dir / "config", self.config_dir)
-        certs = self.config_dir / "certs"
-        _make_certificates(certs)
         credentials = self._credentials(create=True)
-        security = self.config_dir / "opensearch-security"
-        (security / "internal_users.yml").write_text(
-            _internal_users(credentials.admin_password, credentials.kgqr_password)
+        if shutil.which("openssl") is None:
+            raise ServiceError(self.name, "`openssl` is needed to make its certificates")
+        script = resources.files("plugin.opensearch.security").joinpath("configure.sh")
+        run_checked(
+            self.name,
+            ["bash", str(script)],
+            env={
+                "PATH": "/usr/bin:/bin",
+                "OPENSEARCH_JAVA_HOME": str(find_java_home(self.settings.java_home)),
+                "OPENSEARCH_HOME": str(self.install_dir),
+                "OPENSEARCH_PATH_CONF": str(self.config_dir),
+                "KGQR_SECURITY_ADMIN_PASSWORD": credentials.admin_password,
+                "KGQR_SECURITY_KGQR_PASSWORD": credentials.kgqr_password,
+                "KGQR_SECURITY_INGEST_PASSWORD": credentials.ingest_password,
+                "KGQR_SECURITY_DASHBOARDS_PASSWORD": credentials.dashboards_password,
+                "KGQR_SECURITY_HOSTS": "localhost",
+            },
         )
-        with (security / "roles.yml").open("a") as roles:
-            roles.write("\n" + yaml.safe_dump({SERVICE_ROLE: SERVICE_ROLE_DEFINITION}))
-        with (security / "roles_mapping.yml").open("a") as mapping:
-            mapping.write("\n" + yaml.safe_dump({SERVICE_ROLE: {"users": ["kgqr"]}}))
-        settings = {
-            "plugins.security.ssl.transport.pemcert_filepath": "certs/node.pem",
-            "plugins.security.ssl.transport.pemkey_filepath": "certs/node-key.pem",
-            "plugins.security.ssl.transport.pemtrustedcas_filepath": "certs/root-ca.pem",
-            "plugins.security.ssl.transport.enforce_hostname_verification": False,
-            "plugins.security.ssl.http.enabled": True,
-            "plugins.security.ssl.http.pemcert_filepath": "certs/node.pem",
-            "plugins.security.ssl.http.pemkey_filepath": "certs/node-key.pem",
-            "plugins.security.ssl.http.pemtrustedcas_filepath": "certs/root-ca.pem",
-            "plugins.security.allow_default_init_securityindex": True,
-            "plugins.security.authcz.admin_dn": [ADMIN_DN],
-            "plugins.security.nodes_dn": [NODE_DN],
-            "plugins.security.restapi.roles_enabled": ["all_access"],
-            "plugins.security.audit.type": "noop",
-            "plugins.security.check_snapshot_restore_write_privileges": True,
-        }
-        with (self.config_dir / "opensearch.yml").open("a") as yml:
-            yml.write("\n# kgqr: the security plugin, set up by kgqr services\n")
-            for key, value in settings.items():
-                yml.write(f"{key}: {json.dumps(value)}\n")
-        (self.config_dir / ".kgqr-configured").write_text("ok\n")
 
     def _credentials(self, create: bool = False) -> SecuredCredentials:
         stored: dict[str, str] = {}
@@ -171,6 +137,8 @@ class SecuredOpenSearchNode(OpenSearchNode):
         values = {
             "admin_password": admin or stored.get("admin_password") or _password(),
             "kgqr_password": kgqr or stored.get("kgqr_password") or _password(),
+            "ingest_password": stored.get("ingest_password") or _password(),
+            "dashboards_password": stored.get("dashboards_password") or _password(),
         }
         if values != stored:
             self.credentials_file.parent.mkdir(parents=True, exist_ok=True)
@@ -209,52 +177,3 @@ class SecuredOpenSearchNode(OpenSearchNode):
 
 def _password() -> str:
     return secrets.token_urlsafe(18)
-
-
-def _hash(password: str) -> str:
-    import bcrypt
-
-    # The security plugin's own tool writes $2y$; the same algorithm as Python's $2b$.
-    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=12)).decode()
-    return "$2y$" + hashed[4:]
-
-
-def _internal_users(admin_password: str, kgqr_password: str) -> str:
-    users = {
-        "_meta": {"type": "internalusers", "config_version": 2},
-        "admin": {"hash": _hash(admin_password), "reserved": True, "backend_roles": ["admin"]},
-        "kgqr": {"hash": _hash(kgqr_password), "reserved": False},
-    }
-    return json.dumps(users, indent=2) + "\n"
-
-
-def _make_certificates(folder: Path) -> None:
-    """A root CA, a node certificate (for 127.0.0.1 and localhost) and an admin client
-    certificate, all with PKCS#8 keys as the security plugin wants them."""
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def openssl(*args: str) -> None:
-        run_checked("opensearch-secured", ["openssl", *args], cwd=folder)
-
-    if shutil.which("openssl") is None:
-        raise ServiceError("opensearch-secured", "`openssl` is needed to make its certificates")
-    openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-            "-out", "root-ca-key.pem")  # fmt: skip
-    openssl("req", "-x509", "-new", "-key", "root-ca-key.pem", "-sha256", "-days", "3650",
-            "-subj", "/O=kgqr local/CN=kgqr local root CA", "-out", "root-ca.pem")  # fmt: skip
-    for name, subject, extensions in (
-        ("node", "/O=kgqr local/CN=kgqr-node",
-         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
-        ("admin", "/O=kgqr local/CN=kgqr-admin", "extendedKeyUsage=clientAuth"),
-    ):  # fmt: skip
-        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-                "-out", f"{name}-key.pem")  # fmt: skip
-        openssl("req", "-new", "-key", f"{name}-key.pem", "-subj", subject,
-                "-out", f"{name}.csr")  # fmt: skip
-        (folder / f"{name}.ext").write_text(extensions + "\n")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "root-ca.pem",
-                "-CAkey", "root-ca-key.pem", "-CAcreateserial", "-sha256", "-days", "3650",
-                "-extfile", f"{name}.ext", "-out", f"{name}.pem")  # fmt: skip
-    for leftover in folder.glob("*.csr"):
-        leftover.unlink()
-    subprocess.run(["chmod", "600", *map(str, folder.glob("*-key.pem"))], check=True)

@@ -143,19 +143,20 @@ def users(secured: SecuredCredentials) -> dict[str, str]:
 def secured_kb(
     settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
 ) -> Iterator[str]:
-    """The movie KB ingested into the secured node as its admin, through the real ingest
-    code run in-process (a Celery worker would write to the plain node)."""
-    admin = _as(settings, secured, "admin", secured.admin_password)
-    opensearch = connections.opensearch_client(admin)
+    """The movie KB ingested into the secured node as kgqr-ingest (role kgqr_ingest),
+    through the real ingest code run in-process (a Celery worker would write to the plain
+    node)."""
+    ingester = _as(settings, secured, "kgqr-ingest", secured.ingest_password)
+    opensearch = connections.opensearch_client(ingester)
     drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
-    resources = WorkerResources(admin)
-    dimension = job_runner.prepare_stores(admin, opensearch, neo4j_driver)
+    resources = WorkerResources(ingester)
+    dimension = job_runner.prepare_stores(ingester, opensearch, neo4j_driver)
 
     def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
         ingest_chunk(resources, job_id, KB, chunk, records, extract)
 
     job_runner.enqueue(
-        open_source(TINY_KB), TINY_KB, KB, settings=admin, opensearch=opensearch,
+        open_source(TINY_KB), TINY_KB, KB, settings=ingester, opensearch=opensearch,
         jobs=JobStore(redis_client), send=send, dimension=dimension, restart=True,
     )  # fmt: skip
     opensearch.indices.refresh(index=f"kgqr-{KB}-*")
@@ -171,14 +172,14 @@ def secured_kb(
 def secured_chain_kb(
     settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
 ) -> Iterator[str]:
-    """test_kgcqr's chain corpus graph (passages and triples), ingested as the admin."""
+    """test_kgcqr's chain corpus graph (passages and triples), ingested as kgqr-ingest."""
     from tests.integration.test_kgcqr import CHAIN_RECORDS
 
-    admin = _as(settings, secured, "admin", secured.admin_password)
-    opensearch = connections.opensearch_client(admin)
+    ingester = _as(settings, secured, "kgqr-ingest", secured.ingest_password)
+    opensearch = connections.opensearch_client(ingester)
     drop_knowledge_base(opensearch, neo4j_driver, redis_client, CHAIN_KB)
-    job_runner.prepare_stores(admin, opensearch, neo4j_driver)
-    resources = WorkerResources(admin)
+    job_runner.prepare_stores(ingester, opensearch, neo4j_driver)
+    resources = WorkerResources(ingester)
     job = f"{CHAIN_KB}-{uuid.uuid4().hex[:8]}"
     outcome = ingest_chunk(resources, job, CHAIN_KB, 0, CHAIN_RECORDS)
     assert outcome.counts["documents"] == 2 and outcome.counts["triples"] > 0

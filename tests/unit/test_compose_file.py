@@ -21,7 +21,8 @@ def compose() -> dict[str, Any]:
 
 def test_declares_every_part_of_kgqr(compose: dict[str, Any]) -> None:
     assert set(compose["services"]) == {
-        "opensearch", "dashboards", "neo4j", "redis", "rewriter", "worker", "llm",
+        "opensearch-security", "opensearch", "dashboards", "neo4j", "redis", "rewriter",
+        "worker", "llm",
     }  # fmt: skip
     assert compose["services"]["llm"]["profiles"] == ["llm"]
 
@@ -39,6 +40,9 @@ def test_dependencies_exist_and_wait_for_health(compose: dict[str, Any]) -> None
     for name, service in services.items():
         for dependency, condition in service.get("depends_on", {}).items():
             assert dependency in services, f"{name} depends on undefined {dependency}"
+            if condition["condition"] == "service_completed_successfully":
+                assert "entrypoint" in services[dependency], f"{dependency} is no one-shot"
+                continue
             assert condition["condition"] == "service_healthy"
             assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
 
@@ -49,7 +53,7 @@ def test_kgqr_containers_are_configured_through_real_settings(compose: dict[str,
         environment = compose["services"][name]["environment"]
         for variable in environment:
             assert variable.startswith("KGQR_") and variable[5:] in fields, variable
-        assert environment["KGQR_OPENSEARCH_URL"] == "http://opensearch:9200"
+        assert environment["KGQR_OPENSEARCH_URL"] == "https://opensearch:9200"
 
 
 def test_build_files_and_entry_points_exist(compose: dict[str, Any]) -> None:
@@ -72,3 +76,31 @@ def test_named_volumes_are_declared(compose: dict[str, Any]) -> None:
             source = volume.split(":", 1)[0]
             if not source.startswith((".", "/")):
                 assert source in declared
+
+
+def test_opensearch_runs_secured_with_passwords_only_from_the_environment(
+    compose: dict[str, Any],
+) -> None:
+    """No default password anywhere: each comes from the environment or compose refuses to
+    start (`${VAR:?...}`); the security plugin is on and configured by kgqr's own script,
+    never the demo configuration."""
+    import re
+
+    services = compose["services"]
+    text = (DOCKER_DIR / "compose.yml").read_text()
+    assert "DISABLE_SECURITY_PLUGIN" not in text
+    assert services["opensearch"]["environment"]["DISABLE_INSTALL_DEMO_CONFIG"] == "true"
+    passwords = [
+        value
+        for service in services.values()
+        for name, value in (service.get("environment") or {}).items()
+        if "PASSWORD" in name or name == "NEO4J_AUTH"
+    ]
+    assert len(passwords) >= 9
+    assert all(re.search(r"\$\{[A-Z0-9_]+:\?", value) for value in passwords), passwords
+    init = services["opensearch-security"]
+    script = init["entrypoint"][-1].replace("/kgqr-security", "")
+    mount = next(v for v in init["volumes"] if v.endswith(":/kgqr-security:ro"))
+    assert (DOCKER_DIR / mount.split(":")[0] / script.lstrip("/")).is_file()
+    assert services["worker"]["environment"]["KGQR_OPENSEARCH_USER"] == "kgqr-ingest"
+    assert services["rewriter"]["environment"]["KGQR_OPENSEARCH_USER"] == "kgqr"
