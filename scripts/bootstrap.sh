@@ -30,4 +30,13 @@ if [ "$(cat "$venv/.kgqr-stamp" 2>/dev/null || true)" != "$stamp" ]; then
     | { grep -v '^Requirement already satisfied' || true; } >&2
   echo "$stamp" > "$venv/.kgqr-stamp"
 fi
+# `kgqr` in every shell, without activating the venv: a link in the user's bin folder.
+bin_dir=${KGQR_BIN_DIR:-$HOME/.local/bin}
+mkdir -p "$bin_dir"
+ln -sf "$venv/bin/kgqr" "$bin_dir/kgqr"
+case ":$PATH:" in
+  *":$bin_dir:"*) ;;
+  *) echo "bootstrap: kgqr is linked into $bin_dir, which is not on your PATH; add it" \
+       "(export PATH=\"$bin_dir:\$PATH\") or run: source $venv/bin/activate" >&2 ;;
+esac
 echo "$venv/bin"

@@ -37,4 +37,5 @@ python scripts/rewrite_demo.py --proxy http://127.0.0.1:9202
 echo "== evaluate: two strategies on three judged movie queries (kgqr eval)"
 kgqr eval "jsonl:tests/fixtures/movie_judgments.jsonl" --kb movies --strategies base,hyde \
   --proxy http://127.0.0.1:9202 --out eval-results/quickstart-movies
-echo "== next: run \`kgqr serve\` and open http://127.0.0.1:9201/_kgqr/tune to compare strategies and judge hits"
+echo "== next: in any shell, \`kgqr serve --front-port 9202\` (kgqr is in ~/.local/bin), then open"
+echo "   http://127.0.0.1:9201/_kgqr/tune to compare strategies and judge hits; \`kgqr --help\` for the rest"

@@ -22,7 +22,7 @@ QUERY_SET is KIND:PATH:
   musique:DIR    MuSiQue queries_dev.json + corpus.json (../shared/data/musique100)
   hotpotqa:DIR   HotpotQA queries_dev.json + corpus.json (../shared/data/hotpotqa100)
   stark:DIR      STaRK QA stark_qa.csv + {train,val,test}.index (split "human" too)
-  jsonl:FILE     your own judgments, one query a line (see README "Judgments")
+  jsonl:FILE     your own judgments, one query a line (see docs/architecture.md, "Judgments")
 """
 
 RUN_HELP = f"""Run QUERY_SET against knowledge base --kb through each strategy and print

@@ -9,7 +9,7 @@ A query set is named ``KIND:PATH`` like an ingest source:
 - ``musique:DIR``  ``queries_{split}.json``; gold = ``is_supporting`` paragraphs, matched
                    to corpus passages by exact (title, text) since titles repeat.
 - ``hotpotqa:DIR`` ``queries_{split}.json``; gold = the titles in ``supporting_facts``.
-- ``jsonl:FILE``   one judged query per line (see the README's "Judgments" section).
+- ``jsonl:FILE``   one judged query per line (see docs/architecture.md, "Judgments").
 """
 
 from __future__ import annotations
