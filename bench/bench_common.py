@@ -52,7 +52,7 @@ def proxy_process(env: dict[str, str] | None = None) -> Iterator[RunningProxy]:
         [
             sys.executable,
             "-c",
-            "from plugin.cli import main; main()",
+            "from kgqr_ops.cli import main; main()",
             "serve",
             "--port",
             str(port),

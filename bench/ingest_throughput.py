@@ -23,9 +23,9 @@ from ingest.job_store import JobStore
 from ingest.kb_removal import drop_knowledge_base
 from ingest.sources import open_source
 from ingest.tasks import chunk_sender
-from plugin import connections
-from plugin.embedder import get_embedder
-from plugin.settings import get_settings
+from kgqr_core import connections
+from kgqr_core.embedder import get_embedder
+from kgqr_core.settings import get_settings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

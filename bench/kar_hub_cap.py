@@ -25,11 +25,12 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import save
-from plugin import connections, kb_meta, schema
-from plugin.embedder import get_embedder
+from kgqr_core import connections
+from kgqr_core.embedder import get_embedder
+from kgqr_core.llm import AsyncLlmClient
+from kgqr_core.settings import get_settings
+from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
-from plugin.llm import AsyncLlmClient
-from plugin.settings import get_settings
 from query_rewriter.evaluation.query_sets import load_query_set
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext

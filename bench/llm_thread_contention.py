@@ -30,10 +30,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import save
-from plugin.services.http_probe import get_json
-from plugin.services.llm_server import LlmServer
-from plugin.services.process import terminate_child
-from plugin.settings import get_settings
+from kgqr_core.child_process import terminate_child
+from kgqr_core.settings import get_settings
+from kgqr_ops.services.http_probe import get_json
+from kgqr_ops.services.llm_server import LlmServer
 
 PROMPT = "Describe in detail how a river delta forms, step by step."
 # None: OMP_WAIT_POLICY unset, libgomp's default (spin for a while, then sleep).

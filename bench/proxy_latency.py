@@ -24,7 +24,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import proxy_process, save
-from plugin.settings import get_settings
+from kgqr_core.settings import get_settings
 from query_rewriter.hybrid_query import search_params
 
 # Multi-hop questions of the kind the MuSiQue knowledge base answers, for the LLM strategies.

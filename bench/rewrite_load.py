@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import REPO, proxy_process, save
 from bench.proxy_latency import copy_documents, percentile
-from plugin.settings import get_settings
+from kgqr_core.settings import get_settings
 from tests.integration.recording_llm import recording_llm
 
 KB = "bench-load"
@@ -46,7 +46,7 @@ def ensure_kb(direct: str) -> None:
         return
     source = f"jsonl:{REPO / 'tests' / 'fixtures' / 'tiny_kb'}"
     subprocess.run(
-        [sys.executable, "-c", "from plugin.cli import main; main()", "ingest", "run", source,
+        [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "ingest", "run", source,
          "--kb", KB, "--timeout", "300"],
         cwd=REPO, check=True,
     )  # fmt: skip

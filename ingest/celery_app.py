@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from plugin.settings import Settings, get_settings
+from kgqr_core.settings import Settings, get_settings
 
 
 def create_app(settings: Settings) -> Celery:

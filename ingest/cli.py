@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
-from plugin.cli_groups import DefaultRunGroup
-from plugin.settings import get_settings
+from kgqr_core.cli_groups import DefaultRunGroup
+from kgqr_core.settings import get_settings
 
 RUN_HELP = """Load SOURCE (KIND:PATH) into knowledge base --kb.
 
@@ -72,7 +72,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     from ingest.job_store import JobStore
     from ingest.sources import open_source
     from ingest.tasks import chunk_sender
-    from plugin import connections
+    from kgqr_core import connections
 
     settings = get_settings()
     try:
@@ -127,7 +127,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
 def status(job_id: str) -> None:
     """Show a job's state, chunks done and record counts."""
     from ingest.job_store import JobStore
-    from plugin import connections
+    from kgqr_core import connections
 
     progress = JobStore(connections.redis_client(get_settings())).progress(job_id)
     if progress is None:
@@ -152,7 +152,7 @@ def _print_progress(progress: Any) -> None:
 def verify_command(kb: str) -> None:
     """Compare per-type counts in OpenSearch and Neo4j; exit 1 on any mismatch."""
     from ingest.verify import verify
-    from plugin import connections
+    from kgqr_core import connections
 
     settings = get_settings()
     with connections.neo4j_driver(settings) as neo4j:
@@ -179,7 +179,8 @@ def verify_command(kb: str) -> None:
 @click.option("--limit", default=20, show_default=True)
 def rejected(kb: str, limit: int) -> None:
     """List records set aside in the dead-letter index, with their reasons."""
-    from plugin import connections, schema
+    from kgqr_core import connections
+    from plugin import schema
 
     client = connections.opensearch_client(get_settings())
     index = schema.deadletter_index(kb)
@@ -201,7 +202,7 @@ def rejected(kb: str, limit: int) -> None:
 def drop(kb: str) -> None:
     """Delete a knowledge base everywhere: indices, kgqr-meta entry, graph, job records."""
     from ingest.kb_removal import drop_knowledge_base
-    from plugin import connections
+    from kgqr_core import connections
 
     settings = get_settings()
     with connections.neo4j_driver(settings) as neo4j:

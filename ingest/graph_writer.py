@@ -14,7 +14,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ingest.records import CorpusTriple, Document, Mention, Relation, entity_id
+from ingest.records import CorpusTriple, Document, Mention, Relation
+from kgqr_core.ids import entity_id
 from plugin.neo4j import procedures
 from plugin.schema import node_label, relation_type
 

@@ -19,12 +19,12 @@ from typing import Any
 from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
+from kgqr_core.child_process import terminate_child
+from kgqr_core.embedder import get_embedder
+from kgqr_core.settings import Settings
 from plugin import installer, kb_meta
-from plugin.embedder import get_embedder
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from plugin.schema import check_kb_name
-from plugin.services.process import terminate_child
-from plugin.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -118,11 +118,6 @@ Record = Annotated[
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
 
-def entity_id(name: str) -> str:
-    """Entities are keyed by their normalised name, so every passage naming one shares it."""
-    return "entity:" + " ".join(name.lower().split())
-
-
 def _flatten(value: Any) -> str:
     if isinstance(value, str):
         return value

@@ -10,7 +10,7 @@ from ingest.celery_app import app
 from ingest.chunk_ingest import ingest_chunk
 from ingest.transient_errors import is_transient
 from ingest.worker_resources import WorkerResources
-from plugin.settings import get_settings
+from kgqr_core.settings import get_settings
 
 MAX_RETRIES = 8
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ingest.records import CorpusTriple, Document, Mention
-from plugin.llm import LlmClient, LlmRequest, parse_json_object
-from plugin.prompts import render
+from kgqr_core.llm import LlmClient, LlmRequest, parse_json_object
+from kgqr_core.prompts import render
 
 MAX_TRIPLES = 12
 MAX_PASSAGE_CHARS = 2_000

@@ -7,10 +7,10 @@ from functools import cached_property
 from typing import Any
 
 from ingest.job_store import JobStore
-from plugin import connections
-from plugin.embedder import Embedder, get_embedder
-from plugin.llm import LlmClient
-from plugin.settings import Settings
+from kgqr_core import connections
+from kgqr_core.embedder import Embedder, get_embedder
+from kgqr_core.llm import LlmClient
+from kgqr_core.settings import Settings
 
 
 @dataclass

@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from plugin import connections
-from plugin.embedder import get_embedder
-from plugin.llm import AsyncLlmClient
+from kgqr_core import connections
+from kgqr_core.embedder import get_embedder
+from kgqr_core.llm import AsyncLlmClient
+from kgqr_core.settings import Settings, get_settings
 from plugin.schema import hybrid_pipelines, proxy_index_templates
-from plugin.settings import Settings, get_settings
 from query_rewriter import metrics
 from query_rewriter.caller import IdentityResolver
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
 from query_rewriter.app import create_app
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from plugin.connections import basic_authorization, opensearch_basic_auth
-from plugin.settings import Settings
+from kgqr_core.connections import basic_authorization, opensearch_basic_auth
+from kgqr_core.settings import Settings
 
 # Headers by which OpenSearch's security plugin (or a proxy in front of it) authenticates a
 # request: HTTP basic / bearer, session cookies, client certificates forwarded by a TLS

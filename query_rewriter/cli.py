@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from plugin.settings import get_settings
+from kgqr_core.settings import get_settings
 
 
 @click.command("serve")
@@ -38,8 +38,8 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
 
     import uvicorn
 
+    from kgqr_ops.nginx_front import running_front
     from query_rewriter.app import create_app
-    from query_rewriter.front import running_front
     from query_rewriter.structured_logging import configure
 
     settings = get_settings()

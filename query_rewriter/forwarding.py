@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from yarl import URL
 
-from plugin.connections import opensearch_ssl_context
-from plugin.settings import Settings
+from kgqr_core.connections import opensearch_ssl_context
+from kgqr_core.settings import Settings
 from query_rewriter.caller import Caller
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and ones the HTTP client recomputes must not be copied.

@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from plugin.services.layout import ServiceLayout
-from plugin.settings import Settings
+from kgqr_core.layout import ServiceLayout
+from kgqr_core.settings import Settings
 
 log = logging.getLogger("kgqr.front")
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from plugin.connections import opensearch_basic_auth, opensearch_ssl_context
-from plugin.settings import Settings
+from kgqr_core.connections import opensearch_basic_auth, opensearch_ssl_context
+from kgqr_core.settings import Settings
 
 
 def opensearch_http_client(

@@ -8,10 +8,10 @@ from typing import Any
 
 import httpx
 
+from kgqr_core.settings import Settings
 from plugin import kb_meta
 from plugin.kb_meta import DocumentStructure
 from plugin.schema import META_INDEX
-from plugin.settings import Settings
 from query_rewriter.caller import IdentityResolver
 from query_rewriter.forwarding import Upstream
 from query_rewriter.query_log import QueryLog

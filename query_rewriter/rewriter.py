@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from kgqr_core.llm import AsyncLlmClient
+from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure
-from plugin.llm import AsyncLlmClient
-from plugin.settings import Settings
 from query_rewriter import metrics
 from query_rewriter.errors import redact_addresses
 from query_rewriter.hybrid_query import fuse, mean_vector

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from plugin import connections
+from kgqr_core import connections
+from kgqr_core.settings import Settings
+from kgqr_ops.services.neo4j_server import Neo4jServer
 from plugin.neo4j import procedures
-from plugin.services.neo4j_server import Neo4jServer
-from plugin.settings import Settings
 from tests.service_discovery import discover_services, require_llm
 
 TESTS_DIR = Path(__file__).parent

@@ -7,8 +7,8 @@ import os
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
-from plugin.services.process import port_is_open
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
+from kgqr_ops.services.process import port_is_open
 
 START_HINT = (
     "start them with `kgqr services up` (or `bash scripts/test.sh`, which does), "

@@ -26,14 +26,11 @@ from ingest.records import (
 from ingest.sources.base import Source
 from ingest.title_links import RELATION as LINK_RELATION
 from ingest.title_links import TitleLinker
+from kgqr_core.ids import passage_id
 from plugin.kb_meta import DocumentStructure
 
 PASSAGE_STRUCTURE = DocumentStructure(types={"passage": ["title", "text"]})
 MENTIONS_RELATION = "mentions"
-
-
-def passage_id(position: int) -> str:
-    return f"p{position}"
 
 
 class MusiqueSource(Source):

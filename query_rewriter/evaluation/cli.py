@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from plugin.cli_groups import DefaultRunGroup
-from plugin.settings import Settings, get_settings
+from kgqr_core.cli_groups import DefaultRunGroup
+from kgqr_core.settings import Settings, get_settings
 
 QUERY_SET_HELP = """\b
 QUERY_SET is KIND:PATH:

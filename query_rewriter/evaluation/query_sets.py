@@ -24,7 +24,7 @@ from typing import Any
 
 import ijson
 
-from ingest.sources.corpus_qa import passage_id
+from kgqr_core.ids import passage_id
 
 
 class QuerySetError(ValueError):

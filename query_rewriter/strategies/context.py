@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from kgqr_core.llm import AsyncLlmClient, LlmRequest, parse_json_object
+from kgqr_core.prompts import render
+from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure
-from plugin.llm import AsyncLlmClient, LlmRequest, parse_json_object
-from plugin.prompts import render
-from plugin.settings import Settings
 from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.query_text import ParsedQuery

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ingest.records import entity_id
+from kgqr_core.ids import entity_id
 from plugin.schema import triples_index
 from query_rewriter.graph_store import entity_edges
 from query_rewriter.rewrite import Rewrite

@@ -12,8 +12,8 @@ from ingest.job_store import JobProgress, JobStore
 from ingest.kb_removal import drop_knowledge_base
 from ingest.sources import open_source
 from ingest.tasks import chunk_sender
+from kgqr_core.settings import Settings
 from plugin import schema
-from plugin.settings import Settings
 
 TINY_KB = f"jsonl:{Path(__file__).resolve().parents[1] / 'fixtures' / 'tiny_kb'}"
 

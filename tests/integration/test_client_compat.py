@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from plugin.services.local_service import port_of
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
+from kgqr_ops.nginx_front import running_front
+from kgqr_ops.services.local_service import port_of
 from query_rewriter.background_server import free_port
-from query_rewriter.front import running_front
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = ["opensearch-py", "opensearch-dsl", "haystack", "llamaindex", "langchain"]

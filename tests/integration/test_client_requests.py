@@ -17,7 +17,7 @@ from opensearchpy import OpenSearch
 from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 from opensearchpy.helpers.search import Search
 
-from plugin.services.process import port_is_open
+from kgqr_ops.services.process import port_is_open
 from query_rewriter.background_server import free_port
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
@@ -133,8 +133,8 @@ def test_kgqr_serve_stopped_by_sigterm_removes_its_front_folder(tmp_path: Path) 
     before = front_folders()
     port, front_port = free_port(), free_port()
     server = subprocess.Popen(
-        [sys.executable, "-c", "from plugin.cli import main; main()", "serve", "--port", str(port),
-         "--front-port", str(front_port), "--log-level", "warning"],
+        [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "serve",
+         "--port", str(port), "--front-port", str(front_port), "--log-level", "warning"],
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

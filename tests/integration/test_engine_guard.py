@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from plugin.services.errors import ServiceError
-from plugin.services.opensearch_node import OpenSearchNode
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.opensearch_node import OpenSearchNode
 from query_rewriter.background_server import free_port
 
 VECTOR = {"type": "knn_vector", "dimension": 3}
@@ -148,7 +148,7 @@ class ScratchNode(OpenSearchNode):
 def test_an_unrunnable_index_from_before_the_guard_is_named_and_removed(
     settings: Settings,
 ) -> None:
-    from plugin.services.unrunnable_indices import DELETE_COMMAND, delete_unrunnable
+    from kgqr_ops.services.unrunnable_indices import DELETE_COMMAND, delete_unrunnable
 
     node = ScratchNode(settings.model_copy(update={"opensearch_heap_mb": 512}))
     shutil.rmtree(node.data_dir, ignore_errors=True)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from plugin.cli import main
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
+from kgqr_ops.cli import main
 from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import TINY_KB, ingested
 

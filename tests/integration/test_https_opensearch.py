@@ -17,11 +17,12 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
 from urllib3.exceptions import InsecureRequestWarning
 
-from plugin import connections, schema
-from plugin.services.local_service import port_of
-from plugin.settings import Settings
+from kgqr_core import connections
+from kgqr_core.settings import Settings
+from kgqr_ops.nginx_front import running_front, running_nginx
+from kgqr_ops.services.local_service import port_of
+from plugin import schema
 from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.front import running_front, running_nginx
 from tests.integration.ingest_helpers import TINY_KB, ingested
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}}

@@ -10,8 +10,8 @@ import pytest
 
 from ingest.kb_removal import drop_knowledge_base
 from ingest.verify import verify
+from kgqr_core.settings import Settings
 from plugin import kb_meta, schema
-from plugin.settings import Settings
 from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
 from tests.integration.ingest_helpers import document_ids, run_to_end
 
@@ -57,7 +57,7 @@ def test_stark_layout_lands_in_both_stores_with_matching_counts(
 def test_drop_removes_a_knowledge_base_from_every_store(stores: tuple, kb: str) -> None:
     from click.testing import CliRunner
 
-    from plugin.cli import main
+    from kgqr_ops.cli import main
 
     _, opensearch, neo4j, redis = stores
     run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
@@ -196,7 +196,7 @@ def test_raw_passages_get_llm_triples_and_ttrs_and_a_rerun_is_served_from_cache(
     from ingest.records import Document
     from ingest.sources import open_source
     from ingest.triple_extraction import extract
-    from plugin.llm import LlmClient
+    from kgqr_core.llm import LlmClient
 
     _, opensearch, neo4j, redis = stores
     _, progress = run_to_end(*stores, f"passages:{FIXTURES / 'passages.jsonl'}", kb, timeout_s=400)

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from ingest.kb_removal import drop_knowledge_base
-from plugin import connections, schema
-from plugin.embedder import get_embedder
+from kgqr_core import connections
+from kgqr_core.embedder import get_embedder
+from kgqr_core.llm import AsyncLlmClient
+from kgqr_core.settings import Settings
+from plugin import schema
 from plugin.kb_meta import DocumentStructure
-from plugin.llm import AsyncLlmClient
-from plugin.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.graph_store import Neighbourhood, neighbours
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client

@@ -14,10 +14,11 @@ from ingest.chunk_ingest import ingest_chunk
 from ingest.kb_removal import drop_knowledge_base
 from ingest.records import CorpusTriple, Document
 from ingest.worker_resources import WorkerResources
-from plugin import connections, schema
-from plugin.embedder import get_embedder
+from kgqr_core import connections
+from kgqr_core.embedder import get_embedder
+from kgqr_core.settings import Settings
+from plugin import schema
 from plugin.kb_meta import DocumentStructure
-from plugin.settings import Settings
 from query_rewriter.background_server import running_proxy
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from plugin.llm import AsyncLlmClient, LlmRequest
-from plugin.services.layout import ServiceLayout
-from plugin.settings import Settings
+from kgqr_core.layout import ServiceLayout
+from kgqr_core.llm import AsyncLlmClient, LlmRequest
+from kgqr_core.settings import Settings
 
 # llama-cpp-python prints this when it drops a streamed answer whose client hung up.
 DROPPED = "Disconnected from client"

@@ -9,11 +9,11 @@ import pytest
 from opensearchpy import OpenSearch
 from opensearchpy.exceptions import NotFoundError
 
+from kgqr_core.settings import Settings
+from kgqr_ops.nginx_front import running_front
+from kgqr_ops.services.local_service import port_of
 from plugin import schema
-from plugin.services.local_service import port_of
-from plugin.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.front import running_front
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
 

@@ -27,12 +27,13 @@ from ingest.job_store import JobStore
 from ingest.kb_removal import drop_knowledge_base
 from ingest.sources import open_source
 from ingest.worker_resources import WorkerResources
-from plugin import connections, schema
-from plugin.connections import basic_authorization
-from plugin.services.secured_opensearch import SecuredCredentials, SecuredOpenSearchNode
-from plugin.settings import Settings
+from kgqr_core import connections
+from kgqr_core.connections import basic_authorization
+from kgqr_core.settings import Settings
+from kgqr_ops.nginx_front import running_front
+from kgqr_ops.services.secured_opensearch import SecuredCredentials, SecuredOpenSearchNode
+from plugin import schema
 from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.front import running_front
 from tests.integration.ingest_helpers import TINY_KB
 from tests.integration.recording_llm import recording_llm
 

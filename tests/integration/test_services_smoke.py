@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugin.services import smoke_checks
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
+from kgqr_ops.services import smoke_checks
 
 
 def test_knn_query_on_lucene_hnsw_ranks_nearest_vector_first(

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from kgqr_core.settings import Settings
 from plugin import schema
-from plugin.settings import Settings
 from query_rewriter.background_server import running_proxy
 from tests.integration.ingest_helpers import TINY_KB, ingested
 

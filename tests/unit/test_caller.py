@@ -10,7 +10,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
 from query_rewriter.caller import Caller, IdentityResolver
 from query_rewriter.errors import redact_addresses
 

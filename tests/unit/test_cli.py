@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from plugin.cli import main
+from kgqr_ops.cli import main
 
 
 def test_top_level_help_lists_every_command() -> None:

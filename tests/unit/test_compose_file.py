@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
 
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 
@@ -63,7 +63,7 @@ def test_build_files_and_entry_points_exist(compose: dict[str, Any]) -> None:
     worker_command = compose["services"]["worker"]["command"]
     app_module = worker_command[worker_command.index("-A") + 1]
     assert hasattr(importlib.import_module(app_module), "app")
-    from plugin.cli import SUBCOMMANDS
+    from kgqr_ops.cli import SUBCOMMANDS
 
     rewriter = compose["services"]["rewriter"]["command"]
     assert rewriter[0] == "kgqr" and rewriter[1] in SUBCOMMANDS
@@ -104,3 +104,15 @@ def test_opensearch_runs_secured_with_passwords_only_from_the_environment(
     assert (DOCKER_DIR / mount.split(":")[0] / script.lstrip("/")).is_file()
     assert services["worker"]["environment"]["KGQR_OPENSEARCH_USER"] == "kgqr-ingest"
     assert services["rewriter"]["environment"]["KGQR_OPENSEARCH_USER"] == "kgqr"
+
+
+def test_the_image_copies_every_package_kgqr_installs() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((DOCKER_DIR.parent / "pyproject.toml").read_text())
+    packages = [
+        p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    ]
+    dockerfile = (DOCKER_DIR / "Dockerfile").read_text()
+    for package in packages:
+        assert f"COPY {package} ./{package}" in dockerfile, package

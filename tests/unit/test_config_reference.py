@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plugin.config_reference import render
-from plugin.settings import Settings
+from kgqr_core.config_reference import render
+from kgqr_core.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_the_committed_reference_is_what_the_settings_model_renders() -> None:
     assert DOC.read_text() == render(), (
-        "docs/configuration.md is stale: run `python -m plugin.config_reference > "
+        "docs/configuration.md is stale: run `python -m kgqr_core.config_reference > "
         "docs/configuration.md`"
     )
 

@@ -3,7 +3,7 @@ used to name indices made before the guard)."""
 
 from __future__ import annotations
 
-from plugin.services.opensearch_guard import unrunnable_fields
+from kgqr_ops.services.opensearch_guard import unrunnable_fields
 
 LUCENE = {"type": "knn_vector", "dimension": 3, "method": {"name": "hnsw", "engine": "lucene"}}
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from plugin.services.errors import ServiceError
-from plugin.settings import Settings
-from query_rewriter.front import render_config
+from kgqr_core.settings import Settings
+from kgqr_ops.nginx_front import render_config
+from kgqr_ops.services.errors import ServiceError
 
 
 def test_every_placeholder_is_filled(tmp_path: Path) -> None:

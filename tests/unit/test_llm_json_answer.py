@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.llm import parse_json_object
+from kgqr_core.llm import parse_json_object
 from query_rewriter.strategies.context import documents_from
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from plugin.llm import AsyncLlmClient, LlmClient, LlmRequest, LlmStreamInterrupted
-from plugin.settings import Settings
+from kgqr_core.llm import AsyncLlmClient, LlmClient, LlmRequest, LlmStreamInterrupted
+from kgqr_core.settings import Settings
 
 
 @dataclass

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from plugin.services.archives import extract_zip
-from plugin.services.errors import ServiceError
-from plugin.services.llm_models import MODELS
-from plugin.services.llm_server import cmake_args
-from plugin.services.local_service import LocalService
-from plugin.services.opensearch_modules import artifact_name
-from plugin.services.process import ManagedProcess, port_is_open, wait_until_healthy
-from plugin.services.registry import SERVICE_NAMES, local_services
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
+from kgqr_ops.services.archives import extract_zip
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.llm_models import MODELS
+from kgqr_ops.services.llm_server import cmake_args
+from kgqr_ops.services.local_service import LocalService
+from kgqr_ops.services.opensearch_modules import artifact_name
+from kgqr_ops.services.process import ManagedProcess, port_is_open, wait_until_healthy
+from kgqr_ops.services.registry import SERVICE_NAMES, local_services
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from kgqr_core.llm import AsyncLlmClient, LlmRequest
+from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure
-from plugin.llm import AsyncLlmClient, LlmRequest
-from plugin.settings import Settings
 from query_rewriter.rewrite_cache import RewriteCache
 from query_rewriter.rewriter import Rewriter
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for

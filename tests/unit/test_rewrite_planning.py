@@ -159,8 +159,8 @@ def test_generated_documents_are_flattened_to_text() -> None:
 def test_documents_that_only_echo_the_structure_block_are_dropped() -> None:
     # From the quickstart's musique-sample run: hyde's three "documents" were all
     # "fields title text", the prompt's "(type: fields)" legend and "- passage: title, text".
+    from kgqr_core.settings import Settings
     from plugin.kb_meta import DocumentStructure
-    from plugin.settings import Settings
     from query_rewriter.strategies.context import StrategyContext
 
     structure = DocumentStructure(types={"passage": ["title", "text"]})
@@ -176,8 +176,8 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
     import asyncio
     from types import SimpleNamespace
 
+    from kgqr_core.settings import Settings
     from plugin.kb_meta import DocumentStructure
-    from plugin.settings import Settings
     from query_rewriter.rewriter import Rewriter
 
     class EchoingLlm:  # answers, from its cache, only with the structure block's own words
@@ -216,7 +216,7 @@ def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
 
 
 def test_rewrite_config_covers_every_setting_that_shapes_a_rewrite() -> None:
-    from plugin.settings import Settings
+    from kgqr_core.settings import Settings
     from query_rewriter.rewriter import Rewriter
 
     def config(**overrides: object) -> dict:

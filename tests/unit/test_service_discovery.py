@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
 from tests import service_discovery
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.settings import Settings, config_file_path
+from kgqr_core.settings import Settings, config_file_path
 
 
 def test_defaults_point_at_the_local_services(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ingest.records import Document
 from ingest.triple_extraction import extract, parse_triples
-from plugin.llm import LlmAnswer, LlmRequest
+from kgqr_core.llm import LlmAnswer, LlmRequest
 
 
 @dataclass

@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     front_port: int | None = Field(
         default=None,
         description="With a port, `kgqr serve` also runs nginx there, passing what kgqr does "
-        "not rewrite straight to OpenSearch (query_rewriter/front.py).",
+        "not rewrite straight to OpenSearch (kgqr_ops/nginx_front.py).",
     )
     rewrite_default_strategy: str | None = Field(
         default="base",

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from plugin.services.errors import ServiceError
+from kgqr_ops.services.errors import ServiceError
 
 SUPPORTED_MAJORS = (17, 21)
 

@@ -7,7 +7,7 @@ import base64
 import ssl
 from typing import Any
 
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
 
 
 def opensearch_basic_auth(settings: Settings) -> tuple[str, str] | None:

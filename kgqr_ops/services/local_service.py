@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from plugin.services.errors import ServiceError
-from plugin.services.layout import ServiceLayout
-from plugin.services.process import ManagedProcess, port_is_open, wait_until_healthy
-from plugin.settings import Settings
+from kgqr_core.layout import ServiceLayout
+from kgqr_core.settings import Settings
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.process import ManagedProcess, port_is_open, wait_until_healthy
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,14 @@ import importlib
 import click
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "services": ("plugin.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
+    "services": ("kgqr_ops.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
     "ingest": ("ingest.cli", "Load knowledge bases into OpenSearch and Neo4j (Celery jobs)."),
     "eval": (
         "query_rewriter.evaluation.cli:eval_group",
         "Score strategies on judged queries; sweeps.",
     ),
     "serve": ("query_rewriter.cli", "Run the rewriting proxy in front of OpenSearch."),
-    "plugin": ("plugin.installer_cli", "Install index templates, pipelines and graph schema."),
+    "plugin": ("kgqr_ops.installer_cli", "Install index templates, pipelines and graph schema."),
 }
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from plugin.services.local_service import LocalService, port_of
-from plugin.services.os_packages import ensure_installed
+from kgqr_ops.services.local_service import LocalService, port_of
+from kgqr_ops.services.os_packages import ensure_installed
 
 
 class RedisServer(LocalService):

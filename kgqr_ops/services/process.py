@@ -11,9 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from plugin.services.errors import ServiceError
+from kgqr_ops.services.errors import ServiceError
 
 
 def port_is_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
@@ -142,16 +141,6 @@ def wait_until_healthy(
         f"not healthy after {timeout_s:.0f}s; last log lines ({process.log_file}):\n"
         + process.log_tail(),
     )
-
-
-def terminate_child(process: subprocess.Popen[Any], timeout_s: float) -> None:
-    """SIGTERM, then SIGKILL if the child has not exited within `timeout_s`."""
-    process.terminate()
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def run_checked(service: str, argv: Sequence[str], **kwargs: object) -> str:

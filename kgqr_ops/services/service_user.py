@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from plugin.services.errors import ServiceError
+from kgqr_ops.services.errors import ServiceError
 
 SERVICE_USER = "kgqr"
 # Root's home is closed to other users, so what the service user must read or write lives here.

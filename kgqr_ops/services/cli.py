@@ -8,9 +8,9 @@ import uuid
 
 import click
 
-from plugin.services.errors import ServiceError
-from plugin.services.registry import SERVICE_NAMES, local_services
-from plugin.settings import get_settings
+from kgqr_core.settings import get_settings
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.registry import SERVICE_NAMES, local_services
 
 names_argument = click.argument("names", nargs=-1, type=click.Choice(SERVICE_NAMES))
 
@@ -85,8 +85,8 @@ def delete_unrunnable_indices(yes: bool) -> None:
     cannot open on this node, and without the guard it killed the node at every start.
     This lists such indices and deletes them; their documents were never searchable here.
     """
-    from plugin.services.opensearch_node import OpenSearchNode
-    from plugin.services.unrunnable_indices import delete_unrunnable
+    from kgqr_ops.services.opensearch_node import OpenSearchNode
+    from kgqr_ops.services.unrunnable_indices import delete_unrunnable
 
     def confirm(found: dict[str, list[str]]) -> bool:
         for index, fields in found.items():
@@ -111,8 +111,8 @@ def check() -> None:
     pipeline, a typed Neo4j relationship, a Celery task through Redis, and a JSON object
     from the LLM. Exits non-zero when any check fails.
     """
-    from plugin import connections
-    from plugin.services import smoke_checks as sc
+    from kgqr_core import connections
+    from kgqr_ops.services import smoke_checks as sc
 
     settings = get_settings()
     tag = uuid.uuid4().hex[:8]

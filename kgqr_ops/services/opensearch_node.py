@@ -10,22 +10,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from plugin.services import maven
-from plugin.services.archives import extract_zip, replace_dir
-from plugin.services.http_probe import request_json
-from plugin.services.java import find_java_home
-from plugin.services.local_service import LocalService, port_of
-from plugin.services.opensearch_guard import add_engine_guard, guard_digest
-from plugin.services.opensearch_modules import MODULES, add_missing_modules
-from plugin.services.process import run_checked
-from plugin.services.service_user import (
+from kgqr_ops.services import maven
+from kgqr_ops.services.archives import extract_zip, replace_dir
+from kgqr_ops.services.http_probe import request_json
+from kgqr_ops.services.java import find_java_home
+from kgqr_ops.services.local_service import LocalService, port_of
+from kgqr_ops.services.opensearch_guard import add_engine_guard, guard_digest
+from kgqr_ops.services.opensearch_modules import MODULES, add_missing_modules
+from kgqr_ops.services.process import run_checked
+from kgqr_ops.services.service_user import (
     UNPRIVILEGED_ROOT,
     as_service_user,
     ensure_service_user,
     hand_over,
     running_as_root,
 )
-from plugin.services.unrunnable_indices import red_because_of_unrunnable
+from kgqr_ops.services.unrunnable_indices import red_because_of_unrunnable
 
 # Maven Central has no checksum files for the neural-search zips; these were recorded on
 # first download and must be added here when the plugin version changes.

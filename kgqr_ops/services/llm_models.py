@@ -14,7 +14,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from plugin.services.errors import ServiceError
+from kgqr_ops.services.errors import ServiceError
 
 
 @dataclass(frozen=True)

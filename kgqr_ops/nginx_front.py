@@ -2,7 +2,7 @@
 
 Every request through the Python proxy pays for an HTTP parse and a second HTTP request
 (~1.5 ms on a 2-core machine, 1.4x a small search); nginx forwards in ~0.2 ms. The front
-sends kgqr only what concerns it (see ``plugin/front/nginx.conf``) and the rest straight to
+sends kgqr only what concerns it (see ``kgqr_ops/nginx/nginx.conf``) and the rest straight to
 OpenSearch; kgqr's /metrics still counts the front's requests (``front_status.py``). What
 it cannot see: an ``ext.kgqr`` object in the body of a search on an index kgqr does not
 manage reaches OpenSearch as sent, where `kgqr serve` alone would drop it.
@@ -22,10 +22,11 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import urlparse
 
-from plugin.services.errors import ServiceError
-from plugin.services.os_packages import ensure_installed
-from plugin.services.process import port_is_open, terminate_child
-from plugin.settings import Settings
+from kgqr_core.child_process import terminate_child
+from kgqr_core.settings import Settings
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.os_packages import ensure_installed
+from kgqr_ops.services.process import port_is_open
 from query_rewriter.caller import service_authorization
 from query_rewriter.front_status import status_socket
 
@@ -46,7 +47,7 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, sta
     lent = service_authorization(settings) if settings.anonymous_uses_service_account else None
     tls = upstream.scheme == "https"
     default_port = 443 if tls else 80
-    template = resources.files("plugin.front").joinpath("nginx.conf").read_text()
+    template = resources.files("kgqr_ops.nginx").joinpath("nginx.conf").read_text()
     values = {
         "RUN_DIR": str(run_dir),
         "LISTEN_ADDRESS": listen,

@@ -7,8 +7,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from plugin.services.errors import ServiceError
-from plugin.services.process import run_checked
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.process import run_checked
 
 
 @dataclass(frozen=True)

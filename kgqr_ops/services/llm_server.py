@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
-from plugin.services.errors import ServiceError
-from plugin.services.http_probe import get_json
-from plugin.services.llm_models import MODELS, PackagedModel, assemble
-from plugin.services.local_service import LocalService, port_of
-from plugin.services.process import run_checked
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.http_probe import get_json
+from kgqr_ops.services.llm_models import MODELS, PackagedModel, assemble
+from kgqr_ops.services.local_service import LocalService, port_of
+from kgqr_ops.services.process import run_checked
 
 BASE_CMAKE_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 AVX512_CMAKE_FLAGS = "-DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"

@@ -22,14 +22,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plugin.connections import basic_authorization
-from plugin.services import maven
-from plugin.services.errors import ServiceError
-from plugin.services.http_probe import request_json
-from plugin.services.java import find_java_home
-from plugin.services.opensearch_node import OpenSearchNode
-from plugin.services.process import run_checked
-from plugin.services.service_user import hand_over, running_as_root
+from kgqr_core.connections import basic_authorization
+from kgqr_ops.services import maven
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.http_probe import request_json
+from kgqr_ops.services.java import find_java_home
+from kgqr_ops.services.opensearch_node import OpenSearchNode
+from kgqr_ops.services.process import run_checked
+from kgqr_ops.services.service_user import hand_over, running_as_root
 
 # Maven Central has no checksum files for the security zip; recorded on first download.
 SECURITY_SHA256 = {

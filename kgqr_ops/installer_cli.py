@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from plugin.settings import Settings, get_settings
+from kgqr_core.settings import Settings, get_settings
 
 
 @click.group("plugin")
@@ -24,8 +24,8 @@ def plugin() -> None:
 def install(dashboards_url: str | None) -> None:
     """Install index templates, the hybrid search pipeline and Neo4j constraints; with
     --dashboards, the saved objects (index pattern, visualisations, dashboard) too."""
-    from plugin import connections, installer
-    from plugin.embedder import get_embedder
+    from kgqr_core import connections, installer
+    from kgqr_core.embedder import get_embedder
 
     settings = get_settings()
     if dashboards_url:
@@ -41,7 +41,7 @@ def install(dashboards_url: str | None) -> None:
 def _import_dashboards(url: str, settings: Settings) -> None:
     import httpx
 
-    from plugin.connections import opensearch_basic_auth
+    from kgqr_core.connections import opensearch_basic_auth
     from plugin.dashboards_import import DashboardsImportError, import_saved_objects
 
     try:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
 
 CACHE_PREFIX = "kgqr:llm:"
 CACHE_TTL_S = 30 * 24 * 3600

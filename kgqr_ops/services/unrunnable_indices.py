@@ -15,11 +15,11 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from plugin.services.errors import ServiceError
-from plugin.services.opensearch_guard import unrunnable_fields
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.opensearch_guard import unrunnable_fields
 
 if TYPE_CHECKING:
-    from plugin.services.opensearch_node import OpenSearchNode
+    from kgqr_ops.services.opensearch_node import OpenSearchNode
 
 DELETE_COMMAND = "kgqr services delete-unrunnable-indices"
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
 
 
 @dataclass(frozen=True)

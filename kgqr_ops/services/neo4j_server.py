@@ -13,18 +13,18 @@ import hashlib
 from importlib import resources
 from pathlib import Path
 
-from plugin.connections import neo4j_driver
-from plugin.services import maven
-from plugin.services.java import find_java_home
-from plugin.services.local_service import LocalService, port_of
-from plugin.services.process import port_is_open, run_checked
+from kgqr_core.connections import neo4j_driver
+from kgqr_ops.services import maven
+from kgqr_ops.services.java import find_java_home
+from kgqr_ops.services.local_service import LocalService, port_of
+from kgqr_ops.services.process import port_is_open, run_checked
 
 LAUNCHER_CLASS = "KgqrNeo4jLauncher"
 
 
 def _packaged(name: str) -> Path:
-    """A file shipped beside this module in ``plugin/services/neo4j``."""
-    return Path(str(resources.files("plugin.services.neo4j").joinpath(name)))
+    """A file shipped beside this module in ``kgqr_ops/services/neo4j``."""
+    return Path(str(resources.files("kgqr_ops.services.neo4j").joinpath(name)))
 
 
 def _java_sources() -> list[Path]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import shutil
 
-from plugin.services.errors import ServiceError
-from plugin.services.process import run_checked
-from plugin.services.service_user import running_as_root
+from kgqr_ops.services.errors import ServiceError
+from kgqr_ops.services.process import run_checked
+from kgqr_ops.services.service_user import running_as_root
 
 
 def ensure_installed(service: str, program: str, package: str) -> str:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from plugin.services import maven
-from plugin.services.errors import ServiceError
+from kgqr_ops.services import maven
+from kgqr_ops.services.errors import ServiceError
 
 # The policies of the modules in the OpenSearch source tree that need permissions.
 PAINLESS_POLICY = """\
@@ -110,7 +110,7 @@ def add_missing_modules(home: Path, version: str, downloads: Path, maven_repo: P
 def _add_module(
     home: Path, module: OpenSearchModule, version: str, downloads: Path, maven_repo: Path
 ) -> None:
-    pom = resources.files("plugin.services.opensearch").joinpath("module-pom.xml")
+    pom = resources.files("kgqr_ops.services.opensearch").joinpath("module-pom.xml")
     resolved = maven.resolve_jars(
         Path(str(pom)),
         {"opensearch.version": version, "module.artifact": module.artifact},

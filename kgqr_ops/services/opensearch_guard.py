@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plugin.services.process import run_checked
+from kgqr_ops.services.process import run_checked
 
 GUARD_NAME = "kgqr-engine-guard"
 GUARD_CLASS = "kgqr.opensearch.KgqrEngineGuard"

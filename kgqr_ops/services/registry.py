@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from plugin.services.llm_server import LlmServer
-from plugin.services.local_service import LocalService
-from plugin.services.neo4j_server import Neo4jServer
-from plugin.services.opensearch_node import OpenSearchNode
-from plugin.services.redis_server import RedisServer
-from plugin.services.secured_opensearch import SecuredOpenSearchNode
-from plugin.settings import Settings
+from kgqr_core.settings import Settings
+from kgqr_ops.services.llm_server import LlmServer
+from kgqr_ops.services.local_service import LocalService
+from kgqr_ops.services.neo4j_server import Neo4jServer
+from kgqr_ops.services.opensearch_node import OpenSearchNode
+from kgqr_ops.services.redis_server import RedisServer
+from kgqr_ops.services.secured_opensearch import SecuredOpenSearchNode
 
 SERVICE_TYPES: tuple[type[LocalService], ...] = (
     RedisServer,
