@@ -26,8 +26,9 @@ from bench.bench_common import save
 from bench.neo4j_relation_load import clear_graph
 from ingest import graph_writer
 from ingest.records import Document, Relation
-from kgqr_core import connections, installer, schema
+from kgqr_core import connections
 from kgqr_core.settings import get_settings
+from plugin import installer, schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext

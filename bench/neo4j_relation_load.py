@@ -23,8 +23,9 @@ from bench.bench_common import save
 from ingest import graph_writer
 from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
 from ingest.records import Document, Relation
-from kgqr_core import connections, installer
+from kgqr_core import connections
 from kgqr_core.settings import get_settings
+from plugin import installer
 from plugin.neo4j import procedures
 
 TYPES = ("cites", "authored_by", "has_topic", "published_in", "related_to")

@@ -87,7 +87,7 @@ def fire_rewrites(front: str, count: int, concurrency: int, out: str) -> None:
 def sample_pass_through(client: httpx.Client, url: str, stop: threading.Event | None,
                         rounds: int) -> list[float]:  # fmt: skip
     """Sequential pass-through searches: `rounds` of them, or until `stop` is set."""
-    samples = []
+    samples: list[float] = []
     while (stop is None and len(samples) < rounds) or (stop is not None and not stop.is_set()):
         started = time.perf_counter()
         client.post(url, json=PASS_THROUGH).raise_for_status()
@@ -141,7 +141,12 @@ def main() -> None:
             started = time.perf_counter()
             load.start()
             watcher.start()
-            threading.Thread(target=lambda: (load.join(), stop.set()), daemon=True).start()
+
+            def stop_when_loaded() -> None:
+                load.join()
+                stop.set()
+
+            threading.Thread(target=stop_when_loaded, daemon=True).start()
             loaded = sample_pass_through(client, url, stop, 0)
             wall = time.perf_counter() - started
             watcher.join()

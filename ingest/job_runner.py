@@ -137,5 +137,5 @@ def temporary_worker(
         yield worker
     finally:
         terminate_child(worker, timeout_s=30)
-        if log is not subprocess.DEVNULL:
+        if not isinstance(log, int):  # a file, not subprocess.DEVNULL
             log.close()

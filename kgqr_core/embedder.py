@@ -38,7 +38,7 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
 
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
         self.model_name = model_name
         self._model: SentenceTransformer = SentenceTransformer(

@@ -24,8 +24,9 @@ def plugin() -> None:
 def install(dashboards_url: str | None) -> None:
     """Install index templates, the hybrid search pipeline and Neo4j constraints; with
     --dashboards, the saved objects (index pattern, visualisations, dashboard) too."""
-    from kgqr_core import connections, installer
+    from kgqr_core import connections
     from kgqr_core.embedder import get_embedder
+    from plugin import installer
 
     settings = get_settings()
     if dashboards_url:

@@ -29,7 +29,7 @@ def code_version() -> str:
     after the cache TTL; the LLM's answers stay cached by prompt, so recomputing is cheap."""
     digest = hashlib.sha256()
     for package in (plugin, query_rewriter):
-        root = Path(package.__file__).parent
+        root = Path(str(package.__file__)).parent
         for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".txt")):
             digest.update(str(path.relative_to(root.parent)).encode())
             digest.update(path.read_bytes())

@@ -15,5 +15,6 @@ bash "$repo/scripts/test_browser.sh"
 echo "test.sh: services ready after $(( $(date +%s) - started ))s"
 ruff check .
 ruff format --check .
+mypy  # the packages and strictness are in pyproject.toml
 pytest tests "$@"
 echo "test.sh: finished in $(( $(date +%s) - started ))s"

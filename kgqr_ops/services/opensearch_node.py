@@ -161,8 +161,8 @@ class OpenSearchNode(LocalService):
         return self.call("GET", path)
 
     def is_healthy(self) -> bool:
-        health = self.get("/_cluster/health")
-        return bool(health) and health.get("status") in {"green", "yellow"}
+        health = self.get("/_cluster/health") or {}
+        return health.get("status") in {"green", "yellow"}
 
     def version(self) -> str | None:
         root = self.get("/")

@@ -150,4 +150,4 @@ def run_checked(service: str, argv: Sequence[str], **kwargs: object) -> str:
         lines = (result.stdout + result.stderr).strip().splitlines()
         shown = lines if len(lines) <= 16 else [*lines[:8], "...", *lines[-8:]]
         raise ServiceError(service, f"`{' '.join(argv[:4])} ...` failed:\n" + "\n".join(shown))
-    return result.stdout
+    return str(result.stdout)

@@ -161,7 +161,7 @@ def load_query_set(
             f"query set must be KIND:PATH with KIND one of {', '.join(LOADERS)}; got {spec!r}"
         )
     loader, default_split = LOADERS[kind]
-    queries = []
+    queries: list[JudgedQuery] = []
     for query in loader(Path(path).expanduser(), split or default_split):
         if limit is not None and len(queries) >= limit:
             break

@@ -6,6 +6,8 @@ they are concatenated to the query and their mean embedding is fused with the qu
 
 from __future__ import annotations
 
+from typing import Any
+
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -17,7 +19,7 @@ class HypotheticalDocuments(Strategy):
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        values = {"query": query, "n": ctx.n_expansions,
+        values: dict[str, Any] = {"query": query, "n": ctx.n_expansions,
                   "structure": ctx.structure_text}  # fmt: skip
         if self.grounded:
             hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)

@@ -33,7 +33,10 @@ def recording_llm(script: Script) -> Iterator[tuple[str, list[str]]]:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.end_headers()
-            pieces = (({"role": "assistant", "content": answer}, None), ({}, "stop"))
+            pieces: tuple[tuple[dict[str, str], str | None], ...] = (
+                ({"role": "assistant", "content": answer}, None),
+                ({}, "stop"),
+            )
             for index in range(int(request.get("n", 1))):
                 for delta, finish in pieces:
                     chunk = {

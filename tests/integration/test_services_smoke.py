@@ -78,3 +78,15 @@ def test_local_llm_returns_a_json_object(llm_settings: Settings) -> None:
     answer = smoke_checks.llm_json_object(llm_settings)
     assert isinstance(answer, dict) and answer
     assert "paris" in " ".join(str(v) for v in answer.values()).lower()
+
+
+def test_kgqr_plugin_install_installs_the_definitions(settings: Any) -> None:
+    """`kgqr plugin install`, as a user runs it against their own cluster."""
+    from click.testing import CliRunner
+
+    from kgqr_ops.cli import main
+
+    result = CliRunner().invoke(main, ["plugin", "install"])
+    assert result.exit_code == 0, result.output
+    assert "opensearch: index template kgqr-documents" in result.output
+    assert "opensearch: search pipeline" in result.output and "neo4j:" in result.output
