@@ -27,6 +27,7 @@ from query_rewriter.rewrite import LlmUsage, Rewrite, StageTimer
 from query_rewriter.rewrite_cache import RewriteCache, rewrite_key
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import ALPHA, param_value
 
 log = logging.getLogger("kgqr.rewrite")
 REWRITE_SETTING_PREFIXES = ("rewrite_", "kar_", "kgcqr_", "llm_model", "embedder_model")
@@ -173,7 +174,7 @@ class Rewriter:
         started = time.perf_counter()
         timer = StageTimer()
         strategy = STRATEGIES[strategy_name]
-        alpha = float(params.get("alpha", self.settings.rewrite_alpha))
+        alpha = param_value(ALPHA, params, self.settings)
         fallback = None
         usage = LlmUsage()
         try:
@@ -250,7 +251,7 @@ class Rewriter:
         return RewriteOutcome(
             Rewrite(strategy="base", query=query),
             None,
-            float(params.get("alpha", self.settings.rewrite_alpha)),
+            param_value(ALPHA, params, self.settings),
             {},
             fallback,
         )

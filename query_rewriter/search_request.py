@@ -8,7 +8,6 @@ with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,40 +15,9 @@ from typing import Any
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.strategies import ALIASES, STRATEGIES
+from query_rewriter.strategies.params import ALL, request_params
 
 MANAGED_INDEX = re.compile(r"^kgqr-([a-z0-9][a-z0-9_-]*)-documents$")
-
-
-@dataclass(frozen=True)
-class ParamRange:
-    """The values a request may give a kgqr parameter. Bounded so that one request cannot
-    make kgqr embed thousands of hits or walk the graph without end (`prf_docs=10000`)."""
-
-    low: float
-    high: float
-    integer: bool = False
-
-    def check(self, name: str, value: float) -> float:
-        in_range = math.isfinite(value) and self.low <= value <= self.high
-        if not in_range or (self.integer and value != int(value)):
-            raise RewriteRequestError(400, "illegal_argument_exception", self.message(name))
-        return value
-
-    def message(self, name: str) -> str:
-        kind = "a whole number" if self.integer else "a number"
-        return f"kgqr parameter [{name}] must be {kind} from {self.low:g} to {self.high:g}"
-
-
-PARAM_RANGES: dict[str, ParamRange] = {
-    "alpha": ParamRange(0.0, 1.0),
-    "n": ParamRange(1, 8, integer=True),
-    "k": ParamRange(1, 1000, integer=True),
-    "h": ParamRange(1, 2, integer=True),
-    "L": ParamRange(1, 5, integer=True),
-    "prf_docs": ParamRange(1, 20, integer=True),
-    "boost": ParamRange(0.0, 100.0),
-}
-NUMERIC_PARAMS = set(PARAM_RANGES)
 
 
 @dataclass
@@ -62,7 +30,8 @@ class SearchPlan:
     parsed: ParsedQuery
     body: dict[str, Any]
     explain: bool
-    params: dict[str, float] = field(default_factory=dict)
+    params: dict[str, float] = field(default_factory=dict)  # namespaced (strategies.params)
+    warnings: tuple[str, ...] = ()  # deprecated parameter spellings the request used
 
 
 def managed_kb(index: str) -> str | None:
@@ -93,28 +62,6 @@ def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dic
             params[key.removeprefix("kgqr.param.")] = value
     options["params"] = params
     return options
-
-
-def _numeric_params(params: dict[str, Any]) -> dict[str, float]:
-    parsed = {}
-    for name, value in params.items():
-        if name not in NUMERIC_PARAMS:
-            raise RewriteRequestError(
-                400,
-                "illegal_argument_exception",
-                f"unknown kgqr parameter [{name}]; valid: {', '.join(sorted(NUMERIC_PARAMS))}",
-            )
-        allowed = PARAM_RANGES[name]
-        if isinstance(value, bool):
-            raise RewriteRequestError(400, "illegal_argument_exception", allowed.message(name))
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise RewriteRequestError(
-                400, "illegal_argument_exception", allowed.message(name)
-            ) from None
-        parsed[name] = allowed.check(name, number)
-    return parsed
 
 
 def strip_kgqr(body: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +115,8 @@ def plan_search(
             "illegal_argument_exception",
             f"unknown kgqr strategy [{strategy}]; valid strategies: {', '.join(STRATEGIES)}",
         )
-    params = _numeric_params(options["params"])
+    declared = STRATEGIES[strategy].params if strategy is not None else ALL
+    given = request_params(declared, options["params"])
     kb = managed_kb(index)
     if strategy is None or kb is None or "scroll" in query_params:
         return None
@@ -182,5 +130,6 @@ def plan_search(
         parsed,
         with_url_paging(query_params, strip_kgqr(body)),
         _truthy(options.get("explain", False)),
-        params,
+        given.values,
+        given.warnings,
     )

@@ -28,6 +28,7 @@ from query_rewriter.proxy_state import ProxyState
 from query_rewriter.query_log import query_log_entry
 from query_rewriter.rewriter import RewriteOutcome
 from query_rewriter.search_request import URL_PAGING, SearchPlan
+from query_rewriter.strategies.params import KNN_K, param_value
 
 log = logging.getLogger("kgqr.proxy")
 HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
@@ -83,6 +84,9 @@ async def run_plan(
         )
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
     explain = {**outcome.explain(body or plan.body), "fusion": fusion}
+    if plan.warnings:
+        explain["warnings"] = list(plan.warnings)
+        log.warning("deprecated kgqr parameters", extra={"kgqr": {"warnings": plan.warnings}})
     if state.query_log is not None:
         state.query_log.record(
             query_log_entry(
@@ -120,7 +124,7 @@ async def _rewritten_search(
     """The hybrid search with the original query's totals and facets; the original search
     (outcome.fallback says why) if either fails. Returns the answer, the body it answers
     and how the hybrid was fused."""
-    k = int(plan.params.get("k", state.settings.rewrite_knn_k))
+    k = int(param_value(KNN_K, plan.params, state.settings))
     body = hybrid_body(
         plan.body,
         plan.parsed,

@@ -36,13 +36,14 @@ table says how many calls were answered from the cache). Writes OUT.json and OUT
 
 
 def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
-    from query_rewriter.search_request import NUMERIC_PARAMS
+    from query_rewriter.strategies.params import ALL
 
+    known = {param.name for param in ALL} | {str(param.legacy) for param in ALL}
     params = {}
-    valid = ", ".join(sorted(NUMERIC_PARAMS))
+    valid = ", ".join(sorted(param.name for param in ALL))
     for item in values:
         name, sep, value = item.partition("=")
-        if not sep or name not in NUMERIC_PARAMS:
+        if not sep or name not in known:
             raise click.BadParameter(
                 f"{item!r}: expected NAME=NUMBER with NAME one of {valid}",
                 param_hint="--param",

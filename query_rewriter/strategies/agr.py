@@ -12,17 +12,19 @@ import json
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import EXPANSIONS, PRF_DOCS
 
 
 class AnalyzeGenerateRefine(Strategy):
     name = "agr"
+    params = (EXPANSIONS, PRF_DOCS)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
         structure = ctx.structure_text
         analysis = await ctx.llm_json("analyze", "agr_analyze", query=query, structure=structure)
         analysis_text = json.dumps(analysis or {}, ensure_ascii=False)[:1200]
-        hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
+        hits = await ctx.initial_hits(query, int(ctx.param(PRF_DOCS)))
         documents = ctx.format_documents(hits)
         drafts = []
         for stage, grounding in (("generate_1", "(none)"), ("generate_2", documents)):

@@ -17,6 +17,7 @@ from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.query_text import ParsedQuery
 from query_rewriter.rewrite import LlmUsage, StageTimer
+from query_rewriter.strategies.params import EXPANSIONS, KNN_K, Param, param_value
 
 
 @dataclass
@@ -33,8 +34,9 @@ class StrategyContext:
     graph: Any = None  # the async Neo4j driver, for the KG strategies
     usage: LlmUsage = field(default_factory=LlmUsage)
 
-    def param(self, name: str, default: float) -> float:
-        return float(self.params.get(name, default))
+    def param(self, param: Param) -> float:
+        """The request's value of a parameter the strategy declared, else its setting's."""
+        return param_value(param, self.params, self.settings)
 
     @property
     def structure_text(self) -> str:
@@ -53,7 +55,7 @@ class StrategyContext:
 
     @property
     def n_expansions(self) -> int:
-        return int(self.param("n", self.settings.rewrite_expansions))
+        return int(self.param(EXPANSIONS))
 
     def truncate(self, text: str, limit: int | None = None) -> str:
         limit = limit or self.settings.rewrite_doc_chars
@@ -83,7 +85,7 @@ class StrategyContext:
                 parsed,
                 query,
                 vector,
-                self.settings.rewrite_knn_k,
+                int(self.param(KNN_K)),
             )
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))

@@ -11,10 +11,12 @@ from typing import Any
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import EXPANSIONS, PRF_DOCS, Param
 
 
 class HypotheticalDocuments(Strategy):
     name = "hyde"
+    params: tuple[Param, ...] = (EXPANSIONS,)
     grounded = False  # RAR: show the LLM the top initial hits first
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
@@ -22,7 +24,7 @@ class HypotheticalDocuments(Strategy):
         values: dict[str, Any] = {"query": query, "n": ctx.n_expansions,
                   "structure": ctx.structure_text}  # fmt: skip
         if self.grounded:
-            hits = await ctx.initial_hits(query, ctx.settings.rewrite_prf_docs)
+            hits = await ctx.initial_hits(query, int(ctx.param(PRF_DOCS)))
             rewrite.details["grounding_documents"] = [hit["id"] for hit in hits]
             values["documents"] = ctx.format_documents(hits)
         answer = await ctx.llm_json("generate", self.name, **values)
@@ -34,4 +36,5 @@ class HypotheticalDocuments(Strategy):
 
 class RetrievalAugmentedRewrite(HypotheticalDocuments):
     name = "rar"
+    params = (EXPANSIONS, PRF_DOCS)
     grounded = True

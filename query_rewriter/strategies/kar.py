@@ -28,6 +28,7 @@ from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar_knowledge import DocumentRelation, render_knowledge
+from query_rewriter.strategies.params import EXPANSIONS, KAR_HOPS, KAR_K
 from query_rewriter.strategies.vector_lookups import (
     by_ids,
     most_similar_documents,
@@ -39,6 +40,7 @@ DOC_FIELDS = ["id", "title", "body", "type"]
 
 class KnowledgeAwareRewrite(Strategy):
     name = "kar"
+    params = (EXPANSIONS, KAR_K, KAR_HOPS)
     use_graph = True
     filter_by = "document"  # or "name" (kar_no_drf)
     boost = False
@@ -151,8 +153,8 @@ class KnowledgeAwareRewrite(Strategy):
     async def filtered_neighbours(
         self, query: str, matched: list[dict[str, Any]], ctx: StrategyContext
     ) -> list[dict[str, Any]]:
-        hops = int(ctx.param("h", ctx.settings.kar_hops))
-        top_k = int(ctx.param("k", ctx.settings.kar_top_k))
+        hops = int(ctx.param(KAR_HOPS))
+        top_k = int(ctx.param(KAR_K))
         with ctx.timer.stage("propagate"):
             found = await neighbours(
                 ctx.graph,

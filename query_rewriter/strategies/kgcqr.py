@@ -26,6 +26,7 @@ from query_rewriter.graph_store import entity_edges
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
 from query_rewriter.strategies.vector_lookups import exact_cosine, readable_ids
 
 TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", "passage_id"]
@@ -45,6 +46,7 @@ class Path:
 
 class ContextualQueryRetrieval(Strategy):
     name = "kgcqr"
+    params = (KGCQR_K, KGCQR_PATH_LENGTH)
     use_ttr = True
     complete = True
 
@@ -95,7 +97,7 @@ class ContextualQueryRetrieval(Strategy):
     async def top_triples(
         self, ctx: StrategyContext, index: str, query: str, query_vector: np.ndarray
     ) -> list[dict[str, Any]]:
-        k = int(ctx.param("k", ctx.settings.kgcqr_top_k))
+        k = int(ctx.param(KGCQR_K))
         if self.use_ttr:
             body = {
                 "size": k,
@@ -144,7 +146,7 @@ class ContextualQueryRetrieval(Strategy):
     ) -> list[dict[str, Any]]:
         """Beam-search BFS between the kept triples' entities; the best new triples."""
         beam = int(ctx.settings.kgcqr_beam_width)
-        max_len = int(ctx.param("L", ctx.settings.kgcqr_max_path_length))
+        max_len = int(ctx.param(KGCQR_PATH_LENGTH))
         targets = {entity_id(t[end]) for t in kept for end in ("head", "tail")}
         known = {t["id"] for t in kept}
         paths = [Path(e, e, (), ()) for e in sorted(targets)]

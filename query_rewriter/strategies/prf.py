@@ -5,15 +5,15 @@ from __future__ import annotations
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import PRF_DOCS
 
 
 class PseudoRelevanceFeedback(Strategy):
     name = "prf"
+    params = (PRF_DOCS,)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
-        hits = await ctx.initial_hits(
-            query, int(ctx.param("prf_docs", ctx.settings.rewrite_prf_docs))
-        )
+        hits = await ctx.initial_hits(query, int(ctx.param(PRF_DOCS)))
         return Rewrite(
             strategy=self.name,
             query=query,

@@ -169,3 +169,23 @@ def test_compressed_msearch_with_a_bad_line_is_a_clear_400(
     )
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "parse_exception"
+
+
+def test_an_old_parameter_spelling_still_works_and_the_explain_says_it_is_deprecated(
+    entry_url: str, movies_kb: str
+) -> None:
+    def explained(**params: str) -> dict[str, Any]:
+        response = httpx.post(
+            f"{entry_url}/{movies_kb}/_search",
+            json=QUERY,
+            params={"kgqr.strategy": "prf", "kgqr.explain": "true", **params},
+            timeout=300,
+        )
+        assert response.status_code == 200, response.text
+        return dict(response.json()["kgqr"])
+
+    old = explained(**{"kgqr.param.prf_docs": "2"})
+    assert old["warnings"] == ["[prf_docs] is deprecated: use prf.docs"]
+    new = explained(**{"kgqr.param.prf.docs": "2"})
+    assert "warnings" not in new and new["expansions"] == old["expansions"]
+    assert len(new["expansions"]) == 2  # prf read the request's value, not the setting's

@@ -49,30 +49,67 @@ def test_lists_booleans_and_the_path_index_are_written_as_opensearch_reads_them(
 
 
 @pytest.mark.parametrize(
-    ("name", "value"),
+    ("strategy", "name", "value"),
     [
-        ("prf_docs", "10000"),
-        ("k", "inf"),
-        ("k", "nan"),
-        ("k", "-1"),
-        ("k", "2.5"),
-        ("alpha", "1.5"),
-        ("h", "3"),
-        ("n", "1e9"),
-        ("alpha", "x"),
+        ("prf", "prf.docs", "10000"),
+        ("kar", "kar.k", "inf"),
+        ("kar", "knn.k", "nan"),
+        ("kgcqr", "kgcqr.k", "-1"),
+        ("kar", "kar.k", "2.5"),
+        ("base", "rewrite.alpha", "1.5"),
+        ("kar", "kar.h", "3"),
+        ("hyde", "rewrite.n", "1e9"),
+        ("base", "rewrite.alpha", "x"),
+        ("prf", "prf_docs", "10000"),  # an old spelling is checked as the new one
     ],
 )
-def test_parameters_outside_their_range_are_a_400_naming_it(name: str, value: str) -> None:
+def test_parameters_outside_their_range_are_a_400_naming_it(
+    strategy: str, name: str, value: str
+) -> None:
     with pytest.raises(RewriteRequestError) as refused:
-        plan_search(INDEX, {"kgqr.strategy": "prf", f"kgqr.param.{name}": value}, BODY, None)
+        plan_search(INDEX, {"kgqr.strategy": strategy, f"kgqr.param.{name}": value}, BODY, None)
     assert refused.value.status == 400
-    assert f"[{name}]" in refused.value.reason and " from " in refused.value.reason
+    assert " from " in refused.value.reason
+    assert (
+        f"[{name}]" in refused.value.reason or f"[{name.replace('_', '.')}]" in refused.value.reason
+    )
 
 
 def test_parameters_in_range_and_of_any_json_number_type_pass() -> None:
-    body = {**BODY, "ext": {"kgqr": {"strategy": "kar", "params": {"k": 20, "alpha": 0.5}}}}
-    plan = plan_search(INDEX, {"kgqr.param.h": "1"}, body, None)
-    assert plan is not None and plan.params == {"k": 20.0, "alpha": 0.5, "h": 1.0}
+    params = {"kar.k": 20, "rewrite.alpha": 0.5}
+    body = {**BODY, "ext": {"kgqr": {"strategy": "kar", "params": params}}}
+    plan = plan_search(INDEX, {"kgqr.param.kar.h": "1"}, body, None)
+    assert plan is not None and plan.warnings == ()
+    assert plan.params == {"kar.k": 20.0, "rewrite.alpha": 0.5, "kar.h": 1.0}
+
+
+def test_each_knob_has_its_own_name_and_old_names_set_what_they_used_to_with_a_warning() -> None:
+    split = plan_search(INDEX, {"kgqr.strategy": "kar", "kgqr.param.kar.k": "5"}, BODY, None)
+    assert split is not None and split.params == {"kar.k": 5.0}  # the k-NN k keeps its own
+    old = plan_search(INDEX, {"kgqr.strategy": "kar", "kgqr.param.k": "5"}, BODY, None)
+    assert old is not None and old.params == {"knn.k": 5.0, "kar.k": 5.0}
+    assert old.warnings == ("[k] is deprecated: use knn.k, kar.k",)
+    noop = plan_search(INDEX, {"kgqr.strategy": "kar", "kgqr.param.boost": "2"}, BODY, None)
+    assert noop is not None and noop.params == {} and "ignored" in noop.warnings[0]
+
+
+def test_a_parameter_the_strategy_does_not_read_is_a_400_listing_the_ones_it_does() -> None:
+    with pytest.raises(RewriteRequestError) as refused:
+        plan_search(INDEX, {"kgqr.strategy": "hyde", "kgqr.param.kar.k": "5"}, BODY, None)
+    assert refused.value.status == 400
+    assert "[kar.k]" in refused.value.reason and "rewrite.n" in refused.value.reason
+
+
+def test_every_strategy_declares_parameters_with_real_settings_defaults() -> None:
+    from kgqr_core.settings import Settings
+    from query_rewriter.strategies import STRATEGIES
+    from query_rewriter.strategies.params import COMMON, param_value
+
+    settings = Settings()
+    for strategy in STRATEGIES.values():
+        for param in (*COMMON, *strategy.params):
+            default = param_value(param, {}, settings)
+            assert param.low <= default <= param.high, (strategy.name, param.name)
 
 
 @pytest.mark.parametrize("ext", [{"kgqr": ["kar"]}, {"kgqr": {"params": [1]}}])

@@ -57,10 +57,10 @@ def test_only_kgqr_document_indices_are_managed() -> None:
 
 def test_plan_takes_strategy_and_params_from_query_string_or_ext() -> None:
     body = {"query": {"match": {"text": "heat"}},
-            "ext": {"kgqr": {"strategy": "hyde", "params": {"alpha": 0.5}}}}  # fmt: skip
-    plan = plan_search("kgqr-m-documents", {"kgqr.param.n": "2"}, body, "base")
+            "ext": {"kgqr": {"strategy": "hyde", "params": {"rewrite.alpha": 0.5}}}}  # fmt: skip
+    plan = plan_search("kgqr-m-documents", {"kgqr.param.rewrite.n": "2"}, body, "base")
     assert plan is not None and plan.strategy == "hyde" and plan.kb == "m"
-    assert plan.params == {"alpha": 0.5, "n": 2.0}
+    assert plan.params == {"rewrite.alpha": 0.5, "rewrite.n": 2.0}
     assert "ext" not in plan.body
     plan = plan_search("kgqr-m-documents", {"kgqr.strategy": "prf"}, body, "base")
     assert plan is not None and plan.strategy == "prf"
