@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgqr_core.settings import Settings
+from kgqr_core.single_flight import SingleFlight
 
 CACHE_PREFIX = "kgqr:llm:"
 CACHE_TTL_S = 30 * 24 * 3600
@@ -189,7 +190,7 @@ class AsyncLlmClient:
         # A stream's read timeout only bounds the gap between chunks; this bounds the whole.
         self._timeout_s = settings.llm_timeout_s
         self._redis = redis
-        self._in_flight: dict[str, Any] = {}
+        self._in_flight: SingleFlight[list[str]] = SingleFlight()
         # A local LLM server answers one call at a time; more in flight only queue there,
         # where a rewrite that gives up cannot leave the queue. They queue here instead,
         # and a rewrite whose budget ends while waiting (its wait_for cancels) falls back.
@@ -203,33 +204,24 @@ class AsyncLlmClient:
             hit = await self._redis.get(key)
             if hit is not None:
                 return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
-        pending = self._in_flight.get(key)
-        if pending is not None:
-            texts = await asyncio.shield(pending)
-            return LlmAnswer(list(texts), True, (time.perf_counter() - started) * 1000)
-        future: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
-        self._in_flight[key] = future
+        texts, shared = await self._in_flight.run(key, lambda: self._answer(key, request))
+        return LlmAnswer(list(texts), shared, (time.perf_counter() - started) * 1000)
+
+    async def _answer(self, key: str, request: LlmRequest) -> list[str]:
+        """The LLM's answer once a slot is free, cached in Redis."""
+        self.waiting += 1
         try:
-            self.waiting += 1
-            try:
-                await self._slots.acquire()
-            finally:
-                self.waiting -= 1
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    texts = await self._streamed_texts(request)
-            finally:
-                self._slots.release()
-            if self._redis is not None:
-                await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
-            future.set_result(texts)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it, nobody else must
-            raise
+            await self._slots.acquire()
         finally:
-            del self._in_flight[key]
-        return LlmAnswer(texts, False, (time.perf_counter() - started) * 1000)
+            self.waiting -= 1
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                texts = await self._streamed_texts(request)
+        finally:
+            self._slots.release()
+        if self._redis is not None:
+            await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
+        return texts
 
     async def _streamed_texts(self, request: LlmRequest) -> list[str]:
         """Streamed so that a caller giving up (a rewrite timeout cancels this coroutine)

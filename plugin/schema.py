@@ -39,6 +39,15 @@ def documents_index(kb: str) -> str:
     return f"kgqr-{check_kb_name(kb)}-documents"
 
 
+def kb_of_documents_index(index: str) -> str | None:
+    """The knowledge base whose documents `index` holds (documents_index read backwards),
+    or None for any other index."""
+    kb = index.removeprefix("kgqr-").removesuffix("-documents")
+    if len(kb) + len("kgqr--documents") != len(index) or not KB_NAME.match(kb):
+        return None
+    return kb
+
+
 def triples_index(kb: str) -> str:
     return f"kgqr-{check_kb_name(kb)}-triples"
 

@@ -7,7 +7,6 @@ to another.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -15,8 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+import kgqr_core
 import plugin
 import query_rewriter
+from kgqr_core.single_flight import SingleFlight
 
 T = TypeVar("T")
 PREFIX = "kgqr:rewrite:"
@@ -28,12 +29,20 @@ def code_version() -> str:
     kgqr is never served by another, so a fixed parser or prompt shows at once instead of
     after the cache TTL; the LLM's answers stay cached by prompt, so recomputing is cheap."""
     digest = hashlib.sha256()
-    for package in (plugin, query_rewriter):
+    for name, path in versioned_files():
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def versioned_files() -> list[tuple[str, Path]]:
+    """The code and prompt files a rewrite depends on, by repository path."""
+    files = []
+    for package in (kgqr_core, plugin, query_rewriter):
         root = Path(str(package.__file__)).parent
         for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".txt")):
-            digest.update(str(path.relative_to(root.parent)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+            files.append((str(path.relative_to(root.parent)), path))
+    return files
 
 
 def rewrite_key(caller: str, index: str, strategy: str, config: dict[str, Any], query: str) -> str:
@@ -51,7 +60,7 @@ class RewriteCache:
         self._redis = redis
         self._ttl_s = ttl_s
         self._max_entry_bytes = max_entry_bytes
-        self._in_flight: dict[str, asyncio.Future[Any]] = {}
+        self._in_flight: SingleFlight[Any] = SingleFlight()
 
     async def get(self, key: str) -> dict[str, Any] | None:
         if self._ttl_s <= 0:
@@ -77,18 +86,4 @@ class RewriteCache:
     async def coalesce(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """Run compute once per key at a time; concurrent callers share its result.
         Returns (result, shared) where shared is True for callers that waited."""
-        pending = self._in_flight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending), True
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._in_flight[key] = future
-        try:
-            result = await compute()
-            future.set_result(result)
-            return result, False
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._in_flight[key]
+        return await self._in_flight.run(key, compute)

@@ -8,16 +8,14 @@ with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from plugin.schema import kb_of_documents_index
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.strategies import ALIASES, STRATEGIES
 from query_rewriter.strategies.params import ALL, request_params
-
-MANAGED_INDEX = re.compile(r"^kgqr-([a-z0-9][a-z0-9_-]*)-documents$")
 
 
 @dataclass
@@ -32,11 +30,6 @@ class SearchPlan:
     explain: bool
     params: dict[str, float] = field(default_factory=dict)  # namespaced (strategies.params)
     warnings: tuple[str, ...] = ()  # deprecated parameter spellings the request used
-
-
-def managed_kb(index: str) -> str | None:
-    match = MANAGED_INDEX.match(index)
-    return match.group(1) if match else None
 
 
 def _truthy(value: Any) -> bool:
@@ -117,7 +110,7 @@ def plan_search(
         )
     declared = STRATEGIES[strategy].params if strategy is not None else ALL
     given = request_params(declared, options["params"])
-    kb = managed_kb(index)
+    kb = kb_of_documents_index(index)
     if strategy is None or kb is None or "scroll" in query_params:
         return None
     parsed = parse_query(body.get("query"))

@@ -167,7 +167,10 @@ def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str
     assert details["entities"][0]["name"] == QUERY  # the query is a pseudo-entity
     assert any(d["id"] == "p2" for d in details["entity_documents"])  # Al Pacino's document
     scores = [n["score"] for n in details["neighbours"]]
+    # Heat's neighbours (Michael Mann, Al Pacino, Crime film) are found and ranked.
+    assert scores, "KAR found no neighbour"
     assert scores == sorted(scores, reverse=True) and len(scores) <= llm_settings.kar_top_k
+    assert details["triples"], "KAR showed the LLM no triple"
     for triple in details["triples"]:
         assert set(triple) == {"head", "relation", "tail"} and all(triple.values())
     assert details["knowledge_format"] == llm_settings.kar_knowledge_format

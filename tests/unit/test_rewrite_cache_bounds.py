@@ -38,3 +38,12 @@ def test_an_entry_over_the_size_cap_is_not_stored() -> None:
     asyncio.run(cache.put("large", {"q": "x" * 200}))
     assert set(redis.entries) == {"small"}
     assert asyncio.run(cache.get("small")) == {"q": "x"}
+
+
+def test_the_code_version_covers_the_prompts_and_the_llm_client() -> None:
+    """A changed prompt or answer parser must never serve rewrites cached before it."""
+    from query_rewriter.rewrite_cache import versioned_files
+
+    names = {name for name, _ in versioned_files()}
+    assert {"kgqr_core/prompts/hyde.txt", "kgqr_core/llm.py", "query_rewriter/strategies/kar.py",
+            "plugin/schema.py"} <= names  # fmt: skip

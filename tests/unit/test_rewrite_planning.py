@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.client_fusion import rrf_fuse
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.rewrite_cache import rewrite_key
-from query_rewriter.search_request import managed_kb, plan_search, strip_kgqr
+from query_rewriter.search_request import plan_search, strip_kgqr
 
 
 @pytest.mark.parametrize(
@@ -49,10 +50,10 @@ def test_queries_kgqr_cannot_read_pass_through(query: object) -> None:
 
 
 def test_only_kgqr_document_indices_are_managed() -> None:
-    assert managed_kb("kgqr-musique-documents") == "musique"
-    assert managed_kb("kgqr-musique-triples") is None
-    assert managed_kb("products") is None
-    assert managed_kb("kgqr-*-documents") is None
+    assert kb_of_documents_index(documents_index("musique")) == "musique"
+    assert kb_of_documents_index("kgqr-musique-triples") is None
+    assert kb_of_documents_index("products") is None
+    assert kb_of_documents_index("kgqr-*-documents") is None
 
 
 def test_plan_takes_strategy_and_params_from_query_string_or_ext() -> None:
