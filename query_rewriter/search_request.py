@@ -14,8 +14,8 @@ from typing import Any
 from plugin.schema import kb_of_documents_index
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.query_text import ParsedQuery, parse_query
-from query_rewriter.strategies import ALIASES, STRATEGIES
-from query_rewriter.strategies.params import ALL, request_params
+from query_rewriter.strategies import ALIASES, ALL_PARAMS, STRATEGIES
+from query_rewriter.strategies.params import request_params
 
 
 @dataclass
@@ -108,7 +108,7 @@ def plan_search(
             "illegal_argument_exception",
             f"unknown kgqr strategy [{strategy}]; valid strategies: {', '.join(STRATEGIES)}",
         )
-    declared = STRATEGIES[strategy].params if strategy is not None else ALL
+    declared = STRATEGIES[strategy].params if strategy is not None else ALL_PARAMS
     given = request_params(declared, options["params"])
     kb = kb_of_documents_index(index)
     if strategy is None or kb is None or "scroll" in query_params:

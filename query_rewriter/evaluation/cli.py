@@ -36,11 +36,11 @@ table says how many calls were answered from the cache). Writes OUT.json and OUT
 
 
 def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
-    from query_rewriter.strategies.params import ALL
+    from query_rewriter.strategies import ALL_PARAMS
 
-    known = {param.name for param in ALL} | {str(param.legacy) for param in ALL}
+    known = {param.name for param in ALL_PARAMS} | {str(param.legacy) for param in ALL_PARAMS}
     params = {}
-    valid = ", ".join(sorted(param.name for param in ALL))
+    valid = ", ".join(sorted(param.name for param in ALL_PARAMS))
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or name not in known:

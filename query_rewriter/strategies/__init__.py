@@ -1,4 +1,6 @@
-"""Rewrite strategies by name. Adding one: a module with a Strategy subclass, listed here."""
+"""Rewrite strategies by name. Adding one: a module with a Strategy subclass (declaring the
+parameters it reads), listed here; its settings in kgqr_core/settings.py, its prompt in
+kgqr_core/prompts/."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from query_rewriter.strategies.kgcqr import (
     KgcqrWithoutCompletion,
     KgcqrWithoutTtr,
 )
+from query_rewriter.strategies.params import COMMON, Param
 from query_rewriter.strategies.plain import PlainQuery
 from query_rewriter.strategies.prf import PseudoRelevanceFeedback
 
@@ -36,6 +39,11 @@ STRATEGIES: dict[str, Strategy] = {
         KgcqrWithoutCompletion(),
     )
 }
+
+# Every parameter some strategy reads, once (what `kgqr eval --param` accepts).
+ALL_PARAMS: tuple[Param, ...] = tuple(
+    {p.name: p for s in STRATEGIES.values() for p in (*COMMON, *s.params)}.values()
+)
 
 # `kar+boost` arrives as "kar boost" when a client forgets to URL-encode the "+".
 ALIASES = {"kar boost": "kar+boost", "kar_boost": "kar+boost"}

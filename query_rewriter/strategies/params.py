@@ -59,8 +59,6 @@ KGCQR_K = Param("kgcqr.k", "kgcqr_top_k", 1, 1000, integer=True, legacy="k")
 KGCQR_PATH_LENGTH = Param("kgcqr.L", "kgcqr_max_path_length", 1, 5, integer=True, legacy="L")
 # Every strategy's rewrite is fused (alpha) and searched (k-NN k).
 COMMON = (ALPHA, KNN_K)
-ALL = (*COMMON, EXPANSIONS, PRF_DOCS, KAR_K, KAR_HOPS, KGCQR_K, KGCQR_PATH_LENGTH)
-BY_NAME = {param.name: param for param in ALL}
 # Accepted for a release and ignored: it never did anything.
 IGNORED_LEGACY = {"boost": "[boost] never changed a rewrite and is ignored"}
 

@@ -1,0 +1,63 @@
+"""Adding a strategy takes one module (its Strategy subclass and the parameters it reads)
+and one registry line: planning, parameter checks, the rewrite and its explain follow."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from kgqr_core.settings import Settings
+from plugin.kb_meta import DocumentStructure
+from query_rewriter import strategies
+from query_rewriter.errors import RewriteRequestError
+from query_rewriter.rewrite import Rewrite
+from query_rewriter.rewrite_cache import RewriteCache
+from query_rewriter.rewriter import Rewriter
+from query_rewriter.search_request import plan_search
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import Param
+
+REPEATS = Param("echo.repeats", "rewrite_prf_docs", 1, 5, integer=True)
+
+
+class Echo(Strategy):
+    """The whole module of a new strategy: it repeats the query as its expansion."""
+
+    name = "echo"
+    params = (REPEATS,)
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        rewrite = Rewrite(strategy=self.name, query=query)
+        rewrite.expansions = [query] * int(ctx.param(REPEATS))
+        return rewrite
+
+
+def test_a_new_strategy_is_one_class_and_one_registry_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(strategies.STRATEGIES, "echo", Echo())  # the registry line
+    body = {"query": {"match": {"text": "heat"}}}
+    index = "kgqr-m-documents"
+    given = {"kgqr.strategy": "echo", "kgqr.param.echo.repeats": "2"}
+    plan = plan_search(index, given, body, None)
+    assert plan is not None and plan.params == {"echo.repeats": 2.0}
+    with pytest.raises(RewriteRequestError):  # its range is checked like any other
+        plan_search(index, {**given, "kgqr.param.echo.repeats": "9"}, body, None)
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    async def structure_of(kb: str) -> DocumentStructure:
+        return DocumentStructure()
+
+    rewriter = Rewriter(Settings(), None, RewriteCache(None, 0), embed, structure_of)  # type: ignore[arg-type]
+    rewrite = rewriter.rewrite(
+        index=plan.index, kb=plan.kb, strategy="echo", query="heat", params=plan.params,
+        gateway=None,  # type: ignore[arg-type]
+        caller="c",
+    )  # fmt: skip
+    outcome = asyncio.run(rewrite)
+    assert outcome.fallback is None and outcome.explain(None)["expansions"] == ["heat", "heat"]
