@@ -201,6 +201,6 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
         if plan.explain
         else to_response(upstream)
     )
-    if explain.get("fallback"):
-        response.headers[FALLBACK_HEADER] = fallback_header(explain["fallback"])
+    if fallback := explain.get("fallback"):
+        response.headers[FALLBACK_HEADER] = fallback_header(fallback)
     return response

@@ -87,8 +87,8 @@ async def handle_msearch(
             upstream, explain = await run_plan(state, plan, item_params, headers)
             status = upstream.status_code
             result = with_explain(upstream, explain) if plan.explain else upstream.json()
-            if explain.get("fallback"):
-                fallbacks.append(f"item {position} {fallback_header(explain['fallback'])}")
+            if fallback := explain.get("fallback"):
+                fallbacks.append(f"item {position} {fallback_header(fallback)}")
         return {**result, "status": status}
 
     responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))

@@ -18,6 +18,7 @@ import httpx
 
 from plugin.schema import QUERY_LOG_INDEX
 from query_rewriter import metrics
+from query_rewriter.explain import Explain
 
 log = logging.getLogger("kgqr.query_log")
 
@@ -27,7 +28,7 @@ def query_log_entry(
     kb: str,
     index: str,
     strategy: str,
-    explain: dict[str, Any],
+    explain: Explain,
     upstream: httpx.Response,
     total_ms: float,
 ) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def query_log_entry(
         hits = found["hits"]
         total = found.get("total", 0)
         total_hits = int(total["value"] if isinstance(total, dict) else total)
-    fallback = explain.get("fallback") or {}
+    fallback = explain.get("fallback")
     return {
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         "kb": kb,
@@ -47,9 +48,9 @@ def query_log_entry(
         "strategy": strategy,
         "applied_strategy": explain.get("strategy"),
         "query": explain.get("query"),
-        "fell_back": int(bool(fallback)),
-        "fallback_stage": fallback.get("stage"),
-        "fallback_reason": fallback.get("reason"),
+        "fell_back": int(fallback is not None),
+        "fallback_stage": fallback["stage"] if fallback else None,
+        "fallback_reason": fallback["reason"] if fallback else None,
         "rewrite_cached": bool(explain.get("cached")),
         "llm_calls": int(explain.get("llm_calls") or 0),
         "cached_llm_calls": int(explain.get("cached_llm_calls") or 0),

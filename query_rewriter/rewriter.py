@@ -21,6 +21,7 @@ from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure
 from query_rewriter import metrics
 from query_rewriter.errors import redact_addresses
+from query_rewriter.explain import Explain, Fallback
 from query_rewriter.hybrid_query import fuse, mean_vector
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.rewrite import LlmUsage, Rewrite, StageTimer
@@ -46,11 +47,11 @@ class RewriteOutcome:
     vector: list[float] | None
     alpha: float
     stages_ms: dict[str, float] = field(default_factory=dict)
-    fallback: dict[str, str] | None = None
+    fallback: Fallback | None = None
     cached: bool = False
     llm: LlmUsage = field(default_factory=LlmUsage)
 
-    def explain(self, final_query: dict[str, Any] | None) -> dict[str, Any]:
+    def explain(self, final_query: dict[str, Any] | None) -> Explain:
         return {
             "strategy": self.rewrite.strategy,
             "query": self.rewrite.query,
@@ -229,7 +230,7 @@ class Rewriter:
         )
 
     @staticmethod
-    def _fallback(strategy: str, stage: str, reason: str) -> dict[str, str]:
+    def _fallback(strategy: str, stage: str, reason: str) -> Fallback:
         """The explain's `fallback`. The log keeps the whole reason; the explain, which a
         client reads, names no address."""
         log.warning(

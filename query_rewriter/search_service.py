@@ -17,6 +17,7 @@ from query_rewriter import metrics
 from query_rewriter.caller import Caller
 from query_rewriter.client_fusion import client_side_hybrid
 from query_rewriter.errors import redact_addresses
+from query_rewriter.explain import Explain, Fallback
 from query_rewriter.hybrid_query import hybrid_body, search_params
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.original_facets import (
@@ -36,14 +37,14 @@ HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
 FALLBACK_HEADER = "x-kgqr-fallback"
 
 
-def fallback_header(fallback: dict[str, str]) -> str:
+def fallback_header(fallback: Fallback) -> str:
     """`stage: reason` on one printable ASCII line, so a client that asked for no explain
     still learns that this answer is the plain query's."""
     text = f"{fallback.get('stage')}: {fallback.get('reason', '')}"
     return "".join(c if " " <= c <= "~" else " " for c in text)[:200]
 
 
-def with_explain(upstream: httpx.Response, explain: dict[str, Any]) -> dict[str, Any]:
+def with_explain(upstream: httpx.Response, explain: Explain) -> dict[str, Any]:
     try:
         result = upstream.json()
     except ValueError:
@@ -55,7 +56,7 @@ def with_explain(upstream: httpx.Response, explain: dict[str, Any]) -> dict[str,
 
 async def run_plan(
     state: ProxyState, plan: SearchPlan, query_params: dict[str, str], headers: dict[str, str]
-) -> tuple[httpx.Response, dict[str, Any]]:
+) -> tuple[httpx.Response, Explain]:
     """Rewrite, search hybrid; if the hybrid search itself fails, search the original.
     Every request here carries the caller's credentials, never kgqr's."""
     began = time.perf_counter()
@@ -83,7 +84,8 @@ async def run_plan(
             state, plan, outcome, query_params, original, headers
         )
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
-    explain = {**outcome.explain(body or plan.body), "fusion": fusion}
+    explain = outcome.explain(body or plan.body)
+    explain["fusion"] = fusion
     if plan.warnings:
         explain["warnings"] = list(plan.warnings)
         log.warning("deprecated kgqr parameters", extra={"kgqr": {"warnings": plan.warnings}})

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_index
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
+from query_rewriter.explain import Explain
 from query_rewriter.forwarding import request_headers
 from query_rewriter.search_request import SearchPlan, plan_search
 from query_rewriter.strategies import STRATEGIES
@@ -24,7 +25,7 @@ from query_rewriter.tuning.scoreboard import scoreboard
 
 RunPlan = Callable[
     [Any, SearchPlan, dict[str, str], dict[str, str]],
-    Awaitable[tuple[httpx.Response, dict[str, Any]]],
+    Awaitable[tuple[httpx.Response, Explain]],
 ]
 STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
 MAX_SIZE = 50

@@ -1,0 +1,34 @@
+"""What kgqr says about a rewritten search (`kgqr.explain=true`, the query log, the tune
+page, `kgqr eval`): typed, so every reader and writer agrees on its keys."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class Fallback(TypedDict):
+    """Why a search ran the plain query: the stage that failed, why (no addresses), and
+    the strategy that was asked for."""
+
+    stage: str
+    reason: str
+    strategy: str
+
+
+class Explain(TypedDict, total=False):
+    strategy: str  # the strategy applied (`base` after a fallback)
+    query: str
+    expansions: list[str]
+    context: str | None
+    details: dict[str, Any]  # the strategy's own evidence (entities, neighbours, triples)
+    alpha: float
+    stages_ms: dict[str, float]
+    fallback: Fallback | None
+    cached: bool
+    llm_calls: int
+    cached_llm_calls: int
+    llm_prompt_chars: dict[str, int]
+    final_query: dict[str, Any] | None
+    fusion: str | None  # "pipeline", "client ...", or None when no hybrid search ran
+    warnings: list[str]  # deprecated parameter spellings the request used
+    refused: int  # OpenSearch refused the caller's credentials: its status, no rewrite
