@@ -1,0 +1,142 @@
+"""A service that hangs instead of refusing (SIGSTOP) degrades the rewrite, never the
+search: every search answers within the rewrite budget plus its own search, the explain
+names the stage, and once the service resumes (SIGCONT) rewrites work again without
+restarting kgqr. Redis and the LLM here are this test's own; Neo4j is the shared one,
+paused for a few seconds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from kgqr_core.settings import Settings
+from kgqr_ops.services.neo4j_server import Neo4jServer
+from kgqr_ops.services.process import port_is_open
+from query_rewriter.background_server import free_port, running_proxy
+from tests.integration.recording_llm import recording_llm
+
+BUDGET_S = 3.0
+# Budget, then the plain query's embedding and search, on a busy 2-core machine.
+SLACK_S = 3.0
+ENTITIES = '{"entities": [{"type": "movie", "name": "Heat", "document": "Heat: a crime film"}]}'
+DOCUMENTS = '{"documents": ["A crime film about bank robbers and a detective."]}'
+
+
+@contextmanager
+def paused(pid: int) -> Iterator[None]:
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+
+
+@contextmanager
+def own_redis() -> Iterator[tuple[str, int]]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed: run `kgqr services up redis`")
+    port = free_port()
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not port_is_open("127.0.0.1", port):
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/1", server.pid
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _timed_search(url: str, index: str, strategy: str, text: str) -> tuple[float, dict[str, Any]]:
+    body = {"query": {"match": {"text": f"{text} {uuid.uuid4().hex[:6]}"}}, "size": 3}
+    started = time.perf_counter()
+    response = httpx.post(f"{url}/{index}/_search", json=body, timeout=60,
+                          params={"kgqr.strategy": strategy, "kgqr.explain": "true"})  # fmt: skip
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 200, response.text
+    assert response.json()["hits"]["hits"], "the search must still answer"
+    return elapsed, dict(response.json()["kgqr"])
+
+
+def test_a_hung_llm_costs_a_search_its_budget_only(settings: Settings, movies_kb: str) -> None:
+    release = threading.Event()
+
+    def hang(prompt: str) -> str:
+        release.wait(timeout=60)
+        return DOCUMENTS
+
+    try:
+        with recording_llm(hang) as (llm_url, _prompts):
+            hung = settings.model_copy(update={
+                "llm_base_url": llm_url, "llm_model": f"hung-{uuid.uuid4().hex[:6]}",
+                "rewrite_timeout_s": BUDGET_S, "llm_timeout_s": 60.0,
+            })  # fmt: skip
+            with running_proxy(hung) as url:
+                elapsed, explain = _timed_search(url, movies_kb, "hyde", "bank robbers")
+                assert explain["fallback"]["stage"] == "generate", explain["fallback"]
+                assert elapsed < BUDGET_S + SLACK_S, elapsed
+                release.set()  # the LLM answers again: the next rewrite is a real one
+                _, explain = _timed_search(url, movies_kb, "hyde", "bank robbers")
+                assert explain["fallback"] is None and explain["expansions"]
+    finally:
+        release.set()
+
+
+def test_a_hung_cache_redis_is_a_miss_not_a_stalled_search(
+    settings: Settings, movies_kb: str
+) -> None:
+    with own_redis() as (redis_url, pid):
+        cached = settings.model_copy(update={"cache_redis_url": redis_url})
+        with running_proxy(cached) as url:
+            _timed_search(url, movies_kb, "base", "bank robbers")
+            with paused(pid):
+                elapsed, explain = _timed_search(url, movies_kb, "base", "bank robbers")
+            # The cache lookup gives up after KGQR_REDIS_TIMEOUT_S (and so does the write).
+            assert elapsed < 2 * settings.redis_timeout_s + SLACK_S, elapsed
+            assert explain["fallback"] is None and explain["cached"] is False
+            text = "police chase"  # resumed: cached again, without restarting kgqr
+            body = {"query": {"match": {"text": text}}, "size": 3}
+            params = {"kgqr.strategy": "base", "kgqr.explain": "true"}
+            for _ in range(2):
+                answer = httpx.post(f"{url}/{movies_kb}/_search", json=body, params=params)
+            assert answer.json()["kgqr"]["cached"] is True
+
+
+def test_a_hung_neo4j_falls_back_at_the_graph_stage_and_recovers(
+    settings: Settings, movies_kb: str
+) -> None:
+    pid = Neo4jServer(settings).process.pid()
+    if pid is None:
+        pytest.fail("Neo4j was not started by `kgqr services up`, so it cannot be paused here")
+
+    def script(prompt: str) -> str:
+        return ENTITIES if '"entities"' in prompt else DOCUMENTS
+
+    with recording_llm(script) as (llm_url, _prompts):
+        graphy = settings.model_copy(update={
+            "llm_base_url": llm_url, "llm_model": f"stand-in-{uuid.uuid4().hex[:6]}",
+            "rewrite_timeout_s": BUDGET_S,
+        })  # fmt: skip
+        with running_proxy(graphy) as url:
+            with paused(pid):
+                elapsed, explain = _timed_search(url, movies_kb, "kar", "Heat with Al Pacino")
+            assert explain["fallback"]["stage"] == "propagate", explain["fallback"]
+            assert elapsed < BUDGET_S + SLACK_S, elapsed
+            _, explain = _timed_search(url, movies_kb, "kar", "Heat with Al Pacino")
+            assert explain["fallback"] is None and explain["details"]["neighbours"]
