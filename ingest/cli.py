@@ -113,7 +113,10 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
 
         def show(progress: Any) -> None:
             bar.update(progress.chunks_done - bar.n)
-            bar.set_postfix(progress.counts, refresh=False)
+            postfix = dict(progress.counts)
+            if progress.retrying:  # a store down or an index blocked: say what it waits for
+                postfix["retrying"] = next(iter(progress.retrying.values()))[:80]
+            bar.set_postfix(postfix, refresh=False)
 
         final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout)
     _print_progress(final)
@@ -145,6 +148,8 @@ def _print_progress(progress: Any) -> None:
     click.echo("  " + ", ".join(f"{name} {count}" for name, count in progress.counts.items()))
     for chunk, reason in sorted(progress.failed.items()):
         click.echo(f"  chunk {chunk} FAILED: {reason} (re-run the same command to retry it)")
+    for chunk, reason in sorted(progress.retrying.items()):
+        click.echo(f"  chunk {chunk} RETRYING: {reason}")
 
 
 @ingest.command("verify")

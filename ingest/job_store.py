@@ -29,6 +29,7 @@ class JobProgress:
     created: float
     updated: float
     failed: dict[int, str] = field(default_factory=dict)  # chunk -> why it failed for good
+    retrying: dict[int, str] = field(default_factory=dict)  # chunk -> why it is retried
 
     @property
     def finished(self) -> bool:
@@ -53,7 +54,7 @@ class JobStore:
             key, mapping={"kb": kb, "source": source, "state": "enqueuing", "updated": now}
         )
         self.redis.hdel(key, "chunks_total")
-        self.redis.delete(key + ":failed")  # a re-run sends its failed chunks again
+        self.redis.delete(key + ":failed", key + ":retrying")  # a re-run sends them again
         self.redis.expire(key, JOB_TTL_S)
         self.redis.sadd("kgqr:jobs", job_id)
 
@@ -84,6 +85,7 @@ class JobStore:
                     pipe.sadd(done_key, chunk)
                     pipe.expire(done_key, JOB_TTL_S)
                     pipe.hdel(key + ":failed", chunk)
+                    pipe.hdel(key + ":retrying", chunk)
                     for name, value in counts.items():
                         pipe.hincrby(key, name, value)
                     pipe.hset(key, "updated", time.time())
@@ -100,7 +102,15 @@ class JobStore:
             return
         self.redis.hset(key + ":failed", chunk, reason[:500])
         self.redis.expire(key + ":failed", JOB_TTL_S)
+        self.redis.hdel(key + ":retrying", chunk)
         self.redis.hset(key, "updated", time.time())
+
+    def note_retry(self, job_id: str, chunk: int, reason: str) -> None:
+        """Say why a chunk is being retried (a store down, an index blocked), so a job that
+        seems stuck tells the user what it waits for."""
+        key = self._key(job_id)
+        self.redis.hset(key + ":retrying", chunk, reason[:500])
+        self.redis.expire(key + ":retrying", JOB_TTL_S)
 
     def progress(self, job_id: str) -> JobProgress | None:
         raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(self._key(job_id)).items()}
@@ -110,6 +120,10 @@ class JobStore:
         failed = {
             int(chunk): reason.decode()
             for chunk, reason in self.redis.hgetall(self._key(job_id) + ":failed").items()
+        }
+        retrying = {
+            int(chunk): reason.decode()
+            for chunk, reason in self.redis.hgetall(self._key(job_id) + ":retrying").items()
         }
         total = int(raw["chunks_total"]) if raw.get("chunks_total") else None
         state = raw["state"]
@@ -126,9 +140,10 @@ class JobStore:
             created=float(raw["created"]),
             updated=float(raw["updated"]),
             failed=failed,
+            retrying=retrying,
         )
 
     def forget(self, job_id: str) -> None:
         key = self._key(job_id)
-        self.redis.delete(key, key + ":done", key + ":failed")
+        self.redis.delete(key, key + ":done", key + ":failed", key + ":retrying")
         self.redis.srem("kgqr:jobs", job_id)

@@ -40,6 +40,10 @@ def _bulk(
             if error is not None:
                 if status in (429, 503):
                     raise TransientBulkError(f"bulk item rejected with {status}: {error}")
+                if error.get("type") == "cluster_block_exception":
+                    # The index, not the record: read-only (a full disk's flood stage, or
+                    # an operator). Retried until lifted; never set aside as a bad record.
+                    raise TransientBulkError(f"{index} is blocked: {error.get('reason')}")
                 reason = f"{error.get('type')}: {error.get('reason')}"
                 failures.append(WriteFailure(record.model_dump(), reason, stage, doc_id))
     return failures

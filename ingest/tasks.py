@@ -34,7 +34,11 @@ def ingest_chunk_task(
         outcome = ingest_chunk(_resources(), job_id, kb, chunk, records, extract_triples)
     except Exception as exc:
         if is_transient(exc) and self.request.retries < MAX_RETRIES:
-            raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc
+            countdown = min(2**self.request.retries, 60)
+            _resources().jobs.note_retry(
+                job_id, chunk, f"retry {self.request.retries + 1} in {countdown}s: {exc}"
+            )
+            raise self.retry(exc=exc, countdown=countdown) from exc
         # For good: say so in the job, so `kgqr ingest` ends (non-zero) instead of waiting.
         _resources().jobs.fail_chunk(job_id, chunk, f"{type(exc).__name__}: {exc}")
         raise

@@ -82,3 +82,42 @@ def test_rejected_records_that_cannot_be_set_aside_fail_their_chunk(
         assert [hit["_source"]["raw"] for hit in stored] == ['{"id": "x", broken']
     finally:
         opensearch.indices.delete(index=index)
+
+
+def test_a_blocked_index_is_retried_not_rejected_and_the_job_resumes_when_lifted(
+    settings: Any, opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any,
+    kb_name: str,
+) -> None:  # fmt: skip
+    """A read-only block (a full disk's flood stage, an operator) is the index's state, not a
+    bad record: the chunk is retried and says why, nothing is set aside, and once the block
+    is lifted the job completes with every document exactly once."""
+    import time
+
+    from ingest import job_runner
+    from ingest.kb_removal import drop_knowledge_base
+    from plugin import schema
+    from tests.integration.ingest_helpers import TINY_KB, enqueue_source
+
+    index = schema.documents_index(kb_name)
+    job_runner.prepare_stores(settings, opensearch, neo4j_driver)
+    opensearch.indices.create(index=index)
+    opensearch.indices.put_settings(index=index, body={"index.blocks.write": True})
+    try:
+        enqueued = enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB,
+                                  kb_name, restart=True)  # fmt: skip
+        jobs = JobStore(redis_client)
+        deadline = time.monotonic() + 60
+        while not (progress := jobs.progress(enqueued.job_id)).retrying:
+            assert time.monotonic() < deadline, f"no retry was noted: {progress}"
+            time.sleep(0.2)
+        assert "is blocked" in next(iter(progress.retrying.values()))
+        assert not progress.finished and progress.counts["rejected"] == 0
+        opensearch.indices.put_settings(index=index, body={"index.blocks.write": False})
+        final = job_runner.follow(jobs, enqueued.job_id, lambda _p: None, timeout_s=120)
+        assert final.state == "done" and final.retrying == {} and final.failed == {}
+        assert final.counts["rejected"] == 0
+        opensearch.indices.refresh(index=index)
+        assert opensearch.count(index=index)["count"] == final.counts["documents"] == 8
+    finally:
+        opensearch.indices.put_settings(index=index, body={"index.blocks.write": False})
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name)
