@@ -10,6 +10,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from neo4j import AsyncDriver
+
 # A second hop is [id, type, relation, outgoing, name]; the name only when asked for, since
 # reading thousands of names costs Neo4j a third of the query and only `kar_no_drf` uses them.
 NEIGHBOURS = """
@@ -139,7 +141,7 @@ class Neighbourhood:
 
 
 async def neighbours(
-    driver: Any,
+    driver: AsyncDriver,
     kb: str,
     node_ids: list[str],
     hops: int = 2,
@@ -166,7 +168,7 @@ RETURN collect([source, triple_id, target]) AS edges
 
 
 async def entity_edges(
-    driver: Any, kb: str, frontier: list[str], cap: int = 50
+    driver: AsyncDriver, kb: str, frontier: list[str], cap: int = 50
 ) -> list[tuple[str, str, str]]:
     """(source entity, triple id, other entity) for RELATION edges of the frontier, capped
     per node; one round trip for the whole frontier."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from neo4j import AsyncDriver
 
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings
@@ -98,7 +99,7 @@ class Rewriter:
         cache: RewriteCache,
         embed: Callable[[list[str]], Awaitable[np.ndarray]],
         structure_of: Callable[[str], Awaitable[DocumentStructure]],
-        graph: Any = None,
+        graph: AsyncDriver | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from neo4j import AsyncDriver
 
 from kgqr_core.llm import AsyncLlmClient, LlmRequest, parse_json_object
 from kgqr_core.prompts import render
@@ -31,7 +32,14 @@ class StrategyContext:
     embed: Callable[[list[str]], Awaitable[np.ndarray]]
     timer: StageTimer = field(default_factory=StageTimer)
     params: dict[str, float] = field(default_factory=dict)
-    graph: Any = None  # the async Neo4j driver, for the KG strategies
+    graph: AsyncDriver | None = None  # Neo4j, for the KG strategies
+
+    def graph_driver(self) -> AsyncDriver:
+        """The graph, for a strategy that cannot work without one."""
+        if self.graph is None:
+            raise RuntimeError("no Neo4j driver: this strategy needs the knowledge graph")
+        return self.graph
+
     usage: LlmUsage = field(default_factory=LlmUsage)
 
     def param(self, param: Param) -> float:

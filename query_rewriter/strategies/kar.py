@@ -157,7 +157,7 @@ class KnowledgeAwareRewrite(Strategy):
         top_k = int(ctx.param(KAR_K))
         with ctx.timer.stage("propagate"):
             found = await neighbours(
-                ctx.graph,
+                ctx.graph_driver(),
                 ctx.kb,
                 [m["id"] for m in matched],
                 hops,

@@ -154,7 +154,7 @@ class ContextualQueryRetrieval(Strategy):
         similarity_of: dict[str, float] = {}
         for _ in range(max_len):
             edges = await entity_edges(
-                ctx.graph, ctx.kb, sorted({p.at for p in paths}), ctx.settings.kar_hub_cap
+                ctx.graph_driver(), ctx.kb, sorted({p.at for p in paths}), ctx.settings.kar_hub_cap
             )
             new_ids = {tid for _, tid, _ in edges if tid and tid not in similarity_of}
             similarity_of.update(await exact_cosine(ctx, index, query_vector, new_ids))
