@@ -103,9 +103,13 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     if not wait:
         click.echo(f"follow it with: kgqr ingest status {enqueued.job_id}")
         return
-    needs_worker = worker == "auto" and job_runner.workers_answering(app) == 0
+    queue = settings.ingest_queue
+    needs_worker = worker == "auto" and job_runner.workers_consuming(app, queue) == 0
     if needs_worker:
-        click.echo("no worker answered; starting a temporary one (`kgqr ingest worker` runs one)")
+        click.echo(
+            f"no worker takes queue {queue}; starting a temporary one "
+            "(`kgqr ingest worker` runs one)"
+        )
     context = job_runner.temporary_worker(settings) if needs_worker else contextlib.nullcontext()
     interval = 0.5 if sys.stderr.isatty() else 15.0  # CI logs get a line every 15 s
     bar = tqdm(total=enqueued.chunks_total, unit="chunk", desc=kb, mininterval=interval)

@@ -116,8 +116,12 @@ def follow(
         time.sleep(poll_s)
 
 
-def workers_answering(app: Any, timeout_s: float = 1.5) -> int:
-    return len(app.control.ping(timeout=timeout_s) or [])
+def workers_consuming(app: Any, queue: str, timeout_s: float = 1.5) -> int:
+    """Workers that answer and take chunks from `queue`. A worker of another deployment
+    or test run sharing the broker answers a ping too, but would never take these chunks:
+    counting it left `kgqr ingest` waiting forever with no worker of its own."""
+    active = app.control.inspect(timeout=timeout_s).active_queues() or {}
+    return sum(1 for queues in active.values() if any(q.get("name") == queue for q in queues or []))
 
 
 @contextlib.contextmanager

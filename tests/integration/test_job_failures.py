@@ -121,3 +121,17 @@ def test_a_blocked_index_is_retried_not_rejected_and_the_job_resumes_when_lifted
     finally:
         opensearch.indices.put_settings(index=index, body={"index.blocks.write": False})
         drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name)
+
+
+def test_only_a_worker_of_this_queue_counts_as_one(settings: Any, ingest_worker: Any) -> None:
+    """A worker of another deployment sharing the broker answers pings but never takes
+    this queue's chunks; `kgqr ingest` must start its own worker instead of waiting."""
+    import time
+
+    from ingest import job_runner
+    from ingest.celery_app import app
+
+    deadline = time.monotonic() + 60  # the session's worker may still be starting
+    while job_runner.workers_consuming(app, settings.ingest_queue) == 0:
+        assert time.monotonic() < deadline, "the session's ingest worker never answered"
+    assert job_runner.workers_consuming(app, f"{settings.ingest_queue}-elsewhere") == 0
