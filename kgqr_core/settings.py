@@ -177,6 +177,19 @@ class Settings(BaseSettings):
     kar_hops: int = Field(default=2, ge=1, le=2, description="KAR relation propagation depth h")
     kar_top_k: int = Field(default=10, description="KAR neighbours kept by DRF (k)")
     kar_hub_cap: int = Field(default=50, description="Relationships followed per node per hop")
+    graph_seeds: int = Field(
+        default=10, description="`graph`: top documents of the plain query that seed the walk."
+    )
+    graph_triple_seeds: int = Field(
+        default=10,
+        description="`graph`: triples nearest the query (corpus graphs) whose entities seed it.",
+    )
+    graph_damping: float = Field(
+        default=0.5, description="`graph`: Personalized PageRank damping (HippoRAG 2 uses 0.5)."
+    )
+    graph_boosts: int = Field(
+        default=20, description="`graph`: top-scored documents the third sub-query boosts."
+    )
     kgcqr_top_k: int = Field(default=20, description="KG-CQR triples retrieved before filtering")
     kgcqr_beam_width: int = Field(default=3, description="KG-CQR completion beam width.")
     kgcqr_max_path_length: int = Field(default=3, description="KG-CQR completion path length L")

@@ -32,7 +32,7 @@ from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
 
 log = logging.getLogger("kgqr.rewrite")
-REWRITE_SETTING_PREFIXES = ("rewrite_", "kar_", "kgcqr_", "llm_model", "embedder_model")
+REWRITE_SETTING_PREFIXES = ("rewrite_", "kar_", "kgcqr_", "graph_", "llm_model", "embedder_model")
 # Settings under those prefixes that say how or when to rewrite, not what a rewrite is.
 NOT_SHAPING = {
     "rewrite_cache_ttl_s",

@@ -14,6 +14,8 @@ from opensearchpy import OpenSearch
 
 DEMOS = [
     ("movies", "base", "professional bank robbers chased by the police"),
+    ("movies", "base", "Tom Cruise hitman"),
+    ("movies", "graph", "Tom Cruise hitman"),
     ("movies", "hyde", "which director made films with Al Pacino?"),
     ("movies", "kar+boost", "which director made films with Al Pacino?"),
     ("musique-sample", "hyde", "Who publishes the Journal of Mathematical Physics?"),
@@ -43,6 +45,10 @@ def main() -> None:
                 f"   graph: {neighbour['title']} via {neighbour['relation']} "
                 f"(DRF {neighbour['score']:.2f})"
             )
+        nodes = explain["details"].get("graph_nodes", [])[:4]
+        if nodes:
+            walked = ", ".join(f"{node['id']} {node['score']:.2f}" for node in nodes)
+            print(f"   graph walk (no LLM): {walked}")
         for expansion in explain["expansions"]:
             print(f"   + {expansion[:140]}")
         for rank, hit in enumerate(result["hits"]["hits"], start=1):

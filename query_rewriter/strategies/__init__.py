@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from query_rewriter.strategies.agr import AnalyzeGenerateRefine
 from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.graph import GraphWalk
 from query_rewriter.strategies.hyde import HypotheticalDocuments, RetrievalAugmentedRewrite
 from query_rewriter.strategies.kar import (
     KarWithBoost,
@@ -26,6 +27,7 @@ STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
         PlainQuery(),
+        GraphWalk(),
         PseudoRelevanceFeedback(),
         HypotheticalDocuments(),
         RetrievalAugmentedRewrite(),

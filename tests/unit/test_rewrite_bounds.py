@@ -119,3 +119,14 @@ def test_llm_calls_wait_for_a_slot_and_a_waiter_that_gives_up_never_reaches_the_
 
     asyncio.run(run())
     assert endpoint.sent == 6  # two answers of three pieces: "three" never got a slot
+
+
+def test_personalized_pagerank_favours_nodes_near_heavy_seeds() -> None:
+    from query_rewriter.strategies.graph import personalized_pagerank
+
+    # a - b - c - d, and an isolated seed e; most weight on a
+    edges = [("a", "b"), ("b", "c"), ("c", "d")]
+    scores = personalized_pagerank(edges, {"a": 0.9, "e": 0.1}, damping=0.5)
+    assert abs(sum(scores.values()) - 1.0) < 1e-9
+    assert scores["a"] > scores["b"] > scores["c"] > scores["d"] > 0
+    assert scores["e"] > 0 and personalized_pagerank([], {}, 0.5) == {}
