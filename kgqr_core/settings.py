@@ -161,6 +161,14 @@ class Settings(BaseSettings):
         description="A rewrite larger than this (JSON) is not cached: a caller must not fill "
         "Redis with a few huge queries.",
     )
+    rewrite_fusion_plain: int = Field(
+        default=0,
+        description="1: fuse every rewritten ranking with base's (RRF), keeping base's top "
+        "KGQR_REWRITE_FUSION_KEEP hits in place (`fusion.plain`).",
+    )
+    rewrite_fusion_keep: int = Field(
+        default=1, description="base's top hits that fusion keeps in place."
+    )
     rewrite_knn_k: int = Field(
         default=50, description="k of the hybrid query's k-NN clause (at least the page size)."
     )

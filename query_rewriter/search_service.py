@@ -25,11 +25,12 @@ from query_rewriter.original_facets import (
     with_original_facets,
     without_aggregations,
 )
+from query_rewriter.plain_fusion import depth_body, fuse_protecting_top
 from query_rewriter.proxy_state import ProxyState
 from query_rewriter.query_log import query_log_entry
 from query_rewriter.rewriter import RewriteOutcome
 from query_rewriter.search_request import URL_PAGING, SearchPlan
-from query_rewriter.strategies.params import KNN_K, param_value
+from query_rewriter.strategies.params import FUSE_PLAIN, KEEP_TOP, KNN_K, param_value
 
 log = logging.getLogger("kgqr.proxy")
 HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
@@ -127,8 +128,9 @@ async def _rewritten_search(
     (outcome.fallback says why) if either fails. Returns the answer, the body it answers
     and how the hybrid was fused."""
     k = int(param_value(KNN_K, plan.params, state.settings))
+    fuse = param_value(FUSE_PLAIN, plan.params, state.settings) >= 1
     body = hybrid_body(
-        plan.body,
+        depth_body(plan.body) if fuse else plan.body,
         plan.parsed,
         outcome.rewrite.expanded_text,
         np.asarray(outcome.vector, dtype=np.float32),
@@ -153,6 +155,14 @@ async def _rewritten_search(
     failed = upstream if upstream.status_code >= 400 else facets
     if failed.status_code < 400:
         merged = with_original_facets(upstream.json(), facets.json())
+        if fuse:
+            keep = int(param_value(KEEP_TOP, plan.params, state.settings))
+            start, size = int(plan.body.get("from", 0)), int(plan.body.get("size", 10))
+            base = await _base_ranking(state, plan, k, query_params, headers)
+            hits = fuse_protecting_top(base, merged["hits"]["hits"], keep, start, size)
+            merged["hits"] = {**merged["hits"], "hits": hits,
+                              "max_score": hits[0]["_score"] if hits else None}  # fmt: skip
+            fusion = f"{fusion}; fused with base (RRF, its top {keep} kept)"
         return _json_response(upstream, merged), body, fusion
     if upstream.status_code in (401, 403, 404):
         return upstream, body, fusion  # the caller's own refusal, as OpenSearch gave it
@@ -165,6 +175,23 @@ async def _rewritten_search(
     outcome.fallback = {"stage": "search", "reason": reason[:300], "strategy": plan.strategy}
     metrics.FALLBACKS.labels(plan.strategy, "search").inc()
     return await _original_search(state, plan, original, headers), plan.body, fusion
+
+
+async def _base_ranking(
+    state: ProxyState,
+    plan: SearchPlan,
+    k: int,
+    query_params: dict[str, str],
+    headers: dict[str, str],
+) -> list[dict[str, Any]]:
+    """The `base` ranking (the hybrid search of the query alone) down to the end of the
+    page: what fusion protects. Empty if that search fails: the rewrite's ranking stands."""
+    vector = (await state.rewriter.embed([plan.parsed.text]))[0]
+    body = hybrid_body(depth_body(plan.body), plan.parsed, plan.parsed.text, np.asarray(vector), k)
+    response, _ = await hybrid_search(
+        state, plan.index, without_aggregations(body), search_params(query_params, body), headers
+    )
+    return list(response.json()["hits"]["hits"]) if response.status_code == 200 else []
 
 
 def _json_response(upstream: httpx.Response, content: dict[str, Any]) -> httpx.Response:

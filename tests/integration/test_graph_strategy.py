@@ -46,3 +46,24 @@ def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
     with running_proxy(no_graph) as url:
         ranked, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
     assert explain["fallback"]["stage"] == "propagate" and ranked[0] == "p3"
+
+
+def test_fusion_with_the_plain_query_keeps_its_first_hit_first_on_every_page(
+    proxy_url: str, movies_kb: str
+) -> None:
+    def page(strategy: str, **options: str) -> tuple[list[str], dict[str, Any]]:
+        response = httpx.post(
+            f"{proxy_url}/{movies_kb}/_search",
+            params={"kgqr.strategy": strategy, "kgqr.explain": "true", **options},
+            json={"query": {"match": {"text": "Al Pacino"}}, "size": 4},
+            timeout=120,
+        )
+        assert response.status_code == 200, response.text
+        return [hit["_id"] for hit in response.json()["hits"]["hits"]], response.json()["kgqr"]
+
+    plain, _ = page("base")
+    fused, explain = page("graph", **{"kgqr.param.fusion.plain": "1"})
+    assert fused[0] == plain[0] and "fused with base" in explain["fusion"]
+    second, _ = page("graph", **{"kgqr.param.fusion.plain": "1", "from": "2"})
+    whole, _ = page("graph", **{"kgqr.param.fusion.plain": "1", "size": "8"})
+    assert fused[:2] + second[:2] == whole[:4]

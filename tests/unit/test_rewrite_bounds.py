@@ -130,3 +130,20 @@ def test_personalized_pagerank_favours_nodes_near_heavy_seeds() -> None:
     assert abs(sum(scores.values()) - 1.0) < 1e-9
     assert scores["a"] > scores["b"] > scores["c"] > scores["d"] > 0
     assert scores["e"] > 0 and personalized_pagerank([], {}, 0.5) == {}
+
+
+def test_fusion_keeps_the_plain_querys_top_and_fuses_the_rest() -> None:
+    from query_rewriter.plain_fusion import fuse_protecting_top
+
+    def hits(*ids: str) -> list[dict[str, object]]:
+        return [{"_index": "i", "_id": doc_id, "_score": 1.0} for doc_id in ids]
+
+    plain = hits("a", "b", "c", "d")
+    rewritten = hits("x", "c", "b", "y")  # the plain top hit "a" is missing entirely
+    page = [hit["_id"] for hit in fuse_protecting_top(plain, rewritten, 1, 0, 4)]
+    assert page[0] == "a"  # kept, although RRF alone would rank b and c above it
+    assert set(page[1:3]) == {"b", "c"}  # in both rankings
+    second = [hit["_id"] for hit in fuse_protecting_top(plain, rewritten, 1, 2, 2)]
+    assert second == [hit["_id"] for hit in fuse_protecting_top(plain, rewritten, 1, 0, 4)][2:]
+    unprotected = [hit["_id"] for hit in fuse_protecting_top(plain, rewritten, 0, 0, 4)]
+    assert unprotected[0] != "a"  # what the protection is for
