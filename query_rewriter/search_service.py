@@ -137,20 +137,15 @@ async def _rewritten_search(
         k,
         boosts=outcome.rewrite.boost_ids,
     )
-    (upstream, fusion), facets = await asyncio.gather(
-        hybrid_search(
-            state,
-            plan.index,
-            without_aggregations(body),
-            search_params(query_params, body),
-            headers,
-        ),
+    (upstream, fusion), facets, base = await asyncio.gather(
+        hybrid_search(state, plan.index, body, query_params, headers),
         state.http.post(
             f"/{plan.index}/_search",
             json=facet_body(plan.body),
             params={k: v for k, v in original.items() if k not in URL_PAGING},
             headers=headers,
         ),
+        _base_ranking(state, plan, k, query_params, headers) if fuse else _no_hits(),
     )
     failed = upstream if upstream.status_code >= 400 else facets
     if failed.status_code < 400:
@@ -158,7 +153,6 @@ async def _rewritten_search(
         if fuse:
             keep = int(param_value(KEEP_TOP, plan.params, state.settings))
             start, size = int(plan.body.get("from", 0)), int(plan.body.get("size", 10))
-            base = await _base_ranking(state, plan, k, query_params, headers)
             hits = fuse_protecting_top(base, merged["hits"]["hits"], keep, start, size)
             merged["hits"] = {**merged["hits"], "hits": hits,
                               "max_score": hits[0]["_score"] if hits else None}  # fmt: skip
@@ -188,10 +182,12 @@ async def _base_ranking(
     page: what fusion protects. Empty if that search fails: the rewrite's ranking stands."""
     vector = (await state.rewriter.embed([plan.parsed.text]))[0]
     body = hybrid_body(depth_body(plan.body), plan.parsed, plan.parsed.text, np.asarray(vector), k)
-    response, _ = await hybrid_search(
-        state, plan.index, without_aggregations(body), search_params(query_params, body), headers
-    )
+    response, _ = await hybrid_search(state, plan.index, body, query_params, headers)
     return list(response.json()["hits"]["hits"]) if response.status_code == 200 else []
+
+
+async def _no_hits() -> list[dict[str, Any]]:
+    return []
 
 
 def _json_response(upstream: httpx.Response, content: dict[str, Any]) -> httpx.Response:
@@ -204,15 +200,18 @@ async def hybrid_search(
     state: ProxyState,
     index: str,
     body: dict[str, Any],
-    params: dict[str, str],
+    query_params: dict[str, str],
     headers: dict[str, str],
 ) -> tuple[httpx.Response, str]:
-    """The hybrid body through the engine's pipeline, else fused in kgqr; says which.
+    """The hybrid body (its aggregations dropped: the original query's answer them)
+    through the engine's pipeline, else fused in kgqr; says which.
 
     A caller under document-level security cannot run a `hybrid` query on OpenSearch 2.19:
     the security plugin wraps the query in its filter, and neural-search refuses a hybrid
     query that is not top-level (neural-search issue 1303). For such a caller the same
     sub-queries are fused in kgqr, so the rewrite still applies."""
+    params = search_params(query_params, body)
+    body = without_aggregations(body)
     if not state.neural_search:
         return await client_side_hybrid(state.http, index, body, params, headers), "client"
     upstream = await state.http.post(f"/{index}/_search", json=body, params=params, headers=headers)
