@@ -179,6 +179,7 @@ class Rewriter:
         alpha = param_value(ALPHA, params, self.settings)
         fallback = None
         usage = LlmUsage()
+        ctx: StrategyContext | None = None
         try:
             with timer.stage("structure"):
                 structure = await self.structure_of(kb)
@@ -206,23 +207,25 @@ class Rewriter:
             fallback = self._fallback(strategy_name, stage, reason)
             rewrite = Rewrite(strategy="base", query=query)
         timer.current = None
-        texts = [query, *rewrite.context_texts]
+        known = ctx.query_vectors.get(query) if ctx is not None else None
         remaining = self.settings.rewrite_timeout_s - (time.perf_counter() - started)
         try:
             with timer.stage("embed"):
                 # Context texts (PRF hits, generated documents) are embedded within the budget;
-                # the query's own vector, which every hybrid search needs, always is.
-                embedding = self.embed(texts)
-                vectors = await (
-                    asyncio.wait_for(embedding, max(remaining, 0.0))
-                    if len(texts) > 1
-                    else embedding
+                # the query's own vector, which every hybrid search needs, always is (once: a
+                # strategy that embedded it already left it in the context).
+                query_vector = known if known is not None else (await self.embed([query]))[0]
+                context = list(rewrite.context_texts)
+                context_vectors = (
+                    await asyncio.wait_for(self.embed(context), max(remaining, 0.0))
+                    if context
+                    else np.zeros((0, len(query_vector)), dtype=np.float32)
                 )
         except TimeoutError:
             fallback = fallback or self._fallback(strategy_name, "embed", "timed out")
             rewrite = Rewrite(strategy="base", query=query)
-            vectors = await self.embed([query])
-        vector = fuse(vectors[0], mean_vector(vectors[1:]), alpha)
+            context_vectors = np.zeros((0, len(query_vector)), dtype=np.float32)
+        vector = fuse(query_vector, mean_vector(context_vectors), alpha)
         for stage, ms in timer.stages_ms.items():
             metrics.STAGE_SECONDS.labels(strategy_name, stage).observe(ms / 1000)
         metrics.REWRITE_SECONDS.labels(strategy_name).observe(time.perf_counter() - started)

@@ -33,6 +33,15 @@ class StrategyContext:
     timer: StageTimer = field(default_factory=StageTimer)
     params: dict[str, float] = field(default_factory=dict)
     graph: AsyncDriver | None = None  # Neo4j, for the KG strategies
+    # Vectors of the texts embedded as queries in this rewrite: the query is needed by the
+    # initial hits, the graph's triple seeds, KAR, KG-CQR and the final fusion alike, and
+    # embedding it (CPU-bound, ~10 ms) once is enough.
+    query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+
+    async def query_vector(self, text: str) -> np.ndarray:
+        if text not in self.query_vectors:
+            self.query_vectors[text] = (await self.embed([text]))[0]
+        return self.query_vectors[text]
 
     def graph_driver(self) -> AsyncDriver:
         """The graph, for a strategy that cannot work without one."""
@@ -86,7 +95,7 @@ class StrategyContext:
     async def initial_hits(self, query: str, size: int) -> list[dict[str, Any]]:
         """The top hits of the plain query (hybrid BM25 + k-NN), as PRF and RAR read them."""
         with self.timer.stage("initial_retrieval"):
-            vector = (await self.embed([query]))[0]
+            vector = await self.query_vector(query)
             parsed = ParsedQuery(query)
             body = hybrid_body(
                 {"size": size, "_source": ["title", "body"]},

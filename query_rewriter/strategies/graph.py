@@ -112,7 +112,7 @@ class GraphWalk(Strategy):
         if k == 0:
             return {}
         with ctx.timer.stage("triple_seeds"):
-            vector = (await ctx.embed([query]))[0]
+            vector = await ctx.query_vector(query)
             body = {
                 "size": k,
                 "_source": ["head", "tail", "passage_id"],

@@ -168,7 +168,7 @@ class KnowledgeAwareRewrite(Strategy):
         if not ids:
             return []
         with ctx.timer.stage("drf"):
-            query_vector = (await ctx.embed([query]))[0]
+            query_vector = await ctx.query_vector(query)
             if self.filter_by == "document":
                 ranked = await most_similar_documents(
                     ctx, ctx.index, query_vector, ids, top_k, DOC_FIELDS

@@ -54,7 +54,7 @@ class ContextualQueryRetrieval(Strategy):
         rewrite = Rewrite(strategy=self.name, query=query)
         index = triples_index(ctx.kb)
         with ctx.timer.stage("triple_retrieval"):
-            query_vector = (await ctx.embed([query]))[0]
+            query_vector = await ctx.query_vector(query)
             top = await self.readable(ctx, await self.top_triples(ctx, index, query, query_vector))
         if not top:
             raise ValueError(f"no triples in {index}: ingest a corpus graph first")
