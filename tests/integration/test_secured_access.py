@@ -14,7 +14,8 @@ import json
 import secrets
 import ssl
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -140,57 +141,64 @@ def users(secured: SecuredCredentials) -> dict[str, str]:
     return headers
 
 
+@contextmanager
+def _ingested(
+    settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any,
+    kb: str, write: Callable[[Settings, Any, WorkerResources, int], None],
+) -> Iterator[str]:  # fmt: skip
+    """A knowledge base written into the secured node as kgqr-ingest (role kgqr_ingest)
+    by the real ingest code run in-process (a Celery worker would write to the plain
+    node), dropped afterwards."""
+    ingester = _as(settings, secured, "kgqr-ingest", secured.ingest_password)
+    opensearch = connections.opensearch_client(ingester)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+    resources = WorkerResources(ingester)
+    dimension = job_runner.prepare_stores(ingester, opensearch, neo4j_driver)
+    write(ingester, opensearch, resources, dimension)
+    opensearch.indices.refresh(index=f"kgqr-{kb}-*")
+    try:
+        yield schema.documents_index(kb)
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+        opensearch.close()
+        resources.neo4j.close()
+
+
 @pytest.fixture(scope="module")
 def secured_kb(
     settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
 ) -> Iterator[str]:
-    """The movie KB ingested into the secured node as kgqr-ingest (role kgqr_ingest),
-    through the real ingest code run in-process (a Celery worker would write to the plain
-    node)."""
-    ingester = _as(settings, secured, "kgqr-ingest", secured.ingest_password)
-    opensearch = connections.opensearch_client(ingester)
-    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
-    resources = WorkerResources(ingester)
-    dimension = job_runner.prepare_stores(ingester, opensearch, neo4j_driver)
+    """The movie KB, through the ingest job runner."""
 
-    def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
-        ingest_chunk(resources, job_id, KB, chunk, records, extract)
+    def write(
+        ingester: Settings, opensearch: Any, resources: WorkerResources, dimension: int
+    ) -> None:
+        def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
+            ingest_chunk(resources, job_id, KB, chunk, records, extract)
 
-    job_runner.enqueue(
-        open_source(TINY_KB), TINY_KB, KB, settings=ingester, opensearch=opensearch,
-        jobs=JobStore(redis_client), send=send, dimension=dimension, restart=True,
-    )  # fmt: skip
-    opensearch.indices.refresh(index=f"kgqr-{KB}-*")
-    try:
-        yield INDEX
-    finally:
-        drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
-        opensearch.close()
-        resources.neo4j.close()
+        job_runner.enqueue(
+            open_source(TINY_KB), TINY_KB, KB, settings=ingester, opensearch=opensearch,
+            jobs=JobStore(redis_client), send=send, dimension=dimension, restart=True,
+        )  # fmt: skip
+
+    with _ingested(settings, secured, neo4j_driver, redis_client, KB, write) as index:
+        yield index
 
 
 @pytest.fixture(scope="module")
 def secured_chain_kb(
     settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
 ) -> Iterator[str]:
-    """test_kgcqr's chain corpus graph (passages and triples), ingested as kgqr-ingest."""
+    """test_kgcqr's chain corpus graph (passages and triples), in one chunk."""
     from tests.integration.test_kgcqr import CHAIN_RECORDS
 
-    ingester = _as(settings, secured, "kgqr-ingest", secured.ingest_password)
-    opensearch = connections.opensearch_client(ingester)
-    drop_knowledge_base(opensearch, neo4j_driver, redis_client, CHAIN_KB)
-    job_runner.prepare_stores(ingester, opensearch, neo4j_driver)
-    resources = WorkerResources(ingester)
-    job = f"{CHAIN_KB}-{uuid.uuid4().hex[:8]}"
-    outcome = ingest_chunk(resources, job, CHAIN_KB, 0, CHAIN_RECORDS)
-    assert outcome.counts["documents"] == 2 and outcome.counts["triples"] > 0
-    opensearch.indices.refresh(index=f"kgqr-{CHAIN_KB}-*")
-    try:
-        yield schema.documents_index(CHAIN_KB)
-    finally:
-        drop_knowledge_base(opensearch, neo4j_driver, redis_client, CHAIN_KB)
-        opensearch.close()
-        resources.neo4j.close()
+    def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
+        job = f"{CHAIN_KB}-{uuid.uuid4().hex[:8]}"
+        outcome = ingest_chunk(resources, job, CHAIN_KB, 0, CHAIN_RECORDS)
+        assert outcome.counts["documents"] == 2 and outcome.counts["triples"] > 0
+
+    with _ingested(settings, secured, neo4j_driver, redis_client, CHAIN_KB, write) as index:
+        yield index
 
 
 @pytest.fixture(scope="module")
