@@ -32,14 +32,6 @@ from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
 
 log = logging.getLogger("kgqr.rewrite")
-REWRITE_SETTING_PREFIXES = ("rewrite_", "kar_", "kgcqr_", "graph_", "llm_model", "embedder_model")
-# Settings under those prefixes that say how or when to rewrite, not what a rewrite is.
-NOT_SHAPING = {
-    "rewrite_cache_ttl_s",
-    "rewrite_default_strategy",
-    "rewrite_timeout_s",
-    "rewrite_max_concurrent",
-}
 
 
 @dataclass
@@ -108,17 +100,6 @@ class Rewriter:
         self.structure_of = structure_of
         self.graph = graph
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
-        # Everything that shapes a rewrite goes into its cache key, so changing any of it
-        # never serves a stale one: the models and every rewrite_*, kar_*, kgcqr_* setting.
-        # Computed once: settings do not change under a running rewriter.
-        self._shaping = {
-            name: value
-            for name, value in settings.model_dump(mode="json").items()
-            if name.startswith(REWRITE_SETTING_PREFIXES) and name not in NOT_SHAPING
-        }
-
-    def _config(self, strategy: str, params: dict[str, float]) -> dict[str, Any]:
-        return {"strategy": strategy, "params": params, **self._shaping}
 
     async def rewrite(
         self,
@@ -133,7 +114,10 @@ class Rewriter:
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (caller.IdentityResolver): a rewrite
         may quote documents only that caller can read, so it is cached per caller."""
-        key = rewrite_key(caller, index, strategy, self._config(strategy, params), query)
+        # What shapes a rewrite is what its strategy declared (it cannot read anything
+        # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
+        config = STRATEGIES[strategy].config(params, self.settings)
+        key = rewrite_key(caller, index, strategy, config, query)
         cached = await self.cache.get(key)
         if cached is not None:
             try:
@@ -194,6 +178,7 @@ class Rewriter:
                 timer,
                 params,
                 graph=self.graph,
+                declared=strategy.declared(),
                 usage=usage,
             )
             rewrite = await asyncio.wait_for(

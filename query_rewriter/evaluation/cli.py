@@ -83,20 +83,15 @@ def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
 
 
 def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """What a reader needs to reproduce a figure: date, models, the settings that shape a
-    rewrite (the rewriter's own list) and the hybrid search's."""
-    from query_rewriter.rewriter import REWRITE_SETTING_PREFIXES
+    """What a reader needs to reproduce a figure: date, models, every setting a strategy
+    declares it reads (strategies.SHAPING_SETTINGS) and the hybrid search's."""
+    from query_rewriter.strategies import SHAPING_SETTINGS
 
-    prefixes = (*REWRITE_SETTING_PREFIXES, "hybrid_")
-    shaping = {
-        name: value
-        for name, value in settings.model_dump(mode="json").items()
-        if name.startswith(prefixes)
-    }
+    hybrid = {name for name in Settings.model_fields if name.startswith("hybrid_")}
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **extra,
-        "settings": shaping,
+        "settings": settings.model_dump(mode="json", include=set(SHAPING_SETTINGS | hybrid)),
     }
 
 

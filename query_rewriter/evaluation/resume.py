@@ -20,7 +20,6 @@ from typing import Any
 from query_rewriter.evaluation.metrics import score_query
 from query_rewriter.evaluation.query_sets import JudgedQuery
 from query_rewriter.evaluation.runner import QueryResult
-from query_rewriter.rewriter import NOT_SHAPING
 
 # Keys of a run's config that must agree for its results to be reused.
 MATCHING_KEYS = ("kb", "query_set", "split", "params", "size")
@@ -75,25 +74,21 @@ def load_earlier_run(path: Path) -> EarlierRun:
     return EarlierRun(path, config, [_result(raw, path) for raw in raw_results])
 
 
-def _shaping_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings that decide rankings; time budgets differ freely between runs (a
-    timed-out rewrite is recorded as a fallback in the result itself)."""
-    settings = config.get("settings") or {}
-    return {k: v for k, v in settings.items() if k not in NOT_SHAPING}
-
-
 def config_differences(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """What differs between two runs' configs in ways that change rankings."""
+    """What differs between two runs' configs in ways that change rankings: the settings
+    this run records (eval.cli.run_config: those the strategies and the hybrid search read).
+    Time budgets differ freely between runs; a timed-out rewrite is recorded as a fallback
+    in the result itself. An earlier run that recorded more settings is compared on these."""
     differences = [
         f"{key}: {earlier.get(key)!r} then, {now.get(key)!r} now"
         for key in MATCHING_KEYS
         if earlier.get(key) != now.get(key)
     ]
-    before, after = _shaping_settings(earlier), _shaping_settings(now)
+    before, after = earlier.get("settings") or {}, now.get("settings") or {}
     differences += [
-        f"setting {name}: {before.get(name)!r} then, {after.get(name)!r} now"
-        for name in sorted(before.keys() | after.keys())
-        if before.get(name) != after.get(name)
+        f"setting {name}: {before.get(name)!r} then, {after[name]!r} now"
+        for name in sorted(after)
+        if before.get(name) != after[name]
     ]
     return differences
 

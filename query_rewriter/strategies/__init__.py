@@ -1,11 +1,12 @@
 """Rewrite strategies by name. Adding one: a module with a Strategy subclass (declaring the
-parameters it reads), listed here; its settings in kgqr_core/settings.py, its prompt in
-kgqr_core/prompts/."""
+parameters and settings it reads), listed here; new settings in kgqr_core/settings.py, its
+prompt in kgqr_core/prompts/."""
 
 from __future__ import annotations
 
 from query_rewriter.strategies.agr import AnalyzeGenerateRefine
 from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import CONTEXT_SETTINGS
 from query_rewriter.strategies.graph import GraphWalk
 from query_rewriter.strategies.hyde import HypotheticalDocuments, RetrievalAugmentedRewrite
 from query_rewriter.strategies.kar import (
@@ -49,3 +50,9 @@ ALL_PARAMS: tuple[Param, ...] = tuple(
 
 # `kar+boost` arrives as "kar boost" when a client forgets to URL-encode the "+".
 ALIASES = {"kar boost": "kar+boost", "kar_boost": "kar+boost"}
+
+# Every setting some strategy's rewrite depends on (what an evaluation report records).
+SHAPING_SETTINGS: frozenset[str] = frozenset(
+    {*CONTEXT_SETTINGS, *(p.setting for p in ALL_PARAMS)}
+    | {name for s in STRATEGIES.values() for name in s.settings}
+)

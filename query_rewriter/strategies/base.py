@@ -3,19 +3,42 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
+from typing import Any
 
+from kgqr_core.settings import Settings
 from query_rewriter.rewrite import Rewrite
-from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.params import Param
+from query_rewriter.strategies.context import CONTEXT_SETTINGS, StrategyContext
+from query_rewriter.strategies.params import COMMON, Param, param_value
 
 
 class Strategy(abc.ABC):
     """Turns a query into a Rewrite. Raises on failure; the caller falls back to `base`.
-    `params`: the request parameters it reads (besides params.COMMON), which requests may
-    set and the explain and cache key account for."""
+
+    `params`: the request parameters it reads (besides params.COMMON); `settings`: the
+    Settings fields it reads that a request cannot set. The context refuses to read
+    anything undeclared, so what a strategy declares is exactly what shapes its rewrites,
+    and the cache key (`config`) is derived from it, with no list kept elsewhere."""
 
     name: str
     params: tuple[Param, ...] = ()
+    settings: tuple[str, ...] = ()
 
     @abc.abstractmethod
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite: ...
+
+    def declared(self) -> frozenset[str]:
+        """The parameter and setting names its context may read."""
+        names = (*(p.name for p in (*COMMON, *self.params)), *CONTEXT_SETTINGS, *self.settings)
+        return frozenset(names)
+
+    def config(self, values: Mapping[str, float], settings: Settings) -> dict[str, Any]:
+        """Everything that shapes this strategy's rewrite: each declared parameter resolved
+        (the request's value, else its setting's), each declared setting, the models."""
+        return {
+            "strategy": self.name,
+            "params": {p.name: param_value(p, values, settings) for p in (*COMMON, *self.params)},
+            "settings": settings.model_dump(
+                mode="json", include={*CONTEXT_SETTINGS, *self.settings}
+            ),
+        }

@@ -20,6 +20,15 @@ from query_rewriter.query_text import ParsedQuery
 from query_rewriter.rewrite import LlmUsage, StageTimer
 from query_rewriter.strategies.params import EXPANSIONS, KNN_K, Param, param_value
 
+# What the context itself reads for every strategy: the models behind its LLM and embedder,
+# and the length documents are cut to.
+CONTEXT_SETTINGS = ("llm_model", "embedder_model", "rewrite_doc_chars")
+
+
+class UndeclaredKnob(RuntimeError):
+    """A strategy read a parameter or setting it did not declare: its rewrites would be
+    cached without it in the key, so the read fails instead."""
+
 
 @dataclass
 class StrategyContext:
@@ -37,6 +46,10 @@ class StrategyContext:
     # initial hits, the graph's triple seeds, KAR, KG-CQR and the final fusion alike, and
     # embedding it (CPU-bound, ~10 ms) once is enough.
     query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    # The names the running strategy declared (Strategy.declared); None: a context built by
+    # hand (a bench, a test) that may read anything.
+    declared: frozenset[str] | None = None
+    usage: LlmUsage = field(default_factory=LlmUsage)
 
     async def query_vector(self, text: str) -> np.ndarray:
         if text not in self.query_vectors:
@@ -49,11 +62,19 @@ class StrategyContext:
             raise RuntimeError("no Neo4j driver: this strategy needs the knowledge graph")
         return self.graph
 
-    usage: LlmUsage = field(default_factory=LlmUsage)
-
     def param(self, param: Param) -> float:
         """The request's value of a parameter the strategy declared, else its setting's."""
+        self._check(param.name)
         return param_value(param, self.params, self.settings)
+
+    def setting(self, name: str) -> Any:
+        """A setting the strategy declared (Strategy.settings)."""
+        self._check(name)
+        return getattr(self.settings, name)
+
+    def _check(self, name: str) -> None:
+        if self.declared is not None and name not in self.declared:
+            raise UndeclaredKnob(f"[{name}] is read but not declared by the strategy")
 
     @property
     def structure_text(self) -> str:
@@ -75,7 +96,7 @@ class StrategyContext:
         return int(self.param(EXPANSIONS))
 
     def truncate(self, text: str, limit: int | None = None) -> str:
-        limit = limit or self.settings.rewrite_doc_chars
+        limit = limit or int(self.setting("rewrite_doc_chars"))
         return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
     async def llm_json(

@@ -72,6 +72,7 @@ def personalized_pagerank(
 class GraphWalk(Strategy):
     name = "graph"
     params = (SEEDS, TRIPLE_SEEDS, DAMPING, BOOSTS)
+    settings = ("kar_hub_cap",)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
@@ -85,7 +86,7 @@ class GraphWalk(Strategy):
             raise ValueError("no seeds: the plain query found nothing")
         with ctx.timer.stage("propagate"):
             hood = await neighbours(
-                ctx.graph_driver(), ctx.kb, sorted(seeds), hops=2, cap=ctx.settings.kar_hub_cap
+                ctx.graph_driver(), ctx.kb, sorted(seeds), hops=2, cap=ctx.setting("kar_hub_cap")
             )
         with ctx.timer.stage("walk"):
             scores = personalized_pagerank(walk_edges(hood), seeds, ctx.param(DAMPING))

@@ -41,6 +41,7 @@ DOC_FIELDS = ["id", "title", "body", "type"]
 class KnowledgeAwareRewrite(Strategy):
     name = "kar"
     params = (EXPANSIONS, KAR_K, KAR_HOPS)
+    settings = ("kar_hub_cap", "kar_triple_chars", "kar_knowledge_format")
     use_graph = True
     filter_by = "document"  # or "name" (kar_no_drf)
     boost = False
@@ -59,7 +60,8 @@ class KnowledgeAwareRewrite(Strategy):
         relations: list[DocumentRelation] = []
 
         def as_text(doc: dict[str, Any]) -> str:
-            return f"{doc['title']}: {ctx.truncate(doc['body'], ctx.settings.kar_triple_chars)}"
+            body = ctx.truncate(doc["body"], ctx.setting("kar_triple_chars"))
+            return f"{doc['title']}: {body}"
 
         if self.use_graph and matched:
             kept = await self.filtered_neighbours(query, matched, ctx)
@@ -91,9 +93,9 @@ class KnowledgeAwareRewrite(Strategy):
             [m["id"] for m in matched],
             relations,
             as_text,
-            ctx.settings.kar_knowledge_format,
+            ctx.setting("kar_knowledge_format"),
         )
-        rewrite.details["knowledge_format"] = ctx.settings.kar_knowledge_format
+        rewrite.details["knowledge_format"] = ctx.setting("kar_knowledge_format")
         answer = await ctx.llm_json(
             "generate",
             "kar_generate",
@@ -161,7 +163,7 @@ class KnowledgeAwareRewrite(Strategy):
                 ctx.kb,
                 [m["id"] for m in matched],
                 hops,
-                ctx.settings.kar_hub_cap,
+                ctx.setting("kar_hub_cap"),
                 with_names=self.filter_by == "name",
             )
         ids = found.document_ids()

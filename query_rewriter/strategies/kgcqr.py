@@ -47,6 +47,7 @@ class Path:
 class ContextualQueryRetrieval(Strategy):
     name = "kgcqr"
     params = (KGCQR_K, KGCQR_PATH_LENGTH)
+    settings = ("kar_hub_cap", "kgcqr_beam_width", "kgcqr_completion_k")
     use_ttr = True
     complete = True
 
@@ -145,7 +146,7 @@ class ContextualQueryRetrieval(Strategy):
         kept: list[dict[str, Any]],
     ) -> list[dict[str, Any]]:
         """Beam-search BFS between the kept triples' entities; the best new triples."""
-        beam = int(ctx.settings.kgcqr_beam_width)
+        beam = int(ctx.setting("kgcqr_beam_width"))
         max_len = int(ctx.param(KGCQR_PATH_LENGTH))
         targets = {entity_id(t[end]) for t in kept for end in ("head", "tail")}
         known = {t["id"] for t in kept}
@@ -154,7 +155,10 @@ class ContextualQueryRetrieval(Strategy):
         similarity_of: dict[str, float] = {}
         for _ in range(max_len):
             edges = await entity_edges(
-                ctx.graph_driver(), ctx.kb, sorted({p.at for p in paths}), ctx.settings.kar_hub_cap
+                ctx.graph_driver(),
+                ctx.kb,
+                sorted({p.at for p in paths}),
+                ctx.setting("kar_hub_cap"),
             )
             new_ids = {tid for _, tid, _ in edges if tid and tid not in similarity_of}
             similarity_of.update(await exact_cosine(ctx, index, query_vector, new_ids))
@@ -185,7 +189,7 @@ class ContextualQueryRetrieval(Strategy):
             for triple_id in path.triples:
                 if triple_id not in known:
                     best[triple_id] = max(best.get(triple_id, -1.0), path.score)
-        top_ids = sorted(best, key=lambda tid: -best[tid])[: int(ctx.settings.kgcqr_completion_k)]
+        top_ids = sorted(best, key=lambda tid: -best[tid])[: int(ctx.setting("kgcqr_completion_k"))]
         if not top_ids:
             return []
         body = {

@@ -88,7 +88,8 @@ async def _with_strategy_context(settings: Settings, use: Any) -> Any:
         settings
     ) as graph:  # fmt: skip
         ctx = StrategyContext(settings, schema.documents_index(KB), KB, DocumentStructure(),
-                              None, OpenSearchGateway(http, None), embed, graph=graph)  # type: ignore[arg-type]  # fmt: skip
+                              None, OpenSearchGateway(http, None), embed, graph=graph,  # type: ignore[arg-type]
+                              declared=ContextualQueryRetrieval().declared())  # fmt: skip
         return await use(ctx, embed)
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from kgqr_core.settings import Settings
+from query_rewriter.evaluation.cli import run_config
 from query_rewriter.evaluation.query_sets import JudgedQuery
 from query_rewriter.evaluation.resume import (
     Checkpoint,
@@ -98,7 +100,11 @@ def test_time_budgets_and_limits_may_differ_but_rankings_settings_may_not(
 ) -> None:
     path = _checkpoint(tmp_path, [_result("q1")])
     run = [load_earlier_run(path)]
-    budget = {**CONFIG, "limit": 50, "settings": {**CONFIG["settings"], "rewrite_timeout_s": 400}}
+    # A time budget is not among the settings a run records now; an earlier run that
+    # recorded it is compared on the rest.
+    assert "rewrite_timeout_s" not in run_config(Settings(rewrite_timeout_s=400))["settings"]
+    recorded_now = {k: v for k, v in CONFIG["settings"].items() if k != "rewrite_timeout_s"}
+    budget = {**CONFIG, "limit": 50, "settings": recorded_now}
     assert reusable_results(run, budget, QUERIES, ["hyde"])
     alpha = {**CONFIG, "settings": {**CONFIG["settings"], "rewrite_alpha": 1.0}}
     with pytest.raises(ResumeError, match=r"setting rewrite_alpha: 0.7 then, 1.0 now"):

@@ -216,15 +216,39 @@ def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
     assert should == {"constant_score": {"filter": {"term": {"id": "m1"}}, "boost": 0.6}}
 
 
-def test_rewrite_config_covers_every_setting_that_shapes_a_rewrite() -> None:
+def test_a_strategys_cache_config_is_what_it_declares_resolved() -> None:
     from kgqr_core.settings import Settings
-    from query_rewriter.rewriter import Rewriter
+    from query_rewriter.strategies import STRATEGIES
 
-    def config(**overrides: object) -> dict:
-        return Rewriter(Settings(**overrides), None, None, None, None)._config("kar", {})  # type: ignore[arg-type]
+    def config(
+        name: str = "kar", params: dict[str, float] | None = None, **overrides: object
+    ) -> dict:
+        return STRATEGIES[name].config(params or {}, Settings(**overrides))  # type: ignore[arg-type]
 
     base = config()
     assert config(kar_triple_chars=100) != base
-    assert config(kgcqr_beam_width=5) != base
-    assert config(llm_model="other") != base
+    assert config(llm_model="qwen2.5-coder-0.5b") != base
+    assert config(kar_top_k=7) != base  # a parameter's default
+    assert config(params={"kar.k": 7}) == config(kar_top_k=7)  # resolved: the same rewrite
+    assert config(kgcqr_beam_width=5) == base  # KG-CQR's, not KAR's
+    assert config("kgcqr", kgcqr_beam_width=5) != config("kgcqr")
     assert config(rewrite_cache_ttl_s=60) == base  # how long to keep, not what was rewritten
+
+
+def test_a_strategy_cannot_read_a_knob_it_did_not_declare() -> None:
+    from kgqr_core.settings import Settings
+    from query_rewriter.strategies import STRATEGIES
+    from query_rewriter.strategies.context import StrategyContext, UndeclaredKnob
+    from query_rewriter.strategies.params import KAR_K
+
+    declared = STRATEGIES["hyde"].declared()
+    ctx = StrategyContext(Settings(), "i", "kb", None, None, None, None, declared=declared)  # type: ignore[arg-type]
+    assert ctx.truncate("a b c", 3) == "a ..."  # the context's own settings are allowed
+    with pytest.raises(UndeclaredKnob, match="kar_hub_cap"):
+        ctx.setting("kar_hub_cap")
+    with pytest.raises(UndeclaredKnob, match=r"kar\.k"):
+        ctx.param(KAR_K)
+    kar = StrategyContext(Settings(), "i", "kb", None, None, None, None,  # type: ignore[arg-type]
+                          declared=STRATEGIES["kar"].declared())  # fmt: skip
+    assert kar.setting("kar_hub_cap") == Settings().kar_hub_cap
+    assert kar.param(KAR_K) == Settings().kar_top_k
