@@ -35,6 +35,7 @@ from query_rewriter.evaluation.query_sets import load_query_set
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar import KnowledgeAwareRewrite
+from query_rewriter.strategies.kar_stages import DocumentSimilarity, LlmEntityLinker
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -75,16 +76,18 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 )
 
             ctx = context(caps[-1])
-            entities = await strategy.parse_entities(query.text, ctx, ctx.structure_text)
-            matched = await strategy.entity_documents(query.text, entities, ctx)
+            linker = LlmEntityLinker()
+            matched = await linker.documents(await linker.parse(query.text, ctx), ctx)
             if gold:
-                entity_recall.append(len(gold & {m["id"] for m in matched}) / len(gold))
+                entity_recall.append(len(gold & {m.document.id for m in matched}) / len(gold))
             for cap in caps:
                 ctx = context(cap)
                 started = time.perf_counter()
-                kept = await strategy.filtered_neighbours(query.text, matched, ctx)
+                kept = await strategy.kept_neighbours(
+                    query.text, matched, DocumentSimilarity(), ctx
+                )
                 ms[cap].append((time.perf_counter() - started) * 1000)
-                shown = {m["id"] for m in matched} | {n["id"] for n in kept}
+                shown = {m.document.id for m in matched} | {n.document.id for n in kept}
                 recall[cap].append(len(gold & shown) / len(gold) if gold else 0.0)
                 candidates[cap].append(len(kept))
     await llm.close()

@@ -33,6 +33,7 @@ from plugin.kb_meta import DocumentStructure
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar import KnowledgeAwareRewrite
+from query_rewriter.strategies.kar_stages import DocumentSimilarity, Entity, LlmEntityLinker
 
 DIM = 384
 
@@ -131,10 +132,10 @@ async def measure(settings: Any, kb: str, vectors: np.ndarray, queries: int, hub
                 embed,
                 graph=graph,
             )
-            entities = [{"type": "paper", "name": f"e{i}", "document": f"e{i}"} for i in range(3)]
+            entities = [Entity("paper", f"e{i}", f"e{i}") for i in range(3)]
             started = time.perf_counter()
-            matched = await strategy.entity_documents("q", entities, ctx)
-            kept = await strategy.filtered_neighbours("q", matched, ctx)
+            matched = await LlmEntityLinker().documents(entities, ctx)
+            kept = await strategy.kept_neighbours("q", matched, DocumentSimilarity(), ctx)
             stage_ms.append((time.perf_counter() - started) * 1000)
             for stage, ms in ctx.timer.stages_ms.items():
                 per_stage.setdefault(stage, []).append(ms)

@@ -185,6 +185,11 @@ class Settings(BaseSettings):
     kar_hops: int = Field(default=2, ge=1, le=2, description="KAR relation propagation depth h")
     kar_top_k: int = Field(default=10, description="KAR neighbours kept by DRF (k)")
     kar_hub_cap: int = Field(default=50, description="Relationships followed per node per hop")
+    kar_index_seeds: int = Field(
+        default=5,
+        description="`kar_index`: the plain query's top documents taken as its entities' "
+        "documents (instead of the LLM's parse).",
+    )
     graph_seeds: int = Field(
         default=10, description="`graph`: top documents of the plain query that seed the walk."
     )

@@ -1,6 +1,7 @@
 """Rewrite strategies by name. Adding one: a module with a Strategy subclass (declaring the
 parameters and settings it reads), listed here; new settings in kgqr_core/settings.py, its
-prompt in kgqr_core/prompts/."""
+prompt in kgqr_core/prompts/. A variant of an existing strategy (an ablation) is one more
+line here: the same class composed with other stages."""
 
 from __future__ import annotations
 
@@ -8,18 +9,10 @@ from query_rewriter.strategies.agr import AnalyzeGenerateRefine
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import CONTEXT_SETTINGS
 from query_rewriter.strategies.graph import GraphWalk
-from query_rewriter.strategies.hyde import HypotheticalDocuments, RetrievalAugmentedRewrite
-from query_rewriter.strategies.kar import (
-    KarWithBoost,
-    KarWithoutDocumentFiltering,
-    KarWithoutGraph,
-    KnowledgeAwareRewrite,
-)
-from query_rewriter.strategies.kgcqr import (
-    ContextualQueryRetrieval,
-    KgcqrWithoutCompletion,
-    KgcqrWithoutTtr,
-)
+from query_rewriter.strategies.hyde import HypotheticalDocuments
+from query_rewriter.strategies.kar import KnowledgeAwareRewrite
+from query_rewriter.strategies.kar_stages import IndexEntityLinker, NameSimilarity
+from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
 from query_rewriter.strategies.params import COMMON, Param
 from query_rewriter.strategies.plain import PlainQuery
 from query_rewriter.strategies.prf import PseudoRelevanceFeedback
@@ -30,16 +23,17 @@ STRATEGIES: dict[str, Strategy] = {
         PlainQuery(),
         GraphWalk(),
         PseudoRelevanceFeedback(),
-        HypotheticalDocuments(),
-        RetrievalAugmentedRewrite(),
+        HypotheticalDocuments("hyde"),
+        HypotheticalDocuments("rar", grounded=True),
         AnalyzeGenerateRefine(),
-        KnowledgeAwareRewrite(),
-        KarWithoutGraph(),
-        KarWithoutDocumentFiltering(),
-        KarWithBoost(),
-        ContextualQueryRetrieval(),
-        KgcqrWithoutTtr(),
-        KgcqrWithoutCompletion(),
+        KnowledgeAwareRewrite("kar"),
+        KnowledgeAwareRewrite("kar_no_kg", ranker=None),
+        KnowledgeAwareRewrite("kar_no_drf", ranker=NameSimilarity()),
+        KnowledgeAwareRewrite("kar+boost", boost=True),
+        KnowledgeAwareRewrite("kar_index", linker=IndexEntityLinker()),
+        ContextualQueryRetrieval("kgcqr"),
+        ContextualQueryRetrieval("kgcqr_no_ttr", use_ttr=False),
+        ContextualQueryRetrieval("kgcqr_no_completion", complete=False),
     )
 }
 

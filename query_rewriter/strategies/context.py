@@ -113,34 +113,33 @@ class StrategyContext:
         self.usage.prompt_chars[stage] = self.usage.prompt_chars.get(stage, 0) + len(text)
         return parse_json_object(answer.texts[0])
 
-    async def initial_hits(self, query: str, size: int) -> list[dict[str, Any]]:
-        """The top hits of the plain query (hybrid BM25 + k-NN), as PRF and RAR read them."""
-        with self.timer.stage("initial_retrieval"):
+    async def plain_hits(
+        self, query: str, size: int, fields: list[str], stage: str = "initial_retrieval"
+    ) -> list[dict[str, Any]]:
+        """The plain query's top hits (hybrid BM25 + k-NN; BM25 alone if the hybrid search
+        fails), as OpenSearch returns them: `_id`, `_score`, `_source` with `fields`."""
+        with self.timer.stage(stage):
             vector = await self.query_vector(query)
             parsed = ParsedQuery(query)
-            body = hybrid_body(
-                {"size": size, "_source": ["title", "body"]},
-                parsed,
-                query,
-                vector,
-                int(self.param(KNN_K)),
-            )
+            request = {"size": size, "_source": fields}
+            body = hybrid_body(request, parsed, query, vector, int(self.param(KNN_K)))
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:
-                body = {
-                    "size": size,
-                    "_source": ["title", "body"],
-                    "query": bm25_clause(query, parsed),
-                }
+                body = {**request, "query": bm25_clause(query, parsed)}
                 response = await self.opensearch.search(self.index, body)
+        hits: list[dict[str, Any]] = response["hits"]["hits"]
+        return hits
+
+    async def initial_hits(self, query: str, size: int) -> list[dict[str, Any]]:
+        """The plain query's top hits as PRF and RAR show them to the LLM: id, title, text."""
         return [
             {
                 "id": hit["_id"],
                 "title": hit["_source"].get("title", ""),
                 "text": self.truncate(hit["_source"].get("body", "")),
             }
-            for hit in response["hits"]["hits"]
+            for hit in await self.plain_hits(query, size, ["title", "body"])
         ]
 
     def format_documents(self, documents: list[dict[str, Any]]) -> str:

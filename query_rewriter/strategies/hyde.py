@@ -15,9 +15,12 @@ from query_rewriter.strategies.params import EXPANSIONS, PRF_DOCS, Param
 
 
 class HypotheticalDocuments(Strategy):
-    name = "hyde"
-    params: tuple[Param, ...] = (EXPANSIONS,)
-    grounded = False  # RAR: show the LLM the top initial hits first
+    """`grounded` (RAR): show the LLM the plain query's top hits first."""
+
+    def __init__(self, name: str = "hyde", grounded: bool = False) -> None:
+        self.name = name
+        self.grounded = grounded
+        self.params: tuple[Param, ...] = (EXPANSIONS, PRF_DOCS) if grounded else (EXPANSIONS,)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
@@ -32,9 +35,3 @@ class HypotheticalDocuments(Strategy):
         if not rewrite.expansions:
             raise ValueError("the LLM returned no usable documents")
         return rewrite
-
-
-class RetrievalAugmentedRewrite(HypotheticalDocuments):
-    name = "rar"
-    params = (EXPANSIONS, PRF_DOCS)
-    grounded = True

@@ -12,72 +12,81 @@
    as `kar_knowledge.render_knowledge` says (each document once, by default);
 6. expansion: one LLM call writes n documents from the triples.
 
-`kar_no_kg` stops after step 2 (entity documents only); `kar_no_drf` ranks neighbours by
-the query's similarity to the neighbour's *name*; `kar+boost` also searches the kept
-neighbours as a third hybrid sub-query, each weighted by its DRF score.
+Ablations and variants are compositions of the stages in kar_stages.py: `kar_no_kg`
+stops after step 2 (entity documents only); `kar_no_drf` ranks neighbours by the query's
+similarity to the neighbour's *name*; `kar+boost` also searches the kept neighbours as a
+third hybrid sub-query, each weighted by its DRF score; `kar_index` links entities by the
+index instead of the LLM (steps 1-2 without an LLM call).
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-import numpy as np
 
 from query_rewriter.graph_store import neighbours
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar_knowledge import DocumentRelation, render_knowledge
-from query_rewriter.strategies.params import EXPANSIONS, KAR_HOPS, KAR_K
-from query_rewriter.strategies.vector_lookups import (
-    by_ids,
-    most_similar_documents,
-    readable_ids,
+from query_rewriter.strategies.kar_stages import (
+    DRF,
+    EntityLinker,
+    KbDocument,
+    LinkedDocument,
+    LlmEntityLinker,
+    NeighbourRanker,
+    RankedNeighbour,
 )
-
-DOC_FIELDS = ["id", "title", "body", "type"]
+from query_rewriter.strategies.params import EXPANSIONS, KAR_HOPS, KAR_K
+from query_rewriter.strategies.vector_lookups import readable_ids
 
 
 class KnowledgeAwareRewrite(Strategy):
-    name = "kar"
-    params = (EXPANSIONS, KAR_K, KAR_HOPS)
+    """`ranker=None` leaves the graph out; `boost` searches the kept neighbours too."""
+
     settings = ("kar_hub_cap", "kar_triple_chars", "kar_knowledge_format")
-    use_graph = True
-    filter_by = "document"  # or "name" (kar_no_drf)
-    boost = False
+
+    def __init__(
+        self,
+        name: str = "kar",
+        linker: EntityLinker | None = None,
+        ranker: NeighbourRanker | None = DRF,
+        boost: bool = False,
+    ) -> None:
+        self.name = name
+        self.linker = linker or LlmEntityLinker()
+        self.ranker = ranker
+        self.boost = boost
+        self.params = (EXPANSIONS, KAR_K, KAR_HOPS, *self.linker.params)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        structure = ctx.structure_text
-        entities = await self.parse_entities(query, ctx, structure)
-        matched = await self.entity_documents(query, entities, ctx)
-        rewrite.details["entities"] = entities
+        linked = await self.linker.link(query, ctx)
+        matched = linked.documents
+        rewrite.details["entities"] = [vars(e) for e in linked.entities]
         rewrite.details["entity_documents"] = [
-            {"entity": m["entity"], "id": m["id"], "title": m["title"], "score": m["score"]}
+            {"entity": m.entity, "id": m.document.id, "title": m.document.title, "score": m.score}
             for m in matched
         ]
-        documents: dict[str, dict[str, Any]] = {m["id"]: m for m in matched}
+        documents: dict[str, KbDocument] = {m.document.id: m.document for m in matched}
         relations: list[DocumentRelation] = []
 
-        def as_text(doc: dict[str, Any]) -> str:
-            body = ctx.truncate(doc["body"], ctx.setting("kar_triple_chars"))
-            return f"{doc['title']}: {body}"
+        def as_text(doc: KbDocument) -> str:
+            return f"{doc.title}: {ctx.truncate(doc.body, ctx.setting('kar_triple_chars'))}"
 
-        if self.use_graph and matched:
-            kept = await self.filtered_neighbours(query, matched, ctx)
+        if self.ranker is not None and matched:
+            kept = await self.kept_neighbours(query, matched, self.ranker, ctx)
             rewrite.details["neighbours"] = [
                 {
-                    "id": n["id"],
-                    "title": n["title"],
-                    "seed": n["seed"],
-                    "relation": n["relation"],
-                    "score": round(n["score"], 4),
+                    "id": n.document.id,
+                    "title": n.document.title,
+                    "seed": n.seed,
+                    "relation": n.relation,
+                    "score": round(n.score, 4),
                 }
                 for n in kept
             ]
             for n in kept:
-                documents.setdefault(n["id"], n)
-            relations = [DocumentRelation(n["seed"], n["relation"], n["id"]) for n in kept]
+                documents.setdefault(n.document.id, n.document)
+            relations = [DocumentRelation(n.seed, n.relation, n.document.id) for n in kept]
             rewrite.details["triples"] = [
                 {
                     "head": as_text(documents[r.head]),
@@ -87,21 +96,18 @@ class KnowledgeAwareRewrite(Strategy):
                 for r in relations
             ]
             if self.boost:
-                rewrite.boost_ids = {n["id"]: float(n["score"]) for n in kept}
+                rewrite.boost_ids = {n.document.id: n.score for n in kept}
+        knowledge_format = ctx.setting("kar_knowledge_format")
         knowledge = render_knowledge(
-            documents,
-            [m["id"] for m in matched],
-            relations,
-            as_text,
-            ctx.setting("kar_knowledge_format"),
+            documents, [m.document.id for m in matched], relations, as_text, knowledge_format
         )
-        rewrite.details["knowledge_format"] = ctx.setting("kar_knowledge_format")
+        rewrite.details["knowledge_format"] = knowledge_format
         answer = await ctx.llm_json(
             "generate",
             "kar_generate",
             query=query,
             n=ctx.n_expansions,
-            structure=structure,
+            structure=ctx.structure_text,
             knowledge=knowledge or "(nothing found)",
         )
         rewrite.expansions = ctx.generated_documents(answer)
@@ -109,117 +115,41 @@ class KnowledgeAwareRewrite(Strategy):
             raise ValueError("the LLM returned no usable documents")
         return rewrite
 
-    async def parse_entities(
-        self, query: str, ctx: StrategyContext, structure: str
-    ) -> list[dict[str, str]]:
-        """The LLM's entities plus the query itself; a malformed answer leaves the query."""
-        answer = await ctx.llm_json(
-            "parse", "kar_parse", query=query, structure=structure, max_tokens=500
-        )
-        entities = [{"type": "", "name": query, "document": query}]
-        for item in (answer or {}).get("entities") or []:
-            if not isinstance(item, dict):
-                continue
-            name = str(item.get("name") or "").strip()
-            document = str(item.get("document") or name).strip()
-            if name or document:
-                entity_type = str(item.get("type") or "").strip()
-                entities.append({"type": entity_type, "name": name, "document": document})
-        return entities[:8]
-
-    async def entity_documents(
-        self, query: str, entities: list[dict[str, str]], ctx: StrategyContext
-    ) -> list[dict[str, Any]]:
-        """Top-1 document per entity by k-NN; distinct documents, best score kept."""
-        with ctx.timer.stage("entity_retrieval"):
-            vectors = await ctx.embed([e["document"] for e in entities])
-            known_types = set(ctx.structure.types)
-            bodies = []
-            for entity, vector in zip(entities, vectors, strict=True):
-                knn: dict[str, Any] = {"vector": [float(x) for x in vector], "k": 1}
-                if entity["type"] in known_types:
-                    knn["filter"] = {"term": {"type": entity["type"]}}
-                bodies.append({"size": 1, "_source": DOC_FIELDS, "query": {"knn": {"vector": knn}}})
-            answers = await ctx.opensearch.msearch(ctx.index, bodies)
-        found = [
-            {**hits[0]["_source"], "entity": entity["name"], "score": hits[0]["_score"]}
-            for entity, answer in zip(entities, answers, strict=True)
-            if (hits := answer["hits"]["hits"])
-        ]
-        best: dict[str, dict[str, Any]] = {}
-        for doc in found:
-            if doc["id"] not in best or doc["score"] > best[doc["id"]]["score"]:
-                best[doc["id"]] = doc
-        return list(best.values())
-
-    async def filtered_neighbours(
-        self, query: str, matched: list[dict[str, Any]], ctx: StrategyContext
-    ) -> list[dict[str, Any]]:
-        hops = int(ctx.param(KAR_HOPS))
-        top_k = int(ctx.param(KAR_K))
+    async def kept_neighbours(
+        self,
+        query: str,
+        matched: list[LinkedDocument],
+        ranker: NeighbourRanker,
+        ctx: StrategyContext,
+    ) -> list[RankedNeighbour]:
+        """Steps 3-4: the h-hop neighbours of the matched documents, the top-k by `ranker`,
+        each with its shortest path from a seed."""
         with ctx.timer.stage("propagate"):
             found = await neighbours(
                 ctx.graph_driver(),
                 ctx.kb,
-                [m["id"] for m in matched],
-                hops,
+                [m.document.id for m in matched],
+                int(ctx.param(KAR_HOPS)),
                 ctx.setting("kar_hub_cap"),
-                with_names=self.filter_by == "name",
+                with_names=ranker.needs_names,
             )
-        ids = found.document_ids()
-        if not ids:
+        if not found.document_ids():
             return []
         with ctx.timer.stage("drf"):
-            query_vector = await ctx.query_vector(query)
-            if self.filter_by == "document":
-                ranked = await most_similar_documents(
-                    ctx, ctx.index, query_vector, ids, top_k, DOC_FIELDS
-                )
-                scores = {node_id: score for node_id, (score, _) in ranked.items()}
-                documents = {node_id: doc for node_id, (_, doc) in ranked.items()}
-            else:
-                scores = await name_similarity(ctx, query_vector, found.names())
-                scores = dict(sorted(scores.items(), key=lambda item: -item[1])[:top_k])
-                documents = await by_ids(ctx, ctx.index, list(scores), DOC_FIELDS)
+            ranked = await ranker.rank(
+                await ctx.query_vector(query), found, int(ctx.param(KAR_K)), ctx
+            )
             # Graph evidence obeys document permissions: the ends of a path are documents the
             # caller's own searches returned; its middle node must be readable too, or the
             # path (which names it) is not shown.
-            unchecked = found.vias(documents) - set(documents)
+            unchecked = found.vias(ranked) - set(ranked)
             hidden = unchecked - await readable_ids(ctx, ctx.index, unchecked)
-        best: dict[str, dict[str, Any]] = {}
-        for neighbour in found.paths(documents, hidden=hidden):
-            if neighbour.id not in documents:
+        best: dict[str, RankedNeighbour] = {}
+        for path in found.paths(ranked, hidden=hidden):
+            if path.id not in ranked:
                 continue
-            row = {
-                **documents[neighbour.id],
-                "seed": neighbour.seed,
-                "relation": neighbour.relation_text(),
-                "score": scores[neighbour.id],
-            }
-            if neighbour.id not in best or len(row["relation"]) < len(
-                best[neighbour.id]["relation"]
-            ):
-                best[neighbour.id] = row
-        return sorted(best.values(), key=lambda r: -r["score"])[:top_k]
-
-
-async def name_similarity(
-    ctx: StrategyContext, query_vector: np.ndarray, by_id: dict[str, str]
-) -> dict[str, float]:
-    vectors = await ctx.embed(list(by_id.values()))
-    return {node_id: float(v @ query_vector) for node_id, v in zip(by_id, vectors, strict=True)}
-
-
-class KarWithoutGraph(KnowledgeAwareRewrite):
-    name = "kar_no_kg"
-    use_graph = False
-
-
-class KarWithoutDocumentFiltering(KnowledgeAwareRewrite):
-    name = "kar_no_drf"
-    filter_by = "name"
-
-
-class KarWithBoost(KnowledgeAwareRewrite):
-    name = "kar+boost"
-    boost = True
+            score, document = ranked[path.id]
+            row = RankedNeighbour(document, path.seed, path.relation_text(), score)
+            if path.id not in best or len(row.relation) < len(best[path.id].relation):
+                best[path.id] = row
+        return sorted(best.values(), key=lambda r: -r.score)[: int(ctx.param(KAR_K))]

@@ -9,11 +9,12 @@ writes relations between their numbers: the same facts in about half the tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 KnowledgeFormat = Literal["numbered", "triples"]
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,16 @@ class DocumentRelation:
 
 
 def render_knowledge(
-    documents: dict[str, dict[str, Any]],
+    documents: Mapping[str, D],
     seeds: list[str],
     relations: list[DocumentRelation],
-    as_text: Callable[[dict[str, Any]], str],
+    as_text: Callable[[D], str],
     form: KnowledgeFormat = "numbered",
 ) -> str:
     """The knowledge block: seed (entity) documents, then relations to their neighbours.
 
-    `documents` maps id to a document with title and body; `as_text` renders one (it
-    truncates). Empty when nothing was found.
+    `documents` maps id to a document; `as_text` renders one (it truncates). Empty when
+    nothing was found.
     """
     if form == "triples" or not relations:  # without relations the numbers refer to nothing
         lines = [f"- {as_text(documents[s])}" for s in seeds]

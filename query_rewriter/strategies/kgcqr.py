@@ -45,11 +45,16 @@ class Path:
 
 
 class ContextualQueryRetrieval(Strategy):
-    name = "kgcqr"
+    """`use_ttr=False` ranks bare triples (`kgcqr_no_ttr`); `complete=False` skips the
+    subgraph completion (`kgcqr_no_completion`)."""
+
     params = (KGCQR_K, KGCQR_PATH_LENGTH)
     settings = ("kar_hub_cap", "kgcqr_beam_width", "kgcqr_completion_k")
-    use_ttr = True
-    complete = True
+
+    def __init__(self, name: str = "kgcqr", use_ttr: bool = True, complete: bool = True) -> None:
+        self.name = name
+        self.use_ttr = use_ttr
+        self.complete = complete
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
@@ -202,13 +207,3 @@ class ContextualQueryRetrieval(Strategy):
             for h in (await ctx.opensearch.search(index, body))["hits"]["hits"]
         }
         return [hits[tid] for tid in top_ids if tid in hits]
-
-
-class KgcqrWithoutTtr(ContextualQueryRetrieval):
-    name = "kgcqr_no_ttr"
-    use_ttr = False
-
-
-class KgcqrWithoutCompletion(ContextualQueryRetrieval):
-    name = "kgcqr_no_completion"
-    complete = False

@@ -207,3 +207,21 @@ def test_kar_boost_adds_the_graph_as_a_third_sub_query(llm_settings: Settings, m
                for c in queries[2]["bool"]["should"]}  # fmt: skip
     assert boosted == {n["id"] for n in explain["details"]["neighbours"] if n["score"] > 0}
     assert response.json()["hits"]["hits"]
+
+
+def test_kar_index_links_entities_by_the_index_and_asks_the_llm_once(
+    llm_settings: Settings, movies: str
+) -> None:
+    with running_proxy(llm_settings) as url:
+        response = explained_search(url, INDEX, "kar_index", QUERY, params={"kar.seeds": 3})
+        plain = explained_search(url, INDEX, "base", QUERY, size=3)
+    explain = response.json()["kgqr"]
+    assert explain["fallback"] is None, explain["fallback"]
+    details = explain["details"]
+    # The entity documents are the plain query's top three hits, in its order.
+    top_plain = [hit["_id"] for hit in plain.json()["hits"]["hits"]]
+    assert [d["id"] for d in details["entity_documents"]] == top_plain
+    assert details["neighbours"], "KAR found no neighbour of the linked documents"
+    assert explain["llm_calls"] == 1 and set(explain["llm_prompt_chars"]) == {"generate"}
+    assert "parse" not in explain["stages_ms"]
+    assert explain["expansions"]

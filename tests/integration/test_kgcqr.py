@@ -22,7 +22,7 @@ from plugin.kb_meta import DocumentStructure
 from query_rewriter.background_server import running_proxy
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval, KgcqrWithoutTtr
+from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
 from tests.integration.search_helpers import explained_search
 
 KB = "kgcqr-chain"
@@ -112,7 +112,7 @@ def test_no_ttr_ablation_never_selects_triples_through_their_ttr(
 
     async def retrieve(ctx: StrategyContext, embed: Any) -> list[dict[str, Any]]:
         query_vector = (await embed([query]))[0]
-        return await KgcqrWithoutTtr().top_triples(
+        return await ContextualQueryRetrieval("kgcqr_no_ttr", use_ttr=False).top_triples(
             ctx, schema.triples_index(KB), query, query_vector
         )
 
@@ -122,7 +122,7 @@ def test_no_ttr_ablation_never_selects_triples_through_their_ttr(
         ("Delta Labs", "batteries"),
     }
     assert (
-        KgcqrWithoutTtr().fact(rows[0])
+        ContextualQueryRetrieval("kgcqr_no_ttr", use_ttr=False).fact(rows[0])
         == f"{rows[0]['head']} {rows[0]['relation']} {rows[0]['tail']}"
     )
 
