@@ -32,6 +32,7 @@ from kgqr_core.settings import get_settings
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.evaluation.query_sets import load_query_set
+from query_rewriter.graph_store import Neo4jGraph
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar import KnowledgeAwareRewrite
@@ -72,7 +73,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     llm,
                     OpenSearchGateway(http, None),
                     embed,
-                    graph=graph,
+                    graph=Neo4jGraph(graph),
                 )
 
             ctx = context(caps[-1])

@@ -30,6 +30,7 @@ from kgqr_core import connections
 from kgqr_core.settings import get_settings
 from plugin import installer, schema
 from plugin.kb_meta import DocumentStructure
+from query_rewriter.graph_store import Neo4jGraph
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kar import KnowledgeAwareRewrite
@@ -130,7 +131,7 @@ async def measure(settings: Any, kb: str, vectors: np.ndarray, queries: int, hub
                 None,  # type: ignore[arg-type]
                 gateway,
                 embed,
-                graph=graph,
+                graph=Neo4jGraph(graph),
             )
             entities = [Entity("paper", f"e{i}", f"e{i}") for i in range(3)]
             started = time.perf_counter()

@@ -140,22 +140,6 @@ class Neighbourhood:
         return list(found.values())
 
 
-async def neighbours(
-    driver: AsyncDriver,
-    kb: str,
-    node_ids: list[str],
-    hops: int = 2,
-    cap: int = 50,
-    with_names: bool = False,
-) -> Neighbourhood:
-    """Everything within `hops` of the seeds, one round trip; second-hop names only
-    `with_names`."""
-    records, _, _ = await driver.execute_query(
-        NEIGHBOURS, kb=kb, seeds=node_ids, hops=hops, cap=cap, names=with_names, routing_="r"
-    )
-    return Neighbourhood(frozenset(node_ids), records[0]["rows"])
-
-
 ENTITY_EDGES = """
 UNWIND $frontier AS source
 MATCH (e:Node {kb: $kb, id: source})
@@ -167,12 +151,34 @@ RETURN collect([source, triple_id, target]) AS edges
 """
 
 
-async def entity_edges(
-    driver: AsyncDriver, kb: str, frontier: list[str], cap: int = 50
-) -> list[tuple[str, str, str]]:
-    """(source entity, triple id, other entity) for RELATION edges of the frontier, capped
-    per node; one round trip for the whole frontier."""
-    records, _, _ = await driver.execute_query(
-        ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
-    )
-    return [(source, triple_id, target) for source, triple_id, target in records[0]["edges"]]
+class Neo4jGraph:
+    """The knowledge graph as strategies read it (strategies.services.Graph), over Neo4j.
+    Reads are routed to readers (`routing_="r"`), so a cluster spreads them."""
+
+    def __init__(self, driver: AsyncDriver) -> None:
+        self._driver = driver
+
+    async def neighbours(
+        self,
+        kb: str,
+        node_ids: list[str],
+        hops: int = 2,
+        cap: int = 50,
+        with_names: bool = False,
+    ) -> Neighbourhood:
+        """Everything within `hops` of the seeds, one round trip; second-hop names only
+        `with_names`."""
+        records, _, _ = await self._driver.execute_query(
+            NEIGHBOURS, kb=kb, seeds=node_ids, hops=hops, cap=cap, names=with_names, routing_="r"
+        )
+        return Neighbourhood(frozenset(node_ids), records[0]["rows"])
+
+    async def entity_edges(
+        self, kb: str, frontier: list[str], cap: int = 50
+    ) -> list[tuple[str, str, str]]:
+        """(source entity, triple id, other entity) for RELATION edges of the frontier,
+        capped per node; one round trip for the whole frontier."""
+        records, _, _ = await self._driver.execute_query(
+            ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
+        )
+        return [(source, triple_id, target) for source, triple_id, target in records[0]["edges"]]

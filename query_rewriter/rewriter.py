@@ -23,6 +23,7 @@ from plugin.kb_meta import DocumentStructure
 from query_rewriter import metrics
 from query_rewriter.errors import redact_addresses
 from query_rewriter.explain import Explain, Fallback
+from query_rewriter.graph_store import Neo4jGraph
 from query_rewriter.hybrid_query import fuse, mean_vector
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.rewrite import LlmUsage, Rewrite, StageTimer
@@ -98,7 +99,7 @@ class Rewriter:
         self.cache = cache
         self.embed = embed
         self.structure_of = structure_of
-        self.graph = graph
+        self.graph = Neo4jGraph(graph) if graph is not None else None
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
 
     async def rewrite(

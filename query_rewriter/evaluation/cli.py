@@ -152,7 +152,7 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
                 "params",
                 multiple=True,
                 metavar="NAME=VALUE",
-                help="Strategy parameter override, e.g. alpha=0.5, k=10, h=1, n=3.",
+                help="Strategy parameter override, e.g. rewrite.alpha=0.5, knn.k=10, kar.h=1.",
             ),
             click.option("--size", default=20, show_default=True, help="Hits retrieved per query."),
             click.option(

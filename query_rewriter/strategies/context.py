@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from neo4j import AsyncDriver
 
-from kgqr_core.llm import AsyncLlmClient, LlmRequest, parse_json_object
+from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params
-from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.query_text import ParsedQuery
 from query_rewriter.rewrite import LlmUsage, StageTimer
 from query_rewriter.strategies.params import EXPANSIONS, KNN_K, Param, param_value
+from query_rewriter.strategies.services import Embed, Graph, Llm, Search
 
 # What the context itself reads for every strategy: the models behind its LLM and embedder,
 # and the length documents are cut to.
@@ -36,12 +34,12 @@ class StrategyContext:
     index: str
     kb: str
     structure: DocumentStructure
-    llm: AsyncLlmClient
-    opensearch: OpenSearchGateway
-    embed: Callable[[list[str]], Awaitable[np.ndarray]]
+    llm: Llm
+    opensearch: Search
+    embed: Embed
     timer: StageTimer = field(default_factory=StageTimer)
     params: dict[str, float] = field(default_factory=dict)
-    graph: AsyncDriver | None = None  # Neo4j, for the KG strategies
+    graph: Graph | None = None  # for the KG strategies
     # Vectors of the texts embedded as queries in this rewrite: the query is needed by the
     # initial hits, the graph's triple seeds, KAR, KG-CQR and the final fusion alike, and
     # embedding it (CPU-bound, ~10 ms) once is enough.
@@ -56,10 +54,10 @@ class StrategyContext:
             self.query_vectors[text] = (await self.embed([text]))[0]
         return self.query_vectors[text]
 
-    def graph_driver(self) -> AsyncDriver:
+    def knowledge_graph(self) -> Graph:
         """The graph, for a strategy that cannot work without one."""
         if self.graph is None:
-            raise RuntimeError("no Neo4j driver: this strategy needs the knowledge graph")
+            raise RuntimeError("no knowledge graph: this strategy needs one")
         return self.graph
 
     def param(self, param: Param) -> float:

@@ -17,7 +17,7 @@ import numpy as np
 
 from kgqr_core.ids import entity_id
 from plugin.schema import triples_index
-from query_rewriter.graph_store import Neighbourhood, neighbours
+from query_rewriter.graph_store import Neighbourhood
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -85,8 +85,8 @@ class GraphWalk(Strategy):
         if not seeds:
             raise ValueError("no seeds: the plain query found nothing")
         with ctx.timer.stage("propagate"):
-            hood = await neighbours(
-                ctx.graph_driver(), ctx.kb, sorted(seeds), hops=2, cap=ctx.setting("kar_hub_cap")
+            hood = await ctx.knowledge_graph().neighbours(
+                ctx.kb, sorted(seeds), hops=2, cap=ctx.setting("kar_hub_cap")
             )
         with ctx.timer.stage("walk"):
             scores = personalized_pagerank(walk_edges(hood), seeds, ctx.param(DAMPING))

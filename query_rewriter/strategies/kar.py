@@ -21,7 +21,6 @@ index instead of the LLM (steps 1-2 without an LLM call).
 
 from __future__ import annotations
 
-from query_rewriter.graph_store import neighbours
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -125,8 +124,7 @@ class KnowledgeAwareRewrite(Strategy):
         """Steps 3-4: the h-hop neighbours of the matched documents, the top-k by `ranker`,
         each with its shortest path from a seed."""
         with ctx.timer.stage("propagate"):
-            found = await neighbours(
-                ctx.graph_driver(),
+            found = await ctx.knowledge_graph().neighbours(
                 ctx.kb,
                 [m.document.id for m in matched],
                 int(ctx.param(KAR_HOPS)),

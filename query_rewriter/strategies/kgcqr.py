@@ -22,7 +22,6 @@ import numpy as np
 
 from kgqr_core.ids import entity_id
 from plugin.schema import triples_index
-from query_rewriter.graph_store import entity_edges
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -159,8 +158,7 @@ class ContextualQueryRetrieval(Strategy):
         finished: list[Path] = []
         similarity_of: dict[str, float] = {}
         for _ in range(max_len):
-            edges = await entity_edges(
-                ctx.graph_driver(),
+            edges = await ctx.knowledge_graph().entity_edges(
                 ctx.kb,
                 sorted({p.at for p in paths}),
                 ctx.setting("kar_hub_cap"),

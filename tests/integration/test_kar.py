@@ -18,7 +18,7 @@ from kgqr_core.settings import Settings
 from plugin import schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.graph_store import Neighbourhood, neighbours
+from query_rewriter.graph_store import Neighbourhood, Neo4jGraph
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine, most_similar_documents
@@ -46,7 +46,7 @@ async def _neighbourhood(
     settings: Settings, kb: str, ids: list[str], hops: int, cap: int, with_names: bool = False
 ) -> Neighbourhood:
     async with connections.async_neo4j_driver(settings) as driver:
-        return await neighbours(driver, kb, ids, hops, cap, with_names)
+        return await Neo4jGraph(driver).neighbours(kb, ids, hops, cap, with_names)
 
 
 def _neighbours(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) -> list:

@@ -20,6 +20,7 @@ from kgqr_core.settings import Settings
 from plugin import schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.background_server import running_proxy
+from query_rewriter.graph_store import Neo4jGraph
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
@@ -88,7 +89,7 @@ async def _with_strategy_context(settings: Settings, use: Any) -> Any:
         settings
     ) as graph:  # fmt: skip
         ctx = StrategyContext(settings, schema.documents_index(KB), KB, DocumentStructure(),
-                              None, OpenSearchGateway(http, None), embed, graph=graph,  # type: ignore[arg-type]
+                              None, OpenSearchGateway(http, None), embed, graph=Neo4jGraph(graph),  # type: ignore[arg-type]
                               declared=ContextualQueryRetrieval().declared())  # fmt: skip
         return await use(ctx, embed)
 

@@ -1,0 +1,46 @@
+"""The services a strategy uses, as the small protocols it needs.
+
+A strategy sees an LLM that completes requests, a search endpoint (the caller's own
+credentials, query_rewriter/opensearch_gateway.py), a knowledge graph that returns
+neighbourhoods (query_rewriter/graph_store.py) and an embedder. Anything with these
+methods will do, so a test or a bench passes its own without reaching into the proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from kgqr_core.llm import LlmAnswer, LlmRequest
+from query_rewriter.graph_store import Neighbourhood
+
+Embed = Callable[[list[str]], Awaitable[np.ndarray]]
+
+
+class Llm(Protocol):
+    async def complete(self, request: LlmRequest) -> LlmAnswer: ...
+
+
+class Search(Protocol):
+    async def search(
+        self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+    ) -> dict[str, Any]: ...
+
+    async def msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+
+class Graph(Protocol):
+    async def neighbours(
+        self,
+        kb: str,
+        node_ids: list[str],
+        hops: int = 2,
+        cap: int = 50,
+        with_names: bool = False,
+    ) -> Neighbourhood: ...
+
+    async def entity_edges(
+        self, kb: str, frontier: list[str], cap: int = 50
+    ) -> list[tuple[str, str, str]]: ...
