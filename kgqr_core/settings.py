@@ -140,6 +140,23 @@ class Settings(BaseSettings):
     rewrite_alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")
     rewrite_expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
     rewrite_timeout_s: float = Field(default=90.0, description="Whole-rewrite budget.")
+    rewrite_budget_ms: int | None = Field(
+        default=None,
+        ge=0,
+        description="Budgeted LLM rewrites: when an LLM strategy's rewrite is not cached, wait "
+        "at most this long for it, then answer with KGQR_REWRITE_BUDGET_STRATEGY while the LLM "
+        "rewrite finishes in the background and is cached for the next identical search. "
+        "Unset: wait for the LLM rewrite (up to KGQR_REWRITE_TIMEOUT_S).",
+    )
+    rewrite_budget_strategy: Literal["graph", "base"] = Field(
+        default="graph", description="What a budgeted search is answered with meanwhile."
+    )
+    rewrite_background_max: int = Field(
+        default=8,
+        ge=1,
+        description="Budgeted LLM rewrites running in the background at once; beyond it a "
+        "search is answered fast and nothing is queued (identical ones share one).",
+    )
     rewrite_max_concurrent: int = Field(
         default=16,
         ge=1,

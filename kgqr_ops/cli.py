@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Score strategies on judged queries; sweeps.",
     ),
     "serve": ("query_rewriter.cli", "Run the rewriting proxy in front of OpenSearch."),
+    "rewrites": ("query_rewriter.rewrites_cli", "Warm cached rewrites for frequent queries."),
     "plugin": ("kgqr_ops.installer_cli", "Install index templates, pipelines and graph schema."),
 }
 

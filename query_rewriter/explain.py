@@ -15,6 +15,16 @@ class Fallback(TypedDict):
     strategy: str
 
 
+class Budget(TypedDict):
+    """A budgeted search answered before its LLM rewrite was ready: what it was answered
+    with, and the rewrite still running for the next identical search (None: not queued,
+    the background was full)."""
+
+    served: str
+    pending: str | None
+    budget_ms: int
+
+
 class Explain(TypedDict, total=False):
     strategy: str  # the strategy applied (`base` after a fallback)
     query: str
@@ -24,6 +34,7 @@ class Explain(TypedDict, total=False):
     alpha: float
     stages_ms: dict[str, float]
     fallback: Fallback | None
+    budget: Budget | None
     cached: bool
     llm_calls: int
     cached_llm_calls: int

@@ -35,6 +35,19 @@ QUERY_LOG = Counter(
     ["result"],
     registry=REGISTRY,
 )
+BUDGETED = Counter(
+    "kgqr_budgeted_searches_total",
+    "Searches under KGQR_REWRITE_BUDGET_MS: answered with the full rewrite, or fast while it "
+    "runs in the background (or not queued: background full)",
+    ["served"],
+    registry=REGISTRY,
+)
+BACKGROUND_REWRITES = Counter(
+    "kgqr_background_rewrites_total",
+    "Budgeted LLM rewrites finished in the background: cached, or fell back (not cached)",
+    ["result"],
+    registry=REGISTRY,
+)
 REWRITES_RUNNING = Gauge(
     "kgqr_rewrites_running",
     "Rewrites being computed (KGQR_REWRITE_MAX_CONCURRENT caps them)",

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure
 from query_rewriter import metrics
 from query_rewriter.errors import redact_addresses
-from query_rewriter.explain import Explain, Fallback
+from query_rewriter.explain import Budget, Explain, Fallback
 from query_rewriter.graph_store import Neo4jGraph
 from query_rewriter.hybrid_query import fuse, mean_vector
 from query_rewriter.opensearch_gateway import OpenSearchGateway
@@ -44,6 +44,7 @@ class RewriteOutcome:
     fallback: Fallback | None = None
     cached: bool = False
     llm: LlmUsage = field(default_factory=LlmUsage)
+    budget: Budget | None = None
 
     def explain(self, final_query: dict[str, Any] | None) -> Explain:
         return {
@@ -55,6 +56,7 @@ class RewriteOutcome:
             "alpha": self.alpha,
             "stages_ms": self.stages_ms,
             "fallback": self.fallback,
+            "budget": self.budget,
             "cached": self.cached,
             "llm_calls": self.llm.calls,
             "cached_llm_calls": self.llm.cached,
@@ -101,6 +103,9 @@ class Rewriter:
         self.structure_of = structure_of
         self.graph = Neo4jGraph(graph) if graph is not None else None
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
+        # Budgeted LLM rewrites still running after their search was answered, by cache key
+        # (identical ones share one); referenced here so they are not collected mid-flight.
+        self._background: dict[str, asyncio.Task[tuple[RewriteOutcome, bool]]] = {}
 
     async def rewrite(
         self,
@@ -144,10 +149,52 @@ class Rewriter:
                 await self.cache.put(key, outcome.to_cache())
             return outcome
 
-        outcome, shared = await self.cache.coalesce(key, compute)
-        if shared:
-            outcome = RewriteOutcome(**{**outcome.__dict__, "cached": True})
-        return outcome
+        budget_ms = self.settings.rewrite_budget_ms
+        if budget_ms is None or not STRATEGIES[strategy].uses_llm:
+            outcome, shared = await self.cache.coalesce(key, compute)
+            return replace(outcome, cached=True) if shared else outcome
+        task = self._background.get(key)
+        if task is None and len(self._background) < self.settings.rewrite_background_max:
+            task = asyncio.create_task(self.cache.coalesce(key, compute))
+            self._background[key] = task
+            task.add_done_callback(lambda done: self._background_done(key, strategy, done))
+        if task is not None:
+            finished, _ = await asyncio.wait({task}, timeout=budget_ms / 1000)
+            if finished:
+                metrics.BUDGETED.labels("full").inc()
+                outcome, shared = task.result()
+                return replace(outcome, cached=True) if shared else outcome
+        # Over budget: the fast strategy answers now (its own rewrite, cached as usual).
+        fast = self.settings.rewrite_budget_strategy
+        metrics.BUDGETED.labels("fast" if task is not None else "fast_not_queued").inc()
+        served = await self.rewrite(
+            index=index,
+            kb=kb,
+            strategy=fast,
+            query=query,
+            params={k: v for k, v in params.items() if k in STRATEGIES[fast].declared()},
+            gateway=gateway,
+            caller=caller,
+        )
+        pending = strategy if task is not None else None
+        return replace(served, budget={"served": fast, "pending": pending, "budget_ms": budget_ms})
+
+    def _background_done(
+        self, key: str, strategy: str, task: asyncio.Task[tuple[RewriteOutcome, bool]]
+    ) -> None:
+        """A budgeted rewrite finished: the next identical search is served from the cache
+        (a rewrite that fell back is not cached, and the next search tries again)."""
+        self._background.pop(key, None)
+        if task.cancelled():
+            return
+        error = task.exception()
+        outcome = None if error else task.result()[0]
+        result = "cached" if outcome is not None and outcome.fallback is None else "fell_back"
+        metrics.BACKGROUND_REWRITES.labels(result).inc()
+        log.info(
+            "a budgeted rewrite finished in the background",
+            extra={"kgqr": {"strategy": strategy, "result": result}},
+        )
 
     async def _compute(
         self,

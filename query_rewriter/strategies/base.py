@@ -23,6 +23,9 @@ class Strategy(abc.ABC):
     name: str
     params: tuple[Param, ...] = ()
     settings: tuple[str, ...] = ()
+    # Whether a rewrite waits on the LLM: such a strategy's uncached rewrites are budgeted
+    # (KGQR_REWRITE_BUDGET_MS). Assumed unless a strategy says otherwise.
+    uses_llm = True
 
     @abc.abstractmethod
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite: ...

@@ -71,6 +71,7 @@ def personalized_pagerank(
 
 class GraphWalk(Strategy):
     name = "graph"
+    uses_llm = False
     params = (SEEDS, TRIPLE_SEEDS, DAMPING, BOOSTS)
     settings = ("kar_hub_cap",)
 

@@ -9,6 +9,7 @@ from query_rewriter.strategies.context import StrategyContext
 
 class PlainQuery(Strategy):
     name = "base"
+    uses_llm = False
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         return Rewrite(strategy=self.name, query=query)

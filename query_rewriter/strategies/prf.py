@@ -10,6 +10,7 @@ from query_rewriter.strategies.params import PRF_DOCS
 
 class PseudoRelevanceFeedback(Strategy):
     name = "prf"
+    uses_llm = False
     params = (PRF_DOCS,)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -225,3 +226,37 @@ def test_kar_index_links_entities_by_the_index_and_asks_the_llm_once(
     assert explain["llm_calls"] == 1 and set(explain["llm_prompt_chars"]) == {"generate"}
     assert "parse" not in explain["stages_ms"]
     assert explain["expansions"]
+
+
+def _samples(name: str, **labels: str) -> float:
+    from query_rewriter.metrics import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_budgeted_search_is_served_fast_then_full(
+    llm_settings: Settings, movies: str, unique_name: str
+) -> None:
+    """Under a budget of 0 ms, an uncached kar search is answered by `graph` at once; the
+    kar rewrite runs once in the background (an identical search meanwhile shares it), and
+    the same search asked after it finished gets the full kar rewrite from the cache."""
+    budgeted = llm_settings.model_copy(update={"rewrite_budget_ms": 0, "rewrite_cache_ttl_s": 3600})
+    query = f"{QUERY} ({unique_name})"
+    cached_before = _samples("kgqr_background_rewrites_total", result="cached")
+    with running_proxy(budgeted) as url:
+        first = explained_search(url, INDEX, "kar", query).json()
+        assert first["kgqr"]["strategy"] == "graph" and first["hits"]["hits"]
+        assert first["kgqr"]["budget"] == {"served": "graph", "pending": "kar", "budget_ms": 0}
+        again = explained_search(url, INDEX, "kar", query).json()["kgqr"]
+        assert again["budget"] is not None and again["budget"]["pending"] == "kar"
+        deadline = time.monotonic() + 600
+        while True:
+            explain = explained_search(url, INDEX, "kar", query).json()["kgqr"]
+            if explain["strategy"] == "kar" or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+    assert explain["strategy"] == "kar", "the background kar rewrite never reached the cache"
+    assert explain["cached"] and explain["budget"] is None and explain["expansions"]
+    assert explain["details"]["neighbours"]  # the full rewrite, graph evidence and all
+    # Two budgeted searches, one background rewrite.
+    assert _samples("kgqr_background_rewrites_total", result="cached") == cached_before + 1

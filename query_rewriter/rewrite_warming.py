@@ -1,0 +1,92 @@
+"""Precomputing LLM rewrites before users ask: the queries to warm, and warming them.
+
+A budgeted LLM strategy (KGQR_REWRITE_BUDGET_MS) serves its full rewrite only from the
+cache; warming the most frequent queries of the query log fills that cache ahead of time.
+Rewrites are cached per caller, so they are warmed through the proxy with the credentials
+of the caller who will search (or anonymously on a cluster without security).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from plugin.schema import QUERY_LOG_INDEX
+
+
+def queries_from_file(path: Path) -> list[str]:
+    """One query per line, or JSONL with a `query` (or `text`) field; blanks skipped,
+    duplicates once, in file order."""
+    queries = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            record = json.loads(line)
+            line = str(record.get("query") or record.get("text") or "").strip()
+        if line:
+            queries.append(line)
+    return list(dict.fromkeys(queries))
+
+
+def frequent_logged_queries(opensearch: Any, kb: str, top: int) -> list[str]:
+    """The `top` most frequent queries the query log holds for `kb` (kgqr's own account
+    reads its own log)."""
+    body = {
+        "size": 0,
+        "query": {"term": {"kb": kb}},
+        "aggs": {"queries": {"terms": {"field": "query.raw", "size": top}}},
+    }
+    if not opensearch.indices.exists(index=QUERY_LOG_INDEX):
+        return []
+    found = opensearch.search(index=QUERY_LOG_INDEX, body=body)
+    return [bucket["key"] for bucket in found["aggregations"]["queries"]["buckets"]]
+
+
+@dataclass
+class WarmReport:
+    """How each query's rewrite stands after warming."""
+
+    computed: int = 0  # rewritten now and cached
+    already_cached: int = 0
+    pending: int = 0  # the proxy is budgeted: queued in its background
+    fell_back: list[str] = field(default_factory=list)  # queries whose rewrite failed
+
+
+def warm_queries(
+    proxy_url: str,
+    index: str,
+    strategy: str,
+    queries: list[str],
+    headers: dict[str, str],
+    on_query: Callable[[], None] = lambda: None,
+    timeout_s: float = 900.0,
+) -> WarmReport:
+    """One explained search per query through the proxy, one at a time (the LLM serves one
+    at a time anyway)."""
+    report = WarmReport()
+    with httpx.Client(base_url=proxy_url, headers=headers, timeout=timeout_s) as client:
+        for query in queries:
+            response = client.post(
+                f"/{index}/_search",
+                params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
+                json={"query": {"match": {"text": query}}, "size": 1},
+            )
+            response.raise_for_status()
+            explain = response.json()["kgqr"]
+            if explain.get("fallback"):
+                report.fell_back.append(query)
+            elif explain.get("budget"):
+                report.pending += 1
+            elif explain.get("cached"):
+                report.already_cached += 1
+            else:
+                report.computed += 1
+            on_query()
+    return report

@@ -1,0 +1,81 @@
+"""`kgqr rewrites`: manage cached rewrites (warm them ahead of the searches)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import click
+
+from kgqr_core.settings import get_settings
+
+
+@click.group("rewrites")
+def rewrites() -> None:
+    """Cached rewrites: `warm` computes them before users ask."""
+
+
+@rewrites.command("warm")
+@click.option("--kb", required=True, help="Knowledge base whose documents index is searched.")
+@click.option("--strategy", default="kar", show_default=True, help="Strategy to warm.")
+@click.option(
+    "--from-log",
+    "top",
+    type=int,
+    default=None,
+    help="Warm the N most frequent queries of the query log for this KB.",
+)
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Warm these queries: one per line, or JSONL with a `query` field.",
+)
+@click.option(
+    "--proxy",
+    default=None,
+    help="The running kgqr proxy (default http://KGQR_PROXY_HOST:KGQR_PROXY_PORT).",
+)
+@click.option(
+    "--user",
+    default=None,
+    help="USER:PASSWORD of the caller who will search: rewrites are cached per caller.",
+)
+def warm(
+    kb: str, strategy: str, top: int | None, path: Path | None, proxy: str | None, user: str | None
+) -> None:
+    """Precompute STRATEGY's rewrites for frequent queries, through a running proxy, so
+    that a budgeted LLM strategy (KGQR_REWRITE_BUDGET_MS) serves them in full at once.
+    One query at a time, with a progress bar; prints how each rewrite stands."""
+    from tqdm import tqdm
+
+    from kgqr_core import connections
+    from plugin.schema import documents_index
+    from query_rewriter.rewrite_warming import (
+        frequent_logged_queries,
+        queries_from_file,
+        warm_queries,
+    )
+
+    if (top is None) == (path is None):
+        raise click.UsageError("give exactly one of --from-log N and --file FILE")
+    settings = get_settings()
+    if path is not None:
+        queries = queries_from_file(path)
+    else:
+        queries = frequent_logged_queries(connections.opensearch_client(settings), kb, top or 0)
+    if not queries:
+        raise click.ClickException("no queries to warm (is the query log on and filled?)")
+    headers = {}
+    if user:
+        headers["authorization"] = "Basic " + base64.b64encode(user.encode()).decode()
+    url = proxy or f"http://{settings.proxy_host}:{settings.proxy_port}"
+    with tqdm(total=len(queries), unit="query", desc=f"warming {strategy}") as bar:
+        report = warm_queries(url, documents_index(kb), strategy, queries, headers, bar.update)
+    click.echo(
+        f"{report.computed} rewritten and cached, {report.already_cached} already cached, "
+        f"{report.pending} queued in the proxy's background, {len(report.fell_back)} fell back"
+    )
+    for query in report.fell_back[:10]:
+        click.echo(f"  fell back: {query}")
