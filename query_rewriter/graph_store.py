@@ -104,10 +104,14 @@ class Neighbourhood:
         } - self.seeds
 
     def paths(
-        self, ids: Collection[str] | None = None, hidden: Collection[str] = ()
+        self,
+        ids: Collection[str] | None = None,
+        hidden: Collection[str] = (),
+        between_seeds: bool = False,
     ) -> list[Neighbour]:
         """Distinct (seed, neighbour) pairs for `ids` (all reached nodes when None), each
-        with its shortest path that passes through no `hidden` node."""
+        with its shortest path that passes through no `hidden` node. A seed is a neighbour
+        of another seed only `between_seeds` (the graph walk, where every hit seeds)."""
         wanted = None if ids is None else set(ids)
         blocked = set(hidden)
         found: dict[tuple[str, str], Neighbour] = {}
@@ -115,7 +119,8 @@ class Neighbourhood:
         def skip(seed: str, node_id: str) -> bool:
             return (
                 (wanted is not None and node_id not in wanted)
-                or node_id in self.seeds
+                or (node_id in self.seeds and not between_seeds)
+                or node_id == seed
                 or (seed, node_id) in found
             )
 

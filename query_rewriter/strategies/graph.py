@@ -17,7 +17,7 @@ import numpy as np
 
 from kgqr_core.ids import entity_id
 from plugin.schema import triples_index
-from query_rewriter.graph_store import Neighbourhood
+from query_rewriter.graph_store import Neighbour, Neighbourhood
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -69,6 +69,22 @@ def personalized_pagerank(
     return {node: float(score[i]) for i, node in enumerate(nodes)}
 
 
+def strongest_paths(
+    hood: Neighbourhood, nodes: list[str], seeds: dict[str, float], hidden: set[str]
+) -> dict[str, str]:
+    """For each node, the path that lifted it most: the shortest from the heaviest other
+    seed, as "seed --relation--> node" (two hops name the node between)."""
+
+    def strength(path: Neighbour) -> tuple[int, float, str]:
+        return path.hops, -seeds.get(path.seed, 0.0), path.seed
+
+    chosen: dict[str, Neighbour] = {}
+    for path in hood.paths(nodes, hidden=hidden, between_seeds=True):
+        if path.id not in chosen or strength(path) < strength(chosen[path.id]):
+            chosen[path.id] = path
+    return {node: f"{p.seed} --{p.relation_text()}--> {node}" for node, p in chosen.items()}
+
+
 class GraphWalk(Strategy):
     name = "graph"
     uses_llm = False
@@ -96,14 +112,20 @@ class GraphWalk(Strategy):
                 (node for node in scores if node in documents), key=lambda n: -scores[n]
             )[: int(ctx.param(BOOSTS))]
         with ctx.timer.stage("readable"):
-            allowed = await readable_ids(ctx, ctx.index, set(ranked))
+            # A path names its middle node: shown only where the caller may read it too.
+            vias = hood.vias(ranked)
+            allowed = await readable_ids(ctx, ctx.index, set(ranked) | vias)
         kept = [node for node in ranked if node in allowed]
         top = scores[kept[0]] if kept else 1.0
         rewrite.boost_ids = {node: scores[node] / top for node in kept}
+        lifted_by = strongest_paths(hood, kept, seeds, hidden=vias - allowed)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],
             "entity_seeds": sorted(entity_seeds)[:20],
-            "graph_nodes": [{"id": node, "score": round(scores[node] / top, 4)} for node in kept],
+            "graph_nodes": [
+                {"id": node, "score": round(scores[node] / top, 4), "path": lifted_by.get(node)}
+                for node in kept
+            ],
             "reached": len(scores),
         }
         return rewrite

@@ -34,6 +34,9 @@ def test_the_walk_lifts_a_document_linked_to_the_querys_evidence(
     assert walked.index("m2") < base.index("m2")
     nodes = [node["id"] for node in explain["details"]["graph_nodes"]]
     assert "m2" in nodes and nodes.index("m2") < nodes.index("g1")
+    # What lifted Collateral: Tom Cruise, the top seed, stars in it.
+    paths = {node["id"]: node["path"] for node in explain["details"]["graph_nodes"]}
+    assert paths["m2"] == "p3 --inverse of starring--> m2"
     assert {"propagate", "walk"} <= set(explain["stages_ms"])
 
 
