@@ -84,18 +84,21 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
 
-    enqueued = job_runner.enqueue(
-        loaded,
-        source,
-        kb,
-        settings=settings,
-        opensearch=opensearch,
-        jobs=jobs,
-        send=chunk_sender(kb),
-        dimension=dimension,
-        chunk_size=chunk_size,
-        restart=restart,
-    )
+    try:
+        enqueued = job_runner.enqueue(
+            loaded,
+            source,
+            kb,
+            settings=settings,
+            opensearch=opensearch,
+            jobs=jobs,
+            send=chunk_sender(kb),
+            dimension=dimension,
+            chunk_size=chunk_size,
+            restart=restart,
+        )
+    except ValueError as exc:  # an invalid name, or another model's knowledge base
+        raise click.ClickException(str(exc)) from exc
     click.echo(
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
         f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"

@@ -48,6 +48,18 @@ def prepare_stores(settings: Settings, opensearch: Any, neo4j: Any) -> int:
     return dimension
 
 
+def check_embedder(opensearch: Any, kb: str, settings: Settings) -> None:
+    """Refuse to add vectors of one model to a knowledge base holding another's: both
+    would answer k-NN searches, and their scores would mean nothing together."""
+    existing = kb_meta.load(opensearch, kb)
+    if existing is not None and existing.embedder != settings.embedder_model:
+        raise ValueError(
+            f"knowledge base {kb!r} holds vectors of {existing.embedder}, and this ingest "
+            f"embeds with {settings.embedder_model} (KGQR_EMBEDDER_MODEL): ingest with "
+            f"KGQR_EMBEDDER_MODEL={existing.embedder}, or into another knowledge base"
+        )
+
+
 def enqueue(
     source: Source,
     spec: str,
@@ -63,6 +75,7 @@ def enqueue(
 ) -> EnqueuedJob:
     """Stream the source into chunks and send those not yet done."""
     check_kb_name(kb)
+    check_embedder(opensearch, kb, settings)
     installer.add_new_document_fields(opensearch, kb)
     job_id = job_id_for(source, kb)
     if restart:

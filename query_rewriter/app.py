@@ -30,7 +30,7 @@ from query_rewriter.forwarding import Upstream, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.msearch import handle_msearch
 from query_rewriter.opensearch_gateway import opensearch_http_client
-from query_rewriter.proxy_state import ProxyState, structure_of
+from query_rewriter.proxy_state import ProxyState, meta_of
 from query_rewriter.query_log import QueryLog
 from query_rewriter.request_body import decode_body, json_object, read_body
 from query_rewriter.rewrite_cache import RewriteCache, code_version
@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         await anyio.to_thread.run_sync(code_version)  # reads kgqr's files: not on the loop
 
         async def embed(texts: list[str]) -> np.ndarray:
-            return await anyio.to_thread.run_sync(embedder.encode, texts)
+            return await anyio.to_thread.run_sync(embedder.encode_queries, texts)
 
         llm = AsyncLlmClient(settings, redis)
         metrics.LLM_WAITING.set_function(lambda: llm.waiting)
@@ -80,7 +80,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                     redis, settings.rewrite_cache_ttl_s, settings.rewrite_cache_max_entry_bytes
                 ),
                 embed,
-                lambda kb: structure_of(state, kb),
+                lambda kb: meta_of(state, kb),
                 graph,
             ),
             IdentityResolver(http),

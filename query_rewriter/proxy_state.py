@@ -10,7 +10,6 @@ import httpx
 
 from kgqr_core.settings import Settings
 from plugin import kb_meta
-from plugin.kb_meta import DocumentStructure
 from plugin.schema import META_INDEX
 from query_rewriter.caller import IdentityResolver
 from query_rewriter.forwarding import Upstream
@@ -34,17 +33,20 @@ class ProxyState:
     identities: IdentityResolver
     query_log: QueryLog | None = None
     neural_search: bool = True
-    structures: dict[str, tuple[float, DocumentStructure]] = field(default_factory=dict)
+    kb_metas: dict[str, tuple[float, kb_meta.KnowledgeBaseMeta | None]] = field(
+        default_factory=dict
+    )
 
 
-async def structure_of(state: ProxyState, kb: str) -> DocumentStructure:
-    """The knowledge base's document structure from kgqr-meta, cached for a minute."""
-    cached = state.structures.get(kb)
+async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | None:
+    """The knowledge base's metadata (structure, embedder) from kgqr-meta, cached for a
+    minute; None for a KB ingested before kgqr kept any."""
+    cached = state.kb_metas.get(kb)
     if cached and cached[0] > time.monotonic():
         return cached[1]
     response = await state.service_http.get(f"/{META_INDEX}/_doc/{kb}")
-    structure = DocumentStructure()
+    meta = None
     if response.status_code == 200:
-        structure = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"]).structure
-    state.structures[kb] = (time.monotonic() + STRUCTURE_TTL_S, structure)
-    return structure
+        meta = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"])
+    state.kb_metas[kb] = (time.monotonic() + STRUCTURE_TTL_S, meta)
+    return meta

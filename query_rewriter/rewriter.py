@@ -19,7 +19,7 @@ from neo4j import AsyncDriver
 
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings
-from plugin.kb_meta import DocumentStructure
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
 from query_rewriter.errors import redact_addresses
 from query_rewriter.explain import Budget, Explain, Fallback
@@ -93,14 +93,14 @@ class Rewriter:
         llm: AsyncLlmClient,
         cache: RewriteCache,
         embed: Callable[[list[str]], Awaitable[np.ndarray]],
-        structure_of: Callable[[str], Awaitable[DocumentStructure]],
+        meta_of: Callable[[str], Awaitable[KnowledgeBaseMeta | None]],
         graph: AsyncDriver | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
         self.cache = cache
         self.embed = embed
-        self.structure_of = structure_of
+        self.meta_of = meta_of
         self.graph = Neo4jGraph(graph) if graph is not None else None
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
         # Budgeted LLM rewrites still running after their search was answered, by cache key
@@ -214,7 +214,16 @@ class Rewriter:
         ctx: StrategyContext | None = None
         try:
             with timer.stage("structure"):
-                structure = await self.structure_of(kb)
+                meta = await self.meta_of(kb)
+            structure = meta.structure if meta is not None else DocumentStructure()
+            if meta is not None and meta.embedder != self.settings.embedder_model:
+                # Its vectors and this proxy's query vectors live in different spaces: a
+                # k-NN search between them would answer, and mean nothing.
+                reason = (
+                    f"knowledge base {kb!r} holds vectors of {meta.embedder}; this proxy "
+                    f"embeds queries with {self.settings.embedder_model} (KGQR_EMBEDDER_MODEL)"
+                )
+                return self._unrewritten(strategy_name, query, params, "embedder", reason)
             ctx = StrategyContext(
                 self.settings,
                 index,
@@ -278,18 +287,20 @@ class Rewriter:
         return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}
 
     def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
-        """A rewrite refused admission: no vector, so the caller's own search runs as sent.
-        Under load even embedding the query (CPU-bound, ~10 ms) would queue every search."""
+        """A rewrite refused admission. Under load even embedding the query (CPU-bound,
+        ~10 ms) would queue every search."""
         limit = self.settings.rewrite_max_concurrent
-        fallback = self._fallback(
-            strategy,
-            "admission",
-            f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)",
-        )
+        reason = f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
+        return self._unrewritten(strategy, query, params, "admission", reason)
+
+    def _unrewritten(
+        self, strategy: str, query: str, params: dict[str, float], stage: str, reason: str
+    ) -> RewriteOutcome:
+        """No vector, so the caller's own search runs as sent."""
         return RewriteOutcome(
             Rewrite(strategy="base", query=query),
             None,
             param_value(ALPHA, params, self.settings),
             {},
-            fallback,
+            self._fallback(strategy, stage, reason),
         )

@@ -13,7 +13,7 @@ import pytest
 
 from kgqr_core.llm import AsyncLlmClient, LlmRequest
 from kgqr_core.settings import Settings
-from plugin.kb_meta import DocumentStructure
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.rewrite_cache import RewriteCache
 from query_rewriter.rewriter import Rewriter
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for
@@ -34,12 +34,13 @@ class GatedLlm:
         return SimpleNamespace(texts=[HYDE_ANSWER], cached=False, elapsed_ms=1.0)
 
 
-async def _structure(kb: str) -> DocumentStructure:
-    return DocumentStructure(types={"movie": ["title", "text"]})
-
-
 def _rewriter(settings: Settings, llm: object, embed: object) -> Rewriter:
-    return Rewriter(settings, llm, RewriteCache(None, 0), embed, _structure)  # type: ignore[arg-type]
+    async def meta_of(kb: str) -> KnowledgeBaseMeta:
+        structure = DocumentStructure(types={"movie": ["title", "text"]})
+        return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=settings.embedder_model,
+                                 dimension=4)  # fmt: skip
+
+    return Rewriter(settings, llm, RewriteCache(None, 0), embed, meta_of)  # type: ignore[arg-type]
 
 
 async def _embed(texts: list[str]) -> np.ndarray:

@@ -178,7 +178,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
     from types import SimpleNamespace
 
     from kgqr_core.settings import Settings
-    from plugin.kb_meta import DocumentStructure
+    from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
     from query_rewriter.rewriter import Rewriter
 
     class EchoingLlm:  # answers, from its cache, only with the structure block's own words
@@ -188,10 +188,12 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
     async def embed(texts: list[str]) -> np.ndarray:
         return np.ones((len(texts), 4), dtype=np.float32)
 
-    async def structure_of(kb: str) -> DocumentStructure:
-        return DocumentStructure(types={"passage": ["title", "text"]})
+    async def meta_of(kb: str) -> KnowledgeBaseMeta:
+        structure = DocumentStructure(types={"passage": ["title", "text"]})
+        return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=Settings().embedder_model,
+                                 dimension=4)  # fmt: skip
 
-    rewriter = Rewriter(Settings(), EchoingLlm(), None, embed, structure_of)  # type: ignore[arg-type]
+    rewriter = Rewriter(Settings(), EchoingLlm(), None, embed, meta_of)  # type: ignore[arg-type]
     outcome = asyncio.run(rewriter._compute("i", "kb", "hyde", "q", {}, None))  # type: ignore[arg-type]
     explain = outcome.explain(None)
     assert explain["fallback"]["reason"] == "ValueError: the LLM returned no usable documents"

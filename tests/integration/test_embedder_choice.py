@@ -1,0 +1,57 @@
+"""A knowledge base remembers the model its vectors came from: ingest refuses to add
+another model's vectors, and the proxy never searches it with another model's query."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ingest.job_runner import check_embedder
+from kgqr_core.settings import Settings
+from plugin import kb_meta, schema
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+from query_rewriter.background_server import running_proxy
+
+
+@pytest.fixture
+def gemma_kb(opensearch: Any, unique_name: str) -> Iterator[str]:
+    """A knowledge base recorded as EmbeddingGemma's, with one document."""
+    kb = unique_name.replace("kgqr-test-", "t-")[:60]
+    index = schema.documents_index(kb)
+    opensearch.index(index=index, id="d1", body={"id": "d1", "title": "Heat",
+                     "body": "Heat is a 1995 crime film."}, refresh=True)  # fmt: skip
+    meta = KnowledgeBaseMeta(
+        kb=kb, structure=DocumentStructure(), embedder="embeddinggemma-300m", dimension=768
+    )
+    kb_meta.save(opensearch, meta)
+    yield kb
+    opensearch.indices.delete(index=index, ignore_unavailable=True)
+    opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404], refresh=True)
+
+
+def test_ingest_refuses_another_models_vectors(
+    settings: Settings, opensearch: Any, gemma_kb: str
+) -> None:
+    with pytest.raises(ValueError, match="holds vectors of embeddinggemma-300m"):
+        check_embedder(opensearch, gemma_kb, settings)
+    check_embedder(opensearch, gemma_kb, settings.model_copy(
+        update={"embedder_model": "embeddinggemma-300m"}))  # fmt: skip
+
+
+def test_the_proxy_runs_the_clients_own_search_on_another_models_kb(
+    settings: Settings, gemma_kb: str
+) -> None:
+    with running_proxy(settings) as url:
+        response = httpx.post(
+            f"{url}/{schema.documents_index(gemma_kb)}/_search",
+            params={"kgqr.strategy": "base", "kgqr.explain": "true"},
+            json={"query": {"match": {"body": "crime film"}}},
+            timeout=60,
+        )
+    assert response.status_code == 200
+    assert [hit["_id"] for hit in response.json()["hits"]["hits"]] == ["d1"]
+    assert response.headers["x-kgqr-fallback"].startswith("embedder: knowledge base")
+    assert "hybrid" not in str(response.json()["kgqr"]["final_query"])

