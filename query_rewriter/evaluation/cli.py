@@ -257,11 +257,13 @@ def run(
     click.echo(f"wrote {json_path} and {csv_path}")
 
 
-def _parse_grid(values: tuple[str, ...]) -> dict[str, list[float]]:
+def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]]:
     from query_rewriter.evaluation.sweep import DEFAULT_GRID
+    from query_rewriter.strategies import STRATEGIES
 
     if not values:
-        return DEFAULT_GRID
+        reads = STRATEGIES[strategy].declared()
+        return {name: grid for name, grid in DEFAULT_GRID.items() if name in reads}
     grid = {}
     for item in values:
         name, _, numbers = item.partition("=")
@@ -289,7 +291,8 @@ def _parse_grid(values: tuple[str, ...]) -> dict[str, list[float]]:
     "--grid",
     multiple=True,
     metavar="NAME=V1,V2",
-    help="Values of one parameter (default: alpha 0.3-1.0, k 3-40, h 1-2, n 1-3).",
+    help="Values of one parameter (default: those of rewrite.alpha 0.3-1.0, knn.k 10-100, "
+    "kar.k 3-40, kar.h 1-2, rewrite.n 1-3, graph.damping 0.3-0.7 the strategy reads).",
 )
 @click.option("--metric", "metrics", multiple=True, default=("R@5", "MRR"), show_default=True)
 @common_options("Output folder (default eval-results/sweep-DATE).")
@@ -307,7 +310,7 @@ def sweep(
     from query_rewriter.evaluation.sweep import Dataset, plot_parameter, run_sweep
 
     [strategy] = _split_strategies(strategy)
-    values = _parse_grid(grid)
+    values = _parse_grid(grid, strategy)
     loaded = []
     for item in datasets:
         kb, sep, spec = item.partition("=")

@@ -14,11 +14,14 @@ from pathlib import Path
 from query_rewriter.evaluation.query_sets import JudgedQuery
 from query_rewriter.evaluation.runner import StrategyReport, evaluate
 
+# Swept when no --grid is given: those of these the strategy reads.
 DEFAULT_GRID: dict[str, list[float]] = {
-    "alpha": [0.3, 0.5, 0.7, 1.0],
-    "k": [3, 5, 10, 20, 40],
-    "h": [1, 2],
-    "n": [1, 3],
+    "rewrite.alpha": [0.3, 0.5, 0.7, 1.0],
+    "knn.k": [10, 20, 50, 100],
+    "kar.k": [3, 5, 10, 20, 40],
+    "kar.h": [1, 2],
+    "rewrite.n": [1, 3],
+    "graph.damping": [0.3, 0.5, 0.7],
 }
 
 

@@ -56,3 +56,12 @@ def test_eval_query_set_is_the_default_subcommand_and_sweep_stays_reachable() ->
         main, ["eval", "sweep", "--dataset", "x=jsonl:/nope", "--grid", "alpha=high"]
     )
     assert bad_grid.exit_code == 2 and "alpha=high" in bad_grid.output
+
+
+def test_a_sweeps_default_grid_is_what_its_strategy_reads_by_namespaced_name() -> None:
+    from query_rewriter.evaluation.cli import _parse_grid
+
+    kar, graph = _parse_grid((), "kar"), _parse_grid((), "graph")
+    assert {"kar.k", "knn.k", "kar.h", "rewrite.n", "rewrite.alpha"} == set(kar)
+    assert {"graph.damping", "knn.k", "rewrite.alpha"} == set(graph)
+    assert _parse_grid(("kar.k=5,10",), "kar") == {"kar.k": [5.0, 10.0]}
