@@ -153,6 +153,13 @@ class Settings(BaseSettings):
     rewrite_budget_strategy: Literal["graph", "base"] = Field(
         default="graph", description="What a budgeted search is answered with meanwhile."
     )
+    rewrite_background_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="Whole-rewrite time limit of a budgeted rewrite running in the "
+        "background: it keeps no search waiting, so it may queue for an LLM slot longer "
+        "than KGQR_REWRITE_TIMEOUT_S allows a search to wait.",
+    )
     rewrite_background_max: int = Field(
         default=8,
         ge=1,

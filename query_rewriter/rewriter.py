@@ -135,13 +135,25 @@ class Rewriter:
                 return outcome
         metrics.CACHE.labels("miss").inc()
 
+        budget_ms = self.settings.rewrite_budget_ms
+        budgeted = budget_ms is not None and STRATEGIES[strategy].uses_llm
+        # A budgeted rewrite keeps no search waiting: it may queue behind the others for an
+        # LLM slot as long as the background timeout allows.
+        timeout_s = (
+            self.settings.rewrite_background_timeout_s
+            if budgeted
+            else self.settings.rewrite_timeout_s
+        )
+
         async def compute() -> RewriteOutcome:
             if strategy != "base" and self._running >= self.settings.rewrite_max_concurrent:
                 return self._refused(strategy, query, params)
             self._running += 1
             metrics.REWRITES_RUNNING.inc()
             try:
-                outcome = await self._compute(index, kb, strategy, query, params, gateway)
+                outcome = await self._compute(
+                    index, kb, strategy, query, params, gateway, timeout_s
+                )
             finally:
                 self._running -= 1
                 metrics.REWRITES_RUNNING.dec()
@@ -149,8 +161,7 @@ class Rewriter:
                 await self.cache.put(key, outcome.to_cache())
             return outcome
 
-        budget_ms = self.settings.rewrite_budget_ms
-        if budget_ms is None or not STRATEGIES[strategy].uses_llm:
+        if budget_ms is None or not budgeted:
             outcome, shared = await self.cache.coalesce(key, compute)
             return replace(outcome, cached=True) if shared else outcome
         task = self._background.get(key)
@@ -204,8 +215,10 @@ class Rewriter:
         query: str,
         params: dict[str, float],
         gateway: OpenSearchGateway,
+        timeout_s: float | None = None,
     ) -> RewriteOutcome:
         started = time.perf_counter()
+        timeout_s = timeout_s or self.settings.rewrite_timeout_s
         timer = StageTimer()
         strategy = STRATEGIES[strategy_name]
         alpha = param_value(ALPHA, params, self.settings)
@@ -238,9 +251,7 @@ class Rewriter:
                 declared=strategy.declared(),
                 usage=usage,
             )
-            rewrite = await asyncio.wait_for(
-                strategy.rewrite(query, ctx), timeout=self.settings.rewrite_timeout_s
-            )
+            rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=timeout_s)
         except Exception as exc:  # any failure of a strategy degrades to the plain query
             stage = timer.current or "rewrite"
             reason = (
@@ -250,7 +261,7 @@ class Rewriter:
             rewrite = Rewrite(strategy="base", query=query)
         timer.current = None
         known = ctx.query_vectors.get(query) if ctx is not None else None
-        remaining = self.settings.rewrite_timeout_s - (time.perf_counter() - started)
+        remaining = timeout_s - (time.perf_counter() - started)
         try:
             with timer.stage("embed"):
                 # Context texts (PRF hits, generated documents) are embedded within the budget;
