@@ -49,6 +49,9 @@ def main() -> None:
         if nodes:
             walked = ", ".join(f"{node['id']} {node['score']:.2f}" for node in nodes)
             print(f"   graph walk (no LLM): {walked}")
+            for node in nodes:
+                if node.get("path"):
+                    print(f"     lifted by {node['path']}")
         for expansion in explain["expansions"]:
             print(f"   + {expansion[:140]}")
         for rank, hit in enumerate(result["hits"]["hits"], start=1):
