@@ -25,6 +25,7 @@ from ingest.records import (
 )
 from ingest.triple_extraction import extract
 from ingest.worker_resources import WorkerResources
+from plugin import installer
 
 
 @dataclass
@@ -116,6 +117,8 @@ def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int
 
 
 def _write_triples(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
+    if batch.triples:
+        installer.ensure_kb_index(resources.opensearch, kb, "triples", resources.dimension)
     for triple in batch.triples:
         if triple.ttr is None:
             triple.ttr, triple.ttr_source = triple.template_ttr(), "template"

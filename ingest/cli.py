@@ -227,6 +227,53 @@ def drop(kb: str) -> None:
     )
 
 
+@ingest.command()
+@click.option("--kb", required=True, help="The knowledge base to re-embed.")
+@click.option("--model", required=True, help="The embedder its vectors should come from.")
+@click.option("--restart", is_flag=True, help="Drop an unfinished re-embed and start over.")
+def reembed(kb: str, model: str, restart: bool) -> None:
+    """Give a knowledge base new vectors from another embedder, with no downtime.
+
+    \b
+    Documents (and triples) are copied with new vectors into versioned indices while
+    searches keep reading the old ones; then both names are swapped to the new indices
+    in one atomic alias change, the old indices deleted, and the KB's meta records the
+    new model (the proxy embeds queries with it from then on). Interrupted? Run the same
+    command again: it resumes where the copy stopped. Ingest into the KB waits for it.
+    """
+    from tqdm import tqdm
+
+    from ingest import reembed as reembedding
+    from kgqr_core import connections
+    from kgqr_core.embedder import get_embedder
+
+    settings = get_settings()
+    opensearch = connections.opensearch_client(settings)
+    redis = connections.redis_client(settings)
+    click.echo(f"loading {model} ...")
+    embedder = get_embedder(model)
+    bars: dict[str, Any] = {}
+
+    def show(progress: reembedding.Progress) -> None:
+        bar = bars.get(progress.role)
+        if bar is None:
+            bar = bars[progress.role] = tqdm(total=progress.total, unit="doc", desc=progress.role)
+        bar.update(progress.copied - bar.n)
+
+    try:
+        done = reembedding.reembed(
+            opensearch, redis, kb, embedder, embedder.dimension, show, restart=restart
+        )
+    except reembedding.ReembedError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        for bar in bars.values():
+            bar.close()
+    for copy in done.copies:
+        click.echo(f"{copy.name} -> {copy.target} ({copy.copied} documents)")
+    click.echo(f"{kb} now holds vectors of {model} ({embedder.dimension} dimensions)")
+
+
 @ingest.command(context_settings={"ignore_unknown_options": True})
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(celery_args: tuple[str, ...]) -> None:

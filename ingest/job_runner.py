@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ingest import reembed
 from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
@@ -76,6 +77,13 @@ def enqueue(
     """Stream the source into chunks and send those not yet done."""
     check_kb_name(kb)
     check_embedder(opensearch, kb, settings)
+    reembedding_to = reembed.in_progress(jobs.redis, kb)
+    if reembedding_to is not None:
+        raise ValueError(
+            f"knowledge base {kb!r} is being re-embedded with {reembedding_to}: what this "
+            "ingest writes would miss the new index; finish `kgqr ingest reembed` first"
+        )
+    installer.ensure_kb_index(opensearch, kb, "documents", dimension)
     installer.add_new_document_fields(opensearch, kb)
     job_id = job_id_for(source, kb)
     if restart:

@@ -143,6 +143,17 @@ class JobStore:
             retrying=retrying,
         )
 
+    def unfinished(self, kb: str) -> list[str]:
+        """The knowledge base's jobs that still have chunks to write."""
+        ids = sorted(j.decode() for j in self.redis.smembers("kgqr:jobs"))
+        return [
+            job_id
+            for job_id in ids
+            if (progress := self.progress(job_id)) is not None
+            and progress.kb == kb
+            and not progress.finished
+        ]
+
     def forget(self, job_id: str) -> None:
         key = self._key(job_id)
         self.redis.delete(key, key + ":done", key + ":failed", key + ":retrying")

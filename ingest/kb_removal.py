@@ -3,10 +3,12 @@ nodes and relationships, and its job records (so a later ingest starts from scra
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from ingest.job_store import JobStore
+from ingest.reembed import state_key as reembed_state_key
 from plugin import schema
 
 NEO4J_DELETE_BATCH = 10_000  # nodes per transaction: a million-node graph must not need one
@@ -22,14 +24,15 @@ class RemovedKnowledgeBase:
 def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> RemovedKnowledgeBase:
     schema.check_kb_name(kb)
     indices = []
-    for index in (
-        schema.documents_index(kb),
-        schema.triples_index(kb),
-        schema.deadletter_index(kb),
-    ):
-        if opensearch.indices.exists(index=index):
+    for name in (schema.documents_index(kb), schema.triples_index(kb), schema.deadletter_index(kb)):
+        # A re-embedded knowledge base's names are aliases: delete the indices behind them,
+        # and any versioned index an unfinished re-embed left.
+        found = opensearch.indices.get(index=f"{name},{name}-g*", ignore_unavailable=True)
+        # (`-g*` alone would also match another knowledge base named like `KB-documents-g…`)
+        for index in [i for i in found if i == name or re.fullmatch(rf"{name}-g\d+", i)]:
             opensearch.indices.delete(index=index)
             indices.append(index)
+    redis.delete(reembed_state_key(kb))
     opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404])
     nodes = 0
     while True:

@@ -38,5 +38,9 @@ class WorkerResources:
         return get_embedder(self.settings.embedder_model)
 
     @cached_property
+    def dimension(self) -> int:
+        return self.embedder.dimension
+
+    @cached_property
     def llm(self) -> LlmClient:
         return LlmClient(self.settings, self.redis)

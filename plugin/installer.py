@@ -29,6 +29,22 @@ def install_opensearch(
     return installed
 
 
+def ensure_kb_index(client: Any, kb: str, role: str, dimension: int) -> None:
+    """Create a knowledge base's `role` index ("documents", "triples") as generation 1
+    behind an alias of its name, unless the name exists. Behind an alias, a re-embed
+    later moves the name to a new generation while searches still read this one
+    (ingest/reembed.py); an index of a KB's own name could only be deleted at the swap."""
+    name = schema.kb_index(kb, role)
+    if client.indices.exists(index=name):  # an alias, or a concrete index of older kgqr
+        return
+    body = {**schema.kb_index_body(role, dimension), "aliases": {name: {}}}
+    try:
+        client.indices.create(index=f"{name}-g1", body=body)
+    except Exception as exc:  # two workers raced to create it: the other one did
+        if "resource_already_exists_exception" not in str(exc):
+            raise
+
+
 def add_new_document_fields(client: Any, kb: str) -> None:
     """Give a knowledge base's existing documents index the fields kgqr's template has
     gained since it was made (its mapping is strict, so a write with them would fail)."""

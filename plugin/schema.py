@@ -36,7 +36,7 @@ def check_kb_name(kb: str) -> str:
 
 
 def documents_index(kb: str) -> str:
-    return f"kgqr-{check_kb_name(kb)}-documents"
+    return kb_index(kb, "documents")
 
 
 def kb_of_documents_index(index: str) -> str | None:
@@ -49,11 +49,16 @@ def kb_of_documents_index(index: str) -> str | None:
 
 
 def triples_index(kb: str) -> str:
-    return f"kgqr-{check_kb_name(kb)}-triples"
+    return kb_index(kb, "triples")
 
 
 def deadletter_index(kb: str) -> str:
-    return f"kgqr-{check_kb_name(kb)}-deadletter"
+    return kb_index(kb, "deadletter")
+
+
+def kb_index(kb: str, role: str) -> str:
+    """A knowledge base's index for `role` ("documents", "triples", "deadletter")."""
+    return f"kgqr-{check_kb_name(kb)}-{role}"
 
 
 def _render(node: Any, values: dict[str, Any]) -> Any:
@@ -77,6 +82,14 @@ def index_templates(dimension: int) -> dict[str, dict[str, Any]]:
         f"kgqr-{name}": opensearch_resource(f"{name}-template", dimension=dimension)
         for name in TEMPLATES
     }
+
+
+def kb_index_body(role: str, dimension: int) -> dict[str, Any]:
+    """The settings and mappings of a knowledge base's `role` index ("documents",
+    "triples") for vectors of `dimension`: what its template gives, for an index created
+    by name (a re-embed's versioned index, which no template pattern matches)."""
+    template = opensearch_resource(f"{role}-template", dimension=dimension)["template"]
+    return {"settings": template["settings"], "mappings": template["mappings"]}
 
 
 def proxy_index_templates() -> dict[str, dict[str, Any]]:

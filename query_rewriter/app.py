@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 
 import anyio
 import httpx
-import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,7 +18,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kgqr_core import connections
-from kgqr_core.embedder import get_embedder
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings, get_settings
 from plugin.schema import hybrid_pipelines, proxy_index_templates
@@ -31,6 +29,7 @@ from query_rewriter.front_status import read_fronts, render_fronts, status_folde
 from query_rewriter.msearch import handle_msearch
 from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import ProxyState, meta_of
+from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_log import QueryLog
 from query_rewriter.request_body import decode_body, json_object, read_body
 from query_rewriter.rewrite_cache import RewriteCache, code_version
@@ -59,11 +58,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
             socket_connect_timeout=settings.redis_timeout_s,
         )
         graph = connections.async_neo4j_driver(settings)
-        embedder = await anyio.to_thread.run_sync(get_embedder, settings.embedder_model)
+        embedders = QueryEmbedders.from_settings(settings)
+        await embedders.default()  # loaded before the first search, not during it
         await anyio.to_thread.run_sync(code_version)  # reads kgqr's files: not on the loop
-
-        async def embed(texts: list[str]) -> np.ndarray:
-            return await anyio.to_thread.run_sync(embedder.encode_queries, texts)
 
         llm = AsyncLlmClient(settings, redis)
         metrics.LLM_WAITING.set_function(lambda: llm.waiting)
@@ -79,7 +76,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 RewriteCache(
                     redis, settings.rewrite_cache_ttl_s, settings.rewrite_cache_max_entry_bytes
                 ),
-                embed,
+                embedders,
                 lambda kb: meta_of(state, kb),
                 graph,
             ),

@@ -26,11 +26,13 @@ from query_rewriter.explain import Budget, Explain, Fallback
 from query_rewriter.graph_store import Neo4jGraph
 from query_rewriter.hybrid_query import fuse, mean_vector
 from query_rewriter.opensearch_gateway import OpenSearchGateway
+from query_rewriter.query_embedders import EmbedderRefused, QueryEmbedders
 from query_rewriter.rewrite import LlmUsage, Rewrite, StageTimer
 from query_rewriter.rewrite_cache import RewriteCache, rewrite_key
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
+from query_rewriter.strategies.services import Embed
 
 log = logging.getLogger("kgqr.rewrite")
 
@@ -92,20 +94,33 @@ class Rewriter:
         settings: Settings,
         llm: AsyncLlmClient,
         cache: RewriteCache,
-        embed: Callable[[list[str]], Awaitable[np.ndarray]],
+        embedders: QueryEmbedders,
         meta_of: Callable[[str], Awaitable[KnowledgeBaseMeta | None]],
         graph: AsyncDriver | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
         self.cache = cache
-        self.embed = embed
+        self.embedders = embedders
         self.meta_of = meta_of
         self.graph = Neo4jGraph(graph) if graph is not None else None
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
         # Budgeted LLM rewrites still running after their search was answered, by cache key
         # (identical ones share one); referenced here so they are not collected mid-flight.
         self._background: dict[str, asyncio.Task[tuple[RewriteOutcome, bool]]] = {}
+
+    async def _model_of(self, kb: str) -> str:
+        """The model `kb`'s vectors came from; the default while its meta cannot be read
+        (the search then goes on, and a mismatch falls back at the engine)."""
+        try:
+            return self.embedders.model_for(await self.meta_of(kb))
+        except Exception:
+            return self.embedders.default_model
+
+    async def query_embed(self, kb: str) -> Embed:
+        """The encoder of the model `kb`'s vectors came from (EmbedderRefused if this proxy
+        may not load it)."""
+        return await self.embedders.for_model(await self._model_of(kb))
 
     async def rewrite(
         self,
@@ -122,7 +137,10 @@ class Rewriter:
         may quote documents only that caller can read, so it is cached per caller."""
         # What shapes a rewrite is what its strategy declared (it cannot read anything
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
+        # The vectors' model too: a re-embedded knowledge base never gets a cached query
+        # vector of its old model.
         config = STRATEGIES[strategy].config(params, self.settings)
+        config["embedder"] = await self._model_of(kb)
         key = rewrite_key(caller, index, strategy, config, query)
         cached = await self.cache.get(key)
         if cached is not None:
@@ -225,17 +243,18 @@ class Rewriter:
         fallback = None
         usage = LlmUsage()
         ctx: StrategyContext | None = None
+        embed: Embed | None = None
         try:
             with timer.stage("structure"):
                 meta = await self.meta_of(kb)
             structure = meta.structure if meta is not None else DocumentStructure()
-            if meta is not None and meta.embedder != self.settings.embedder_model:
-                # Its vectors and this proxy's query vectors live in different spaces: a
-                # k-NN search between them would answer, and mean nothing.
-                reason = (
-                    f"knowledge base {kb!r} holds vectors of {meta.embedder}; this proxy "
-                    f"embeds queries with {self.settings.embedder_model} (KGQR_EMBEDDER_MODEL)"
-                )
+            try:
+                with timer.stage("embedder"):
+                    embed = await self.embedders.for_model(self.embedders.model_for(meta))
+            except EmbedderRefused as exc:
+                # Its vectors and the query vectors would live in different spaces: a k-NN
+                # search between them would answer, and mean nothing.
+                reason = f"knowledge base {kb!r}: {exc}"
                 return self._unrewritten(strategy_name, query, params, "embedder", reason)
             ctx = StrategyContext(
                 self.settings,
@@ -244,7 +263,7 @@ class Rewriter:
                 structure,
                 self.llm,
                 gateway,
-                self.embed,
+                embed,
                 timer,
                 params,
                 graph=self.graph,
@@ -261,16 +280,17 @@ class Rewriter:
             rewrite = Rewrite(strategy="base", query=query)
         timer.current = None
         known = ctx.query_vectors.get(query) if ctx is not None else None
+        embed = embed or await self.embedders.default()
         remaining = timeout_s - (time.perf_counter() - started)
         try:
             with timer.stage("embed"):
                 # Context texts (PRF hits, generated documents) are embedded within the budget;
                 # the query's own vector, which every hybrid search needs, always is (once: a
                 # strategy that embedded it already left it in the context).
-                query_vector = known if known is not None else (await self.embed([query]))[0]
+                query_vector = known if known is not None else (await embed([query]))[0]
                 context = list(rewrite.context_texts)
                 context_vectors = (
-                    await asyncio.wait_for(self.embed(context), max(remaining, 0.0))
+                    await asyncio.wait_for(embed(context), max(remaining, 0.0))
                     if context
                     else np.zeros((0, len(query_vector)), dtype=np.float32)
                 )

@@ -27,6 +27,7 @@ from query_rewriter.original_facets import (
 )
 from query_rewriter.plain_fusion import depth_body, fuse_protecting_top
 from query_rewriter.proxy_state import ProxyState
+from query_rewriter.query_embedders import EmbedderRefused
 from query_rewriter.query_log import query_log_entry
 from query_rewriter.rewriter import RewriteOutcome
 from query_rewriter.search_request import URL_PAGING, SearchPlan
@@ -164,6 +165,9 @@ async def _rewritten_search(
         "rewritten search failed",
         extra={"kgqr": {"status": failed.status_code, "body": failed.text[:1000]}},
     )
+    # A re-embed may have moved the KB to another model (its vectors no longer fit the
+    # query's): the next search reads its meta afresh instead of after the cache's minute.
+    state.kb_metas.pop(plan.kb, None)
     what = "" if failed is upstream else " to the original query's totals"
     reason = f"OpenSearch answered {failed.status_code}{what}: {redact_addresses(failed.text)}"
     outcome.fallback = {"stage": "search", "reason": reason[:300], "strategy": plan.strategy}
@@ -180,7 +184,11 @@ async def _base_ranking(
 ) -> list[dict[str, Any]]:
     """The `base` ranking (the hybrid search of the query alone) down to the end of the
     page: what fusion protects. Empty if that search fails: the rewrite's ranking stands."""
-    vector = (await state.rewriter.embed([plan.parsed.text]))[0]
+    try:
+        embed = await state.rewriter.query_embed(plan.kb)
+    except EmbedderRefused:
+        return []
+    vector = (await embed([plan.parsed.text]))[0]
     body = hybrid_body(depth_body(plan.body), plan.parsed, plan.parsed.text, np.asarray(vector), k)
     response, _ = await hybrid_search(state, plan.index, body, query_params, headers)
     return list(response.json()["hits"]["hits"]) if response.status_code == 200 else []

@@ -41,10 +41,11 @@ def test_ingest_refuses_another_models_vectors(
         update={"embedder_model": "embeddinggemma-300m"}))  # fmt: skip
 
 
-def test_the_proxy_runs_the_clients_own_search_on_another_models_kb(
+def test_a_proxy_not_allowed_the_kbs_model_runs_the_clients_own_search(
     settings: Settings, gemma_kb: str
 ) -> None:
-    with running_proxy(settings) as url:
+    only_minilm = settings.model_copy(update={"query_embedder_models": settings.embedder_model})
+    with running_proxy(only_minilm) as url:
         response = httpx.post(
             f"{url}/{schema.documents_index(gemma_kb)}/_search",
             params={"kgqr.strategy": "base", "kgqr.explain": "true"},

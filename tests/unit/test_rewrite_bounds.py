@@ -14,6 +14,7 @@ import pytest
 from kgqr_core.llm import AsyncLlmClient, LlmRequest
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.rewrite_cache import RewriteCache
 from query_rewriter.rewriter import Rewriter
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for
@@ -40,7 +41,7 @@ def _rewriter(settings: Settings, llm: object, embed: object) -> Rewriter:
         return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=settings.embedder_model,
                                  dimension=4)  # fmt: skip
 
-    return Rewriter(settings, llm, RewriteCache(None, 0), embed, meta_of)  # type: ignore[arg-type]
+    return Rewriter(settings, llm, RewriteCache(None, 0), QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
 
 
 async def _embed(texts: list[str]) -> np.ndarray:

@@ -9,6 +9,7 @@ from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.client_fusion import rrf_fuse
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector
+from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.rewrite_cache import rewrite_key
 from query_rewriter.search_request import plan_search, strip_kgqr
@@ -193,7 +194,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
         return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=Settings().embedder_model,
                                  dimension=4)  # fmt: skip
 
-    rewriter = Rewriter(Settings(), EchoingLlm(), None, embed, meta_of)  # type: ignore[arg-type]
+    rewriter = Rewriter(Settings(), EchoingLlm(), None, QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
     outcome = asyncio.run(rewriter._compute("i", "kb", "hyde", "q", {}, None))  # type: ignore[arg-type]
     explain = outcome.explain(None)
     assert explain["fallback"]["reason"] == "ValueError: the LLM returned no usable documents"

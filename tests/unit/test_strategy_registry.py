@@ -11,6 +11,7 @@ import pytest
 from kgqr_core.settings import Settings
 from query_rewriter import strategies
 from query_rewriter.errors import RewriteRequestError
+from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.rewrite_cache import RewriteCache
 from query_rewriter.rewriter import Rewriter
@@ -52,7 +53,8 @@ def test_a_new_strategy_is_one_class_and_one_registry_line(
     async def meta_of(kb: str) -> None:
         return None  # a KB ingested before kgqr kept metadata
 
-    rewriter = Rewriter(Settings(), None, RewriteCache(None, 0), embed, meta_of)  # type: ignore[arg-type]
+    embedders = QueryEmbedders.single(embed)
+    rewriter = Rewriter(Settings(), None, RewriteCache(None, 0), embedders, meta_of)  # type: ignore[arg-type]
     rewrite = rewriter.rewrite(
         index=plan.index, kb=plan.kb, strategy="echo", query="heat", params=plan.params,
         gateway=None,  # type: ignore[arg-type]

@@ -1,0 +1,273 @@
+"""Re-embedding a knowledge base with another model while it keeps answering searches.
+
+Clients and the proxy address a knowledge base by its index names (``kgqr-KB-documents``,
+``kgqr-KB-triples``). Re-embedding copies each index, with new vectors, into a versioned
+index (``kgqr-KB-documents-g2``) made with the new model's dimension, while searches keep
+reading the old one; then one ``_aliases`` call turns each name into an alias of its new
+index and deletes the old index, for both indices at once, so no search sees a half-swap.
+Progress (a cursor per index) lives in Redis: running the same command again resumes.
+Ingest into the knowledge base is refused while a re-embed runs, since the copy would
+miss what it writes; the copy is checked document for document before the swap.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.job_store import JobStore
+from kgqr_core.embedder import Embedder
+from plugin import kb_meta, schema
+
+COPY_BATCH = 64
+# Between moving a name to its new index and deleting the old one: longer than a search
+# that started on the old index takes.
+OLD_INDEX_GRACE_S = 5.0
+STATE_TTL_S = 30 * 24 * 3600
+GENERATION = re.compile(r"-g(\d+)$")
+# The text each index's vectors were made from (what ingest embedded).
+EMBEDDED_FIELD = {"documents": "text", "triples": "ttr"}
+
+
+class ReembedError(RuntimeError):
+    """The knowledge base cannot be re-embedded now (missing, busy, or a copy mismatch)."""
+
+
+def state_key(kb: str) -> str:
+    return f"kgqr:reembed:{kb}"
+
+
+def in_progress(redis: Any, kb: str) -> str | None:
+    """The model a running re-embed of `kb` writes, or None (ingest checks this)."""
+    raw = redis.hget(state_key(kb), "model")
+    return raw.decode() if raw is not None else None
+
+
+def concrete_index(client: Any, name: str) -> str | None:
+    """The index `name` stands for: itself, or the one index its alias points at."""
+    if not client.indices.exists(index=name):
+        return None
+    indices = list(client.indices.get(index=name))
+    if len(indices) != 1:
+        raise ReembedError(f"{name} points at {len(indices)} indices: {indices}")
+    return str(indices[0])
+
+
+def next_generation(name: str, current: str) -> str:
+    """``kgqr-KB-documents`` -> ``-g2``; ``…-g2`` -> ``…-g3``. No knowledge base's own index
+    name ends in ``-gN``, so a versioned index never collides with another KB's."""
+    match = GENERATION.search(current) if current != name else None
+    generation = int(match.group(1)) + 1 if match else 2
+    return f"{name}-g{generation}"
+
+
+@dataclass
+class IndexCopy:
+    """One index being copied: the name clients use, where from, where to, how far."""
+
+    role: str  # "documents" or "triples"
+    name: str
+    source: str
+    target: str
+    cursor: str | None = None
+    copied: int = 0
+
+
+@dataclass
+class ReembedPlan:
+    kb: str
+    model: str
+    dimension: int
+    copies: list[IndexCopy] = field(default_factory=list)
+
+    def to_redis(self) -> dict[str, str]:
+        return {
+            "model": self.model,
+            "dimension": str(self.dimension),
+            "copies": json.dumps([vars(copy) for copy in self.copies]),
+        }
+
+    @classmethod
+    def from_redis(cls, kb: str, raw: dict[bytes, bytes]) -> ReembedPlan:
+        values = {key.decode(): value.decode() for key, value in raw.items()}
+        copies = [IndexCopy(**copy) for copy in json.loads(values["copies"])]
+        return cls(kb, values["model"], int(values["dimension"]), copies)
+
+
+@dataclass(frozen=True)
+class Progress:
+    role: str
+    copied: int
+    total: int
+
+
+def plan(
+    opensearch: Any, redis: Any, kb: str, model: str, dimension: int, restart: bool = False
+) -> ReembedPlan:
+    """Resume the re-embed recorded for `kb`, or start one: create the target indices
+    with `dimension` and record where each copy starts."""
+    schema.check_kb_name(kb)
+    raw = redis.hgetall(state_key(kb))
+    if raw and not restart:
+        resumed = ReembedPlan.from_redis(kb, raw)
+        if resumed.model != model:
+            raise ReembedError(
+                f"a re-embed of {kb!r} to {resumed.model} is unfinished: run it again with "
+                f"--model {resumed.model}, or pass --restart to drop it"
+            )
+        return resumed
+    if raw:
+        abandon(opensearch, redis, ReembedPlan.from_redis(kb, raw))
+    meta = kb_meta.load(opensearch, kb)
+    if meta is None:
+        raise ReembedError(f"no knowledge base {kb!r} (nothing in {schema.META_INDEX})")
+    if meta.embedder == model:
+        raise ReembedError(f"knowledge base {kb!r} already holds vectors of {model}")
+    started = ReembedPlan(kb, model, dimension)
+    for role, name in (("documents", schema.documents_index(kb)),
+                       ("triples", schema.triples_index(kb))):  # fmt: skip
+        current = concrete_index(opensearch, name)
+        if current is None:
+            continue
+        target = next_generation(name, current)
+        if opensearch.indices.exists(index=target):
+            opensearch.indices.delete(index=target)  # left by an abandoned run
+        opensearch.indices.create(index=target, body=schema.kb_index_body(role, dimension))
+        started.copies.append(IndexCopy(role, name, current, target))
+    if not started.copies:
+        raise ReembedError(f"knowledge base {kb!r} has no documents index")
+    redis.hset(state_key(kb), mapping=started.to_redis())
+    redis.expire(state_key(kb), STATE_TTL_S)
+    return started
+
+
+def _pages(opensearch: Any, copy: IndexCopy, batch: int) -> Iterator[list[dict[str, Any]]]:
+    """The source's documents in id order from the cursor on, vectors left out."""
+    while True:
+        body: dict[str, Any] = {
+            "size": batch,
+            "sort": [{"id": "asc"}],
+            "query": {"match_all": {}},
+            "_source": {"excludes": ["vector"]},
+        }
+        if copy.cursor is not None:
+            body["search_after"] = [copy.cursor]
+        hits = opensearch.search(index=copy.source, body=body)["hits"]["hits"]
+        if not hits:
+            return
+        yield hits
+
+
+def copy_index(
+    opensearch: Any,
+    redis: Any,
+    plan_: ReembedPlan,
+    copy: IndexCopy,
+    embedder: Embedder,
+    on_progress: Callable[[Progress], None],
+    batch: int = COPY_BATCH,
+) -> None:
+    """Copy one index with new vectors, saving the cursor after every batch."""
+    total = int(opensearch.count(index=copy.source)["count"])
+    on_progress(Progress(copy.role, copy.copied, total))
+    text_field = EMBEDDED_FIELD[copy.role]
+    for hits in _pages(opensearch, copy, batch):
+        vectors = embedder.encode([hit["_source"].get(text_field) or "" for hit in hits])
+        body: list[dict[str, Any]] = []
+        for hit, vector in zip(hits, vectors, strict=True):
+            body.append({"index": {"_index": copy.target, "_id": hit["_id"]}})
+            body.append({**hit["_source"], "vector": vector.tolist()})
+        response = opensearch.bulk(body=body)
+        if response.get("errors"):
+            errors = [i["index"]["error"] for i in response["items"] if "error" in i["index"]]
+            raise ReembedError(f"{copy.target} refused {len(errors)} documents: {errors[:3]}")
+        copy.cursor, copy.copied = hits[-1]["sort"][0], copy.copied + len(hits)
+        redis.hset(state_key(plan_.kb), "copies", json.dumps([vars(c) for c in plan_.copies]))
+        on_progress(Progress(copy.role, copy.copied, total))
+
+
+def check_copies(opensearch: Any, plan_: ReembedPlan) -> None:
+    """Every document of each source is in its target, by id, before anything is swapped."""
+    for copy in plan_.copies:
+        opensearch.indices.refresh(index=[copy.source, copy.target])
+        counts = [int(opensearch.count(index=i)["count"]) for i in (copy.source, copy.target)]
+        if counts[0] != counts[1]:
+            raise ReembedError(
+                f"{copy.target} holds {counts[1]} documents and {copy.source} {counts[0]}: "
+                "was something written during the copy? Run again with --restart"
+            )
+
+
+def swap(
+    opensearch: Any,
+    redis: Any,
+    plan_: ReembedPlan,
+    meta: kb_meta.KnowledgeBaseMeta,
+    done: bool = False,
+    grace_s: float = OLD_INDEX_GRACE_S,
+) -> None:
+    """Point every name at its new index in one atomic call (`done`: that call already
+    went through) and record the new model, so the proxy embeds queries with it; delete
+    the old indices after `grace_s`, when searches that started on them have finished.
+    An index of the KB's own name (made by kgqr before versioned indices) can only leave
+    in the same call that makes its name an alias: a search in flight on it then fails."""
+    actions: list[dict[str, Any]] = []
+    for copy in plan_.copies:
+        actions.append({"add": {"index": copy.target, "alias": copy.name}})
+        if copy.source == copy.name:
+            actions.append({"remove_index": {"index": copy.source}})
+        else:
+            actions.append({"remove": {"index": copy.source, "alias": copy.name}})
+    if not done:
+        opensearch.indices.update_aliases(body={"actions": actions})
+    kb_meta.save(
+        opensearch, meta.model_copy(update={"embedder": plan_.model, "dimension": plan_.dimension})
+    )
+    time.sleep(grace_s)
+    for copy in plan_.copies:
+        if copy.source != copy.name:
+            opensearch.indices.delete(index=copy.source, ignore_unavailable=True)
+    redis.delete(state_key(plan_.kb))
+
+
+def reembed(
+    opensearch: Any,
+    redis: Any,
+    kb: str,
+    embedder: Embedder,
+    dimension: int,
+    on_progress: Callable[[Progress], None],
+    restart: bool = False,
+    batch: int = COPY_BATCH,
+) -> ReembedPlan:
+    """The whole re-embed: plan (or resume), copy what is left, check, swap."""
+    busy = JobStore(redis).unfinished(kb)
+    if busy:
+        raise ReembedError(
+            f"ingest jobs of {kb!r} are unfinished ({', '.join(busy)}): "
+            "let them finish (kgqr ingest status JOB) before re-embedding"
+        )
+    plan_ = plan(opensearch, redis, kb, embedder.model_name, dimension, restart)
+    meta = kb_meta.load(opensearch, kb)
+    assert meta is not None  # plan() refused a knowledge base without meta
+    swapped = [opensearch.indices.exists_alias(name=c.name, index=c.target) for c in plan_.copies]
+    if not all(swapped):  # else a run stopped between the swap and forgetting its state
+        for copy in plan_.copies:
+            copy_index(opensearch, redis, plan_, copy, embedder, on_progress, batch)
+        check_copies(opensearch, plan_)
+    swap(opensearch, redis, plan_, meta, done=all(swapped))
+    return plan_
+
+
+def abandon(opensearch: Any, redis: Any, plan_: ReembedPlan) -> None:
+    """Drop an unfinished re-embed: its target indices, and its state."""
+    for copy in plan_.copies:
+        if opensearch.indices.exists(index=copy.target) and not opensearch.indices.exists_alias(
+            name=copy.name, index=copy.target
+        ):
+            opensearch.indices.delete(index=copy.target)
+    redis.delete(state_key(plan_.kb))

