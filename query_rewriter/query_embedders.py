@@ -4,6 +4,7 @@ of different models, and a re-embedded one switches model the moment its meta do
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -21,14 +22,49 @@ class EmbedderRefused(Exception):
     """This proxy may not load the model a knowledge base's vectors came from."""
 
 
+class MicroBatcher:
+    """Concurrent queries share one encode: while a batch is encoding, queries that
+    arrive wait and go together in the next one. A lone query waits for nothing; under
+    load, one forward pass over many short queries costs little more than over one
+    (bench/query_embedding.py measures it)."""
+
+    def __init__(self, encode: Callable[[list[str]], np.ndarray], max_batch: int = 32) -> None:
+        self._encode = encode
+        self._max_batch = max_batch
+        self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self._draining: asyncio.Task[None] | None = None
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in texts]
+        self._pending.extend(zip(texts, futures, strict=True))
+        if self._draining is None or self._draining.done():
+            self._draining = asyncio.create_task(self._drain())
+        return np.stack(await asyncio.gather(*futures))
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch = self._pending[: self._max_batch]
+            del self._pending[: self._max_batch]
+            try:
+                vectors = await anyio.to_thread.run_sync(self._encode, [t for t, _ in batch])
+            except Exception as exc:  # every waiter of the batch hears why
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                if not future.done():  # its caller may have given up (a timeout)
+                    future.set_result(vector)
+
+
 async def sentence_transformers_embed(model: str) -> Embed:
-    """Load `model` off the event loop (seconds; EmbeddingGemma ~15 s) and encode there."""
+    """Load `model` off the event loop (seconds; EmbeddingGemma ~15 s) and encode there,
+    concurrent queries micro-batched."""
     embedder = await anyio.to_thread.run_sync(get_embedder, model)
-
-    async def embed(texts: list[str]) -> np.ndarray:
-        return await anyio.to_thread.run_sync(embedder.encode_queries, texts)
-
-    return embed
+    return MicroBatcher(embedder.encode_queries).embed
 
 
 @dataclass

@@ -1,0 +1,48 @@
+"""Concurrent query embeddings share one encode; a lone query is not held back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from query_rewriter.query_embedders import MicroBatcher
+
+
+def test_queries_arriving_during_an_encode_go_together_in_the_next() -> None:
+    batches: list[list[str]] = []
+    first_started, release = threading.Event(), threading.Event()
+
+    def encode(texts: list[str]) -> np.ndarray:
+        batches.append(texts)
+        if len(batches) == 1:
+            first_started.set()
+            release.wait(10)
+        return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+    async def run() -> list[np.ndarray]:
+        batcher = MicroBatcher(encode)
+        first = asyncio.create_task(batcher.embed(["a"]))
+        await asyncio.to_thread(first_started.wait, 10)
+        rest = [asyncio.create_task(batcher.embed([text])) for text in ("bb", "ccc", "dddd")]
+        await asyncio.sleep(0.05)
+        release.set()
+        return [await task for task in (first, *rest)]
+
+    vectors = asyncio.run(run())
+    assert batches == [["a"], ["bb", "ccc", "dddd"]]
+    assert [float(v[0][0]) for v in vectors] == [1.0, 2.0, 3.0, 4.0]  # each gets its own
+
+
+def test_an_encode_failure_reaches_every_query_of_its_batch() -> None:
+    def encode(texts: list[str]) -> np.ndarray:
+        raise RuntimeError("model crashed")
+
+    async def run() -> None:
+        batcher = MicroBatcher(encode)
+        await asyncio.gather(batcher.embed(["a"]), batcher.embed(["b"]))
+
+    with pytest.raises(RuntimeError, match="model crashed"):
+        asyncio.run(run())
