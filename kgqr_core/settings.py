@@ -215,6 +215,13 @@ class Settings(BaseSettings):
         default=(0.25, 0.55, 0.2),
         description="BM25, k-NN and graph-boost weights when kar+boost adds a third sub-query",
     )
+
+    @property
+    def hybrid_bm25_weight(self) -> float:
+        """BM25's share of the hybrid query, the default of the `hybrid.bm25` parameter."""
+        bm25, knn = self.hybrid_weights
+        return bm25 / (bm25 + knn)
+
     kar_hops: int = Field(default=2, ge=1, le=2, description="KAR relation propagation depth h")
     kar_top_k: int = Field(default=10, description="KAR neighbours kept by DRF (k)")
     kar_hub_cap: int = Field(default=50, description="Relationships followed per node per hop")

@@ -1,5 +1,6 @@
 """Hybrid search without the neural-search plugin: run each sub-query (BM25, k-NN, graph
-boost) as its own search and fuse them here by reciprocal rank fusion (RRF, k = 60)."""
+boost) as its own search and fuse them here by reciprocal rank fusion (RRF, k = 60).
+RRF reads ranks only: the hybrid weights (`hybrid.bm25`) do not apply here."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ async def client_side_hybrid(
 
     async def run(query: dict[str, Any]) -> httpx.Response:
         sub = {
-            **{k: v for k, v in body.items() if k not in ("query", "from")},
+            **{k: v for k, v in body.items() if k not in ("query", "from", "search_pipeline")},
             "query": query,
             "size": depth,
         }

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE
+from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE, hybrid_pipeline
 from query_rewriter.query_text import ParsedQuery
 
 TEXT_FIELDS = ["title^2", "text"]
@@ -99,6 +99,21 @@ def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[s
         for k, v in client_params.items()
         if not k.startswith("kgqr.") and k not in ("from", "size")
     }
-    queries = body["query"]["hybrid"]["queries"]
-    params["search_pipeline"] = HYBRID_BOOST_PIPELINE if len(queries) == 3 else HYBRID_PIPELINE
+    if "search_pipeline" not in body:  # else the request's own weights, inline
+        queries = body["query"]["hybrid"]["queries"]
+        params["search_pipeline"] = HYBRID_BOOST_PIPELINE if len(queries) == 3 else HYBRID_PIPELINE
     return params
+
+
+def weighted(
+    body: dict[str, Any], bm25: float | None, boost_weights: tuple[float, float, float]
+) -> dict[str, Any]:
+    """The hybrid body with BM25's share `bm25` (k-NN gets the rest, a graph boost keeps
+    its configured share) as an inline search pipeline; unchanged without a share, so the
+    named pipeline (the settings' weights) applies."""
+    if bm25 is None:
+        return body
+    queries = body["query"]["hybrid"]["queries"]
+    boost = boost_weights[2] / sum(boost_weights) if len(queries) == 3 else 0.0
+    weights = (bm25 * (1 - boost), (1 - bm25) * (1 - boost), boost)[: len(queries)]
+    return {**body, "search_pipeline": hybrid_pipeline(weights)}

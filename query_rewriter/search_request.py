@@ -36,6 +36,9 @@ def _truthy(value: Any) -> bool:
     return str(value).lower() in {"1", "true", "yes", "on"}
 
 
+URL_OPTIONS = ("kgqr.strategy", "kgqr.explain")
+
+
 def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
     ext = body.get("ext")
     given = (ext.get("kgqr") or {}) if isinstance(ext, dict) else {}
@@ -53,6 +56,14 @@ def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dic
     for key, value in query_params.items():
         if key.startswith("kgqr.param."):
             params[key.removeprefix("kgqr.param.")] = value
+        elif key.startswith("kgqr.") and key not in URL_OPTIONS:
+            # A misspelt knob (`kgqr.knn.k` for `kgqr.param.knn.k`) would else do nothing.
+            raise RewriteRequestError(
+                400,
+                "illegal_argument_exception",
+                f"unknown kgqr URL parameter [{key}]: use kgqr.strategy, kgqr.explain or "
+                "kgqr.param.NAME",
+            )
     options["params"] = params
     return options
 

@@ -18,7 +18,7 @@ from query_rewriter.caller import Caller
 from query_rewriter.client_fusion import client_side_hybrid
 from query_rewriter.errors import redact_addresses
 from query_rewriter.explain import Explain, Fallback
-from query_rewriter.hybrid_query import hybrid_body, search_params
+from query_rewriter.hybrid_query import hybrid_body, search_params, weighted
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.original_facets import (
     facet_body,
@@ -31,7 +31,13 @@ from query_rewriter.query_embedders import EmbedderRefused
 from query_rewriter.query_log import query_log_entry
 from query_rewriter.rewriter import RewriteOutcome
 from query_rewriter.search_request import URL_PAGING, SearchPlan
-from query_rewriter.strategies.params import FUSE_PLAIN, KEEP_TOP, KNN_K, param_value
+from query_rewriter.strategies.params import (
+    FUSE_PLAIN,
+    HYBRID_BM25,
+    KEEP_TOP,
+    KNN_K,
+    param_value,
+)
 
 log = logging.getLogger("kgqr.proxy")
 HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
@@ -138,6 +144,7 @@ async def _rewritten_search(
         k,
         boosts=outcome.rewrite.boost_ids,
     )
+    body = _weighted(body, state, plan)
     (upstream, fusion), facets, base = await asyncio.gather(
         hybrid_search(state, plan.index, body, query_params, headers),
         state.http.post(
@@ -190,8 +197,14 @@ async def _base_ranking(
         return []
     vector = (await embed([plan.parsed.text]))[0]
     body = hybrid_body(depth_body(plan.body), plan.parsed, plan.parsed.text, np.asarray(vector), k)
+    body = _weighted(body, state, plan)
     response, _ = await hybrid_search(state, plan.index, body, query_params, headers)
     return list(response.json()["hits"]["hits"]) if response.status_code == 200 else []
+
+
+def _weighted(body: dict[str, Any], state: ProxyState, plan: SearchPlan) -> dict[str, Any]:
+    bm25 = plan.params.get(HYBRID_BM25.name)
+    return weighted(body, bm25, state.settings.hybrid_boost_weights)
 
 
 async def _no_hits() -> list[dict[str, Any]]:

@@ -12,10 +12,10 @@ from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params
+from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params, weighted
 from query_rewriter.query_text import ParsedQuery
 from query_rewriter.rewrite import LlmUsage, StageTimer
-from query_rewriter.strategies.params import EXPANSIONS, KNN_K, Param, param_value
+from query_rewriter.strategies.params import EXPANSIONS, HYBRID_BM25, KNN_K, Param, param_value
 from query_rewriter.strategies.services import Embed, Graph, Llm, Search
 
 # What the context itself reads for every strategy: the models behind its LLM and embedder,
@@ -121,6 +121,9 @@ class StrategyContext:
             parsed = ParsedQuery(query)
             request = {"size": size, "_source": fields}
             body = hybrid_body(request, parsed, query, vector, int(self.param(KNN_K)))
+            body = weighted(
+                body, self.params.get(HYBRID_BM25.name), self.settings.hybrid_boost_weights
+            )
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:

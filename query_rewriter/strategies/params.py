@@ -60,9 +60,11 @@ KGCQR_K = Param("kgcqr.k", "kgcqr_top_k", 1, 1000, integer=True, legacy="k")
 KGCQR_PATH_LENGTH = Param("kgcqr.L", "kgcqr_max_path_length", 1, 5, integer=True, legacy="L")
 FUSE_PLAIN = Param("fusion.plain", "rewrite_fusion_plain", 0, 1, integer=True)
 KEEP_TOP = Param("fusion.keep", "rewrite_fusion_keep", 0, 10, integer=True)
-# Every strategy's rewrite is fused (alpha) and searched (k-NN k), and its ranking may be
-# fused with the plain query's (query_rewriter/plain_fusion.py).
-COMMON = (ALPHA, KNN_K, FUSE_PLAIN, KEEP_TOP)
+# BM25's share of the hybrid query (k-NN has the rest); a strong embedder wants less.
+HYBRID_BM25 = Param("hybrid.bm25", "hybrid_bm25_weight", 0.0, 1.0)
+# Every strategy's rewrite is fused (alpha) and searched (k-NN k, BM25's weight), and its
+# ranking may be fused with the plain query's (query_rewriter/plain_fusion.py).
+COMMON = (ALPHA, KNN_K, FUSE_PLAIN, KEEP_TOP, HYBRID_BM25)
 # Accepted for a release and ignored: it never did anything.
 IGNORED_LEGACY = {"boost": "[boost] never changed a rewrite and is ignored"}
 

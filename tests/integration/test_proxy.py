@@ -379,3 +379,31 @@ def test_client_side_fusion_when_the_pipeline_is_not_used(
     # RRF scores: 1/(60+rank) summed over the BM25 and k-NN rankings.
     assert hits[0]["_score"] == pytest.approx(2 / 61, abs=1e-6)
     assert result["kgqr"]["fallback"] is None
+
+
+def test_a_requests_bm25_weight_decides_between_the_two_rankings(
+    proxy_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """`hybrid.bm25=1` ranks as BM25 alone, `0` as k-NN alone: the weight reaches the
+    engine as the request's own pipeline, not the shared one."""
+    text = "police chasing bank robbers"
+    bm25 = opensearch.search(index=movies_kb, body={"query": {"match": {"text": text}}})
+    bm25_ids = [hit["_id"] for hit in bm25["hits"]["hits"]]
+
+    def ranked(weight: float) -> tuple[list[str], dict[str, Any]]:
+        response = httpx.post(
+            f"{proxy_url}/{movies_kb}/_search",
+            params={"kgqr.strategy": "base", "kgqr.param.hybrid.bm25": str(weight),
+                    "kgqr.explain": "true"},
+            json={"query": {"match": {"text": text}}, "size": 10},
+            timeout=60,
+        )  # fmt: skip
+        assert response.status_code == 200, response.text
+        return [hit["_id"] for hit in response.json()["hits"]["hits"]], response.json()["kgqr"]
+
+    only_bm25, explain = ranked(1.0)
+    assert only_bm25[: len(bm25_ids)] == bm25_ids
+    weights = explain["final_query"]["search_pipeline"]["phase_results_processors"][0]
+    assert weights["normalization-processor"]["combination"]["parameters"]["weights"] == [1.0, 0.0]
+    only_knn, _ = ranked(0.0)
+    assert only_knn != only_bm25  # the movies no BM25 term matches rank by vector alone

@@ -8,7 +8,7 @@ import pytest
 from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.client_fusion import rrf_fuse
 from query_rewriter.errors import RewriteRequestError
-from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector
+from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector, search_params, weighted
 from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.rewrite_cache import rewrite_key
@@ -83,6 +83,21 @@ def test_plan_rejects_unknown_strategy_and_parameters() -> None:
         plan_search("kgqr-m-documents", {"kgqr.param.beta": "1"}, body, "base")
     with pytest.raises(RewriteRequestError, match="must be a number"):
         plan_search("kgqr-m-documents", {"kgqr.param.alpha": "high"}, body, "base")
+    with pytest.raises(RewriteRequestError, match=r"unknown kgqr URL parameter \[kgqr.knn.k\]"):
+        plan_search("kgqr-m-documents", {"kgqr.knn.k": "5"}, body, "base")
+
+
+def test_a_bm25_share_becomes_the_requests_own_pipeline_weights() -> None:
+    body = hybrid_body({"size": 3}, ParsedQuery("heat"), "heat", np.array([1.0, 0.0]), k=50)
+    assert weighted(body, None, (0.25, 0.55, 0.2)) is body  # the shared pipeline applies
+    two = weighted(body, 0.1, (0.25, 0.55, 0.2))
+    processor = two["search_pipeline"]["phase_results_processors"][0]["normalization-processor"]
+    assert processor["combination"]["parameters"]["weights"] == pytest.approx([0.1, 0.9])
+    assert "search_pipeline" not in search_params({}, two)
+    boosted = {**body, "query": {"hybrid": {"queries": [*body["query"]["hybrid"]["queries"], {}]}}}
+    three = weighted(boosted, 0.5, (0.25, 0.55, 0.2))
+    processor = three["search_pipeline"]["phase_results_processors"][0]["normalization-processor"]
+    assert processor["combination"]["parameters"]["weights"] == pytest.approx([0.4, 0.4, 0.2])
 
 
 def test_strip_kgqr_keeps_other_ext() -> None:
