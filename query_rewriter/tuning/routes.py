@@ -20,6 +20,7 @@ from query_rewriter.explain import Explain
 from query_rewriter.forwarding import request_headers
 from query_rewriter.search_request import SearchPlan, plan_search
 from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies.params import FUSE_PLAIN
 from query_rewriter.tuning.judgment_store import JudgmentStore
 from query_rewriter.tuning.scoreboard import scoreboard
 
@@ -135,6 +136,9 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
         body = await _json_body(request)
         kb, query = _kb(body), _field(body, "query", str).strip()
         strategy = _field(body, "strategy", str)
+        fuse = body.get("fuse", False)
+        if not isinstance(fuse, bool):
+            raise RewriteRequestError(400, "illegal_argument_exception", "[fuse] must be a boolean")
         size = min(int(body.get("size", 10)), MAX_SIZE)
         search_body = {
             "query": {"match": {"text": query}},
@@ -142,6 +146,10 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
             "_source": ["title", "type", "text", "body"],
         }
         params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+        if fuse:  # the plain query's ranking fused in, its top kept (plain_fusion.py)
+            params[f"kgqr.param.{FUSE_PLAIN.name}"] = "1"
+        # A fused ranking is scored as its own row: it is not the strategy's ranking.
+        shown_as = f"{strategy} fused" if fuse else strategy
         plan = plan_search(documents_index(kb), params, search_body, None)
         if plan is None:
             raise RewriteRequestError(400, "illegal_argument_exception", "nothing to rewrite")
@@ -156,10 +164,10 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
             )
         hits = [_shown_hit(hit) for hit in upstream.json()["hits"]["hits"]]
         ranking = [h["id"] for h in hits]
-        not_recorded = await _record(_store(request), kb, query, strategy, ranking, total_ms)
+        not_recorded = await _record(_store(request), kb, query, shown_as, ranking, total_ms)
         explain.pop("final_query", None)
         return JSONResponse(
-            {"strategy": strategy, "hits": hits, "explain": explain, "total_ms": round(total_ms, 1),
+            {"strategy": shown_as, "hits": hits, "explain": explain, "total_ms": round(total_ms, 1),
              "recorded": not_recorded is None, "not_recorded": not_recorded}
         )  # fmt: skip
 

@@ -146,3 +146,22 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
                           headers={"content-type": media_type} if media_type else {})  # fmt: skip
         assert sent.status_code == 415, media_type
         assert sent.json()["error"]["type"] == "media_type_header_exception"
+
+
+def test_a_fused_run_keeps_the_plain_top_and_is_scored_as_its_own_row(tuning_url: str) -> None:
+    def run(strategy: str, fuse: bool) -> dict[str, Any]:
+        asked = {"kb": KB, "query": QUERY, "strategy": strategy, "fuse": fuse}
+        answer = httpx.post(f"{tuning_url}/_kgqr/tune/search", json=asked, timeout=120)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    plain, fused = run("base", False), run("prf", True)
+    assert fused["strategy"] == "prf fused" and fused["recorded"]
+    assert fused["hits"][0]["id"] == plain["hits"][0]["id"]  # the plain query's first hit
+    judged = {"kb": KB, "query": QUERY, "doc_id": plain["hits"][0]["id"], "relevant": True}
+    assert httpx.post(f"{tuning_url}/_kgqr/tune/judgments", json=judged).status_code == 200
+    rows = httpx.get(f"{tuning_url}/_kgqr/tune/metrics", params={"kb": KB}).json()
+    assert "prf fused" in {row["strategy"] for row in rows["strategies"]}
+    asked = {"kb": KB, "query": QUERY, "strategy": "base", "fuse": "yes"}
+    refused = httpx.post(f"{tuning_url}/_kgqr/tune/search", json=asked)
+    assert refused.status_code == 400 and "[fuse]" in refused.json()["error"]["reason"]

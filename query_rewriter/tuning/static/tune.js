@@ -118,6 +118,7 @@ async function compare(event) {
   const kb = $("kb").value;
   const query = $("query").value.trim();
   const size = Number($("size").value) || 10;
+  const fuse = $("fuse").checked;
   const strategies = [...document.querySelectorAll("input[name=strategy]:checked")].map((b) => b.value);
   if (!kb || !query || !strategies.length) {
     $("status").textContent = "Choose a knowledge base, type a query and tick at least one strategy.";
@@ -129,9 +130,9 @@ async function compare(event) {
   $("status").textContent = `Running ${strategies.length} strategies…`;
   let done = 0;
   await Promise.all(strategies.map(async (strategy) => {
-    const node = column(strategy);
+    const node = column(fuse ? `${strategy} fused` : strategy);
     try {
-      fillColumn(node, await call("POST", "/_kgqr/tune/search", { kb, query, strategy, size }));
+      fillColumn(node, await call("POST", "/_kgqr/tune/search", { kb, query, strategy, size, fuse }));
     } catch (error) {
       node.querySelector(".timing").textContent = `failed: ${error.message}`;
     }
