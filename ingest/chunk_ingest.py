@@ -118,7 +118,7 @@ def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int
 
 def _write_triples(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
     if batch.triples:
-        installer.ensure_kb_index(resources.opensearch, kb, "triples", resources.dimension)
+        installer.ensure_triples_index(resources.opensearch, kb, resources.dimension)
     for triple in batch.triples:
         if triple.ttr is None:
             triple.ttr, triple.ttr_source = triple.template_ttr(), "template"

@@ -63,8 +63,21 @@ def ingest() -> None:
     help="auto: start a temporary worker when none answers.",
 )
 @click.option("--timeout", type=float, default=None, help="Stop waiting after N seconds.")
+@click.option(
+    "--shards",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Primary shards of a new KB's indices (default KGQR_KB_SHARDS, 1).",
+)
+@click.option(
+    "--replicas",
+    default=None,
+    help="Replicas of a new KB's indices: a number, or an auto-expanded range "
+    "(default KGQR_KB_REPLICAS, 0-1: one wherever a second node exists).",
+)
 def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, restart: bool,
-        worker: str, timeout: float | None) -> None:  # fmt: skip
+        worker: str, timeout: float | None, shards: int | None,
+        replicas: str | None) -> None:  # fmt: skip
     from tqdm import tqdm
 
     from ingest import job_runner
@@ -75,6 +88,13 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     from kgqr_core import connections
 
     settings = get_settings()
+    chosen = {"kb_shards": shards, "kb_replicas": replicas}
+    try:
+        settings = type(settings).model_validate(
+            {**settings.model_dump(), **{k: v for k, v in chosen.items() if v is not None}}
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--replicas") from exc
     try:
         loaded = open_source(source, limit=limit)
     except (ValueError, FileNotFoundError) as exc:

@@ -83,7 +83,9 @@ def enqueue(
             f"knowledge base {kb!r} is being re-embedded with {reembedding_to}: what this "
             "ingest writes would miss the new index; finish `kgqr ingest reembed` first"
         )
-    installer.ensure_kb_index(opensearch, kb, "documents", dimension)
+    installer.ensure_kb_index(
+        opensearch, kb, "documents", dimension, settings.kb_shards, settings.kb_replicas
+    )
     installer.add_new_document_fields(opensearch, kb)
     job_id = job_id_for(source, kb)
     if restart:
@@ -147,15 +149,19 @@ def workers_consuming(app: Any, queue: str, timeout_s: float = 1.5) -> int:
 
 @contextlib.contextmanager
 def temporary_worker(
-    settings: Settings, log_path: str | None = None, queues: str | None = None
+    settings: Settings,
+    log_path: str | None = None,
+    queues: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A worker for the duration of one command, when no worker is running."""
+    """A worker for the duration of one command, when no worker is running (`env`:
+    further settings of its own, e.g. another OpenSearch)."""
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "ingest.celery_app", "worker",
          "--loglevel", "INFO", "--hostname", f"kgqr-temp-{os.getpid()}@%h",
          *(["-Q", queues] if queues else [])],
-        env={**os.environ, "KGQR_REDIS_URL": settings.redis_url},
+        env={**os.environ, "KGQR_REDIS_URL": settings.redis_url, **(env or {})},
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

@@ -291,7 +291,27 @@ class Settings(BaseSettings):
         default="2.19.1.0",
         description="k-NN, neural-search and security plugin version `kgqr services` installs.",
     )
-    opensearch_heap_mb: int = Field(default=1024, description="Heap of the local OpenSearch node.")
+    opensearch_heap_mb: int = Field(default=1024, description="Heap of each local OpenSearch node.")
+    opensearch_nodes: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Nodes of the local OpenSearch cluster (`kgqr services up --nodes N`, "
+        "remembered for later commands). Node 1 answers on KGQR_OPENSEARCH_URL and "
+        "coordinates; node i on port KGQR_OPENSEARCH_EXTRA_NODE_BASE_PORT + i.",
+    )
+    opensearch_extra_node_base_port: int = Field(
+        default=9260, description="Node i (2..5) of the local cluster answers on this + i."
+    )
+    kb_shards: int = Field(
+        default=1, ge=1, le=64, description="Primary shards of a new knowledge base's indices."
+    )
+    kb_replicas: str = Field(
+        default="0-1",
+        pattern=r"^\d+(-(\d+|all))?$",
+        description="Replicas of a new knowledge base's indices: a number, or a range "
+        "auto-expanded to the nodes there are (`0-1`: none on one node, one on several).",
+    )
     secured_opensearch_port: int = Field(
         default=9250,
         description="HTTPS port of the optional local node with the security plugin "

@@ -29,7 +29,16 @@ def install_opensearch(
     return installed
 
 
-def ensure_kb_index(client: Any, kb: str, role: str, dimension: int) -> None:
+def replica_settings(replicas: str) -> dict[str, Any]:
+    """`2` -> two replicas; `0-1` -> as many as the nodes allow, up to one."""
+    if "-" in replicas:
+        return {"auto_expand_replicas": replicas}
+    return {"auto_expand_replicas": False, "number_of_replicas": int(replicas)}
+
+
+def ensure_kb_index(
+    client: Any, kb: str, role: str, dimension: int, shards: int = 1, replicas: str = "0-1"
+) -> None:
     """Create a knowledge base's `role` index ("documents", "triples") as generation 1
     behind an alias of its name, unless the name exists. Behind an alias, a re-embed
     later moves the name to a new generation while searches still read this one
@@ -37,12 +46,27 @@ def ensure_kb_index(client: Any, kb: str, role: str, dimension: int) -> None:
     name = schema.kb_index(kb, role)
     if client.indices.exists(index=name):  # an alias, or a concrete index of older kgqr
         return
-    body = {**schema.kb_index_body(role, dimension), "aliases": {name: {}}}
+    body = schema.kb_index_body(role, dimension)
+    body["settings"]["index"].update({"number_of_shards": shards, **replica_settings(replicas)})
+    body["aliases"] = {name: {}}
     try:
         client.indices.create(index=f"{name}-g1", body=body)
     except Exception as exc:  # two workers raced to create it: the other one did
         if "resource_already_exists_exception" not in str(exc):
             raise
+
+
+def ensure_triples_index(client: Any, kb: str, dimension: int) -> None:
+    """The triples index, with the shards and replicas its documents index was given."""
+    if client.indices.exists(index=schema.triples_index(kb)):
+        return
+    found = client.indices.get_settings(index=schema.documents_index(kb), ignore_unavailable=True)
+    index = next(iter(found.values()))["settings"]["index"] if found else {}
+    replicas = index.get("auto_expand_replicas", "0-1")
+    if replicas == "false":
+        replicas = index["number_of_replicas"]
+    shards = int(index.get("number_of_shards", 1))
+    ensure_kb_index(client, kb, "triples", dimension, shards, str(replicas))
 
 
 def add_new_document_fields(client: Any, kb: str) -> None:

@@ -10,7 +10,7 @@ import click
 
 from kgqr_core.settings import get_settings
 from kgqr_ops.services.errors import ServiceError
-from kgqr_ops.services.registry import SERVICE_NAMES, local_services
+from kgqr_ops.services.registry import SERVICE_NAMES, local_services, remembered_nodes
 
 names_argument = click.argument("names", nargs=-1, type=click.Choice(SERVICE_NAMES))
 
@@ -29,15 +29,23 @@ def services() -> None:
 
 @services.command()
 @names_argument
-def up(names: tuple[str, ...]) -> None:
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 5),
+    default=None,
+    help="Run OpenSearch as a cluster of N nodes on loopback ports (remembered; node 1 "
+    "stays on KGQR_OPENSEARCH_URL, node i answers on KGQR_OPENSEARCH_EXTRA_NODE_BASE_PORT + i).",
+)
+def up(names: tuple[str, ...], nodes: int | None) -> None:
     """Prepare and start NAMES, then wait until each is healthy.
 
     Default: redis, opensearch, neo4j and llm. `opensearch-secured` (a second node with the
     security plugin, TLS and generated passwords, on KGQR_SECURED_OPENSEARCH_PORT) starts
-    only when named.
+    only when named. Going back to fewer nodes: `kgqr services down opensearch` first; a
+    shard whose copies all lived on the nodes left out is then missing.
     """
     failures = 0
-    for service in local_services(get_settings(), names):
+    for service in local_services(remembered_nodes(get_settings(), nodes), names):
         started = time.monotonic()
         click.echo(f"{service.name}: preparing and starting ...")
         try:
@@ -59,7 +67,8 @@ def up(names: tuple[str, ...]) -> None:
 @names_argument
 def down(names: tuple[str, ...]) -> None:
     """Stop NAMES (default: all, the secured node included) — only processes `up` started."""
-    for service in reversed(local_services(get_settings(), names, include_optional=True)):
+    settings = remembered_nodes(get_settings())
+    for service in reversed(local_services(settings, names, include_optional=True)):
         click.echo(f"{service.name}: {'stopped' if service.down() else 'was not running'}")
 
 
@@ -67,7 +76,7 @@ def down(names: tuple[str, ...]) -> None:
 @names_argument
 def status(names: tuple[str, ...]) -> None:
     """Show each service's state, address, version and pid (the secured node included)."""
-    for service in local_services(get_settings(), names, include_optional=True):
+    for service in local_services(remembered_nodes(get_settings()), names, include_optional=True):
         st = service.status()
         click.echo(
             f"{st.name:<18} {st.state:<30} {st.address:<16} pid={st.pid or '-':<8} "

@@ -10,11 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kgqr_core.layout import ServiceLayout
+from kgqr_core.settings import Settings
 from kgqr_ops.services import maven
 from kgqr_ops.services.archives import extract_zip, replace_dir
 from kgqr_ops.services.http_probe import request_json
 from kgqr_ops.services.java import find_java_home
 from kgqr_ops.services.local_service import LocalService, port_of
+from kgqr_ops.services.opensearch_cluster import ClusterMember, members
 from kgqr_ops.services.opensearch_guard import add_engine_guard, guard_digest
 from kgqr_ops.services.opensearch_modules import MODULES, add_missing_modules
 from kgqr_ops.services.process import run_checked
@@ -39,9 +42,26 @@ class OpenSearchNode(LocalService):
     startup_timeout_s = 180.0
     cluster_name = "kgqr-local"
 
+    def __init__(self, settings: Settings, member: ClusterMember | None = None) -> None:
+        self.settings = settings
+        self.layout = ServiceLayout(settings.home)
+        self.member = member or self.cluster(settings)[0]
+        self.name = self.member.service
+        super().__init__(settings)
+
+    @classmethod
+    def cluster(cls, settings: Settings) -> list[ClusterMember]:
+        """The main cluster's nodes: `settings.opensearch_nodes` of them."""
+        base = UNPRIVILEGED_ROOT if running_as_root() else ServiceLayout(settings.home).root
+        return members(
+            cls.name, cls.cluster_name, settings.opensearch_nodes,
+            port_of(settings.opensearch_url, 9200), settings.opensearch_extra_node_base_port,
+            port_of(settings.opensearch_url, 9200) + 100, base / "data",
+        )  # fmt: skip
+
     @property
     def port(self) -> int:
-        return port_of(self.settings.opensearch_url, 9200)
+        return self.member.http_port
 
     @property
     def _base(self) -> Path:
@@ -58,7 +78,7 @@ class OpenSearchNode(LocalService):
 
     @property
     def data_dir(self) -> Path:
-        return self._base / "data" / "opensearch"
+        return self.member.data_dir
 
     def _artifacts(self) -> tuple[maven.MavenArtifact, list[maven.MavenArtifact]]:
         s = self.settings
@@ -136,8 +156,7 @@ class OpenSearchNode(LocalService):
         heap = self.settings.opensearch_heap_mb
         argv = as_service_user([
             str(self.install_dir / "bin" / "opensearch"),
-            "-E", "discovery.type=single-node",
-            "-E", f"cluster.name={self.cluster_name}",
+            *self.member.options(),
             "-E", f"network.host={self.host}",
             "-E", f"http.port={self.port}",
             *self.node_options(),
@@ -170,4 +189,11 @@ class OpenSearchNode(LocalService):
         if not root:
             return None
         names = ", ".join(f"{p['component']} {p['version']}" for p in plugins)
-        return f"{root['version']['number']} ({names or 'no plugins'})"
+        health = self.get("/_cluster/health") or {}
+        cluster = (
+            f"; cluster {health['status']}, {health['number_of_nodes']} nodes, "
+            f"{health['unassigned_shards']} unassigned shards"
+            if self.member.nodes > 1 and health
+            else ""
+        )
+        return f"{root['version']['number']} ({names or 'no plugins'}){cluster}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kgqr_core.layout import ServiceLayout
 from kgqr_core.settings import Settings
 from kgqr_ops.services.llm_server import LlmServer
 from kgqr_ops.services.local_service import LocalService
@@ -33,4 +34,24 @@ def local_services(
         for t in SERVICE_TYPES
         if t.name in names or (every and (include_optional or not t.optional))
     ]
-    return [t(settings) for t in chosen]
+    services: list[LocalService] = []
+    for t in chosen:
+        if t is OpenSearchNode:  # every node of the cluster, node 1 first
+            services.extend(OpenSearchNode(settings, m) for m in OpenSearchNode.cluster(settings))
+        else:
+            services.append(t(settings))
+    return services
+
+
+def remembered_nodes(settings: Settings, nodes: int | None = None) -> Settings:
+    """Settings with the local cluster's node count: `nodes` (from `up --nodes`, then
+    remembered), else KGQR_OPENSEARCH_NODES if set, else what the last `up --nodes` said."""
+    record = ServiceLayout(settings.home).run / "opensearch.nodes"
+    if nodes is not None:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(str(nodes))
+    elif "opensearch_nodes" not in settings.model_fields_set and record.is_file():
+        nodes = int(record.read_text())
+    if nodes is None:
+        return settings
+    return settings.model_copy(update={"opensearch_nodes": nodes})

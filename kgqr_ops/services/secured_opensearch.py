@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from kgqr_core.connections import basic_authorization
+from kgqr_core.settings import Settings
 from kgqr_ops.services import maven
 from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.http_probe import request_json
 from kgqr_ops.services.java import find_java_home
+from kgqr_ops.services.opensearch_cluster import ClusterMember, members
 from kgqr_ops.services.opensearch_node import OpenSearchNode
 from kgqr_ops.services.process import run_checked
 from kgqr_ops.services.service_user import hand_over, running_as_root
@@ -59,6 +61,13 @@ class SecuredOpenSearchNode(OpenSearchNode):
     cluster_name = "kgqr-secured"
     startup_timeout_s = 240.0
     optional = True  # started only when named
+
+    @classmethod
+    def cluster(cls, settings: Settings) -> list[ClusterMember]:
+        """Always one node of its own (its transport port is set by node_options)."""
+        port = settings.secured_opensearch_port
+        data = OpenSearchNode.cluster(settings)[0].data_dir.parent
+        return members(cls.name, cls.cluster_name, 1, port, 0, port + 100, data)
 
     @property
     def port(self) -> int:

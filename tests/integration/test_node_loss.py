@@ -1,0 +1,211 @@
+"""A three-node OpenSearch cluster loses a data node (SIGKILL) in the middle of an ingest
+job: the job completes, every document and relation is in both stores, searches through
+node 1 (the address clients use) answer throughout, and the node rejoins to a green
+cluster. The cluster is this test's own, on its own ports and data folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ingest import job_runner
+from ingest.job_store import JobStore
+from ingest.kb_removal import drop_knowledge_base
+from ingest.sources import open_source
+from ingest.tasks import chunk_sender
+from ingest.verify import verify
+from kgqr_core import connections
+from kgqr_core.settings import Settings
+from kgqr_ops.services.opensearch_cluster import members
+from kgqr_ops.services.opensearch_node import OpenSearchNode
+from plugin import schema
+from query_rewriter.background_server import running_proxy
+
+HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE = 9271, 9280, 9371
+MOVIES, PEOPLE = 900, 300
+
+
+def _start(node: OpenSearchNode) -> None:
+    node.up()
+
+
+@pytest.fixture(scope="module")
+def three_nodes(settings: Settings) -> Iterator[list[OpenSearchNode]]:
+    small = settings.model_copy(update={"opensearch_heap_mb": 512})
+    data = OpenSearchNode.cluster(settings)[0].data_dir.parent
+    cluster = members("faults", "kgqr-faults", 3, HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE,
+                      data)  # fmt: skip
+    nodes = [OpenSearchNode(small, member) for member in cluster]
+    for node in nodes:
+        node.down()
+        shutil.rmtree(node.data_dir, ignore_errors=True)
+    nodes[0].up()  # node 1 forms the cluster; the others join it
+    joining = [threading.Thread(target=_start, args=(node,)) for node in nodes[1:]]
+    for thread in joining:
+        thread.start()
+    for thread in joining:
+        thread.join(timeout=300)
+    try:
+        yield nodes
+    finally:
+        for node in reversed(nodes):
+            node.down()
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+
+
+def _write_source(folder: Path) -> dict[str, int]:
+    """Movies with plots, people, and who directed what: relations cross shards."""
+    with (folder / "documents.jsonl").open("w") as out:
+        for i in range(MOVIES):
+            plot = f"Film {i} follows a crew of {i % 7 + 2} robbers through {i % 11} cities."
+            out.write(json.dumps({"id": f"m{i}", "type": "movie", "title": f"Film {i}",
+                                  "fields": {"plot": plot}}) + "\n")  # fmt: skip
+        for i in range(PEOPLE):
+            out.write(json.dumps({"id": f"p{i}", "type": "person", "title": f"Person {i}"}) + "\n")
+    with (folder / "relations.jsonl").open("w") as out:
+        for i in range(MOVIES):
+            out.write(json.dumps({"source": f"m{i}", "type": "directed_by",
+                                  "target": f"p{i % PEOPLE}"}) + "\n")  # fmt: skip
+    return {"movie": MOVIES, "person": PEOPLE}
+
+
+def _health(client: Any) -> dict[str, Any]:
+    return dict(client.cluster.health())
+
+
+def _wait_green(client: Any, timeout_s: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while _health(client)["status"] != "green" and time.monotonic() < deadline:
+        time.sleep(1)
+    return _health(client)
+
+
+def _primary_holder(client: Any, index: str, nodes: list[OpenSearchNode]) -> OpenSearchNode:
+    """A node other than node 1 (the clients' address) holding a primary shard of index."""
+    shards = client.cat.shards(index=index, format="json")
+    primaries = {row["node"] for row in shards if row["prirep"] == "p"}
+    return next(node for node in nodes[1:] if node.name in primaries)
+
+
+def _kill(node: OpenSearchNode) -> None:
+    pid = node.process.pid()
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)  # its process group: the JVM, not only its launcher
+
+
+def test_a_data_node_killed_mid_ingest_loses_nothing(
+    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
+    kb_name: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    queue = f"kgqr-faults-{uuid.uuid4().hex[:8]}"
+    cluster = settings.model_copy(update={"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
+                                          "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
+    client = connections.opensearch_client(cluster)
+    assert _health(client)["number_of_nodes"] == 3
+    expected = _write_source(tmp_path)
+    spec = f"jsonl:{tmp_path}"
+    jobs = JobStore(redis_client)
+    worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch_url, "KGQR_INGEST_QUEUE": queue}
+    log = str(tmp_path / "worker.log")
+    failed_searches: list[str] = []
+    searches = 0
+    with job_runner.temporary_worker(cluster, log, queues=queue, env=worker_env):
+        job_runner.prepare_stores(cluster, client, neo4j_driver)
+        job = job_runner.enqueue(
+            open_source(spec), spec, kb_name, settings=cluster, opensearch=client, jobs=jobs,
+            send=chunk_sender(kb_name, queue), dimension=384, chunk_size=50,
+        )  # fmt: skip
+        index = schema.documents_index(kb_name)
+        victim = _primary_holder(client, index, three_nodes)
+        deadline = time.monotonic() + 300
+        while jobs.progress(job.job_id).chunks_done < 3 and time.monotonic() < deadline:  # type: ignore[union-attr]
+            time.sleep(0.1)
+        _kill(victim)
+        killed_at = time.monotonic()
+        statuses = set()
+        while time.monotonic() - killed_at < 20:  # searches during the outage
+            try:
+                found = client.search(index=index, body={"query": {"match": {"text": "robbers"}}})
+                if not found["hits"]["hits"]:
+                    failed_searches.append("no hits")
+            except Exception as exc:  # every failure is what the test counts
+                failed_searches.append(str(exc)[:200])
+            searches += 1
+            statuses.add(_health(client)["status"])
+            time.sleep(0.2)
+        progress = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=600)
+    assert progress.finished and not progress.failed, progress
+    assert failed_searches == [], f"{len(failed_searches)} of {searches}: {failed_searches[:3]}"
+    assert "yellow" in statuses  # the replicas of the lost node's shards are missing
+    report = verify(client, neo4j_driver, kb_name)
+    assert report.opensearch_counts == expected == report.neo4j_counts
+    assert report.relation_counts == {"DIRECTED_BY": MOVIES}
+    assert progress.counts["rejected"] == 0
+
+    victim.up()
+    health = _wait_green(client)
+    assert health["status"] == "green" and health["number_of_nodes"] == 3
+    drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)
+
+
+def test_rewritten_searches_answer_while_a_node_dies(
+    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
+    kb_name: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """Searches through kgqr (`base`: hybrid BM25 + k-NN) without pause while a node that
+    holds a primary is killed: none answers 5xx; how many were slower is printed."""
+    queue = f"kgqr-faults-{uuid.uuid4().hex[:8]}"
+    cluster = settings.model_copy(update={"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
+                                          "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
+    client = connections.opensearch_client(cluster)
+    assert _wait_green(client)["status"] == "green"
+    _write_source(tmp_path)
+    spec = f"jsonl:{tmp_path}"
+    worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch_url, "KGQR_INGEST_QUEUE": queue}
+    with job_runner.temporary_worker(cluster, str(tmp_path / "worker.log"), queues=queue,
+                                     env=worker_env):  # fmt: skip
+        job_runner.prepare_stores(cluster, client, neo4j_driver)
+        job = job_runner.enqueue(
+            open_source(spec), spec, kb_name, settings=cluster, opensearch=client,
+            jobs=JobStore(redis_client), send=chunk_sender(kb_name, queue), dimension=384,
+        )  # fmt: skip
+        done = job_runner.follow(JobStore(redis_client), job.job_id, lambda _p: None, 300)
+    assert done.finished and not done.failed
+    index = schema.documents_index(kb_name)
+    victim = _primary_holder(client, index, three_nodes)
+    timings: list[tuple[float, int, float]] = []  # (seconds since start, status, ms)
+    with running_proxy(cluster) as url, httpx.Client(timeout=60) as http:
+        started = time.monotonic()
+        killed_at = None
+        while time.monotonic() - started < 30:
+            if killed_at is None and time.monotonic() - started > 5:
+                _kill(victim)
+                killed_at = time.monotonic() - started
+            before = time.perf_counter()
+            query = {"query": {"match": {"text": "robbers in 3 cities"}}}
+            response = http.post(f"{url}/{index}/_search", params={"kgqr.strategy": "base"},
+                                 json=query)  # fmt: skip
+            took = (time.perf_counter() - before) * 1000
+            timings.append((time.monotonic() - started, response.status_code, took))
+            assert response.json()["hits"]["hits"], response.text
+    errors = [t for t in timings if t[1] >= 500]
+    calm = sorted(ms for at, _, ms in timings if killed_at is not None and at < killed_at)
+    typical = calm[len(calm) // 2]
+    slower = [t for t in timings if t[2] > 3 * typical]
+    print(f"{len(timings)} searches, {len(errors)} 5xx, {len(slower)} over 3x the p50 before "
+          f"the kill ({typical:.0f} ms); slowest {max(t[2] for t in timings):.0f} ms")  # fmt: skip
+    assert errors == []
+    victim.up()
+    assert _wait_green(client)["number_of_nodes"] == 3
+    drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)
