@@ -44,7 +44,7 @@ def save(name: str, figures: dict[str, Any]) -> Path:
 
 
 @contextmanager
-def proxy_process(env: dict[str, str] | None = None) -> Iterator[RunningProxy]:
+def proxy_process(env: dict[str, str] | None = None, workers: int = 1) -> Iterator[RunningProxy]:
     """`kgqr serve` in its own process, so the benchmark client does not share its GIL,
     with its nginx front. `env` overrides settings for this proxy only."""
     port, front_port = free_port(), free_port()
@@ -60,6 +60,8 @@ def proxy_process(env: dict[str, str] | None = None) -> Iterator[RunningProxy]:
             str(front_port),
             "--log-level",
             "WARNING",
+            "--workers",
+            str(workers),
         ],
         cwd=REPO,
         env={**os.environ, **(env or {})},

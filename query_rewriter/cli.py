@@ -24,7 +24,16 @@ from kgqr_core.settings import get_settings
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
-def serve(host: str | None, port: int | None, front_port: int | None, log_level: str) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Proxy processes sharing the port (each loads its own embedder and keeps its own "
+    "metrics; the rewrite cache and LLM answers are shared through Redis).",
+)
+def serve(host: str | None, port: int | None, front_port: int | None, log_level: str,
+          workers: int) -> None:  # fmt: skip
     """Serve OpenSearch's REST API on HOST:PORT, rewriting searches on kgqr indices.
 
     Point any OpenSearch client here instead of at OpenSearch. Searches on
@@ -58,8 +67,12 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     with front as front_url:
         if front_url:
             click.echo(f"front (nginx) on {front_url}: point clients there", err=True)
+        # With several workers each process builds its app from the same environment.
+        app = create_app(settings) if workers == 1 else "query_rewriter.app:create_app"
         uvicorn.run(
-            create_app(settings),
+            app,
+            factory=workers > 1,
+            workers=workers,
             host=host,
             port=port,
             log_level=log_level.lower(),
