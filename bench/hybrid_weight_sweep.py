@@ -48,7 +48,7 @@ def main() -> None:
             kb, spec = dataset.split("=", 1)
             for weight in args.weights.split(","):
                 report = run_point(proxy.url, kb, spec, args.strategies, weight,
-                                   folder / f"{kb}-bm25-{weight}")  # fmt: skip
+                                   folder / f"{kb}-bm25-{weight.replace('.', '_')}")  # fmt: skip
                 for part, strategies in halves(json.loads(report.read_text())).items():
                     for strategy, metrics in strategies.items():
                         points.append({"kb": kb, "bm25": weight, "strategy": strategy,

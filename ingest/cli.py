@@ -104,19 +104,14 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
 
+    def send(source_: Any, restart_: bool) -> job_runner.EnqueuedJob:
+        return job_runner.enqueue(
+            source_, source, kb, settings=settings, opensearch=opensearch, jobs=jobs,
+            send=chunk_sender(kb), dimension=dimension, chunk_size=chunk_size, restart=restart_,
+        )  # fmt: skip
+
     try:
-        enqueued = job_runner.enqueue(
-            loaded,
-            source,
-            kb,
-            settings=settings,
-            opensearch=opensearch,
-            jobs=jobs,
-            send=chunk_sender(kb),
-            dimension=dimension,
-            chunk_size=chunk_size,
-            restart=restart,
-        )
+        enqueued = send(loaded, restart)
     except ValueError as exc:  # an invalid name, or another model's knowledge base
         raise click.ClickException(str(exc)) from exc
     click.echo(
@@ -145,7 +140,12 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
                 postfix["retrying"] = next(iter(progress.retrying.values()))[:80]
             bar.set_postfix(postfix, refresh=False)
 
-        final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout)
+        resend = job_runner.resender(
+            app, enqueued.job_id, lambda: send(open_source(source, limit=limit), False),
+            lambda line: bar.write(line),
+        )  # fmt: skip
+        final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout,
+                                  on_stall=resend)  # fmt: skip
     _print_progress(final)
     if not final.finished or final.failed:
         raise SystemExit(1)

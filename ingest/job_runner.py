@@ -126,17 +126,67 @@ def follow(
     on_progress: Callable[[JobProgress], None],
     timeout_s: float | None = None,
     poll_s: float = 0.2,
+    on_stall: Callable[[], None] | None = None,
+    stall_s: float = 120.0,
 ) -> JobProgress:
-    """Poll until every chunk is done (or timeout_s passes); returns the last progress."""
+    """Poll until every chunk is done (or timeout_s passes); returns the last progress.
+
+    Redis going away (a broker restart) is waited out, not raised. With `on_stall`, a job
+    that made no progress for `stall_s` calls it: after a broker restart the messages a
+    worker held unacknowledged come back only after the broker's visibility timeout (an
+    hour), so the caller re-sends the chunks not done (ingest is idempotent)."""
+    import redis.exceptions
+
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last: JobProgress | None = None
+    moved = time.monotonic()
     while True:
-        progress = jobs.progress(job_id)
-        if progress is None:
+        try:
+            progress = jobs.progress(job_id)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            progress = None
+            if last is None:
+                raise
+        if progress is None and last is None:
             raise KeyError(f"no ingest job {job_id!r}")
-        on_progress(progress)
-        if progress.finished or (deadline is not None and time.monotonic() > deadline):
-            return progress
+        if progress is not None:
+            if last is None or (progress.chunks_done, len(progress.failed)) != (
+                last.chunks_done,
+                len(last.failed),
+            ):
+                moved = time.monotonic()
+            last = progress
+            on_progress(progress)
+            if progress.finished:
+                return progress
+        if deadline is not None and time.monotonic() > deadline:
+            assert last is not None  # the first read either answered or raised
+            return last
+        if on_stall is not None and progress is not None and time.monotonic() - moved > stall_s:
+            on_stall()
+            moved = time.monotonic()
         time.sleep(poll_s)
+
+
+def resender(
+    app: Any, job_id: str, send_again: Callable[[], EnqueuedJob], say: Callable[[str], None]
+) -> Callable[[], None]:
+    """What `follow` calls on a stall: re-send the chunks not done, unless a worker is
+    still running one of the job's chunks (a slow chunk is not a lost one)."""
+
+    def resend() -> None:
+        if tasks_running_for(app, job_id):
+            return
+        again = send_again()
+        say(f"no progress and no worker on job {job_id}: re-sent {again.chunks_sent} chunks")
+
+    return resend
+
+
+def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> int:
+    """Chunk tasks of `job_id` that workers are running right now."""
+    active = app.control.inspect(timeout=timeout_s).active() or {}
+    return sum(1 for tasks in active.values() for task in tasks or [] if job_id in str(task))
 
 
 def workers_consuming(app: Any, queue: str, timeout_s: float = 1.5) -> int:

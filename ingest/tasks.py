@@ -15,9 +15,15 @@ from kgqr_core.settings import get_settings
 MAX_RETRIES = 8
 
 
-@lru_cache(maxsize=1)
-def _resources() -> WorkerResources:
-    return WorkerResources(get_settings())
+@lru_cache(maxsize=4)
+def _resources(model: str | None = None) -> WorkerResources:
+    """A worker's connections and the embedder a chunk names: the one its job was checked
+    against, whatever this worker's own KGQR_EMBEDDER_MODEL (workers of several
+    deployments, or of an ingest with another model, share a queue)."""
+    settings = get_settings()
+    if model is not None and model != settings.embedder_model:
+        settings = settings.model_copy(update={"embedder_model": model})
+    return WorkerResources(settings)
 
 
 @app.task(bind=True, name="kgqr.ingest.chunk", max_retries=MAX_RETRIES, acks_late=True)
@@ -28,19 +34,20 @@ def ingest_chunk_task(
     chunk: int,
     records: list[dict[str, Any]],
     extract_triples: bool = False,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Ingest one chunk; transient store or LLM failures retry with exponential backoff."""
     try:
-        outcome = ingest_chunk(_resources(), job_id, kb, chunk, records, extract_triples)
+        outcome = ingest_chunk(_resources(model), job_id, kb, chunk, records, extract_triples)
     except Exception as exc:
         if is_transient(exc) and self.request.retries < MAX_RETRIES:
             countdown = min(2**self.request.retries, 60)
-            _resources().jobs.note_retry(
+            _resources(model).jobs.note_retry(
                 job_id, chunk, f"retry {self.request.retries + 1} in {countdown}s: {exc}"
             )
             raise self.retry(exc=exc, countdown=countdown) from exc
         # For good: say so in the job, so `kgqr ingest` ends (non-zero) instead of waiting.
-        _resources().jobs.fail_chunk(job_id, chunk, f"{type(exc).__name__}: {exc}")
+        _resources(model).jobs.fail_chunk(job_id, chunk, f"{type(exc).__name__}: {exc}")
         raise
     return {
         "chunk": chunk,
@@ -52,13 +59,17 @@ def ingest_chunk_task(
     }
 
 
-def chunk_sender(kb: str, queue: str | None = None) -> Callable[[str, int, list[Any], bool], None]:
+def chunk_sender(
+    kb: str, queue: str | None = None, model: str | None = None
+) -> Callable[[str, int, list[Any], bool], None]:
     """What job_runner.enqueue calls for each chunk: a Celery task on `queue` (default
-    queue when None)."""
+    queue when None) naming the embedder (default: this process's KGQR_EMBEDDER_MODEL,
+    the one enqueue checked the knowledge base against)."""
+    model = model or get_settings().embedder_model
 
     def send(job_id: str, chunk: int, records: list[Any], extract_triples: bool) -> None:
         ingest_chunk_task.apply_async(
-            args=[job_id, kb, chunk, records, extract_triples], queue=queue
+            args=[job_id, kb, chunk, records, extract_triples, model], queue=queue
         )
 
     return send

@@ -56,3 +56,33 @@ def test_a_proxy_not_allowed_the_kbs_model_runs_the_clients_own_search(
     assert [hit["_id"] for hit in response.json()["hits"]["hits"]] == ["d1"]
     assert response.headers["x-kgqr-fallback"].startswith("embedder: knowledge base")
     assert "hybrid" not in str(response.json()["kgqr"]["final_query"])
+
+
+def test_a_worker_embeds_a_chunk_with_the_model_its_job_was_checked_against(
+    settings: Settings, opensearch: Any, redis_client: Any, ingest_worker: Any, kb_name: str
+) -> None:
+    """The session's worker embeds with MiniLM by its own settings; a job enqueued for an
+    EmbeddingGemma knowledge base still gets Gemma's vectors, never a mix."""
+    from ingest import job_runner
+    from ingest.job_store import JobStore
+    from ingest.sources import open_source
+    from ingest.tasks import chunk_sender
+    from tests.integration.ingest_helpers import TINY_KB
+
+    gemma = settings.model_copy(update={"embedder_model": "embeddinggemma-300m"})
+    job = job_runner.enqueue(
+        open_source(TINY_KB), TINY_KB, kb_name, settings=gemma, opensearch=opensearch,
+        jobs=JobStore(redis_client), send=chunk_sender(kb_name, model=gemma.embedder_model),
+        dimension=768,
+    )  # fmt: skip
+    done = job_runner.follow(JobStore(redis_client), job.job_id, lambda _p: None, 300)
+    assert done.finished and not done.failed and done.counts["documents"] == 8, done
+    index = schema.documents_index(kb_name)
+    opensearch.indices.refresh(index=index)
+    hit = opensearch.search(index=index, body={"size": 1, "_source": ["vector"]})["hits"]["hits"][0]
+    assert len(hit["_source"]["vector"]) == 768
+    from ingest.kb_removal import drop_knowledge_base
+    from kgqr_core import connections
+
+    with connections.neo4j_driver(settings) as neo4j:
+        drop_knowledge_base(opensearch, neo4j, redis_client, kb_name)
