@@ -171,22 +171,35 @@ def follow(
 def resender(
     app: Any, job_id: str, send_again: Callable[[], EnqueuedJob], say: Callable[[str], None]
 ) -> Callable[[], None]:
-    """What `follow` calls on a stall: re-send the chunks not done, unless a worker is
-    still running one of the job's chunks (a slow chunk is not a lost one)."""
+    """What `follow` calls on a stall: re-send the chunks not done (ingest is idempotent;
+    a chunk done meanwhile is skipped). A chunk a worker still reports as running gets one
+    more stall period first: a slow chunk is not a lost one — but a worker whose broker
+    went away mid-chunk keeps reporting that chunk as running forever, so a second stall
+    with the same tasks running re-sends anyway."""
+    held: set[str] = set()
 
     def resend() -> None:
-        if tasks_running_for(app, job_id):
+        running = tasks_running_for(app, job_id)
+        if running and not running <= held:
+            held.clear()
+            held.update(running)
             return
+        held.clear()
         again = send_again()
-        say(f"no progress and no worker on job {job_id}: re-sent {again.chunks_sent} chunks")
+        say(f"no progress on job {job_id}: re-sent {again.chunks_sent} chunks not done")
 
     return resend
 
 
-def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> int:
-    """Chunk tasks of `job_id` that workers are running right now."""
+def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> set[str]:
+    """Ids of the chunk tasks of `job_id` that workers report as running."""
     active = app.control.inspect(timeout=timeout_s).active() or {}
-    return sum(1 for tasks in active.values() for task in tasks or [] if job_id in str(task))
+    return {
+        str(task.get("id"))
+        for tasks in active.values()
+        for task in tasks or []
+        if job_id in str(task.get("args"))
+    }
 
 
 def workers_consuming(app: Any, queue: str, timeout_s: float = 1.5) -> int:
