@@ -120,6 +120,17 @@ def enqueue(
     return EnqueuedJob(job_id, total, sent, total - sent, structure)
 
 
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    import kombu.exceptions
+    import redis.exceptions
+
+    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+            kombu.exceptions.OperationalError, OSError)  # fmt: skip
+
+
+BROKER_ERRORS = _broker_errors()
+
+
 def follow(
     jobs: JobStore,
     job_id: str,
@@ -163,7 +174,8 @@ def follow(
             assert last is not None  # the first read either answered or raised
             return last
         if on_stall is not None and progress is not None and time.monotonic() - moved > stall_s:
-            on_stall()
+            with contextlib.suppress(*BROKER_ERRORS):  # the broker is back at the next stall
+                on_stall()
             moved = time.monotonic()
         time.sleep(poll_s)
 
@@ -192,8 +204,10 @@ def resender(
 
 
 def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> set[str]:
-    """Ids of the chunk tasks of `job_id` that workers report as running."""
-    active = app.control.inspect(timeout=timeout_s).active() or {}
+    """Ids of the chunk tasks of `job_id` that workers report as running. A connection of
+    its own: the pooled one may be a dead one to a broker that has since restarted."""
+    with app.connection() as connection:
+        active = app.control.inspect(timeout=timeout_s, connection=connection).active() or {}
     return {
         str(task.get("id"))
         for tasks in active.values()
