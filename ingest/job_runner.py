@@ -146,15 +146,13 @@ def follow(
     that made no progress for `stall_s` calls it: after a broker restart the messages a
     worker held unacknowledged come back only after the broker's visibility timeout (an
     hour), so the caller re-sends the chunks not done (ingest is idempotent)."""
-    import redis.exceptions
-
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last: JobProgress | None = None
     moved = time.monotonic()
     while True:
         try:
             progress = jobs.progress(job_id)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        except BROKER_ERRORS:
             progress = None
             if last is None:
                 raise

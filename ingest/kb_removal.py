@@ -3,7 +3,6 @@ nodes and relationships, and its job records (so a later ingest starts from scra
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +27,7 @@ def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> Rem
         # A re-embedded knowledge base's names are aliases: delete the indices behind them,
         # and any versioned index an unfinished re-embed left.
         found = opensearch.indices.get(index=f"{name},{name}-g*", ignore_unavailable=True)
-        # (`-g*` alone would also match another knowledge base named like `KB-documents-g…`)
-        for index in [i for i in found if i == name or re.fullmatch(rf"{name}-g\d+", i)]:
+        for index in [i for i in found if i == name or schema.generation_of(name, i) is not None]:
             opensearch.indices.delete(index=index)
             indices.append(index)
     redis.delete(reembed_state_key(kb))

@@ -13,7 +13,6 @@ miss what it writes; the copy is checked document for document before the swap.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,6 @@ COPY_BATCH = 64
 # that started on the old index takes.
 OLD_INDEX_GRACE_S = 5.0
 STATE_TTL_S = 30 * 24 * 3600
-GENERATION = re.compile(r"-g(\d+)$")
 # The text each index's vectors were made from (what ingest embedded).
 EMBEDDED_FIELD = {"documents": "text", "triples": "ttr"}
 
@@ -49,20 +47,18 @@ def in_progress(redis: Any, kb: str) -> str | None:
 
 def concrete_index(client: Any, name: str) -> str | None:
     """The index `name` stands for: itself, or the one index its alias points at."""
-    if not client.indices.exists(index=name):
+    indices = list(client.indices.get(index=name, ignore_unavailable=True))
+    if not indices:
         return None
-    indices = list(client.indices.get(index=name))
     if len(indices) != 1:
         raise ReembedError(f"{name} points at {len(indices)} indices: {indices}")
     return str(indices[0])
 
 
 def next_generation(name: str, current: str) -> str:
-    """``kgqr-KB-documents`` -> ``-g2``; ``…-g2`` -> ``…-g3``. No knowledge base's own index
-    name ends in ``-gN``, so a versioned index never collides with another KB's."""
-    match = GENERATION.search(current) if current != name else None
-    generation = int(match.group(1)) + 1 if match else 2
-    return f"{name}-g{generation}"
+    """``kgqr-KB-documents`` (an index of older kgqr) or ``…-g1`` -> ``…-g2``; ``…-g2`` ->
+    ``…-g3``."""
+    return schema.generation_index(name, (schema.generation_of(name, current) or 1) + 1)
 
 
 @dataclass
@@ -85,11 +81,11 @@ class ReembedPlan:
     copies: list[IndexCopy] = field(default_factory=list)
 
     def to_redis(self) -> dict[str, str]:
-        return {
-            "model": self.model,
-            "dimension": str(self.dimension),
-            "copies": json.dumps([vars(copy) for copy in self.copies]),
-        }
+        return {"model": self.model, "dimension": str(self.dimension), **self.copies_state()}
+
+    def copies_state(self) -> dict[str, str]:
+        """How far each copy is, as kept in Redis (saved again after every batch)."""
+        return {"copies": json.dumps([vars(copy) for copy in self.copies])}
 
     @classmethod
     def from_redis(cls, kb: str, raw: dict[bytes, bytes]) -> ReembedPlan:
@@ -106,11 +102,16 @@ class Progress:
 
 
 def plan(
-    opensearch: Any, redis: Any, kb: str, model: str, dimension: int, restart: bool = False
+    opensearch: Any,
+    redis: Any,
+    meta: kb_meta.KnowledgeBaseMeta,
+    model: str,
+    dimension: int,
+    restart: bool = False,
 ) -> ReembedPlan:
-    """Resume the re-embed recorded for `kb`, or start one: create the target indices
-    with `dimension` and record where each copy starts."""
-    schema.check_kb_name(kb)
+    """Resume the re-embed recorded for the knowledge base, or start one: create the
+    target indices with `dimension` and record where each copy starts."""
+    kb = meta.kb
     raw = redis.hgetall(state_key(kb))
     if raw and not restart:
         resumed = ReembedPlan.from_redis(kb, raw)
@@ -122,9 +123,6 @@ def plan(
         return resumed
     if raw:
         abandon(opensearch, redis, ReembedPlan.from_redis(kb, raw))
-    meta = kb_meta.load(opensearch, kb)
-    if meta is None:
-        raise ReembedError(f"no knowledge base {kb!r} (nothing in {schema.META_INDEX})")
     if meta.embedder == model:
         raise ReembedError(f"knowledge base {kb!r} already holds vectors of {model}")
     started = ReembedPlan(kb, model, dimension)
@@ -186,7 +184,7 @@ def copy_index(
             errors = [i["index"]["error"] for i in response["items"] if "error" in i["index"]]
             raise ReembedError(f"{copy.target} refused {len(errors)} documents: {errors[:3]}")
         copy.cursor, copy.copied = hits[-1]["sort"][0], copy.copied + len(hits)
-        redis.hset(state_key(plan_.kb), "copies", json.dumps([vars(c) for c in plan_.copies]))
+        redis.hset(state_key(plan_.kb), mapping=plan_.copies_state())
         on_progress(Progress(copy.role, copy.copied, total))
 
 
@@ -251,9 +249,10 @@ def reembed(
             f"ingest jobs of {kb!r} are unfinished ({', '.join(busy)}): "
             "let them finish (kgqr ingest status JOB) before re-embedding"
         )
-    plan_ = plan(opensearch, redis, kb, embedder.model_name, dimension, restart)
-    meta = kb_meta.load(opensearch, kb)
-    assert meta is not None  # plan() refused a knowledge base without meta
+    meta = kb_meta.load(opensearch, kb)  # checks the name too
+    if meta is None:
+        raise ReembedError(f"no knowledge base {kb!r} (nothing in {schema.META_INDEX})")
+    plan_ = plan(opensearch, redis, meta, embedder.model_name, dimension, restart)
     swapped = [opensearch.indices.exists_alias(name=c.name, index=c.target) for c in plan_.copies]
     if not all(swapped):  # else a run stopped between the swap and forgetting its state
         for copy in plan_.copies:

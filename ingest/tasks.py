@@ -15,15 +15,17 @@ from kgqr_core.settings import get_settings
 MAX_RETRIES = 8
 
 
-@lru_cache(maxsize=4)
 def _resources(model: str | None = None) -> WorkerResources:
     """A worker's connections and the embedder a chunk names: the one its job was checked
     against, whatever this worker's own KGQR_EMBEDDER_MODEL (workers of several
-    deployments, or of an ingest with another model, share a queue)."""
-    settings = get_settings()
-    if model is not None and model != settings.embedder_model:
-        settings = settings.model_copy(update={"embedder_model": model})
-    return WorkerResources(settings)
+    deployments, or of an ingest with another model, share a queue). A chunk sent before
+    chunks named their model gets the worker's own."""
+    return _resources_for(model or get_settings().embedder_model)
+
+
+@lru_cache(maxsize=4)
+def _resources_for(model: str) -> WorkerResources:
+    return WorkerResources(get_settings().model_copy(update={"embedder_model": model}))
 
 
 @app.task(bind=True, name="kgqr.ingest.chunk", max_retries=MAX_RETRIES, acks_late=True)

@@ -50,7 +50,7 @@ def ensure_kb_index(
     body["settings"]["index"].update({"number_of_shards": shards, **replica_settings(replicas)})
     body["aliases"] = {name: {}}
     try:
-        client.indices.create(index=f"{name}-g1", body=body)
+        client.indices.create(index=schema.generation_index(name, 1), body=body)
     except Exception as exc:  # two workers raced to create it: the other one did
         if "resource_already_exists_exception" not in str(exc):
             raise

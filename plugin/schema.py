@@ -61,6 +61,20 @@ def kb_index(kb: str, role: str) -> str:
     return f"kgqr-{check_kb_name(kb)}-{role}"
 
 
+def generation_index(name: str, generation: int) -> str:
+    """The versioned index behind the alias `name` (ingest makes generation 1, each
+    re-embed the next). No knowledge base's own index name ends in ``-gN``, so a versioned
+    index never collides with another knowledge base's."""
+    return f"{name}-g{generation}"
+
+
+def generation_of(name: str, index: str) -> int | None:
+    """`index`'s generation if it is one of `name`'s versioned indices, else None (an
+    index of another knowledge base named like ``KB-documents-g…`` is not)."""
+    match = re.fullmatch(rf"{re.escape(name)}-g(\d+)", index)
+    return int(match.group(1)) if match else None
+
+
 def _render(node: Any, values: dict[str, Any]) -> Any:
     if isinstance(node, dict):
         return {key: _render(value, values) for key, value in node.items()}

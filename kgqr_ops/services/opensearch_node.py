@@ -43,20 +43,27 @@ class OpenSearchNode(LocalService):
     cluster_name = "kgqr-local"
 
     def __init__(self, settings: Settings, member: ClusterMember | None = None) -> None:
-        self.settings = settings
-        self.layout = ServiceLayout(settings.home)
         self.member = member or self.cluster(settings)[0]
-        self.name = self.member.service
+        self.name = self.member.service  # before LocalService names its process after it
         super().__init__(settings)
+
+    @staticmethod
+    def base_dir(settings: Settings) -> Path:
+        """Installs and data: under the service user's root when we run as root."""
+        return UNPRIVILEGED_ROOT if running_as_root() else ServiceLayout(settings.home).root
+
+    @classmethod
+    def data_root(cls, settings: Settings) -> Path:
+        """Where every local node keeps its data folder."""
+        return cls.base_dir(settings) / "data"
 
     @classmethod
     def cluster(cls, settings: Settings) -> list[ClusterMember]:
         """The main cluster's nodes: `settings.opensearch_nodes` of them."""
-        base = UNPRIVILEGED_ROOT if running_as_root() else ServiceLayout(settings.home).root
+        port = port_of(settings.opensearch_url, 9200)
         return members(
-            cls.name, cls.cluster_name, settings.opensearch_nodes,
-            port_of(settings.opensearch_url, 9200), settings.opensearch_extra_node_base_port,
-            port_of(settings.opensearch_url, 9200) + 100, base / "data",
+            cls.name, cls.cluster_name, settings.opensearch_nodes, port,
+            settings.opensearch_extra_node_base_port, port + 100, cls.data_root(settings),
         )  # fmt: skip
 
     @property
@@ -64,14 +71,10 @@ class OpenSearchNode(LocalService):
         return self.member.http_port
 
     @property
-    def _base(self) -> Path:
-        return UNPRIVILEGED_ROOT if running_as_root() else self.layout.root
-
-    @property
     def install_dir(self) -> Path:
         s = self.settings
         return (
-            self._base
+            self.base_dir(s)
             / "installs"
             / f"opensearch-{s.opensearch_version}-plugins-{s.opensearch_plugin_version}"
         )

@@ -66,20 +66,11 @@ class SecuredOpenSearchNode(OpenSearchNode):
     def cluster(cls, settings: Settings) -> list[ClusterMember]:
         """Always one node of its own (its transport port is set by node_options)."""
         port = settings.secured_opensearch_port
-        data = OpenSearchNode.cluster(settings)[0].data_dir.parent
-        return members(cls.name, cls.cluster_name, 1, port, 0, port + 100, data)
-
-    @property
-    def port(self) -> int:
-        return self.settings.secured_opensearch_port
+        return members(cls.name, cls.cluster_name, 1, port, 0, port + 100, cls.data_root(settings))
 
     @property
     def install_dir(self) -> Path:
         return super().install_dir.with_name(super().install_dir.name + "-security")
-
-    @property
-    def data_dir(self) -> Path:
-        return self._base / "data" / "opensearch-secured"
 
     @property
     def config_dir(self) -> Path:

@@ -43,9 +43,8 @@ def _start(node: OpenSearchNode) -> None:
 @pytest.fixture(scope="module")
 def three_nodes(settings: Settings) -> Iterator[list[OpenSearchNode]]:
     small = settings.model_copy(update={"opensearch_heap_mb": 512})
-    data = OpenSearchNode.cluster(settings)[0].data_dir.parent
     cluster = members("faults", "kgqr-faults", 3, HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE,
-                      data)  # fmt: skip
+                      OpenSearchNode.data_root(settings))  # fmt: skip
     nodes = [OpenSearchNode(small, member) for member in cluster]
     for node in nodes:
         node.down()

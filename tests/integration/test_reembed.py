@@ -19,6 +19,7 @@ from kgqr_core.settings import Settings
 from plugin import kb_meta, schema
 from query_rewriter.background_server import running_proxy
 from tests.integration.ingest_helpers import TINY_KB, document_ids, enqueue_source, ingested
+from tests.integration.search_helpers import explained_search
 
 GEMMA = "embeddinggemma-300m"
 
@@ -112,12 +113,7 @@ def test_reembedding_swaps_models_while_searches_answer(
 
     # A proxy that reads the new meta embeds the KB's queries with Gemma.
     with running_proxy(settings) as url:
-        response = httpx.post(
-            f"{url}/{index}/_search",
-            params={"kgqr.strategy": "base", "kgqr.explain": "true"},
-            json={"query": {"match": {"text": "a cab driver held hostage by a hit man"}}},
-            timeout=120,
-        )
+        response = explained_search(url, index, "base", "a cab driver held hostage by a hit man")
     assert response.status_code == 200, response.text
     assert "x-kgqr-fallback" not in response.headers
     assert response.json()["hits"]["hits"][0]["_id"] == "m2"
