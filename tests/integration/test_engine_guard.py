@@ -138,7 +138,7 @@ class ScratchNode(OpenSearchNode):
 
     @property
     def data_dir(self) -> Path:
-        return self._base / "data" / "opensearch-scratch"
+        return self.data_root(self.settings) / "opensearch-scratch"
 
     def node_options(self) -> list[str]:
         guard = f"kgqr.engine_guard.enabled={str(self.guard).lower()}"
