@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -292,6 +293,32 @@ def reembed(kb: str, model: str, restart: bool) -> None:
     for copy in done.copies:
         click.echo(f"{copy.name} -> {copy.target} ({copy.copied} documents)")
     click.echo(f"{kb} now holds vectors of {model} ({embedder.dimension} dimensions)")
+
+
+@ingest.command()
+@click.argument("schema", type=click.Choice(["catalog", "library"]))
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--documents",
+    type=click.IntRange(100),
+    default=None,
+    help="How many documents (catalog: 20,000; library: 8,000).",
+)
+@click.option("--seed", type=int, default=None, help="Random seed (the schema's own default).")
+def generate(schema: str, directory: Path, documents: int | None, seed: int | None) -> None:
+    """Write a generated semi-structured KB into DIRECTORY (documents.jsonl,
+    relations.jsonl, structure.json), for `kgqr ingest jsonl:DIRECTORY --kb NAME`.
+
+    catalog: products, brands, categories, countries (STaRK-Amazon-like; 20k documents,
+    ~106k relations). library: papers, authors, institutions, venues, fields
+    (STaRK-MAG-like). Deterministic: the same arguments write the same files."""
+    from ingest.generators import GENERATORS
+
+    generator = GENERATORS[schema]
+    options = {k: v for k, v in (("documents", documents), ("seed", seed)) if v is not None}
+    kb = generator(**options)
+    kb.write(directory)
+    click.echo(f"{directory}: {len(kb.documents)} documents, {len(kb.edges)} relations")
 
 
 @ingest.command(context_settings={"ignore_unknown_options": True})

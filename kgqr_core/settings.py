@@ -230,6 +230,19 @@ class Settings(BaseSettings):
         description="`kar_index`: the plain query's top documents taken as its entities' "
         "documents (instead of the LLM's parse).",
     )
+    agent_answers: int = Field(
+        default=20, description="`agent`: how many of its plan's answers join the search."
+    )
+    agent_boost_share: float = Field(
+        default=0.7,
+        ge=0.0,
+        le=1.0,
+        description="`agent`: its answers' share of the hybrid score (BM25 and k-NN share "
+        "the rest): a plan's answer is the ranking, the text sides break its ties.",
+    )
+    agent_time_budget_ms: int = Field(
+        default=3000, description="`agent`: a plan running longer falls back to `base`."
+    )
     graph_seeds: int = Field(
         default=10, description="`graph`: top documents of the plain query that seed the walk."
     )

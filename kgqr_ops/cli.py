@@ -15,6 +15,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Score strategies on judged queries; sweeps.",
     ),
     "serve": ("query_rewriter.cli", "Run the rewriting proxy in front of OpenSearch."),
+    "queries": (
+        "query_rewriter.evaluation.queries_cli",
+        "Synthesize judged relational questions for a KB.",
+    ),
+    "agent": ("query_rewriter.agent.cli", "Optimise the agent strategy's plans for a KB."),
     "rewrites": ("query_rewriter.rewrites_cli", "Warm cached rewrites for frequent queries."),
     "plugin": ("kgqr_ops.installer_cli", "Install index templates, pipelines and graph schema."),
 }

@@ -39,6 +39,9 @@ class KnowledgeBaseMeta(BaseModel):
     structure: DocumentStructure
     embedder: str
     dimension: int
+    # The agent strategy's optimised plan templates (`kgqr agent optimize`), as JSON text:
+    # plans hold values of any type, which a mapped object field would fix at first sight.
+    agent_plans: str | None = None
 
 
 def load(client: Any, kb: str) -> KnowledgeBaseMeta | None:
@@ -51,7 +54,12 @@ def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
     """Store meta, merging its structure into what earlier jobs recorded."""
     existing = load(client, meta.kb)
     if existing is not None:
-        meta = meta.model_copy(update={"structure": existing.structure.merge(meta.structure)})
+        meta = meta.model_copy(
+            update={
+                "structure": existing.structure.merge(meta.structure),
+                "agent_plans": meta.agent_plans or existing.agent_plans,
+            }
+        )
     body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}
     client.index(index=META_INDEX, id=meta.kb, body=body, refresh=True)
     return meta

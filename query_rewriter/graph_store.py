@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 from neo4j import AsyncDriver
 
+from plugin.schema import relation_type
+
 # A second hop is [id, type, relation, outgoing, name]; the name only when asked for, since
 # reading thousands of names costs Neo4j a third of the query and only `kar_no_drf` uses them.
 NEIGHBOURS = """
@@ -156,6 +158,19 @@ RETURN collect([source, triple_id, target]) AS edges
 """
 
 
+FOLLOW = """
+UNWIND $sources AS source
+MATCH (s:Node {kb: $kb, id: source})
+CALL (s) {
+  MATCH (s)PATTERN(t:Node)
+  WHERE $type IS NULL OR t.type = $type
+  RETURN t.id AS target LIMIT $cap
+}
+RETURN collect([source, target]) AS pairs
+"""
+FOLLOW_PATTERNS = {"out": "-[:`{0}`]->", "in": "<-[:`{0}`]-", "both": "-[:`{0}`]-"}
+
+
 class Neo4jGraph:
     """The knowledge graph as strategies read it (strategies.services.Graph), over Neo4j.
     Reads are routed to readers (`routing_="r"`), so a cluster spreads them."""
@@ -187,3 +202,22 @@ class Neo4jGraph:
             ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
         )
         return [(source, triple_id, target) for source, triple_id, target in records[0]["edges"]]
+
+    async def follow(
+        self,
+        kb: str,
+        sources: list[str],
+        relation: str,
+        direction: str,
+        node_type: str | None = None,
+        cap: int = 500,
+    ) -> list[tuple[str, str]]:
+        """(source, target) pairs one `relation` away, at most `cap` per source. The
+        relationship type is interpolated (Cypher cannot take it as a parameter) only as
+        `plugin.schema.relation_type` spells it: letters, digits and underscores."""
+        pattern = FOLLOW_PATTERNS[direction].format(relation_type(relation))
+        records, _, _ = await self._driver.execute_query(
+            FOLLOW.replace("PATTERN", pattern),
+            kb=kb, sources=sources, type=node_type, cap=cap, routing_="r",
+        )  # fmt: skip
+        return [(source, target) for source, target in records[0]["pairs"]]

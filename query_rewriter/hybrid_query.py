@@ -106,14 +106,22 @@ def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[s
 
 
 def weighted(
-    body: dict[str, Any], bm25: float | None, boost_weights: tuple[float, float, float]
+    body: dict[str, Any],
+    bm25: float | None,
+    boost_weights: tuple[float, float, float],
+    boost_share: float | None = None,
 ) -> dict[str, Any]:
     """The hybrid body with BM25's share `bm25` (k-NN gets the rest, a graph boost keeps
-    its configured share) as an inline search pipeline; unchanged without a share, so the
-    named pipeline (the settings' weights) applies."""
-    if bm25 is None:
-        return body
+    its configured share, or `boost_share`) as an inline search pipeline; unchanged
+    without either, so the named pipeline (the settings' weights) applies."""
     queries = body["query"]["hybrid"]["queries"]
+    if len(queries) < 3:
+        boost_share = None
+    if bm25 is None and boost_share is None:
+        return body
+    if bm25 is None:
+        bm25 = boost_weights[0] / (boost_weights[0] + boost_weights[1])
     boost = boost_weights[2] / sum(boost_weights) if len(queries) == 3 else 0.0
+    boost = boost if boost_share is None else boost_share
     weights = (bm25 * (1 - boost), (1 - bm25) * (1 - boost), boost)[: len(queries)]
     return {**body, "search_pipeline": hybrid_pipeline(weights)}

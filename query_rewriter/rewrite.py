@@ -55,6 +55,9 @@ class Rewrite:
     context: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     boost_ids: dict[str, float] = field(default_factory=dict)  # doc id -> weight, BM25 side
+    # The boost sub-query's share of the hybrid score, when the strategy sets its own (the
+    # agent's answers are the ranking); else the settings' hybrid_boost_weights.
+    boost_share: float | None = None
 
     @property
     def expanded_text(self) -> str:

@@ -21,6 +21,7 @@ from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
+from query_rewriter.agent.plan_book import book_of
 from query_rewriter.errors import redact_addresses
 from query_rewriter.explain import Budget, Explain, Fallback
 from query_rewriter.graph_store import Neo4jGraph
@@ -141,6 +142,9 @@ class Rewriter:
         # vector of its old model.
         config = STRATEGIES[strategy].config(params, self.settings)
         config["embedder"] = await self._model_of(kb)
+        if STRATEGIES[strategy].reads_plans:  # a new optimisation never serves old rewrites
+            book = book_of(await self.meta_of(kb))
+            config["agent_plans"] = book.version if book else None
         key = rewrite_key(caller, index, strategy, config, query)
         cached = await self.cache.get(key)
         if cached is not None:
@@ -269,6 +273,7 @@ class Rewriter:
                 graph=self.graph,
                 declared=strategy.declared(),
                 usage=usage,
+                meta=meta,
             )
             rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=timeout_s)
         except Exception as exc:  # any failure of a strategy degrades to the plain query

@@ -144,7 +144,7 @@ async def _rewritten_search(
         k,
         boosts=outcome.rewrite.boost_ids,
     )
-    body = _weighted(body, state, plan)
+    body = _weighted(body, state, plan, outcome.rewrite.boost_share)
     (upstream, fusion), facets, base = await asyncio.gather(
         hybrid_search(state, plan.index, body, query_params, headers),
         state.http.post(
@@ -202,9 +202,11 @@ async def _base_ranking(
     return list(response.json()["hits"]["hits"]) if response.status_code == 200 else []
 
 
-def _weighted(body: dict[str, Any], state: ProxyState, plan: SearchPlan) -> dict[str, Any]:
+def _weighted(
+    body: dict[str, Any], state: ProxyState, plan: SearchPlan, boost_share: float | None = None
+) -> dict[str, Any]:
     bm25 = plan.params.get(HYBRID_BM25.name)
-    return weighted(body, bm25, state.settings.hybrid_boost_weights)
+    return weighted(body, bm25, state.settings.hybrid_boost_weights, boost_share)
 
 
 async def _no_hits() -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ line here: the same class composed with other stages."""
 
 from __future__ import annotations
 
+from query_rewriter.strategies.agent import PlanAgent
 from query_rewriter.strategies.agr import AnalyzeGenerateRefine
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import CONTEXT_SETTINGS
@@ -34,6 +35,7 @@ STRATEGIES: dict[str, Strategy] = {
         ContextualQueryRetrieval("kgcqr"),
         ContextualQueryRetrieval("kgcqr_no_ttr", use_ttr=False),
         ContextualQueryRetrieval("kgcqr_no_completion", complete=False),
+        PlanAgent(),
     )
 }
 

@@ -26,6 +26,9 @@ class Strategy(abc.ABC):
     # Whether a rewrite waits on the LLM: such a strategy's uncached rewrites are budgeted
     # (KGQR_REWRITE_BUDGET_MS). Assumed unless a strategy says otherwise.
     uses_llm = True
+    # Whether its rewrites depend on the KB's optimised plan templates (the cache key then
+    # carries their version).
+    reads_plans = False
 
     @abc.abstractmethod
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite: ...

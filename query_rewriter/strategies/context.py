@@ -11,7 +11,7 @@ import numpy as np
 from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
-from plugin.kb_meta import DocumentStructure
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params, weighted
 from query_rewriter.query_text import ParsedQuery
 from query_rewriter.rewrite import LlmUsage, StageTimer
@@ -48,6 +48,7 @@ class StrategyContext:
     # hand (a bench, a test) that may read anything.
     declared: frozenset[str] | None = None
     usage: LlmUsage = field(default_factory=LlmUsage)
+    meta: KnowledgeBaseMeta | None = None  # the KB's kgqr-meta record, where there is one
 
     async def query_vector(self, text: str) -> np.ndarray:
         if text not in self.query_vectors:
@@ -112,13 +113,19 @@ class StrategyContext:
         return parse_json_object(answer.texts[0])
 
     async def plain_hits(
-        self, query: str, size: int, fields: list[str], stage: str = "initial_retrieval"
+        self,
+        query: str,
+        size: int,
+        fields: list[str],
+        stage: str = "initial_retrieval",
+        filters: list[dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
         """The plain query's top hits (hybrid BM25 + k-NN; BM25 alone if the hybrid search
-        fails), as OpenSearch returns them: `_id`, `_score`, `_source` with `fields`."""
+        fails), as OpenSearch returns them: `_id`, `_score`, `_source` with `fields`;
+        `filters` (OpenSearch filter clauses) apply to both sides."""
         with self.timer.stage(stage):
             vector = await self.query_vector(query)
-            parsed = ParsedQuery(query)
+            parsed = ParsedQuery(query, filters=filters or [])
             request = {"size": size, "_source": fields}
             body = hybrid_body(request, parsed, query, vector, int(self.param(KNN_K)))
             body = weighted(

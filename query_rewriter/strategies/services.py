@@ -44,3 +44,13 @@ class Graph(Protocol):
     async def entity_edges(
         self, kb: str, frontier: list[str], cap: int = 50
     ) -> list[tuple[str, str, str]]: ...
+
+    async def follow(
+        self,
+        kb: str,
+        sources: list[str],
+        relation: str,
+        direction: str,
+        node_type: str | None = None,
+        cap: int = 500,
+    ) -> list[tuple[str, str]]: ...

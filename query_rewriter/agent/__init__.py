@@ -1,0 +1,1 @@
+"""The agent retriever: plans over a knowledge base's operations, run and optimised."""

@@ -1,0 +1,121 @@
+"""`kgqr agent`: optimise the agent strategy's plan templates for a knowledge base."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import click
+
+from kgqr_core.settings import get_settings
+from query_rewriter.evaluation.query_sets import JudgedQuery
+
+
+@click.group("agent")
+def agent() -> None:
+    """The agent strategy: `optimize` writes a KB's plan templates, `show` prints them."""
+
+
+@agent.command("optimize")
+@click.option("--kb", required=True, help="Knowledge base the plans run on.")
+@click.option(
+    "--queries",
+    "train_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Training questions (JSONL judgments; a `category` field groups them).",
+)
+@click.option(
+    "--val",
+    "val_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Validation questions (default: val.jsonl beside --queries).",
+)
+@click.option("--rounds", default=4, show_default=True,
+              help="LLM revisions per category (0: store the un-optimised plan).")  # fmt: skip
+@click.option("--batch", default=20, show_default=True,
+              help="Training questions each candidate plan is scored on.")  # fmt: skip
+def optimize(kb: str, train_path: Path, val_path: Path | None, rounds: int, batch: int) -> None:
+    """Optimise one plan template per question category with the LLM (STaRK's loop with
+    AvaTaR's feedback: scores, questions answered and missed), keep the better of the
+    start and the best revision on the validation questions, and store them, versioned,
+    in the KB's meta. The `agent` strategy uses them from the next minute on."""
+    import asyncio
+
+    from kgqr_core import connections
+    from plugin import kb_meta
+    from query_rewriter.agent.optimizer import CategoryOptimizer
+    from query_rewriter.agent.plan_book import PlanBook, book_of
+    from query_rewriter.agent.session import PlanSession
+    from query_rewriter.evaluation.kb_snapshot import relation_signatures
+    from query_rewriter.evaluation.query_sets import load_query_set
+
+    settings = get_settings()
+    opensearch = connections.opensearch_client(settings)
+    meta = kb_meta.load(opensearch, kb)
+    if meta is None:
+        raise click.ClickException(f"no knowledge base {kb!r}: ingest it first")
+    val_path = val_path or train_path.with_name("val.jsonl")
+    if not val_path.is_file():
+        raise click.BadParameter(f"{val_path} does not exist", param_hint="--val")
+    train, val = (_by_category(p, load_query_set(f"jsonl:{p}")) for p in (train_path, val_path))
+    with connections.neo4j_driver(settings) as neo4j:
+        signatures = relation_signatures(neo4j, kb, meta.structure.relations)
+    relations = "\n".join(f"- {s} -{r}-> {t} ({n} edges)" for s, r, t, n in signatures)
+
+    async def run_all() -> PlanBook:
+        previous = book_of(meta)
+        book = PlanBook(version=(previous.version + 1) if previous else 1,
+                        llm_model=settings.llm_model)  # fmt: skip
+        async with PlanSession.open(settings, kb, meta) as session:
+            for category, questions in sorted(train.items()):
+                if not val.get(category):
+                    click.echo(f"{category}: no validation questions, skipped")
+                    continue
+                optimizer = CategoryOptimizer(
+                    meta.structure, relations, session.run, session.propose, session.describe,
+                    rounds=rounds, batch=batch,
+                )  # fmt: skip
+                click.echo(f"{category}: {len(questions)} training questions, {rounds} rounds")
+                entry = await optimizer.optimize(category, questions, val[category])
+                book.entries.append(entry)
+                val_score, start = entry.scores["val"], entry.scores["val_start"]
+                click.echo(f"  kept: {json.dumps(entry.template)}")
+                click.echo(
+                    f"  val Hit@1 {val_score['hit1']} (start {start['hit1']}), "
+                    f"Recall@20 {val_score['recall20']} (start {start['recall20']})"
+                )
+        return book
+
+    book = asyncio.run(run_all())
+    kb_meta.save(opensearch, meta.model_copy(update={"agent_plans": book.model_dump_json()}))
+    click.echo(f"{kb}: plans version {book.version} stored ({len(book.entries)} categories)")
+
+
+@agent.command("show")
+@click.option("--kb", required=True)
+def show(kb: str) -> None:
+    """Print the KB's stored plan templates with their scores and history, as JSON."""
+    from kgqr_core import connections
+    from plugin import kb_meta
+    from query_rewriter.agent.plan_book import book_of
+
+    book = book_of(kb_meta.load(connections.opensearch_client(get_settings()), kb))
+    if book is None:
+        raise click.ClickException(f"{kb}: no plans (run `kgqr agent optimize`)")
+    click.echo(book.model_dump_json(indent=1))
+
+
+def _by_category(path: Path, judged: list[JudgedQuery]) -> dict[str, list[JudgedQuery]]:
+    """The questions grouped by the `category` of their JSONL line ("all" without one)."""
+    categories = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            record = json.loads(line)
+            categories[str(record.get("id", number))] = str(record.get("category", "all"))
+    grouped: dict[str, list[JudgedQuery]] = defaultdict(list)
+    for query in judged:
+        grouped[categories.get(query.id, "all")].append(query)
+    return dict(grouped)

@@ -1,0 +1,201 @@
+"""STaRK's supervised plan optimisation, with AvaTaR's contrastive feedback.
+
+For each query category: start from a plan (the un-optimised one searches the question's
+text), run it on a batch of training questions, and show the LLM the plan, its scores and
+the questions it answered best and worst (with their true answers); it writes a revised
+plan. A revision that does not parse or names what the KB lacks is reported back as the
+next round's feedback. The best plan on the training batch and the starting plan then
+meet on the validation split, and the better there is kept, with its history.
+
+The loop knows plans only as JSON and scores only through `score`, so a test drives it
+with a scripted LLM over a small KB, and `kgqr agent optimize` with the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from plugin.kb_meta import DocumentStructure
+from query_rewriter.agent.plan import PlanError, fill, validate
+from query_rewriter.agent.plan_book import PlanEntry
+from query_rewriter.evaluation.query_sets import JudgedQuery
+
+log = logging.getLogger(__name__)
+
+START_PLAN: dict[str, Any] = {"steps": [{"id": "hits", "op": "search", "text": "{query}", "k": 20}]}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One question under one plan: the answers in order, or why the plan failed."""
+
+    query: JudgedQuery
+    answer: list[str]
+    error: str | None = None
+
+    @property
+    def first_hit_rank(self) -> int | None:
+        relevant = {doc for doc, grade in self.query.judgments.items() if grade > 0}
+        return next((i for i, doc in enumerate(self.answer) if doc in relevant), None)
+
+    def recall(self, k: int) -> float:
+        relevant = {doc for doc, grade in self.query.judgments.items() if grade > 0}
+        return len(relevant & set(self.answer[:k])) / len(relevant) if relevant else 0.0
+
+
+@dataclass(frozen=True)
+class Score:
+    hit1: float
+    hit5: float
+    recall20: float
+    mrr: float
+    failed: int
+    n: int
+
+    @classmethod
+    def of(cls, outcomes: Sequence[Outcome]) -> Score:
+        n = max(len(outcomes), 1)
+        ranks = [o.first_hit_rank for o in outcomes]
+        return cls(
+            hit1=round(100 * sum(r == 0 for r in ranks) / n, 1),
+            hit5=round(100 * sum(r is not None and r < 5 for r in ranks) / n, 1),
+            recall20=round(100 * sum(o.recall(20) for o in outcomes) / n, 1),
+            mrr=round(100 * sum(1 / (r + 1) for r in ranks if r is not None) / n, 1),
+            failed=sum(o.error is not None for o in outcomes),
+            n=len(outcomes),
+        )
+
+    def key(self) -> tuple[float, float, float]:
+        return self.hit1, self.recall20, self.mrr
+
+    def text(self) -> str:
+        return (f"Hit@1 {self.hit1}, Hit@5 {self.hit5}, Recall@20 {self.recall20}, "
+                f"MRR {self.mrr}, failed on {self.failed} of {self.n}")  # fmt: skip
+
+
+# Runs a template on questions: one Outcome per question, in order.
+RunPlan = Callable[[dict[str, Any], Sequence[JudgedQuery]], Awaitable[list[Outcome]]]
+# Asks the LLM for a revised template; the prompt's values in, the parsed JSON (or None).
+Propose = Callable[[dict[str, str]], Awaitable[dict[str, Any] | None]]
+# Titles (and types) of documents, for showing answers to the LLM.
+Describe = Callable[[list[str]], Awaitable[dict[str, str]]]
+
+
+@dataclass
+class CategoryOptimizer:
+    structure: DocumentStructure
+    relations_text: str
+    run: RunPlan
+    propose: Propose
+    describe: Describe
+    rounds: int = 4
+    batch: int = 20
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def check(self, template: dict[str, Any], example: JudgedQuery) -> None:
+        """PlanError unless the template fills and validates for a question of its kind."""
+        validate(fill(template, example.text), self.structure)
+
+    async def optimize(
+        self,
+        category: str,
+        train: Sequence[JudgedQuery],
+        val: Sequence[JudgedQuery],
+        start: dict[str, Any] | None = None,
+    ) -> PlanEntry:
+        start = start or START_PLAN
+        batch = list(train[: self.batch])
+        self.check(start, batch[0])
+        outcomes = await self.run(start, batch)
+        best, best_score = start, Score.of(outcomes)
+        current, current_score, current_outcomes = start, best_score, outcomes
+        self.history = [{"round": 0, "plan": start, "train": vars(best_score)}]
+        feedback = ""
+        for round_ in range(1, self.rounds + 1):
+            values = await self._prompt_values(current, current_score, current_outcomes, feedback)
+            proposal = await self.propose(values)
+            record: dict[str, Any] = {"round": round_, "plan": proposal}
+            try:
+                if proposal is None:
+                    raise PlanError("the answer was not a JSON plan")
+                self.check(proposal, batch[0])
+            except PlanError as exc:
+                feedback = f"Your last plan was rejected: {exc}. Fix that."
+                self.history.append({**record, "rejected": str(exc)})
+                log.info("agent optimize %s round %d: rejected (%s)", category, round_, exc)
+                continue
+            outcomes = await self.run(proposal, batch)
+            score = Score.of(outcomes)
+            self.history.append({**record, "train": vars(score)})
+            log.info("agent optimize %s round %d: %s", category, round_, score.text())
+            feedback = ""
+            if score.key() > best_score.key():
+                best, best_score = proposal, score
+            # Revise the best so far: a worse revision is not built upon.
+            current, current_score = best, best_score
+            current_outcomes = outcomes if best is proposal else current_outcomes
+        return await self._validated(category, start, best, best_score, train, val)
+
+    async def _validated(
+        self,
+        category: str,
+        start: dict[str, Any],
+        best: dict[str, Any],
+        best_train: Score,
+        train: Sequence[JudgedQuery],
+        val: Sequence[JudgedQuery],
+    ) -> PlanEntry:
+        """The starting plan and the best revision on the validation questions: a revision
+        that only fits the training batch does not replace the start."""
+        start_val = Score.of(await self.run(start, val))
+        best_val = start_val if best is start else Score.of(await self.run(best, val))
+        chosen, chosen_val = (best, best_val) if best_val.key() > start_val.key() else (
+            start, start_val)  # fmt: skip
+        train_score = best_train if chosen is best else Score.of(
+            await self.run(start, train[: self.batch]))  # fmt: skip
+        return PlanEntry(
+            category=category,
+            template=chosen,
+            examples=[q.text for q in train[:20]],
+            scores={
+                "train": vars(train_score),
+                "val": vars(chosen_val),
+                "val_start": vars(start_val),
+            },
+            history=self.history,
+        )
+
+    async def _prompt_values(
+        self,
+        plan: dict[str, Any],
+        score: Score,
+        outcomes: Sequence[Outcome],
+        feedback: str,
+    ) -> dict[str, str]:
+        """The plan, its score, and AvaTaR's contrast: questions it answered first (what
+        to keep) and ones it missed (what to fix), each with its true answers."""
+        ordered = sorted(outcomes, key=lambda o: (o.first_hit_rank is None, o.first_hit_rank))
+        positives = [o for o in ordered if o.first_hit_rank == 0][:2]
+        negatives = [o for o in reversed(ordered) if o.first_hit_rank != 0][:3]
+        shown = [*positives, *negatives]
+        ids = {d for o in shown for d in [*list(o.query.judgments)[:2], *o.answer[:2]]}
+        names = await self.describe(sorted(ids))
+        lines = []
+        for o in shown:
+            gold = "; ".join(names.get(d, d) for d in list(o.query.judgments)[:2])
+            got = "; ".join(names.get(d, d) for d in o.answer[:2]) or o.error or "nothing"
+            verdict = "answered first" if o in positives else "missed"
+            lines.append(f'- "{o.query.text}" -> answers: {gold} | the plan {verdict}, '
+                         f"its top: {got}")  # fmt: skip
+        return {
+            "structure": self.structure.describe(),
+            "relations": self.relations_text,
+            "examples": "\n".join(lines),
+            "plan": json.dumps(plan),
+            "score": score.text(),
+            "feedback": feedback,
+        }

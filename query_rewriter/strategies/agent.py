@@ -1,0 +1,66 @@
+"""`agent`: the KB's optimised retrieval plan for the query's category, run by kgqr.
+
+STaRK's agent retriever and AvaTaR after it have an LLM write a retrieval program over a
+knowledge base's operations and optimise it on training queries. Here the programs are
+plan templates in a small JSON language (query_rewriter/agent/plan.py), optimised offline
+by `kgqr agent optimize` and stored in the KB's meta; online a template is chosen by the
+query's nearest training category, its slots are filled from the query, and kgqr runs it:
+no LLM call at search time. The plan's answers become the hybrid query's boost sub-query
+with their own share (`agent.weight`), so BM25 and k-NN order what the plan leaves tied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from query_rewriter.agent.plan import fill, validate
+from query_rewriter.agent.plan_book import Router, book_of
+from query_rewriter.rewrite import Rewrite
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import Param
+from query_rewriter.strategies.plan_executor import execute
+
+ANSWERS = Param("agent.answers", "agent_answers", 1, 200, integer=True)
+WEIGHT = Param("agent.weight", "agent_boost_share", 0.0, 1.0)
+
+
+class PlanAgent(Strategy):
+    name = "agent"
+    uses_llm = False
+    reads_plans = True
+    params = (ANSWERS, WEIGHT)
+    settings = ("agent_time_budget_ms",)
+
+    def __init__(self) -> None:
+        self.router = Router()
+
+    async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
+        book = book_of(ctx.meta)
+        if book is None or not book.entries:
+            raise ValueError(
+                f"no optimised plans for knowledge base {ctx.kb!r}: run "
+                f"`kgqr agent optimize --kb {ctx.kb} --queries TRAIN.jsonl`"
+            )
+        vector = await ctx.query_vector(query)
+        model = ctx.meta.embedder if ctx.meta else ""
+        entry, similarity = await self.router.choose(book, (ctx.kb, model), vector, ctx.embed)
+        plan = validate(fill(entry.template, query), ctx.structure)
+        budget_s = ctx.setting("agent_time_budget_ms") / 1000
+        run = await asyncio.wait_for(execute(plan, query, ctx), timeout=budget_s)
+        answers = run.answer[: int(ctx.param(ANSWERS))]
+        if not answers:
+            raise ValueError(f"plan {entry.category!r} found nothing for this query")
+        rewrite = Rewrite(strategy=self.name, query=query)
+        # Rank-based weights: the plan's order is its judgement, its scores mix kinds.
+        rewrite.boost_ids = {node: 1.0 / (1 + rank / 5) for rank, node in enumerate(answers)}
+        rewrite.boost_share = ctx.param(WEIGHT)
+        rewrite.details = {
+            "category": entry.category,
+            "similarity": round(similarity, 4),
+            "plans_version": book.version,
+            "plan": plan.as_json(),
+            "steps": run.explain(),
+            "answers": answers[:10],
+        }
+        return rewrite

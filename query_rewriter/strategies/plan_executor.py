@@ -1,0 +1,180 @@
+"""Runs a validated plan: each step one parameterised Neo4j or OpenSearch request.
+
+Every OpenSearch request goes out with the caller's credentials (the strategy context's
+search endpoint), so a step only ever sees documents the caller may read; a `follow`
+reads Neo4j with kgqr's account, and what it reaches is read back from OpenSearch as the
+caller (fields for a filter, vectors for a rank, and the answer itself) before any of it
+is shown or used to rank.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from query_rewriter.agent.plan import (
+    Combine,
+    Filter,
+    Follow,
+    Limit,
+    Plan,
+    Rank,
+    Search,
+    Step,
+    inputs,
+)
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.vector_lookups import by_ids, readable_ids
+
+# A step's result: document id -> score, in rank order (dicts keep insertion order).
+Ranked = dict[str, float]
+MAX_ROWS = 2_000  # per step: a follow from a hub stops here
+FOLLOW_CAP = 500  # per source node
+
+
+@dataclass
+class StepReport:
+    id: str
+    op: str
+    rows: int
+    ms: float
+
+
+@dataclass
+class PlanRun:
+    answer: list[str]
+    steps: list[StepReport] = field(default_factory=list)
+
+    def explain(self) -> list[dict[str, Any]]:
+        return [vars(report) for report in self.steps]
+
+
+async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
+    """The plan's answer (ids the caller may read, best first) and each step's rows and
+    time. Bounded: MAX_ROWS per step, the plan's own k's; the caller bounds the time."""
+    results: dict[str, Ranked] = {}
+    run = PlanRun(answer=[])
+    for step in plan.steps:
+        started = time.perf_counter()
+        with ctx.timer.stage(f"plan_{step.op}"):
+            ranked = await _run(step, [results[name] for name in inputs(step)], query, ctx)
+        results[step.id] = dict(list(ranked.items())[:MAX_ROWS])
+        elapsed = round((time.perf_counter() - started) * 1000, 1)
+        run.steps.append(StepReport(step.id, step.op, len(results[step.id]), elapsed))
+    answer = list(results[plan.answer_step])
+    allowed = await readable_ids(ctx, ctx.index, set(answer))
+    run.answer = [node for node in answer if node in allowed]
+    return run
+
+
+async def _run(step: Step, given: list[Ranked], query: str, ctx: StrategyContext) -> Ranked:
+    if isinstance(step, Search):
+        return await _search(step, ctx)
+    if isinstance(step, Follow):
+        return await _follow(step, given[0], ctx)
+    if isinstance(step, Filter):
+        return await _filter(step, given[0], query, ctx)
+    if isinstance(step, Rank):
+        return await _rank(step, given[0], ctx)
+    if isinstance(step, Combine):
+        return _combine(step.op, given)
+    if isinstance(step, Limit):
+        return dict(list(given[0].items())[: step.k])
+    raise AssertionError(f"unhandled step {step!r}")
+
+
+async def _follow(step: Follow, sources: Ranked, ctx: StrategyContext) -> Ranked:
+    if not sources:
+        return {}
+    pairs = await ctx.knowledge_graph().follow(
+        ctx.kb, list(sources), step.relation, step.direction, step.type, FOLLOW_CAP
+    )
+    reached: Ranked = {}
+    for source, target in pairs:
+        reached[target] = max(reached.get(target, 0.0), sources[source])
+    return dict(sorted(reached.items(), key=lambda item: -item[1]))
+
+
+async def _search(step: Search, ctx: StrategyContext) -> Ranked:
+    filters = [{"term": {"type": step.type}}] if step.type else []
+    if step.by == "hybrid":
+        hits = await ctx.plain_hits(step.text, step.k, [], stage="plan_search", filters=filters)
+    else:
+        match = {"match": {"title": step.text}}
+        body = {"size": step.k, "_source": False,
+                "query": {"bool": {"must": [match], "filter": filters}}}  # fmt: skip
+        hits = (await ctx.opensearch.search(ctx.index, body))["hits"]["hits"]
+    return {hit["_id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}
+
+
+async def _rank(step: Rank, candidates: Ranked, ctx: StrategyContext) -> Ranked:
+    """The candidates ordered by the KB's hybrid search for the text, restricted to them:
+    BM25 catches the words a question names, k-NN the meaning."""
+    if not candidates:
+        return {}
+    ids = [{"ids": {"values": list(candidates)}}]
+    hits = await ctx.plain_hits(step.text, len(candidates), [], stage="plan_rank", filters=ids)
+    ranked = {hit["_id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}
+    # Whatever the search did not return keeps its place after the rest.
+    ranked.update({node: 0.0 for node in candidates if node not in ranked})
+    return ranked
+
+
+async def _filter(step: Filter, candidates: Ranked, query: str, ctx: StrategyContext) -> Ranked:
+    if not candidates:
+        return {}
+    sources = await by_ids(ctx, ctx.index, list(candidates), ["fields"])
+    words = set(re.findall(r"\w+", query.lower()))
+    kept: Ranked = {}
+    for node, score in candidates.items():
+        value = (sources.get(node, {}).get("fields") or {}).get(step.field)
+        if value is not None and matches(step.cmp, value, step.value, words):
+            kept[node] = score
+    return kept
+
+
+def matches(cmp: str, value: Any, wanted: Any, query_words: set[str]) -> bool:
+    """Whether a document's field `value` passes `cmp` against `wanted`; numbers compare
+    as numbers, text without case; `mentioned`: the value's words all occur in the query."""
+    values = value if isinstance(value, list) else [value]
+    return any(_one(cmp, item, wanted, query_words) for item in values)
+
+
+def _one(cmp: str, value: Any, wanted: Any, query_words: set[str]) -> bool:
+    if cmp == "mentioned":
+        words = re.findall(r"\w+", str(value).lower())
+        return bool(words) and set(words) <= query_words
+    if cmp == "contains":
+        return str(wanted).lower() in str(value).lower()
+    number, target = _number(value), _number(wanted)
+    if number is not None and target is not None:
+        return {
+            "eq": number == target, "ne": number != target, "lt": number < target,
+            "lte": number <= target, "gt": number > target, "gte": number >= target,
+        }[cmp]  # fmt: skip
+    if cmp in ("eq", "ne"):
+        same = str(value).strip().lower() == str(wanted).strip().lower()
+        return same if cmp == "eq" else not same
+    return False  # an order comparison between text and a number never holds
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _combine(op: str, given: list[Ranked]) -> Ranked:
+    if op == "union":
+        merged: Ranked = {}
+        for ranked in given:
+            for node, score in ranked.items():
+                merged[node] = max(merged.get(node, 0.0), score)
+        return dict(sorted(merged.items(), key=lambda item: -item[1]))
+    common = set(given[0]).intersection(*given[1:])
+    return {node: sum(r[node] for r in given) for node in given[0] if node in common}
