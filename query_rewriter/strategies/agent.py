@@ -52,8 +52,10 @@ class PlanAgent(Strategy):
         if not answers:
             raise ValueError(f"plan {entry.category!r} found nothing for this query")
         rewrite = Rewrite(strategy=self.name, query=query)
-        # Rank-based weights: the plan's order is its judgement, its scores mix kinds.
-        rewrite.boost_ids = {node: 1.0 / (1 + rank / 5) for rank, node in enumerate(answers)}
+        # One weight for every answer: the engine min-max normalises the boost sub-query, so
+        # graded weights would give the plan's last answer no boost at all. BM25 and k-NN
+        # then order the answers, as the plan's own `rank` step would.
+        rewrite.boost_ids = dict.fromkeys(answers, 1.0)
         rewrite.boost_share = ctx.param(WEIGHT)
         rewrite.details = {
             "category": entry.category,
