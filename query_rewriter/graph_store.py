@@ -168,6 +168,20 @@ CALL (s) {
 }
 RETURN collect([source, target]) AS pairs
 """
+# Paths of up to two hops from a document to the nodes a question names (their names occur
+# in its lower-cased text): how the question's words reach its true answers.
+NAMED_PATHS = """
+UNWIND $answers AS answer
+MATCH (a:Node {kb: $kb, id: answer})
+CALL (a) {
+  MATCH p = (a)-[*1..2]-(n:Node)
+  WHERE n <> a AND n.name IS NOT NULL AND size(n.name) >= 3 AND $text CONTAINS toLower(n.name)
+  RETURN [r IN relationships(p) | [type(r), startNode(r).id]] AS hops,
+         [x IN nodes(p) | [x.id, x.type, x.name]] AS nodes
+  LIMIT $cap
+}
+RETURN collect([answer, hops, nodes]) AS paths
+"""
 FOLLOW_PATTERNS = {"out": "-[:`{0}`]->", "in": "<-[:`{0}`]-", "both": "-[:`{0}`]-"}
 
 
@@ -202,6 +216,16 @@ class Neo4jGraph:
             ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
         )
         return [(source, triple_id, target) for source, triple_id, target in records[0]["edges"]]
+
+    async def named_paths(
+        self, kb: str, answers: list[str], text: str, cap: int = 3
+    ) -> list[tuple[str, list[list[Any]], list[list[Any]]]]:
+        """(answer, hops [relationship type, start node id], nodes [id, type, name]) for
+        paths from each answer to a node whose name `text` contains, answer first."""
+        records, _, _ = await self._driver.execute_query(
+            NAMED_PATHS, kb=kb, answers=answers, text=text.lower(), cap=cap, routing_="r"
+        )
+        return [(answer, hops, nodes) for answer, hops, nodes in records[0]["paths"]]
 
     async def follow(
         self,

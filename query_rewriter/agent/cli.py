@@ -37,7 +37,12 @@ def agent() -> None:
               help="LLM revisions per category (0: store the un-optimised plan).")  # fmt: skip
 @click.option("--batch", default=20, show_default=True,
               help="Training questions each candidate plan is scored on.")  # fmt: skip
-def optimize(kb: str, train_path: Path, val_path: Path | None, rounds: int, batch: int) -> None:
+@click.option("--paths/--no-paths", default=True, show_default=True,
+              help="Show the LLM how missed questions reach their answers over the graph, "
+              "and score the common paths as candidate plans beside its proposals.")  # fmt: skip
+def optimize(
+    kb: str, train_path: Path, val_path: Path | None, rounds: int, batch: int, paths: bool
+) -> None:
     """Optimise one plan template per question category with the LLM (STaRK's loop with
     AvaTaR's feedback: scores, questions answered and missed), keep the better of the
     start and the best revision on the validation questions, and store them, versioned,
@@ -76,7 +81,7 @@ def optimize(kb: str, train_path: Path, val_path: Path | None, rounds: int, batc
                     continue
                 optimizer = CategoryOptimizer(
                     meta.structure, relations, session.run, session.propose, session.describe,
-                    rounds=rounds, batch=batch,
+                    rounds=rounds, batch=batch, evidence=session.evidence if paths else None,
                 )  # fmt: skip
                 click.echo(f"{category}: {len(questions)} training questions, {rounds} rounds")
                 entry = await optimizer.optimize(category, questions, val[category])

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.agent.plan import PlanError, fill, validate
+from query_rewriter.agent.evidence import PathSignature, most_common, path_templates
+from query_rewriter.agent.plan import PlanError, fill, repair, validate
 from query_rewriter.agent.plan_book import PlanEntry
 from query_rewriter.evaluation.query_sets import JudgedQuery
 
@@ -83,6 +84,8 @@ RunPlan = Callable[[dict[str, Any], Sequence[JudgedQuery]], Awaitable[list[Outco
 Propose = Callable[[dict[str, str]], Awaitable[dict[str, Any] | None]]
 # Titles (and types) of documents, for showing answers to the LLM.
 Describe = Callable[[list[str]], Awaitable[dict[str, str]]]
+# How a question's words reach answers over the graph: (named node, path) pairs.
+Evidence = Callable[[str, list[str]], Awaitable[list[tuple[str, PathSignature]]]]
 
 
 @dataclass
@@ -94,6 +97,9 @@ class CategoryOptimizer:
     describe: Describe
     rounds: int = 4
     batch: int = 20
+    # With it, missed questions are shown with their paths to the answers, and the common
+    # paths join the start as candidate plans (evidence.py).
+    evidence: Evidence | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def check(self, template: dict[str, Any], example: JudgedQuery) -> None:
@@ -112,15 +118,22 @@ class CategoryOptimizer:
         self.check(start, batch[0])
         outcomes = await self.run(start, batch)
         best, best_score = start, Score.of(outcomes)
-        current, current_score, current_outcomes = start, best_score, outcomes
         self.history = [{"round": 0, "plan": start, "train": vars(best_score)}]
+        for template in await self._path_candidates(batch):
+            path_outcomes = await self.run(template, batch)
+            score = Score.of(path_outcomes)
+            self.history.append({"round": 0, "source": "graph paths", "plan": template,
+                                 "train": vars(score)})  # fmt: skip
+            if score.key() > best_score.key():
+                best, best_score, outcomes = template, score, path_outcomes
+        current, current_score, current_outcomes = best, best_score, outcomes
         feedback = ""
         for round_ in range(1, self.rounds + 1):
             values = await self._prompt_values(current, current_score, current_outcomes, feedback)
-            proposal = await self.propose(values)
+            proposal = repair(await self.propose(values))
             record: dict[str, Any] = {"round": round_, "plan": proposal}
             try:
-                if proposal is None:
+                if not isinstance(proposal, dict):
                     raise PlanError("the answer was not a JSON plan")
                 self.check(proposal, batch[0])
             except PlanError as exc:
@@ -139,6 +152,22 @@ class CategoryOptimizer:
             current, current_score = best, best_score
             current_outcomes = outcomes if best is proposal else current_outcomes
         return await self._validated(category, start, best, best_score, train, val)
+
+    async def _path_candidates(self, batch: Sequence[JudgedQuery]) -> list[dict[str, Any]]:
+        if self.evidence is None:
+            return []
+        found = []
+        for query in batch:
+            for _named, signature in await self.evidence(query.text, _relevant(query)[:2]):
+                found.append(signature)
+        candidates = []
+        for template in path_templates(most_common(found), self.structure, [q.text for q in batch]):
+            try:
+                self.check(template, batch[0])
+            except PlanError:
+                continue
+            candidates.append(template)
+        return candidates
 
     async def _validated(
         self,
@@ -182,15 +211,19 @@ class CategoryOptimizer:
         positives = [o for o in ordered if o.first_hit_rank == 0][:2]
         negatives = [o for o in reversed(ordered) if o.first_hit_rank != 0][:3]
         shown = [*positives, *negatives]
-        ids = {d for o in shown for d in [*list(o.query.judgments)[:2], *o.answer[:2]]}
+        ids = {d for o in shown for d in [*_relevant(o.query)[:2], *o.answer[:2]]}
         names = await self.describe(sorted(ids))
         lines = []
         for o in shown:
-            gold = "; ".join(names.get(d, d) for d in list(o.query.judgments)[:2])
+            gold = "; ".join(names.get(d, d) for d in _relevant(o.query)[:2])
             got = "; ".join(names.get(d, d) for d in o.answer[:2]) or o.error or "nothing"
             verdict = "answered first" if o in positives else "missed"
             lines.append(f'- "{o.query.text}" -> answers: {gold} | the plan {verdict}, '
                          f"its top: {got}")  # fmt: skip
+            if self.evidence is not None and o not in positives:
+                paths = await self.evidence(o.query.text, _relevant(o.query)[:2])
+                for named, signature in paths[:2]:
+                    lines.append(f"  its words reach the answers by: {signature.describe(named)}")
         return {
             "structure": self.structure.describe(),
             "relations": self.relations_text,
@@ -199,3 +232,7 @@ class CategoryOptimizer:
             "score": score.text(),
             "feedback": feedback,
         }
+
+
+def _relevant(query: JudgedQuery) -> list[str]:
+    return [doc for doc, grade in query.judgments.items() if grade > 0]

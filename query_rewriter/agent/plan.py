@@ -218,3 +218,36 @@ def _slot(values: dict[str, str], name: str) -> str:
     if name not in values:
         raise PlanError(f"the query has no {{{name}}} for the template")
     return values[name]
+
+
+SYMBOLS = {"<": "lt", "<=": "lte", ">": "gt", ">=": "gte", "=": "eq", "==": "eq", "!=": "ne"}
+
+
+def repair(raw: Any) -> Any:
+    """An LLM's plan with the slips a small model makes undone before validation: a step
+    without its "op" (inferred from the keys it has, as a reader would) and comparisons
+    written as symbols. Anything else is left for `parse` and `validate` to judge."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list):
+        return raw
+    steps = []
+    for step in raw["steps"]:
+        if isinstance(step, dict):
+            step = dict(step)
+            if "op" not in step:
+                step["op"] = _inferred_op(step)
+            if isinstance(step.get("cmp"), str) and step["cmp"].strip() in SYMBOLS:
+                step["cmp"] = SYMBOLS[step["cmp"].strip()]
+        steps.append(step)
+    return {**raw, "steps": steps}
+
+
+def _inferred_op(step: dict[str, Any]) -> Any:
+    if "relation" in step:
+        return "follow"
+    if "field" in step or "cmp" in step:
+        return "filter"
+    if "of" in step:
+        return "union"
+    if "from" in step:
+        return "rank" if "text" in step else "limit"
+    return "search" if "text" in step else step.get("id")

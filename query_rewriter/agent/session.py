@@ -19,6 +19,7 @@ from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
 from plugin.kb_meta import KnowledgeBaseMeta
 from plugin.schema import documents_index
+from query_rewriter.agent.evidence import PathSignature, signatures
 from query_rewriter.agent.optimizer import Outcome
 from query_rewriter.agent.plan import PlanError, fill, validate
 from query_rewriter.evaluation.query_sets import JudgedQuery
@@ -87,6 +88,10 @@ class PlanSession:
             )
         )
         return parse_json_object(answer.texts[0])
+
+    async def evidence(self, text: str, answers: list[str]) -> list[tuple[str, PathSignature]]:
+        paths = await self.graph.named_paths(self.kb, answers, text)
+        return signatures(paths, self.meta.structure.relations)
 
     async def describe(self, ids: list[str]) -> dict[str, str]:
         found = await by_ids(self.context(), documents_index(self.kb), ids, ["title", "type"])

@@ -214,6 +214,41 @@ def test_optimisation_improves_a_bad_plan_with_a_scripted_llm(
     assert "brand -based_in-> country" in prompts[0]["relations"]
 
 
+def test_the_paths_from_a_questions_words_to_its_answers_become_candidate_plans(
+    settings: Settings, opensearch: Any, catalog_kb: str, questions: list[SynthesizedQuery]
+) -> None:
+    """With an LLM that never writes a usable plan, the graph paths from the countries the
+    questions name to their answers still give a plan that beats the start."""
+    meta = kb_meta.load(opensearch, catalog_kb)
+    assert meta is not None
+    train, val = _judged(questions, TWO_HOPS, "train"), _judged(questions, TWO_HOPS, "val")
+    country = re.search(r"based in (\w[\w ]*?) with", train[0].text)
+    assert country is not None
+
+    async def propose(values: dict[str, str]) -> dict[str, Any] | None:
+        return {"steps": "no"}
+
+    async def run() -> tuple[PlanEntry, list[str]]:
+        async with PlanSession.open(settings, catalog_kb, meta, llm=False) as session:
+            found = await session.evidence(train[0].text, list(train[0].judgments)[:1])
+            optimizer = CategoryOptimizer(
+                meta.structure, "", session.run, propose, session.describe, rounds=1,
+                batch=10, evidence=session.evidence,
+            )  # fmt: skip
+            entry = await optimizer.optimize(TWO_HOPS, train, val)
+            return entry, [signature.describe(named) for named, signature in found]
+
+    entry, described = asyncio.run(run())
+    expected = f"{country.group(1)} (country) -based_in (in)-> brand -made_by (in)-> product"
+    assert expected in described
+    assert any(h.get("source") == "graph paths" for h in entry.history)
+    assert "rejected" in entry.history[-1]
+    steps = entry.template["steps"]
+    assert [s["op"] for s in steps] == ["search", "follow", "follow", "filter", "rank"]
+    assert steps[3]["field"] == "price"
+    assert entry.scores["val"]["hit1"] > entry.scores["val_start"]["hit1"]
+
+
 def test_the_real_llm_runs_the_loop_end_to_end(
     llm_settings: Settings, opensearch: Any, catalog_kb: str, questions: list[SynthesizedQuery]
 ) -> None:

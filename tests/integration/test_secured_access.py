@@ -33,7 +33,8 @@ from kgqr_core.connections import basic_authorization
 from kgqr_core.settings import Settings
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.secured_opensearch import SecuredCredentials, SecuredOpenSearchNode
-from plugin import schema
+from plugin import kb_meta, schema
+from query_rewriter.agent.plan_book import PlanBook, PlanEntry
 from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import TINY_KB
 from tests.integration.recording_llm import recording_llm
@@ -47,6 +48,13 @@ QUERY = {"query": {"match": {"text": "Heat, the 1995 film about bank robbers"}},
 CHAIN_KB = "sec-chain"
 CHAIN_HIDDEN = "Delta Labs"
 PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*"]
+# The agent's stored plan for the movie KB: the film a question names, then its cast.
+CAST_PLAN = {
+    "steps": [
+        {"id": "film", "op": "search", "text": "{query}", "type": "movie", "k": 1},
+        {"id": "cast", "op": "follow", "from": "film", "relation": "starring", "type": "person"},
+    ]
+}
 ROLES: dict[str, dict[str, Any]] = {
     "kgqr_test_reader": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
@@ -180,6 +188,10 @@ def secured_kb(
             open_source(TINY_KB), TINY_KB, KB, settings=ingester, opensearch=opensearch,
             jobs=JobStore(redis_client), send=send, dimension=dimension, restart=True,
         )  # fmt: skip
+        meta = kb_meta.load(opensearch, KB)
+        assert meta is not None
+        plans = PlanBook(entries=[PlanEntry(category="cast", template=CAST_PLAN)])
+        kb_meta.save(opensearch, meta.model_copy(update={"agent_plans": plans.model_dump_json()}))
 
     with _ingested(settings, secured, neo4j_driver, redis_client, KB, write) as index:
         yield index
@@ -348,6 +360,21 @@ def test_graph_evidence_obeys_document_level_security(
     # fail, and the restricted user's rewrite was not served to the reader from the cache.
     response, prompt = seen["reader"]
     assert HIDDEN in response and HIDDEN in prompt
+
+
+def test_the_agents_plan_answers_only_with_documents_the_caller_may_read(
+    proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """The Insider stars Russell Crowe (p4) and Al Pacino (p2); the plan's `follow` reads
+    Neo4j as kgqr, and the restricted caller must still never see p2."""
+    body = {**QUERY, "query": {"match": {"text": "The Insider, the tobacco whistleblower film"}}}
+    seen = _what_each_saw(proxy, users, INDEX, body, "agent", evidence="answers")
+    response, prompt = seen["restricted"]
+    answers = json.loads(response)["kgqr"]["details"]["answers"]
+    assert "p4" in answers and "p2" not in answers
+    assert HIDDEN not in response and '"p2"' not in response and prompt == ""
+    response, _ = seen["reader"]
+    assert {"p2", "p4"} <= set(json.loads(response)["kgqr"]["details"]["answers"])
 
 
 def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(

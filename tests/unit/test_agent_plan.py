@@ -3,12 +3,13 @@ filter compares (the executor itself runs against real services in test_agent.py
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.agent.plan import MAX_K, MAX_STEPS, PlanError, fill, parse, validate
+from query_rewriter.agent.plan import MAX_K, MAX_STEPS, PlanError, fill, parse, repair, validate
 from query_rewriter.strategies.plan_executor import matches
 
 STRUCTURE = DocumentStructure(
@@ -74,7 +75,7 @@ def test_over_budget_or_unknown_operations_are_refused(raw: Any) -> None:
 
 
 def test_a_template_asked_without_its_number_is_refused() -> None:
-    with pytest.raises(PlanError, match="no {number}"):
+    with pytest.raises(PlanError, match=re.escape("no {number}")):
         fill(GOOD, "Films directed by Michael Mann")
 
 
@@ -105,3 +106,22 @@ def test_mentioned_keeps_values_the_question_names() -> None:
     assert matches("mentioned", "oak", None, words)
     assert not matches("mentioned", "solid oak", None, words)
     assert not matches("mentioned", "", None, words)
+
+
+def test_a_small_models_slips_are_repaired_before_validation() -> None:
+    written = {
+        "steps": [
+            {"id": "who", "op": "search", "text": "{query}", "type": "person"},
+            {"id": "films", "from": "who", "relation": "directed_by", "direction": "in"},
+            {"id": "filter", "from": "films", "field": "year", "cmp": ">=", "value": "{number}"},
+            {"id": "rank", "from": "filter", "text": "{query}"},
+            {"id": "top", "from": "rank", "k": 5},
+        ]
+    }
+    plan = validate(fill(repair(written), "Films by Michael Mann after 1998"), STRUCTURE)
+    assert [step.op for step in plan.steps] == ["search", "follow", "filter", "rank", "limit"]
+    assert plan.steps[2].model_dump()["cmp"] == "gte"
+    # What cannot be read as a plan stays unrepaired, for validation to refuse.
+    assert repair(["not", "a", "plan"]) == ["not", "a", "plan"]
+    with pytest.raises(PlanError):
+        parse(repair({"steps": [{"id": "x", "from": "y", "cmp": "about"}]}))
