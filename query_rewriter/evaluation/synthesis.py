@@ -211,7 +211,8 @@ class Synthesizer:
             return None
         path = f"are {_phrase(shape.relation)}"
         if shape.second is not None:
-            path += f" a {shape.middle_type} {_phrase(shape.second)}"
+            article = "an" if (shape.middle_type or "")[:1] in "aeiou" else "a"
+            path += f" {article} {shape.middle_type} {_phrase(shape.second)}"
         question = f"Which {_plural(shape.source_type)} {path} {anchor.title}{text}?"
         return question, answers, anchor.id
 

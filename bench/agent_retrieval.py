@@ -1,0 +1,139 @@
+"""The agent retriever on generated semi-structured KBs, end to end through the CLI.
+
+Per schema (catalog: 20k documents / 106k relations; library: 8k / 47k): generate and
+ingest the KB if it is missing, synthesize relational questions (train/val/test), then on
+the test split, each through `kgqr eval run` in one session:
+- `base` (hybrid search), and `kar` with the local LLM on the first --kar-limit questions
+  (with `base` and the optimised agent re-scored on those same questions);
+- `agent` un-optimised (the stored plan is the start: search the question's text);
+- `agent` optimised by the LLM alone (`--no-paths`);
+- `agent` optimised by the LLM with graph-path feedback and path candidates (`--paths`).
+Prints Hit@1, Hit@5, R@20, MRR and p50 per row, and each row's difference from `base`;
+everything (reports, stored plans, questions) lands in --out.
+
+    python -m bench.agent_retrieval --schemas catalog,library --rounds 4 --kar-limit 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_common import machine, save
+
+CACHE = Path(os.environ.get("KGQR_HOME", Path.home() / ".cache" / "kgqr")) / "generated"
+
+
+def kgqr(*args: str, capture: bool = False) -> str:
+    print("$ kgqr", " ".join(args), flush=True)
+    done = subprocess.run(
+        ["kgqr", *args], check=True, text=True, stdout=subprocess.PIPE if capture else None
+    )
+    return done.stdout or ""
+
+
+def kb_exists(kb: str) -> bool:
+    from kgqr_core import connections
+    from kgqr_core.settings import get_settings
+    from plugin import kb_meta
+
+    return kb_meta.load(connections.opensearch_client(get_settings()), kb) is not None
+
+
+def ensure_kb(schema: str, kb: str, rebuild: bool) -> None:
+    folder = CACHE / schema
+    if rebuild or not (folder / "documents.jsonl").is_file():
+        kgqr("ingest", "generate", schema, str(folder))
+    if rebuild or not kb_exists(kb):
+        kgqr("ingest", "drop", "--kb", kb, "--yes")
+        kgqr("ingest", f"jsonl:{folder}", "--kb", kb)
+
+
+def evaluate(
+    queries: Path, kb: str, strategies: str, out: Path, *extra: str
+) -> list[dict[str, Any]]:
+    kgqr("eval", "run", f"jsonl:{queries}", "--kb", kb, "--strategies", strategies,
+         "--out", str(out), *extra)  # fmt: skip
+    return list(json.loads(out.with_suffix(".json").read_text())["strategies"])
+
+
+def row(name: str, report: dict[str, Any]) -> dict[str, Any]:
+    metrics = report["metrics"]
+    return {
+        "row": name,
+        "queries": report["queries"],
+        "Hit@1": round(100 * metrics["Hit@1"], 1),
+        "Hit@5": round(100 * metrics["Hit@5"], 1),
+        "R@20": round(100 * metrics["R@20"], 1),
+        "MRR": round(100 * metrics["MRR"], 1),
+        "p50_ms": round(report["latency"]["p50_ms"], 1),
+        "fallbacks": report["fallbacks"],
+        "llm_calls": report["llm_calls"],
+    }
+
+
+VARIANTS = (
+    ("agent un-optimised", ["--rounds", "0", "--no-paths"]),
+    ("agent optimised (LLM)", ["--no-paths"]),
+    ("agent optimised (LLM + graph paths)", ["--paths"]),
+)
+
+
+def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    kb = schema
+    ensure_kb(schema, kb, args.rebuild)
+    questions = out / f"{schema}-queries"
+    kgqr("queries", "synthesize", "--kb", kb, "--out", str(questions), "--seed", "0")
+    test, train = questions / "test.jsonl", questions / "train.jsonl"
+    rows = [row("base", evaluate(test, kb, "base", out / f"{schema}-base")[0])]
+    optimise_s = {}
+    for name, flags in VARIANTS:
+        started = time.perf_counter()
+        kgqr("agent", "optimize", "--kb", kb, "--queries", str(train), "--rounds",
+             str(args.rounds), *flags)  # fmt: skip
+        optimise_s[name] = round(time.perf_counter() - started)
+        stem = name.replace(" ", "-").replace("(", "").replace(")", "").replace("+", "plus")
+        plans = kgqr("agent", "show", "--kb", kb, capture=True)
+        (out / f"{schema}-{stem}-plans.json").write_text(plans)
+        rows.append(row(name, evaluate(test, kb, "agent", out / f"{schema}-{stem}")[0]))
+    # kar costs an LLM call per question: its own, smaller run, with base and the last
+    # (best-informed) agent re-scored on exactly those questions.
+    if args.kar_limit:
+        small = evaluate(test, kb, "base,agent,kar", out / f"{schema}-kar",
+                         "--limit", str(args.kar_limit))  # fmt: skip
+        rows += [row(f"{r['strategy']} (first {args.kar_limit})", r) for r in small]
+    return {"kb": kb, "rows": rows, "optimise_s": optimise_s,
+            "questions": json.loads((questions / "synthesis.json").read_text())}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schemas", default="catalog,library")
+    parser.add_argument("--rounds", type=int, default=4, help="LLM revisions per category")
+    parser.add_argument("--kar-limit", type=int, default=30, help="0: no kar run")
+    parser.add_argument("--rebuild", action="store_true", help="Generate and ingest afresh.")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    out = args.out or Path("bench/results") / f"agent-{time.strftime('%Y%m%dT%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {"machine": machine(), "rounds": args.rounds, "schemas": {}}
+    for schema in args.schemas.split(","):
+        figures["schemas"][schema] = run_schema(schema, args, out)
+    for schema, result in figures["schemas"].items():
+        base = result["rows"][0]
+        print(f"\n{schema}: {result['questions']['count']} questions, test split")
+        print(f"{'row':44} {'Hit@1':>6} {'Δ':>6} {'Hit@5':>6} {'R@20':>6} {'MRR':>6} {'p50 ms':>7}")
+        for r in result["rows"]:
+            print(f"{r['row']:44} {r['Hit@1']:6.1f} {r['Hit@1'] - base['Hit@1']:+6.1f} "
+                  f"{r['Hit@5']:6.1f} {r['R@20']:6.1f} {r['MRR']:6.1f} {r['p50_ms']:7.1f}")  # fmt: skip
+    print(f"\nsaved {save('agent_retrieval', {**figures, 'out': str(out)})}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
