@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -130,10 +129,11 @@ def main() -> None:
         print(f"\n{schema}: {result['questions']['count']} questions, test split")
         print(f"{'row':44} {'Hit@1':>6} {'Δ':>6} {'Hit@5':>6} {'R@20':>6} {'MRR':>6} {'p50 ms':>7}")
         for r in result["rows"]:
-            print(f"{r['row']:44} {r['Hit@1']:6.1f} {r['Hit@1'] - base['Hit@1']:+6.1f} "
-                  f"{r['Hit@5']:6.1f} {r['R@20']:6.1f} {r['MRR']:6.1f} {r['p50_ms']:7.1f}")  # fmt: skip
+            gain = r["Hit@1"] - base["Hit@1"]
+            print(f"{r['row']:44} {r['Hit@1']:6.1f} {gain:+6.1f} {r['Hit@5']:6.1f} "
+                  f"{r['R@20']:6.1f} {r['MRR']:6.1f} {r['p50_ms']:7.1f}")  # fmt: skip
     print(f"\nsaved {save('agent_retrieval', {**figures, 'out': str(out)})}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
