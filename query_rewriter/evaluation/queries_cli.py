@@ -28,7 +28,12 @@ def queries() -> None:
 @click.option("--shapes", "n_shapes", default=4, show_default=True,
               help="Question shapes (relation + condition kinds) to spread them over.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Same KB and seed: same questions.")
-def synthesize_command(kb: str, out: Path, count: int, n_shapes: int, seed: int) -> None:
+@click.option("--llm-phrasing", is_flag=True,
+              help="Have the LLM re-phrase each question (kept only when it keeps the names "
+              "and numbers; ~15 s a question on a CPU).")  # fmt: skip
+def synthesize_command(
+    kb: str, out: Path, count: int, n_shapes: int, seed: int, llm_phrasing: bool
+) -> None:
     """Write STaRK-style relational questions about KB with their exact answers.
 
     Shapes come from the KB's structure and real edges ("Which products are made by
@@ -58,6 +63,13 @@ def synthesize_command(kb: str, out: Path, count: int, n_shapes: int, seed: int)
         )
     if not made:
         raise click.ClickException(f"{kb}: no relation gives small answer sets to ask about")
+    if llm_phrasing:
+        from kgqr_core.llm import LlmClient
+        from query_rewriter.evaluation.question_phrasing import phrase
+
+        with tqdm(total=len(made), desc="phrasing", unit="q") as bar:
+            made, kept = phrase(made, snapshot, LlmClient(settings), progress=bar.update)
+        click.echo(f"{kept} of {len(made)} questions re-phrased by the LLM, the rest kept")
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "val", "test"):
         rows = [q.as_json() for q in made if q.split == split]

@@ -10,6 +10,7 @@ import pytest
 
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.agent.plan import MAX_K, MAX_STEPS, PlanError, fill, parse, repair, validate
+from query_rewriter.evaluation.question_phrasing import keeps_facts
 from query_rewriter.strategies.plan_executor import matches
 
 STRUCTURE = DocumentStructure(
@@ -125,3 +126,11 @@ def test_a_small_models_slips_are_repaired_before_validation() -> None:
     assert repair(["not", "a", "plan"]) == ["not", "a", "plan"]
     with pytest.raises(PlanError):
         parse(repair({"steps": [{"id": "x", "from": "y", "cmp": "about"}]}))
+
+
+def test_a_paraphrase_is_kept_only_with_the_anchor_and_every_number() -> None:
+    original = "Which products are made by Varnok with price below 40?"
+    assert keeps_facts(original, "Varnok products cheaper than 40?", "Varnok")
+    assert not keeps_facts(original, "Cheap Varnok products?", "Varnok")  # the number lost
+    assert not keeps_facts(original, "Products under 40 by that brand", "Varnok")
+    assert not keeps_facts(original, "Varnok products under 400?", "Varnok")  # not 40
