@@ -7,6 +7,8 @@ the test split, each through `kgqr eval run` in one session:
   (with `base` and the optimised agent re-scored on those same questions);
 - `agent` un-optimised (the stored plan is the start: search the question's text);
 - `agent` optimised by the LLM alone (`--no-paths`);
+- `agent` optimised by the LLM shown the graph paths of missed questions (AvaTaR-style
+  feedback only: `--paths --no-path-candidates`);
 - `agent` optimised by the LLM with graph-path feedback and path candidates (`--paths`).
 Prints Hit@1, Hit@5, R@20, MRR and p50 per row, and each row's difference from `base`;
 everything (reports, stored plans, questions) lands in --out.
@@ -80,6 +82,7 @@ def row(name: str, report: dict[str, Any]) -> dict[str, Any]:
 VARIANTS = (
     ("agent un-optimised", ["--rounds", "0", "--no-paths"]),
     ("agent optimised (LLM)", ["--no-paths"]),
+    ("agent optimised (LLM, shown graph paths)", ["--paths", "--no-path-candidates"]),
     ("agent optimised (LLM + graph paths)", ["--paths"]),
 )
 

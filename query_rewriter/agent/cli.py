@@ -40,9 +40,13 @@ def agent() -> None:
 @click.option("--paths/--no-paths", default=True, show_default=True,
               help="Show the LLM how missed questions reach their answers over the graph, "
               "and score the common paths as candidate plans beside its proposals.")  # fmt: skip
+@click.option("--path-candidates/--no-path-candidates", default=True, show_default=True,
+              help="With --paths: also score the common paths as plans (else they are only "
+              "shown to the LLM).")  # fmt: skip
 def optimize(
-    kb: str, train_path: Path, val_path: Path | None, rounds: int, batch: int, paths: bool
-) -> None:
+    kb: str, train_path: Path, val_path: Path | None, rounds: int, batch: int, paths: bool,
+    path_candidates: bool,
+) -> None:  # fmt: skip
     """Optimise one plan template per question category with the LLM (STaRK's loop with
     AvaTaR's feedback: scores, questions answered and missed), keep the better of the
     start and the best revision on the validation questions, and store them, versioned,
@@ -82,6 +86,7 @@ def optimize(
                 optimizer = CategoryOptimizer(
                     meta.structure, relations, session.run, session.propose, session.describe,
                     rounds=rounds, batch=batch, evidence=session.evidence if paths else None,
+                    path_candidates=path_candidates,
                 )  # fmt: skip
                 click.echo(f"{category}: {len(questions)} training questions, {rounds} rounds")
                 entry = await optimizer.optimize(category, questions, val[category])

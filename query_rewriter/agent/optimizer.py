@@ -100,6 +100,7 @@ class CategoryOptimizer:
     # With it, missed questions are shown with their paths to the answers, and the common
     # paths join the start as candidate plans (evidence.py).
     evidence: Evidence | None = None
+    path_candidates: bool = True  # with evidence: score the common paths as plans too
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def check(self, template: dict[str, Any], example: JudgedQuery) -> None:
@@ -154,7 +155,7 @@ class CategoryOptimizer:
         return await self._validated(category, start, best, best_score, train, val)
 
     async def _path_candidates(self, batch: Sequence[JudgedQuery]) -> list[dict[str, Any]]:
-        if self.evidence is None:
+        if self.evidence is None or not self.path_candidates:
             return []
         found = []
         for query in batch:
