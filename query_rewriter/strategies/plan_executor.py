@@ -64,9 +64,29 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
         elapsed = round((time.perf_counter() - started) * 1000, 1)
         run.steps.append(StepReport(step.id, step.op, len(results[step.id]), elapsed))
     answer = list(results[plan.answer_step])
-    allowed = await readable_ids(ctx, ctx.index, set(answer))
-    run.answer = [node for node in answer if node in allowed]
+    if needs_reading_back(plan):
+        allowed = await readable_ids(ctx, ctx.index, set(answer))
+        answer = [node for node in answer if node in allowed]
+    run.answer = answer
     return run
+
+
+def needs_reading_back(plan: Plan) -> bool:
+    """Whether the answer holds documents that did not come from OpenSearch as the caller
+    (a `follow`'s come from Neo4j): those are read back before they are shown. A search,
+    filter or rank is itself a request with the caller's credentials."""
+    read: dict[str, bool] = {}
+    for step in plan.steps:
+        if isinstance(step, Search | Filter | Rank):
+            read[step.id] = True
+        elif isinstance(step, Combine):
+            given = [read[name] for name in step.of]
+            read[step.id] = all(given) if step.op == "union" else any(given)
+        elif isinstance(step, Limit):
+            read[step.id] = read[step.from_]
+        else:
+            read[step.id] = False
+    return not read[plan.answer_step]
 
 
 async def _run(step: Step, given: list[Ranked], query: str, ctx: StrategyContext) -> Ranked:
@@ -115,11 +135,10 @@ async def _rank(step: Rank, candidates: Ranked, ctx: StrategyContext) -> Ranked:
     if not candidates:
         return {}
     ids = [{"ids": {"values": list(candidates)}}]
+    # k-NN's k is at least the candidates' number, so every candidate the caller may read
+    # comes back; one that does not is one the caller may not see.
     hits = await ctx.plain_hits(step.text, len(candidates), [], stage="plan_rank", filters=ids)
-    ranked = {hit["_id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}
-    # Whatever the search did not return keeps its place after the rest.
-    ranked.update({node: 0.0 for node in candidates if node not in ranked})
-    return ranked
+    return {hit["_id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}
 
 
 async def _filter(step: Filter, candidates: Ranked, query: str, ctx: StrategyContext) -> Ranked:

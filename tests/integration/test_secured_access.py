@@ -53,6 +53,7 @@ CAST_PLAN = {
     "steps": [
         {"id": "film", "op": "search", "text": "{query}", "type": "movie", "k": 1},
         {"id": "cast", "op": "follow", "from": "film", "relation": "starring", "type": "person"},
+        {"id": "ranked", "op": "rank", "from": "cast", "text": "{query}"},
     ]
 }
 ROLES: dict[str, dict[str, Any]] = {

@@ -11,7 +11,7 @@ import pytest
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.agent.plan import MAX_K, MAX_STEPS, PlanError, fill, parse, repair, validate
 from query_rewriter.evaluation.question_phrasing import keeps_facts
-from query_rewriter.strategies.plan_executor import matches
+from query_rewriter.strategies.plan_executor import matches, needs_reading_back
 
 STRUCTURE = DocumentStructure(
     types={"movie": ["year", "genre"], "person": []}, relations=["directed_by", "starring"]
@@ -134,3 +134,22 @@ def test_a_paraphrase_is_kept_only_with_the_anchor_and_every_number() -> None:
     assert not keeps_facts(original, "Cheap Varnok products?", "Varnok")  # the number lost
     assert not keeps_facts(original, "Products under 40 by that brand", "Varnok")
     assert not keeps_facts(original, "Varnok products under 400?", "Varnok")  # not 40
+
+
+@pytest.mark.parametrize(
+    ("last", "read_back"),
+    [
+        ({"id": "z", "op": "limit", "from": "films", "k": 3}, True),  # Neo4j's, unread
+        ({"id": "z", "op": "rank", "from": "films", "text": "x"}, False),
+        ({"id": "z", "op": "filter", "from": "films", "field": "year", "cmp": "gt", "value": 1},
+         False),
+        ({"id": "z", "op": "union", "of": ["who", "films"]}, True),
+        ({"id": "z", "op": "intersect", "of": ["who", "films"]}, False),
+    ],
+)  # fmt: skip
+def test_a_plan_whose_answer_comes_from_neo4j_is_read_back_as_the_caller(
+    last: dict[str, Any], read_back: bool
+) -> None:
+    steps = [dict(s) for s in GOOD["steps"][:2]]
+    plan = validate(parse({"steps": [*steps, last]}), STRUCTURE)
+    assert needs_reading_back(plan) is read_back
