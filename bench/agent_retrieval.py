@@ -3,8 +3,9 @@
 Per schema (catalog: 20k documents / 106k relations; library: 8k / 47k): generate and
 ingest the KB if it is missing, synthesize relational questions (train/val/test), then on
 the test split, each through `kgqr eval run` in one session:
-- `base` (hybrid search), and `kar` with the local LLM on the first --kar-limit questions
-  (with `base` and the optimised agent re-scored on those same questions);
+- `base` (hybrid search), and `kar` with the local LLM on a subset of --kar-limit test
+  questions taken evenly from each category (every agent row is re-scored on the same
+  subset from its own full run);
 - `agent` un-optimised (the stored plan is the start: search the question's text);
 - `agent` optimised by the LLM alone (`--no-paths`);
 - `agent` optimised by the LLM shown the graph paths of missed questions (AvaTaR-style
@@ -87,6 +88,37 @@ VARIANTS = (
 )
 
 
+def stem_of(name: str) -> str:
+    return name.replace(" ", "-").replace(",", "").replace("(", "").replace(")", "").replace(
+        "+", "plus")  # fmt: skip
+
+
+def even_subset(test: Path, size: int, out: Path) -> set[str]:
+    """`size` questions of `test`, the same number from each category, written to `out`."""
+    rows = [json.loads(line) for line in test.read_text().splitlines() if line.strip()]
+    categories = sorted({row["category"] for row in rows})
+    share = max(size // len(categories), 1)
+    chosen = [r for c in categories for r in [r for r in rows if r["category"] == c][:share]]
+    out.write_text("".join(json.dumps(row) + "\n" for row in chosen))
+    return {row["id"] for row in chosen}
+
+
+def subset_row(name: str, report: Path, ids: set[str]) -> dict[str, Any]:
+    """A row from a full run's per-question results, on the subset only."""
+    results = [q for q in json.loads(report.read_text())["queries"] if q["query_id"] in ids]
+    mean = {k: sum(q["scores"][k] for q in results) / len(results)
+            for k in ("Hit@1", "Hit@5", "R@20", "MRR")}  # fmt: skip
+    seconds = sorted(q["seconds"] for q in results)
+    summary = {
+        "queries": len(results),
+        "metrics": mean,
+        "fallbacks": sum(q["fallback"] is not None for q in results),
+        "llm_calls": sum(q["llm_calls"] for q in results),
+        "latency": {"p50_ms": 1000 * seconds[len(seconds) // 2]},
+    }
+    return row(name, summary)
+
+
 def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     kb = schema
     ensure_kb(schema, kb, args.rebuild)
@@ -96,20 +128,27 @@ def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, An
     rows = [row("base", evaluate(test, kb, "base", out / f"{schema}-base")[0])]
     optimise_s = {}
     for name, flags in VARIANTS:
+        if args.variants and name not in args.variants.split(";"):
+            continue
         started = time.perf_counter()
         kgqr("agent", "optimize", "--kb", kb, "--queries", str(train), "--rounds",
              str(args.rounds), *flags)  # fmt: skip
         optimise_s[name] = round(time.perf_counter() - started)
-        stem = name.replace(" ", "-").replace("(", "").replace(")", "").replace("+", "plus")
+        stem = stem_of(name)
         plans = kgqr("agent", "show", "--kb", kb, capture=True)
         (out / f"{schema}-{stem}-plans.json").write_text(plans)
         rows.append(row(name, evaluate(test, kb, "agent", out / f"{schema}-{stem}")[0]))
-    # kar costs an LLM call per question: its own, smaller run, with base and the last
-    # (best-informed) agent re-scored on exactly those questions.
+    # kar costs an LLM call per question: its own run on an even subset, the other rows
+    # re-scored on exactly those questions from their full runs.
     if args.kar_limit:
-        small = evaluate(test, kb, "base,agent,kar", out / f"{schema}-kar",
-                         "--limit", str(args.kar_limit))  # fmt: skip
-        rows += [row(f"{r['strategy']} (first {args.kar_limit})", r) for r in small]
+        subset = out / f"{schema}-queries" / "test-kar-subset.jsonl"
+        ids = even_subset(test, args.kar_limit, subset)
+        small = evaluate(subset, kb, "base,kar", out / f"{schema}-kar")
+        rows += [row(f"{r['strategy']} (subset of {len(ids)})", r) for r in small]
+        for name, _ in VARIANTS:
+            report = out / f"{schema}-{stem_of(name)}.json"
+            if report.is_file():
+                rows.append(subset_row(f"{name} (subset of {len(ids)})", report, ids))
     return {"kb": kb, "rows": rows, "optimise_s": optimise_s,
             "questions": json.loads((questions / "synthesis.json").read_text())}  # fmt: skip
 
@@ -120,6 +159,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="LLM revisions per category")
     parser.add_argument("--kar-limit", type=int, default=30, help="0: no kar run")
     parser.add_argument("--rebuild", action="store_true", help="Generate and ingest afresh.")
+    parser.add_argument("--variants", default="", help="Only these agent rows (';'-separated)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = args.out or Path("bench/results") / f"agent-{time.strftime('%Y%m%dT%H%M%S')}"
