@@ -3,7 +3,7 @@
 Every OpenSearch request goes out with the caller's credentials (the strategy context's
 search endpoint), so a step only ever sees documents the caller may read; a `follow`
 reads Neo4j with kgqr's account, and what it reaches is read back from OpenSearch as the
-caller (fields for a filter, vectors for a rank, and the answer itself) before any of it
+caller (fields for a filter, the search for a rank, or the answer itself) before any of it
 is shown or used to rank.
 """
 
@@ -58,7 +58,7 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
     run = PlanRun(answer=[])
     for step in plan.steps:
         started = time.perf_counter()
-        with ctx.timer.stage(f"plan_{step.op}"):
+        with ctx.timer.stage("plan"):
             ranked = await _run(step, [results[name] for name in inputs(step)], query, ctx)
         results[step.id] = dict(list(ranked.items())[:MAX_ROWS])
         elapsed = round((time.perf_counter() - started) * 1000, 1)
