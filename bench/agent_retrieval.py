@@ -57,6 +57,18 @@ def ensure_kb(schema: str, kb: str, rebuild: bool) -> None:
         kgqr("ingest", f"jsonl:{folder}", "--kb", kb)
 
 
+def restore_plans(kb: str, saved: Path) -> None:
+    """Store a variant's plans (as `kgqr agent show` printed them) back into the KB's meta."""
+    from kgqr_core import connections
+    from kgqr_core.settings import get_settings
+    from plugin import kb_meta
+
+    client = connections.opensearch_client(get_settings())
+    meta = kb_meta.load(client, kb)
+    assert meta is not None
+    kb_meta.save(client, meta.model_copy(update={"agent_plans": saved.read_text()}))
+
+
 def evaluate(
     queries: Path, kb: str, strategies: str, out: Path, *extra: str
 ) -> list[dict[str, Any]]:
@@ -130,13 +142,16 @@ def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, An
     for name, flags in VARIANTS:
         if args.variants and name not in args.variants.split(";"):
             continue
-        started = time.perf_counter()
-        kgqr("agent", "optimize", "--kb", kb, "--queries", str(train), "--rounds",
-             str(args.rounds), *flags)  # fmt: skip
-        optimise_s[name] = round(time.perf_counter() - started)
         stem = stem_of(name)
-        plans = kgqr("agent", "show", "--kb", kb, capture=True)
-        (out / f"{schema}-{stem}-plans.json").write_text(plans)
+        saved = out / f"{schema}-{stem}-plans.json"
+        if args.reuse_plans and saved.is_file():
+            restore_plans(kb, saved)
+        else:
+            started = time.perf_counter()
+            kgqr("agent", "optimize", "--kb", kb, "--queries", str(train), "--rounds",
+                 str(args.rounds), *flags)  # fmt: skip
+            optimise_s[name] = round(time.perf_counter() - started)
+            saved.write_text(kgqr("agent", "show", "--kb", kb, capture=True))
         rows.append(row(name, evaluate(test, kb, "agent", out / f"{schema}-{stem}")[0]))
     # kar costs an LLM call per question: its own run on an even subset, the other rows
     # re-scored on exactly those questions from their full runs.
@@ -160,6 +175,8 @@ def main() -> None:
     parser.add_argument("--kar-limit", type=int, default=30, help="0: no kar run")
     parser.add_argument("--rebuild", action="store_true", help="Generate and ingest afresh.")
     parser.add_argument("--variants", default="", help="Only these agent rows (';'-separated)")
+    parser.add_argument("--reuse-plans", action="store_true",
+                        help="Evaluate the plans an earlier run saved in --out, not optimise")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = args.out or Path("bench/results") / f"agent-{time.strftime('%Y%m%dT%H%M%S')}"

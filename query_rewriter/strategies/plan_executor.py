@@ -46,6 +46,8 @@ class StepReport:
 class PlanRun:
     answer: list[str]
     steps: list[StepReport] = field(default_factory=list)
+    # What the plan's searches found (read as the caller), answers or not.
+    searched: list[str] = field(default_factory=list)
 
     def explain(self) -> list[dict[str, Any]]:
         return [vars(report) for report in self.steps]
@@ -61,6 +63,8 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
         with ctx.timer.stage("plan"):
             ranked = await _run(step, [results[name] for name in inputs(step)], query, ctx)
         results[step.id] = dict(list(ranked.items())[:MAX_ROWS])
+        if isinstance(step, Search):
+            run.searched.extend(results[step.id])
         elapsed = round((time.perf_counter() - started) * 1000, 1)
         run.steps.append(StepReport(step.id, step.op, len(results[step.id]), elapsed))
     answer = list(results[plan.answer_step])

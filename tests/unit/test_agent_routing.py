@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from query_rewriter.agent.plan_book import PlanBook, PlanEntry, Router
+from query_rewriter.strategies.agent import plan_order_boosts
 
 VOCABULARY = ["brand", "made", "country", "based", "category", "described", "price", "year"]
 
@@ -58,3 +59,16 @@ def test_a_single_plan_needs_no_routing() -> None:
 
     entry, similarity = asyncio.run(Router().choose(book, ("kb", "m"), np.ones(3), no_encoder))
     assert entry.category == "all" and similarity == 1.0
+
+
+def test_the_plans_first_answer_gets_the_whole_boost_and_the_nth_keeps_one() -> None:
+    boosts = plan_order_boosts([f"d{i}" for i in range(30)], 20, ["anchor"])
+    assert len(boosts) == 21 and boosts["d0"] == 1.0 > boosts["d1"] > boosts["d19"] > boosts["d20"]
+    # min-max normalised as the engine does: the second answer's share stays under half
+    low = min(boosts.values())
+    second = (boosts["d1"] - low) / (1.0 - low)
+    assert second < 0.5 and (boosts["d19"] - low) > 0
+    # Fewer answers than asked: a document the plan searched takes the zero.
+    assert plan_order_boosts(["a", "b"], 20, ["a", "anchor"]) == {"a": 1.0, "b": 0.5,
+                                                                  "anchor": 1 / 3}  # fmt: skip
+    assert plan_order_boosts(["a", "b"], 20, []) == {"a": 1.0, "b": 0.5}
