@@ -175,8 +175,9 @@ def main() -> None:
     parser.add_argument("--kar-limit", type=int, default=30, help="0: no kar run")
     parser.add_argument("--rebuild", action="store_true", help="Generate and ingest afresh.")
     parser.add_argument("--variants", default="", help="Only these agent rows (';'-separated)")
-    parser.add_argument("--reuse-plans", action="store_true",
-                        help="Evaluate the plans an earlier run saved in --out, not optimise")  # fmt: skip
+    parser.add_argument(
+        "--reuse-plans", action="store_true", help="Evaluate plans an earlier run saved in --out"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = args.out or Path("bench/results") / f"agent-{time.strftime('%Y%m%dT%H%M%S')}"
