@@ -26,19 +26,25 @@ WEIGHT = Param("agent.weight", "agent_boost_share", 0.0, 1.0)
 
 
 def plan_order_boosts(ranked: list[str], n: int, spare: list[str]) -> dict[str, float]:
-    """Weights 1/(rank+1) for the plan's first `n` answers. The engine min-max normalises
-    the boost sub-query: the first answer gets the whole share and the second under half
-    of it, so with the default share (0.7) no text match can lift another document above
-    the plan's first answer (the text sides hold 0.3 together), while lower answers may
-    still trade places on their text. Equal weights let the final search re-order the
-    plan's answers by the whole question's text: Hit@1 40.6 where the plan's own order
-    gives 90 (library, "described as" questions). One more document takes the normalised
-    zero, so the n-th answer keeps a boost: the answer after the n-th, else one of
-    `spare` (documents the plan's searches found; the caller may read them)."""
-    boosts = {node: 1.0 / (rank + 1) for rank, node in enumerate(ranked[:n])}
+    """Boosts for the plan's first `n` answers: 1 for the first, then 0.55 falling evenly
+    to 0.30 for the last, and a near-zero floor on one more document.
+
+    The engine min-max normalises the boost sub-query. With the default share (0.7) the
+    first answer is then 0.7 x 0.45 = 0.315 ahead of the second on the boost alone, more
+    than the text sides hold together (0.3), so no text match lifts anything above the
+    plan's first answer; the others keep at least 0.21, more than most text matches, and
+    may trade places on their text. Equal boosts let the whole question's text re-order
+    the answers (library "described as" questions: Hit@1 40.6 where the plan's own order
+    gives 90); 1/(rank+1) left the seventh of seven answers a boost of 0.01, outside the
+    first 20 hits. The floor goes to the answer after the n-th, else to a document the
+    plan's searches found (the caller may read it), so that the last answer is not the
+    minimum the normalisation maps to zero."""
+    top = ranked[:n]
+    boosts = {node: 1.0 if rank == 0 else 0.55 - 0.25 * (rank - 1) / max(len(top) - 2, 1)
+              for rank, node in enumerate(top)}  # fmt: skip
     floor = next((node for node in [*ranked[n:], *spare] if node not in boosts), None)
     if floor is not None:
-        boosts[floor] = 1.0 / (len(boosts) + 1)
+        boosts[floor] = 0.001
     return boosts
 
 
