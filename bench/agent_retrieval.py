@@ -131,6 +131,34 @@ def subset_row(name: str, report: Path, ids: set[str]) -> dict[str, Any]:
     return row(name, summary)
 
 
+def paraphrased_rows(kb: str, test: Path, out: Path) -> list[dict[str, Any]]:
+    """base and the stored agent plans on the test questions as the LLM re-phrased them
+    (where a paraphrase kept the anchor's name and numbers): plans fitted to template
+    questions, asked in other words."""
+    from kgqr_core import connections
+    from kgqr_core.llm import LlmClient
+    from kgqr_core.settings import get_settings
+    from plugin.schema import documents_index
+    from query_rewriter.evaluation.question_phrasing import phrase
+    from query_rewriter.evaluation.synthesis import SynthesizedQuery
+
+    settings = get_settings()
+    rows = [json.loads(line) for line in test.read_text().splitlines() if line.strip()]
+    questions = [SynthesizedQuery(r["id"], r["query"], r["relevant"], r["category"],
+                                  r["anchor"], r["split"]) for r in rows]  # fmt: skip
+    client = connections.opensearch_client(settings)
+
+    found = client.mget(
+        index=documents_index(kb), body={"ids": sorted({q.anchor for q in questions})}
+    )
+    names = {doc["_id"]: doc["_source"]["title"] for doc in found["docs"] if doc.get("found")}
+    phrased, kept = phrase(questions, names, LlmClient(settings))
+    out.write_text("".join(json.dumps(q.as_json()) + "\n" for q in phrased))
+    print(f"{kept} of {len(phrased)} test questions re-phrased", flush=True)
+    reports = evaluate(out, kb, "base,agent", out.with_name(f"{kb}-paraphrased"))
+    return [row(f"{r['strategy']} (paraphrased test, {kept} re-phrased)", r) for r in reports]
+
+
 def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     kb = schema
     ensure_kb(schema, kb, args.rebuild)
@@ -164,6 +192,8 @@ def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, An
             report = out / f"{schema}-{stem_of(name)}.json"
             if report.is_file():
                 rows.append(subset_row(f"{name} (subset of {len(ids)})", report, ids))
+    if args.paraphrased:
+        rows += paraphrased_rows(kb, test, out / f"{schema}-queries" / "test-paraphrased.jsonl")
     return {"kb": kb, "rows": rows, "optimise_s": optimise_s,
             "questions": json.loads((questions / "synthesis.json").read_text())}  # fmt: skip
 
@@ -177,6 +207,11 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="Only these agent rows (';'-separated)")
     parser.add_argument(
         "--reuse-plans", action="store_true", help="Evaluate plans an earlier run saved in --out"
+    )
+    parser.add_argument(
+        "--paraphrased",
+        action="store_true",
+        help="Also: base and the last stored plans on LLM-paraphrased test questions",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()

@@ -68,7 +68,8 @@ def synthesize_command(
         from query_rewriter.evaluation.question_phrasing import phrase
 
         with tqdm(total=len(made), desc="phrasing", unit="q") as bar:
-            made, kept = phrase(made, snapshot, LlmClient(settings), progress=bar.update)
+            names = {q.anchor: snapshot.documents[q.anchor].title for q in made}
+            made, kept = phrase(made, names, LlmClient(settings), progress=bar.update)
         click.echo(f"{kept} of {len(made)} questions re-phrased by the LLM, the rest kept")
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "val", "test"):

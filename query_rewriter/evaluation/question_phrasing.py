@@ -11,7 +11,6 @@ from dataclasses import replace
 
 from kgqr_core.llm import LlmClient, LlmRequest, parse_json_object
 from kgqr_core.prompts import render
-from query_rewriter.evaluation.kb_snapshot import KbSnapshot
 from query_rewriter.evaluation.synthesis import SynthesizedQuery
 
 
@@ -25,14 +24,14 @@ def keeps_facts(original: str, paraphrase: str, anchor_name: str) -> bool:
 
 def phrase(
     questions: list[SynthesizedQuery],
-    snapshot: KbSnapshot,
+    anchor_names: dict[str, str],
     llm: LlmClient,
     progress: Callable[[int], None] = lambda _: None,
 ) -> tuple[list[SynthesizedQuery], int]:
     """The questions, paraphrased where the paraphrase keeps the facts; and how many were."""
     phrased, kept = [], 0
     for question in questions:
-        anchor = snapshot.documents.get(question.anchor)
+        anchor = anchor_names.get(question.anchor)
         text = question.query
         try:
             prompt = render("synthesize_phrase", question=text)
@@ -42,7 +41,7 @@ def phrase(
             candidate = str(parsed.get("question", "")).strip()
         except Exception:  # an LLM that fails leaves the template question
             candidate = ""
-        if candidate and anchor is not None and keeps_facts(text, candidate, anchor.title):
+        if candidate and anchor is not None and keeps_facts(text, candidate, anchor):
             text, kept = candidate, kept + 1
         phrased.append(replace(question, query=text))
         progress(1)
