@@ -152,11 +152,12 @@ def paraphrased_rows(kb: str, test: Path, out: Path) -> list[dict[str, Any]]:
         index=documents_index(kb), body={"ids": sorted({q.anchor for q in questions})}
     )
     names = {doc["_id"]: doc["_source"]["title"] for doc in found["docs"] if doc.get("found")}
-    phrased, kept = phrase(questions, names, LlmClient(settings))
+    llm = LlmClient(settings, redis=connections.redis_client(settings))  # the same paraphrases
+    phrased, kept = phrase(questions, names, llm)
     out.write_text("".join(json.dumps(q.as_json()) + "\n" for q in phrased))
     print(f"{kept} of {len(phrased)} test questions re-phrased", flush=True)
-    reports = evaluate(out, kb, "base,agent", out.with_name(f"{kb}-paraphrased"))
-    return [row(f"{r['strategy']} (paraphrased test, {kept} re-phrased)", r) for r in reports]
+    reports = evaluate(out, kb, "base,agent", out.with_name(f"{kb}-{out.stem}"))
+    return [row(f"{r['strategy']} ({out.stem}, {kept} re-phrased)", r) for r in reports]
 
 
 def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -193,7 +194,10 @@ def run_schema(schema: str, args: argparse.Namespace, out: Path) -> dict[str, An
             if report.is_file():
                 rows.append(subset_row(f"{name} (subset of {len(ids)})", report, ids))
     if args.paraphrased:
-        rows += paraphrased_rows(kb, test, out / f"{schema}-queries" / "test-paraphrased.jsonl")
+        split = args.paraphrase_split
+        rows += paraphrased_rows(
+            kb, questions / f"{split}.jsonl", questions / f"{split}-paraphrased.jsonl"
+        )
     return {"kb": kb, "rows": rows, "optimise_s": optimise_s,
             "questions": json.loads((questions / "synthesis.json").read_text())}  # fmt: skip
 
@@ -213,6 +217,7 @@ def main() -> None:
         action="store_true",
         help="Also: base and the last stored plans on LLM-paraphrased test questions",
     )
+    parser.add_argument("--paraphrase-split", default="test", help="train, val or test")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = args.out or Path("bench/results") / f"agent-{time.strftime('%Y%m%dT%H%M%S')}"

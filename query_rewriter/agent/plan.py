@@ -173,21 +173,38 @@ def validate(plan: Plan, structure: DocumentStructure) -> Plan:
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 SLOT = re.compile(r"\{(query|number2?|cmp)\}")
-LESS = frozenset({"below", "under", "less", "before", "cheaper", "fewer", "lower"})
-MORE = frozenset({"above", "over", "more", "after", "greater", "higher", "since"})
+LESS = frozenset(
+    {"below", "under", "less", "before", "cheaper", "fewer", "lower", "prior", "earlier", "older"}
+)
+MORE = frozenset(
+    {"above", "over", "more", "after", "greater", "higher", "since", "exceeding", "exceeds",
+     "beyond", "later", "newer"}
+)  # fmt: skip
 
 
-def comparison(query: str) -> str:
-    words = set(re.findall(r"\w+", query.lower()))
-    return "lt" if words & LESS else "gt" if words & MORE else "eq"
+def comparison(query: str) -> tuple[str, int]:
+    """The comparison the query asks for and where its word ends (0 when there is none)."""
+    for word in re.finditer(r"\w+", query.lower()):
+        if word.group() in LESS or word.group() in MORE:
+            return ("lt" if word.group() in LESS else "gt"), word.end()
+    return "eq", 0
 
 
 def slot_values(query: str) -> dict[str, str]:
-    """What the template slots stand for in this query."""
+    """What the template slots stand for in this query. `{number}` is the comparison's
+    number: the first of two or more digits after its word ("before January 1, 2015" ->
+    2015), else the first after it, else the query's first."""
+    cmp, end = comparison(query)
     numbers = NUMBER.findall(query)
-    values = {"query": query, "cmp": comparison(query)}
-    for slot, number in zip(("number", "number2"), numbers, strict=False):
-        values[slot] = number
+    after = NUMBER.findall(query[end:]) if end else []
+    values = {"query": query, "cmp": cmp}
+    chosen = next((n for n in after if len(n.split(".")[0]) >= 2), after[0] if after else None)
+    if chosen is not None:
+        values["number"] = chosen
+    elif numbers:
+        values["number"] = numbers[0]
+    if len(numbers) >= 2:
+        values["number2"] = numbers[1]
     return values
 
 

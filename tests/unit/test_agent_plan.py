@@ -153,3 +153,21 @@ def test_a_plan_whose_answer_comes_from_neo4j_is_read_back_as_the_caller(
     steps = [dict(s) for s in GOOD["steps"][:2]]
     plan = validate(parse({"steps": [*steps, last]}), STRUCTURE)
     assert needs_reading_back(plan) is read_back
+
+
+@pytest.mark.parametrize(
+    ("question", "cmp", "number"),
+    [
+        ("Products by Tasa with a manufacturing year prior to 2007", "lt", 2007.0),
+        ("Products by Briaxhel with a production year exceeding 2014?", "gt", 2014.0),
+        ("Products by Testabri made before January 1, 2015", "lt", 2015.0),
+        ("Products by Sabri priced under 5 dollars", "lt", 5.0),
+        ("Films by Michael Mann after 1998", "gt", 1998.0),
+    ],
+)
+def test_the_comparison_and_its_number_are_read_as_a_person_writes_them(
+    question: str, cmp: str, number: float
+) -> None:
+    plan = validate(fill(GOOD, question), STRUCTURE)
+    assert plan.steps[2].model_dump()["cmp"] == cmp
+    assert plan.steps[2].model_dump()["value"] == number
