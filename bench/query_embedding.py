@@ -1,5 +1,5 @@
-"""Embedding on this CPU, per model, in one run: one query at a time (fp32, and torch
-dynamic int8 with how far its vectors move from fp32's); eight concurrent queries one by
+"""Embedding on this CPU, per model, in one run: one query at a time (fp32, bf16 and torch
+dynamic int8, with how far their vectors move from fp32's); eight concurrent queries one by
 one against one micro-batch (query_rewriter/query_embedders.py); and documents per second
 on MuSiQue passages, the part of ingest the model decides.
 
@@ -8,8 +8,8 @@ on MuSiQue passages, the part of ingest the model decides.
 
 Queries are the HotpotQA dev questions (../shared/data/hotpotqa100). With --recall
 (e.g. `hotpotqa=hotpotqa:../shared/data/hotpotqa100`), the model whose vectors the
-KB holds also runs plain k-NN retrieval over the KB's documents with fp32 and with int8
-query vectors: the recall that quantising the query side costs.
+KB holds also runs plain k-NN retrieval over the KB's documents with fp32, bf16 and int8
+query vectors: the recall that a cheaper number format on the query side costs.
 """
 
 from __future__ import annotations
@@ -99,10 +99,15 @@ def documents_per_s(encode: Any, passages: list[str]) -> float:
     return len(passages) / (time.perf_counter() - started)
 
 
+def cosine_to(reference: np.ndarray, vectors: np.ndarray) -> dict[str, float]:
+    cosine = (reference * vectors).sum(axis=1)
+    return {"mean": float(cosine.mean()), "min": float(cosine.min())}
+
+
 def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> dict[str, Any]:
     import torch
 
-    embedder = Embedder(model)
+    embedder = Embedder(model, "float32")
     fp32 = embedder.encode_queries(queries)
     figures: dict[str, Any] = {"fp32_p50_ms": p50_ms(embedder.encode_queries, queries[:30])}
     eight = queries[:8]
@@ -113,6 +118,14 @@ def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> d
     figures["micro_batch_speedup"] = (
         figures["eight_one_by_one_ms"] / figures["eight_micro_batched_ms"]
     )
+    encoders = {"fp32": embedder.encode_queries}
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        bf16 = Embedder(model, "bfloat16")
+        figures["bf16_p50_ms"] = p50_ms(bf16.encode_queries, queries[:30])
+        figures["bf16_documents_per_s"] = documents_per_s(bf16.encode, passages)
+        figures["bf16_speedup"] = figures["fp32_p50_ms"] / figures["bf16_p50_ms"]
+        figures["bf16_cosine_to_fp32"] = cosine_to(fp32, bf16.encode_queries(queries))
+        encoders["bf16"] = bf16.encode_queries
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notice
         quantised = copy.copy(embedder)
@@ -121,12 +134,10 @@ def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> d
         )
     figures["int8_p50_ms"] = p50_ms(quantised.encode_queries, queries[:30])
     figures["int8_documents_per_s"] = documents_per_s(quantised.encode, passages)
-    int8 = quantised.encode_queries(queries)
-    cosine = (fp32 * int8).sum(axis=1)
     figures["int8_speedup"] = figures["fp32_p50_ms"] / figures["int8_p50_ms"]
-    figures["int8_cosine_to_fp32"] = {"mean": float(cosine.mean()), "min": float(cosine.min())}
+    figures["int8_cosine_to_fp32"] = cosine_to(fp32, quantised.encode_queries(queries))
+    encoders["int8"] = quantised.encode_queries
     if recall is not None:
-        encoders = {"fp32": embedder.encode_queries, "int8": quantised.encode_queries}
         figures["dense_retrieval"] = dense_recall(*recall, encoders)
     return figures
 

