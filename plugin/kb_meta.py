@@ -51,7 +51,9 @@ def load(client: Any, kb: str) -> KnowledgeBaseMeta | None:
 
 
 def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
-    """Store meta, merging its structure into what earlier jobs recorded."""
+    """Store meta, merging its structure into what earlier jobs recorded; stored agent
+    plans are kept when `meta` has none (an ingest job knows nothing of them), so only
+    `clear_agent_plans` removes them."""
     existing = load(client, meta.kb)
     if existing is not None:
         meta = meta.model_copy(
@@ -63,3 +65,14 @@ def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
     body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}
     client.index(index=META_INDEX, id=meta.kb, body=body, refresh=True)
     return meta
+
+
+def clear_agent_plans(client: Any, kb: str) -> bool:
+    """Drop the KB's agent plans (the `agent` strategy then serves `base`); False if it
+    had none."""
+    meta = load(client, kb)
+    if meta is None or meta.agent_plans is None:
+        return False
+    body = {"doc": {"agent_plans": None, "updated": dt.datetime.now(dt.UTC).isoformat()}}
+    client.update(index=META_INDEX, id=kb, body=body, refresh=True)
+    return True

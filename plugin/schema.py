@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
@@ -149,6 +150,12 @@ def relation_type(relation: str) -> str:
     if not cleaned:
         raise ValueError(f"relation {relation!r} has no letters or digits")
     return cleaned if not cleaned[0].isdigit() else f"R_{cleaned}"
+
+
+def relation_names(relations: Iterable[str]) -> dict[str, str]:
+    """Neo4j relationship type -> the KB's relation name, to read relations back in the
+    words the KB (and its questions) use."""
+    return {relation_type(name): name for name in relations}
 
 
 def node_label(node_type: str) -> str:

@@ -14,7 +14,8 @@ from query_rewriter.evaluation.query_sets import JudgedQuery
 
 @click.group("agent")
 def agent() -> None:
-    """The agent strategy: `optimize` writes a KB's plan templates, `show` prints them."""
+    """The agent strategy: `optimize` writes a KB's plan templates, `show` prints them,
+    `clear` removes them."""
 
 
 @agent.command("optimize")
@@ -116,6 +117,20 @@ def show(kb: str) -> None:
     if book is None:
         raise click.ClickException(f"{kb}: no plans (run `kgqr agent optimize`)")
     click.echo(book.model_dump_json(indent=1))
+
+
+@agent.command("clear")
+@click.option("--kb", required=True)
+def clear(kb: str) -> None:
+    """Remove the KB's stored plan templates: the `agent` strategy answers with `base`
+    (and says so in its explain) until `optimize` stores new ones."""
+    from kgqr_core import connections
+    from plugin import kb_meta
+
+    if kb_meta.clear_agent_plans(connections.opensearch_client(get_settings()), kb):
+        click.echo(f"{kb}: plans removed")
+    else:
+        click.echo(f"{kb}: no plans stored")
 
 
 def _by_category(path: Path, judged: list[JudgedQuery]) -> dict[str, list[JudgedQuery]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plugin.kb_meta import DocumentStructure
-from plugin.schema import relation_type
+from plugin.schema import relation_names
 from query_rewriter.agent.plan import slot_values
 
 Hop = tuple[str, str, str]  # relation (as the structure names it), direction, type reached
@@ -51,7 +51,7 @@ def signatures(
     paths: list[tuple[str, list[list[Any]], list[list[Any]]]], relations: list[str]
 ) -> list[tuple[str, PathSignature]]:
     """(the named node's name, its path toward the answer) for Neo4jGraph.named_paths rows."""
-    named_relation = {relation_type(name): name for name in relations}
+    named_relation = relation_names(relations)
     found = []
     for _answer, hops, nodes in paths:
         # Travel from the named node (last) to the answer (first).

@@ -23,6 +23,7 @@ from plugin.kb_meta import DocumentStructure
 from query_rewriter.agent.evidence import PathSignature, most_common, path_templates
 from query_rewriter.agent.plan import PlanError, fill, repair, validate
 from query_rewriter.agent.plan_book import PlanEntry
+from query_rewriter.evaluation.metrics import hit_at, recall_at, reciprocal_rank, relevant_ids
 from query_rewriter.evaluation.query_sets import JudgedQuery
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,8 @@ class Outcome:
 
     @property
     def first_hit_rank(self) -> int | None:
-        relevant = {doc for doc, grade in self.query.judgments.items() if grade > 0}
+        relevant = relevant_ids(self.query.judgments)
         return next((i for i, doc in enumerate(self.answer) if doc in relevant), None)
-
-    def recall(self, k: int) -> float:
-        relevant = {doc for doc, grade in self.query.judgments.items() if grade > 0}
-        return len(relevant & set(self.answer[:k])) / len(relevant) if relevant else 0.0
 
 
 @dataclass(frozen=True)
@@ -60,12 +57,15 @@ class Score:
     @classmethod
     def of(cls, outcomes: Sequence[Outcome]) -> Score:
         n = max(len(outcomes), 1)
-        ranks = [o.first_hit_rank for o in outcomes]
+
+        def mean(metric: Callable[[Outcome], float]) -> float:
+            return round(100 * sum(metric(o) for o in outcomes) / n, 1)
+
         return cls(
-            hit1=round(100 * sum(r == 0 for r in ranks) / n, 1),
-            hit5=round(100 * sum(r is not None and r < 5 for r in ranks) / n, 1),
-            recall20=round(100 * sum(o.recall(20) for o in outcomes) / n, 1),
-            mrr=round(100 * sum(1 / (r + 1) for r in ranks if r is not None) / n, 1),
+            hit1=mean(lambda o: hit_at(o.answer, o.query.judgments, 1)),
+            hit5=mean(lambda o: hit_at(o.answer, o.query.judgments, 5)),
+            recall20=mean(lambda o: recall_at(o.answer, o.query.judgments, 20)),
+            mrr=mean(lambda o: reciprocal_rank(o.answer, o.query.judgments)),
             failed=sum(o.error is not None for o in outcomes),
             n=len(outcomes),
         )

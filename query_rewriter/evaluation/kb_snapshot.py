@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from plugin.schema import documents_index, relation_type
+from plugin.schema import documents_index, relation_names
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def load_snapshot(opensearch: Any, neo4j: Any, kb: str, relations: list[str]) ->
             source.get("body", ""),
             source.get("fields") or {},
         )
-    named = {relation_type(name): name for name in relations}
+    named = relation_names(relations)
     records, _, _ = neo4j.execute_query(
         "MATCH (s:Node {kb: $kb})-[r]->(t:Node {kb: $kb}) RETURN s.id, type(r), t.id", kb=kb
     )
@@ -89,7 +89,7 @@ def relation_signatures(
 ) -> list[tuple[str, str, str, int]]:
     """(source type, relation, target type, edges) for every relation the KB really has:
     what a plan's `follow` steps can take, and in which direction."""
-    named = {relation_type(name): name for name in relations}
+    named = relation_names(relations)
     records, _, _ = neo4j.execute_query(
         "MATCH (s:Node {kb: $kb})-[r]->(t:Node {kb: $kb}) "
         "RETURN s.type AS s, type(r) AS r, t.type AS t, count(*) AS n ORDER BY n DESC",

@@ -12,14 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from ingest.generators.catalog import catalog
 from ingest.generators.kb_files import GeneratedKb
 from kgqr_core.settings import Settings
+from kgqr_ops.cli import main
 from plugin import kb_meta, schema
 from query_rewriter.agent.optimizer import CategoryOptimizer
 from query_rewriter.agent.plan import fill, validate
-from query_rewriter.agent.plan_book import PlanBook, PlanEntry
+from query_rewriter.agent.plan_book import PlanBook, PlanEntry, book_of
 from query_rewriter.agent.session import PlanSession
 from query_rewriter.background_server import running_proxy
 from query_rewriter.evaluation.kb_snapshot import KbSnapshot, load_snapshot, relation_signatures
@@ -183,7 +185,7 @@ def test_optimisation_improves_a_bad_plan_with_a_scripted_llm(
     assert meta is not None
     train, val = _judged(questions, TWO_HOPS, "train"), _judged(questions, TWO_HOPS, "val")
     assert train and val, "the fixture's questions hold no two-hop category"
-    proposals = [
+    proposals: list[dict[str, Any]] = [
         {"steps": [{"id": "a", "op": "search", "text": "{query}"},
                    {"id": "b", "op": "follow", "from": "a", "relation": "sold_by"}]},
         BY_COUNTRY_AND_PRICE,
@@ -299,6 +301,14 @@ def test_the_proxy_serves_the_stored_plan_without_an_llm_call(
     top = [hit["_id"] for hit in answer["hits"]["hits"]]
     assert top[0] in question.answers
     assert set(question.answers) <= set(top) or len(question.answers) > len(top)
+
+    clear = ["agent", "clear", "--kb", catalog_kb]
+    cleared = CliRunner().invoke(main, clear, catch_exceptions=False)
+    assert cleared.exit_code == 0 and "plans removed" in cleared.output
+    assert book_of(kb_meta.load(opensearch, catalog_kb)) is None
+    with running_proxy(url_settings) as url:
+        after = _search(url, question.query)
+    assert "no optimised plans" in after["kgqr"]["fallback"]["reason"]
 
 
 def _search(url: str, text: str) -> dict[str, Any]:
