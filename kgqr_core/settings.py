@@ -134,6 +134,14 @@ class Settings(BaseSettings):
         "cosine 0.9999 of float32's and the same dense recall (bench/query_embedding.py); "
         "without native support it is several times slower.",
     )
+    embedder_omp_wait_policy: Literal["passive", "active", "default"] = Field(
+        default="passive",
+        description="How the embedder's OpenMP (torch) threads wait for each other, set as "
+        "OMP_WAIT_POLICY before torch loads (one already in the environment wins; `default` "
+        "leaves libgomp's spin-then-sleep). Beside a "
+        "busy LLM on 2 cores, spinning threads made one query embedding 13-15x slower "
+        "(MiniLM 302 vs 23 ms, Gemma 2.7 s vs 0.18 s; bench/embedding_contention.py).",
+    )
     query_embedder_models: str = Field(
         default="*",
         description="Models the proxy may load to embed a knowledge base's queries with the "

