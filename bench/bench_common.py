@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
@@ -27,6 +28,26 @@ class RunningProxy(NamedTuple):
     url: str
     front: str
     pid: int
+
+
+def _busy_loop() -> None:
+    while True:
+        pass
+
+
+@contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """`count` processes each spinning one core: the load a busy LLM server puts beside
+    whatever runs inside the block."""
+    workers = [multiprocessing.Process(target=_busy_loop, daemon=True) for _ in range(count)]
+    for worker in workers:
+        worker.start()
+    try:
+        yield
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.join()
 
 
 def machine() -> dict[str, Any]:

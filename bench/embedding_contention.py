@@ -17,40 +17,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import save
-from bench.llm_thread_contention import busy_loop
+from bench.bench_common import busy_processes, save
+from bench.query_embedding import p50_ms as one_at_a_time_p50_ms
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa100"
 POLICIES = ("default", "passive")
 
 
 def p50_ms(encode: Any, queries: list[str], competing: int) -> float:
-    workers = [multiprocessing.Process(target=busy_loop, daemon=True) for _ in range(competing)]
-    for worker in workers:
-        worker.start()
-    try:
-        encode(queries[:2])  # warm
-        times = []
-        for query in queries:
-            started = time.perf_counter()
-            encode([query])
-            times.append((time.perf_counter() - started) * 1000)
-        return statistics.median(times)
-    finally:
-        for worker in workers:
-            worker.terminate()
-            worker.join()
+    with busy_processes(competing):
+        return one_at_a_time_p50_ms(encode, queries)
 
 
 def child(policy: str, models: list[str], queries: list[str], competing: int) -> None:

@@ -16,7 +16,6 @@ the one `kgqr services up` runs alone.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import subprocess
@@ -29,7 +28,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import save
+from bench.bench_common import busy_processes, save
 from kgqr_core.child_process import terminate_child
 from kgqr_core.settings import get_settings
 from kgqr_ops.services.http_probe import get_json
@@ -38,11 +37,6 @@ from kgqr_ops.services.llm_server import LlmServer
 PROMPT = "Describe in detail how a river delta forms, step by step."
 # None: OMP_WAIT_POLICY unset, libgomp's default (spin for a while, then sleep).
 POLICIES = {"default": None, "passive": "PASSIVE"}
-
-
-def busy_loop() -> None:
-    while True:
-        pass
 
 
 def start_server(port: int, policy: str | None) -> subprocess.Popen[bytes]:
@@ -78,15 +72,8 @@ def tokens_per_second(port: int, max_tokens: int) -> float:
 
 
 def measure(port: int, rounds: int, max_tokens: int, competing: int) -> list[float]:
-    workers = [multiprocessing.Process(target=busy_loop, daemon=True) for _ in range(competing)]
-    for worker in workers:
-        worker.start()
-    try:
+    with busy_processes(competing):
         return [tokens_per_second(port, max_tokens) for _ in range(rounds)]
-    finally:
-        for worker in workers:
-            worker.terminate()
-            worker.join()
 
 
 def main() -> None:
