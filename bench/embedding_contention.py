@@ -6,7 +6,8 @@ libgomp's default policy a thread spins there for a while, burning the time slic
 partner (which lost its core to the LLM) needs. For each policy (libgomp's default, and
 ``OMP_WAIT_POLICY=PASSIVE``, which kgqr sets: `KGQR_EMBEDDER_OMP_WAIT_POLICY`) a child
 process loads each model as kgqr does (bf16 where the CPU has it) and times one query at
-a time, idle and beside busy-looping processes (as many as the LLM server's threads).
+a time: idle, beside busy-looping processes (as many as the LLM server's threads), and
+beside the local LLM server generating (`kgqr services up` runs it; skipped if it is down).
 
     python -m bench.embedding_contention [--models ...] [--competing 2] [--queries 15]
 
@@ -20,13 +21,21 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import busy_processes, save
+from bench.llm_thread_contention import PROMPT
 from bench.query_embedding import p50_ms as one_at_a_time_p50_ms
+from kgqr_ops.services.http_probe import get_json
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa100"
 POLICIES = ("default", "passive")
@@ -34,6 +43,38 @@ POLICIES = ("default", "passive")
 
 def p50_ms(encode: Any, queries: list[str], competing: int) -> float:
     with busy_processes(competing):
+        return one_at_a_time_p50_ms(encode, queries)
+
+
+@contextmanager
+def llm_generating() -> Iterator[None]:
+    """The local LLM server writing long answers, one after another, until the block ends."""
+    from kgqr_core.settings import get_settings
+
+    url = f"{get_settings().llm_base_url.rstrip('/')}/chat/completions"
+    stop = threading.Event()
+
+    def generate() -> None:
+        while not stop.is_set():
+            body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 256}
+            httpx.post(url, json=body, timeout=600)
+
+    worker = threading.Thread(target=generate, daemon=True)
+    worker.start()
+    time.sleep(3)  # past the prompt, into decoding
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join()
+
+
+def llm_p50_ms(encode: Any, queries: list[str]) -> float | None:
+    from kgqr_core.settings import get_settings
+
+    if get_json(f"{get_settings().llm_base_url.rstrip('/')}/models") is None:
+        return None
+    with llm_generating():
         return one_at_a_time_p50_ms(encode, queries)
 
 
@@ -49,6 +90,7 @@ def child(policy: str, models: list[str], queries: list[str], competing: int) ->
             "dtype": embedder.dtype,
             "idle_p50_ms": p50_ms(embedder.encode_queries, queries, 0),
             "contended_p50_ms": p50_ms(embedder.encode_queries, queries, competing),
+            "beside_llm_p50_ms": llm_p50_ms(embedder.encode_queries, queries),
         }
     figures["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "(unset)")
     print(json.dumps(figures), flush=True)
@@ -79,21 +121,31 @@ def main() -> None:
         cells[policy] = json.loads(out.stdout.strip().splitlines()[-1])
         for model in models:
             cell = cells[policy][model]
+            beside_llm = cell["beside_llm_p50_ms"]
+            llm_text = "-" if beside_llm is None else f"{beside_llm:8.1f} ms"
             print(f"{policy:8} {model:22} {cell['dtype']:9} idle {cell['idle_p50_ms']:7.1f} ms"
-                  f"  contended {cell['contended_p50_ms']:8.1f} ms", flush=True)  # fmt: skip
+                  f"  busy loops {cell['contended_p50_ms']:8.1f} ms  beside the LLM {llm_text}",
+                  flush=True)  # fmt: skip
     ratios = {
         model: {
             "default_vs_passive_contended": cells["default"][model]["contended_p50_ms"]
             / cells["passive"][model]["contended_p50_ms"],
+            "default_vs_passive_beside_llm": (
+                cells["default"][model]["beside_llm_p50_ms"]
+                / cells["passive"][model]["beside_llm_p50_ms"]
+                if cells["passive"][model]["beside_llm_p50_ms"]
+                else None
+            ),
             "passive_vs_default_idle": cells["passive"][model]["idle_p50_ms"]
             / cells["default"][model]["idle_p50_ms"],
         }
         for model in models
     }
     for model, pair in ratios.items():
-        print(f"{model}: contended, default takes {pair['default_vs_passive_contended']:.2f}x "
-              f"passive's time; idle, passive takes {pair['passive_vs_default_idle']:.2f}x "
-              "default's")  # fmt: skip
+        beside = pair["default_vs_passive_beside_llm"] or 0.0
+        print(f"{model}: default takes {pair['default_vs_passive_contended']:.2f}x passive's "
+              f"time beside busy loops, {beside:.2f}x beside the LLM; idle, passive takes "
+              f"{pair['passive_vs_default_idle']:.2f}x default's")  # fmt: skip
     figures = {"competing_processes": args.competing, "queries": len(queries)}
     save("embedding-contention", {**figures, "cells": cells, "ratios": ratios})
 

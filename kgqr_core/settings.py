@@ -138,9 +138,10 @@ class Settings(BaseSettings):
         default="passive",
         description="How the embedder's OpenMP (torch) threads wait for each other, set as "
         "OMP_WAIT_POLICY before torch loads (one already in the environment wins; `default` "
-        "leaves libgomp's spin-then-sleep). Beside a "
-        "busy LLM on 2 cores, spinning threads made one query embedding 13-15x slower "
-        "(MiniLM 302 vs 23 ms, Gemma 2.7 s vs 0.18 s; bench/embedding_contention.py).",
+        "leaves libgomp's spin-then-sleep). Beside the local LLM generating on 2 cores, "
+        "libgomp's default made a Gemma query embedding 14.8x slower (1,596 vs 108 ms) and "
+        "MiniLM's 1.7x; idle, passive costs 1.1-1.4x (+5 ms MiniLM, +8 ms Gemma; "
+        "bench/embedding_contention.py).",
     )
     query_embedder_models: str = Field(
         default="*",
