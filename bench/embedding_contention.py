@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import busy_processes, save
 from bench.llm_thread_contention import PROMPT
+from bench.query_embedding import dev_questions
 from bench.query_embedding import p50_ms as one_at_a_time_p50_ms
 from kgqr_ops.services.http_probe import get_json
 
-QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa100"
 POLICIES = ("default", "passive")
 
 
@@ -103,10 +103,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=15, help="queries timed per cell")
     parser.add_argument("--child", choices=POLICIES, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    questions = QUESTIONS / "queries_dev.json"
-    if not questions.exists():
-        raise SystemExit(f"needs {questions} (../shared/data)")
-    queries = [q["question"] for q in json.loads(questions.read_text())][: args.queries]
+    queries = dev_questions()[: args.queries]
     models = args.models.split(",")
     if args.child:
         child(args.child, models, queries, args.competing)

@@ -34,6 +34,14 @@ QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa1
 PASSAGES = QUESTIONS.parent / "musique100" / "corpus.json"
 
 
+def dev_questions() -> list[str]:
+    """The HotpotQA dev questions every embedding bench times."""
+    questions = QUESTIONS / "queries_dev.json"
+    if not questions.exists():
+        raise SystemExit(f"needs {questions} (../shared/data)")
+    return [q["question"] for q in json.loads(questions.read_text())]
+
+
 def p50_ms(encode: Any, queries: list[str]) -> float:
     encode(queries[:3])  # warm
     times = []
@@ -159,10 +167,7 @@ def main() -> None:
         if meta is None:
             raise SystemExit(f"no knowledge base {kb!r}")
         recall_kbs[meta.embedder] = (kb, spec)
-    questions = QUESTIONS / "queries_dev.json"
-    if not questions.exists():
-        raise SystemExit(f"needs {questions} (../shared/data)")
-    queries = [q["question"] for q in json.loads(questions.read_text())]
+    queries = dev_questions()
     figures = {}
     for model in args.models.split(","):
         figures[model] = measure(model, queries, recall_kbs.get(model))

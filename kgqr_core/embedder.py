@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import sys
 import threading
 from functools import lru_cache
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sentence_transformers import SentenceTransformer
+
+    from kgqr_core.onnx_runtime import OnnxQueryEncoder
 
 
 def resolve_model_path(name: str) -> str:
@@ -81,8 +84,16 @@ class Embedder:
     """L2-normalised float32 vectors, so cosine similarity is a dot product."""
 
     def __init__(
-        self, model_name: str, precision: str = "auto", omp_wait_policy: str = "passive"
+        self,
+        model_name: str,
+        precision: str = "auto",
+        omp_wait_policy: str = "passive",
+        onnx_cache: Path | None = None,
+        onnx_int8: bool = False,
     ) -> None:
+        """With `onnx_cache`, queries are embedded by ONNX Runtime from a graph exported
+        there (kgqr_core/onnx_runtime.py), its int8 copy with `onnx_int8`; documents always
+        by torch."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         apply_omp_wait_policy(omp_wait_policy)
         from sentence_transformers import SentenceTransformer
@@ -97,12 +108,30 @@ class Embedder:
         )
         if model_name in MODELS:
             self._model.max_seq_length = self.spec.max_tokens
+        self._onnx: OnnxQueryEncoder | None = None
+        self.onnx_graph: Path | None = None
+        if onnx_cache is not None:  # exported before any bf16 cast: the graph is float32
+            self._onnx = self._onnx_encoder(onnx_cache, onnx_int8)
         self.dtype = compute_dtype(self.spec, precision)
         if self.dtype == "bfloat16":
             import torch
 
             self._model.to(torch.bfloat16)
         self._lock = threading.Lock()
+
+    def _onnx_encoder(self, cache: Path, int8: bool) -> OnnxQueryEncoder:
+        import torch
+
+        from kgqr_core.onnx_runtime import OnnxQueryEncoder, export_pipeline, quantised
+
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", self.model_name).strip("_")
+        graph = export_pipeline(self._model, cache / f"{name}-torch{torch.__version__}")
+        if int8:
+            graph = quantised(graph)
+        self.onnx_graph = graph
+        return OnnxQueryEncoder(
+            graph, self._model.tokenizer, self.spec.query_prompt, self._model.max_seq_length
+        )
 
     @property
     def dimension(self) -> int:
@@ -120,6 +149,8 @@ class Embedder:
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Queries, with the model's query prompt: an asymmetric model (EmbeddingGemma)
         places a question near the documents that answer it only when told which is which."""
+        if self._onnx is not None and texts:
+            return self._onnx.encode(list(texts))
         return self._encode([self.spec.query_prompt + text for text in texts], 16)
 
     def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
@@ -147,7 +178,14 @@ def _load(model_name: str) -> Embedder:
     from kgqr_core.settings import get_settings
 
     settings = get_settings()
-    return Embedder(model_name, settings.embedder_precision, settings.embedder_omp_wait_policy)
+    runtime = settings.embedder_query_runtime
+    return Embedder(
+        model_name,
+        settings.embedder_precision,
+        settings.embedder_omp_wait_policy,
+        onnx_cache=settings.home / "onnx" if runtime != "torch" else None,
+        onnx_int8=runtime == "onnx-int8",
+    )
 
 
 def get_embedder(model_name: str) -> Embedder:

@@ -134,6 +134,15 @@ class Settings(BaseSettings):
         "cosine 0.9999 of float32's and the same dense recall (bench/query_embedding.py); "
         "without native support it is several times slower.",
     )
+    embedder_query_runtime: Literal["torch", "onnx", "onnx-int8"] = Field(
+        default="torch",
+        description="What embeds queries. `onnx`: ONNX Runtime on a graph of the model "
+        "exported once into KGQR_HOME/onnx (Gemma: ~1 minute, 1.2 GB; needs `pip install -e "
+        "'.[onnx]'`): a Gemma query in 48-55 ms vs torch's 95-101 (bf16) and 123-158 ms "
+        "(float32), same vectors. `onnx-int8`: its int8 copy, ~28 ms, at a recall cost "
+        "(Gemma: MuSiQue R@5 -3.7, HotpotQA equal; bench/onnx_query_embedding.py). "
+        "Documents are always embedded by torch.",
+    )
     embedder_omp_wait_policy: Literal["passive", "active", "default"] = Field(
         default="passive",
         description="How the embedder's OpenMP (torch) threads wait for each other, set as "

