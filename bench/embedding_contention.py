@@ -47,11 +47,9 @@ def p50_ms(encode: Any, queries: list[str], competing: int) -> float:
 
 
 @contextmanager
-def llm_generating() -> Iterator[None]:
+def llm_generating(base_url: str) -> Iterator[None]:
     """The local LLM server writing long answers, one after another, until the block ends."""
-    from kgqr_core.settings import get_settings
-
-    url = f"{get_settings().llm_base_url.rstrip('/')}/chat/completions"
+    url = f"{base_url}/chat/completions"
     stop = threading.Event()
 
     def generate() -> None:
@@ -72,9 +70,10 @@ def llm_generating() -> Iterator[None]:
 def llm_p50_ms(encode: Any, queries: list[str]) -> float | None:
     from kgqr_core.settings import get_settings
 
-    if get_json(f"{get_settings().llm_base_url.rstrip('/')}/models") is None:
+    base_url = get_settings().llm_base_url.rstrip("/")
+    if get_json(f"{base_url}/models") is None:
         return None
-    with llm_generating():
+    with llm_generating(base_url):
         return one_at_a_time_p50_ms(encode, queries)
 
 

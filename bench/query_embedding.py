@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.bench_common import save
-from kgqr_core.embedder import Embedder
+from kgqr_core.embedder import Embedder, native_bfloat16
 from query_rewriter.query_embedders import MicroBatcher
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa100"
@@ -127,7 +127,7 @@ def measure(model: str, queries: list[str], recall: tuple[str, str] | None) -> d
         figures["eight_one_by_one_ms"] / figures["eight_micro_batched_ms"]
     )
     encoders = {"fp32": embedder.encode_queries}
-    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if native_bfloat16():
         bf16 = Embedder(model, "bfloat16")
         figures["bf16_p50_ms"] = p50_ms(bf16.encode_queries, queries[:30])
         figures["bf16_documents_per_s"] = documents_per_s(bf16.encode, passages)

