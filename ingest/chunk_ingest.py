@@ -111,7 +111,7 @@ def ingest_chunk(
 def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
     return _index_then_graph(
         resources, kb, batch, batch.documents,
-        text=Document.combined_text, key=lambda doc: doc.id,
+        embedded=lambda doc: (doc.title, doc.body()), key=lambda doc: doc.id,
         index_write=opensearch_writer.write_documents, graph_write=graph_writer.write_documents,
     )  # fmt: skip
 
@@ -124,7 +124,7 @@ def _write_triples(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
             triple.ttr, triple.ttr_source = triple.template_ttr(), "template"
     return _index_then_graph(
         resources, kb, batch, batch.triples,
-        text=lambda triple: triple.ttr or "", key=lambda triple: triple.triple_id,
+        embedded=lambda triple: ("", triple.ttr or ""), key=lambda triple: triple.triple_id,
         index_write=opensearch_writer.write_triples, graph_write=graph_writer.write_triples,
     )  # fmt: skip
 
@@ -135,16 +135,18 @@ def _index_then_graph(
     batch: _Sorted,
     records: Sequence[Any],
     *,
-    text: Callable[[Any], str],
+    embedded: Callable[[Any], tuple[str, str]],
     key: Callable[[Any], str],
     index_write: Callable[..., list[WriteFailure]],
     graph_write: Callable[..., None],
 ) -> int:
-    """Embed and index records, then write to the graph only those that were indexed, so
-    the two stores agree; failures join the chunk's dead letters."""
+    """Embed (`embedded`: a record's title and text) and index records, then write to the
+    graph only those that were indexed, so the two stores agree; failures join the chunk's
+    dead letters."""
     if not records:
         return 0
-    vectors = resources.embedder.encode([text(record) for record in records])
+    titles, texts = zip(*(embedded(record) for record in records), strict=True)
+    vectors = resources.embedder.encode(texts, titles)
     failures = index_write(resources.opensearch, kb, records, vectors)
     failed_keys = {failure.key for failure in failures}
     landed = [record for record in records if key(record) not in failed_keys]

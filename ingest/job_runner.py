@@ -22,6 +22,7 @@ from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
 from kgqr_core.child_process import terminate_child
 from kgqr_core.embedder import get_embedder
+from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
 from plugin import installer, kb_meta
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
@@ -53,11 +54,20 @@ def check_embedder(opensearch: Any, kb: str, settings: Settings) -> None:
     """Refuse to add vectors of one model to a knowledge base holding another's: both
     would answer k-NN searches, and their scores would mean nothing together."""
     existing = kb_meta.load(opensearch, kb)
-    if existing is not None and existing.embedder != settings.embedder_model:
+    if existing is None:
+        return
+    model = settings.embedder_model
+    if existing.embedder != model:
         raise ValueError(
             f"knowledge base {kb!r} holds vectors of {existing.embedder}, and this ingest "
-            f"embeds with {settings.embedder_model} (KGQR_EMBEDDER_MODEL): ingest with "
+            f"embeds with {model} (KGQR_EMBEDDER_MODEL): ingest with "
             f"KGQR_EMBEDDER_MODEL={existing.embedder}, or into another knowledge base"
+        )
+    if existing.document_revision != document_revision(model):
+        raise ValueError(
+            f"knowledge base {kb!r} holds vectors of {model} made in an older document "
+            f"form (revision {existing.document_revision}, now {document_revision(model)}):"
+            f" run `kgqr ingest reembed --kb {kb} --model {model}` first"
         )
 
 
@@ -114,7 +124,11 @@ def enqueue(
     kb_meta.save(
         opensearch,
         KnowledgeBaseMeta(
-            kb=kb, structure=structure, embedder=settings.embedder_model, dimension=dimension
+            kb=kb,
+            structure=structure,
+            embedder=settings.embedder_model,
+            dimension=dimension,
+            document_revision=document_revision(settings.embedder_model),
         ),
     )
     return EnqueuedJob(job_id, total, sent, total - sent, structure)

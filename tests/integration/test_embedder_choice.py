@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from ingest.job_runner import check_embedder
+from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
@@ -24,8 +25,9 @@ def gemma_kb(opensearch: Any, unique_name: str) -> Iterator[str]:
     opensearch.index(index=index, id="d1", body={"id": "d1", "title": "Heat",
                      "body": "Heat is a 1995 crime film."}, refresh=True)  # fmt: skip
     meta = KnowledgeBaseMeta(
-        kb=kb, structure=DocumentStructure(), embedder="embeddinggemma-300m", dimension=768
-    )
+        kb=kb, structure=DocumentStructure(), embedder="embeddinggemma-300m", dimension=768,
+        document_revision=document_revision("embeddinggemma-300m"),
+    )  # fmt: skip
     kb_meta.save(opensearch, meta)
     yield kb
     opensearch.indices.delete(index=index, ignore_unavailable=True)

