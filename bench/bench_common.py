@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from plugin import schema
 from query_rewriter.background_server import free_port
 
 RESULTS = Path(__file__).parent / "results"
@@ -99,3 +100,26 @@ def proxy_process(env: dict[str, str] | None = None, workers: int = 1) -> Iterat
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def graph_source(proxy_url: str, kb: str) -> str:
+    """Where the proxy reads `kb`'s graph now: "neo4j", or "snapshot vN" (its copy)."""
+    response = httpx.post(
+        f"{proxy_url}/{schema.documents_index(kb)}/_search",
+        params={"kgqr.strategy": "graph", "kgqr.explain": "true"},
+        json={"query": {"match": {"text": "the"}}, "size": 1},
+        timeout=120,
+    )
+    response.raise_for_status()
+    return str(response.json()["kgqr"]["details"].get("graph_source", "neo4j"))
+
+
+def wait_for_graph_copy(proxy_url: str, kb: str, timeout_s: float = 300) -> str:
+    """Until the proxy walks `kb` on its in-memory copy (loaded on first use), so a run's
+    first questions are measured like its last; the source it ended on."""
+    deadline = time.monotonic() + timeout_s
+    source = graph_source(proxy_url, kb)
+    while not source.startswith("snapshot") and time.monotonic() < deadline:
+        time.sleep(1)
+        source = graph_source(proxy_url, kb)
+    return source

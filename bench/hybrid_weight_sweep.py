@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.bench_common import RESULTS, proxy_process, save
+from bench.bench_common import RESULTS, proxy_process, save, wait_for_graph_copy
 from bench.dev_halves import halves
 
 
@@ -39,13 +39,25 @@ def main() -> None:
     parser.add_argument("--dataset", action="append", required=True, metavar="KB=QUERY_SET")
     parser.add_argument("--weights", default="default,0,0.1,0.2,0.3,0.5")
     parser.add_argument("--strategies", default="base")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KGQR_X=VALUE",
+        help="a setting for the proxy of this run (e.g. KGQR_GRAPH_SNAPSHOT_MAX_RELATIONS=0: "
+        "`graph` expands in Neo4j)",
+    )
     args = parser.parse_args()
+    env = dict(item.split("=", 1) for item in args.env)
     folder = RESULTS / f"hybrid-weights-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
     folder.mkdir(parents=True)
     points: list[dict[str, Any]] = []
-    with proxy_process({"KGQR_REWRITE_CACHE_TTL_S": "0"}) as proxy:
+    with proxy_process({"KGQR_REWRITE_CACHE_TTL_S": "0", **env}) as proxy:
         for dataset in args.dataset:
             kb, spec = dataset.split("=", 1)
+            copies = env.get("KGQR_GRAPH_SNAPSHOT_MAX_RELATIONS") != "0"
+            if copies and "graph" in args.strategies.split(","):
+                print(f"{kb}: graph read from {wait_for_graph_copy(proxy.url, kb, 60)}")
             for weight in args.weights.split(","):
                 report = run_point(proxy.url, kb, spec, args.strategies, weight,
                                    folder / f"{kb}-bm25-{weight.replace('.', '_')}")  # fmt: skip
@@ -56,7 +68,7 @@ def main() -> None:
                         figures = "  ".join(f"{k} {v:5.1f}" for k, v in metrics.items())
                         print(f"{kb:<16} bm25 {weight:<8} {strategy:<8} {part:<12} {figures}",
                               flush=True)  # fmt: skip
-    save("hybrid-weights", {"folder": folder.name, "points": points})
+    save("hybrid-weights", {"folder": folder.name, "env": env, "points": points})
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from ingest.records import (
 )
 from ingest.triple_extraction import extract
 from ingest.worker_resources import WorkerResources
+from kgqr_core import graph_version
 from plugin import installer
 
 
@@ -94,6 +95,8 @@ def ingest_chunk(
     graph_writer.write_relations(resources.neo4j, kb, batch.relations)
     graph_writer.write_mentions(resources.neo4j, kb, batch.mentions)
     triples_ok = _write_triples(resources, kb, batch)
+    if documents_ok or batch.relations or batch.mentions or triples_ok:
+        graph_version.bump(resources.redis, kb)
 
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)
     outcome.counts = {

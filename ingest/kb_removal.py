@@ -8,6 +8,7 @@ from typing import Any
 
 from ingest.job_store import JobStore
 from ingest.reembed import state_key as reembed_state_key
+from kgqr_core import graph_version
 from plugin import schema
 
 NEO4J_DELETE_BATCH = 10_000  # nodes per transaction: a million-node graph must not need one
@@ -43,6 +44,7 @@ def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> Rem
         nodes += gone
         if gone < NEO4J_DELETE_BATCH:
             break
+    graph_version.bump(redis, kb)
     jobs = JobStore(redis)
     mine = [j.decode() for j in redis.smembers("kgqr:jobs") if j.decode().startswith(f"{kb}-")]
     for job_id in mine:

@@ -280,6 +280,20 @@ class Settings(BaseSettings):
     graph_damping: float = Field(
         default=0.5, description="`graph`: Personalized PageRank damping (HippoRAG 2 uses 0.5)."
     )
+    graph_snapshot_max_relations: int = Field(
+        default=5_000_000,
+        ge=0,
+        description="The proxy keeps an in-memory copy of a knowledge base's graph of up to "
+        "this many relationships for the `graph` and KAR expansions (~40 bytes each; a "
+        "million load in seconds), read from Neo4j on first use and again after every "
+        "ingest; larger graphs, and 0, expand in Neo4j on every search.",
+    )
+    graph_snapshot_check_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the proxy asks Redis whether a knowledge base's graph changed: "
+        "the most an in-memory copy can lag behind an ingest.",
+    )
     graph_boosts: int = Field(
         default=20, description="`graph`: top-scored documents the third sub-query boosts."
     )

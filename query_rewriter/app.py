@@ -26,6 +26,7 @@ from query_rewriter.caller import IdentityResolver
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.forwarding import Upstream, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
+from query_rewriter.graph_snapshots import GraphSnapshots, SnapshotGraph
 from query_rewriter.msearch import handle_msearch
 from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import ProxyState, meta_of
@@ -52,11 +53,16 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
         http = opensearch_http_client(settings)
         service_http = opensearch_http_client(settings, service_account=True)
-        redis = aioredis.Redis.from_url(
-            settings.cache_redis_url,
-            socket_timeout=settings.redis_timeout_s,
-            socket_connect_timeout=settings.redis_timeout_s,
-        )
+
+        def redis_at(url: str) -> aioredis.Redis:
+            timeout = settings.redis_timeout_s
+            return aioredis.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+
+        redis = redis_at(settings.cache_redis_url)
+        # Graph versions are ingest's records (kgqr_core/graph_version.py), beside its jobs.
+        ingest_redis = redis_at(settings.redis_url)
         graph = connections.async_neo4j_driver(settings)
         embedders = QueryEmbedders.from_settings(settings)
         await embedders.default()  # loaded before the first search, not during it
@@ -78,7 +84,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 ),
                 embedders,
                 lambda kb: meta_of(state, kb),
-                graph,
+                SnapshotGraph(graph, GraphSnapshots(settings, ingest_redis)),
             ),
             IdentityResolver(http),
             query_log=QueryLog(service_http) if settings.query_log_enabled else None,
@@ -111,6 +117,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await http.aclose()
             await service_http.aclose()
             await redis.aclose()
+            await ingest_redis.aclose()
 
     return Starlette(
         routes=[

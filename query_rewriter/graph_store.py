@@ -6,10 +6,11 @@ costs the same as one of degree ``cap``.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
+import numpy as np
 from neo4j import AsyncDriver
 
 from plugin.schema import relation_type
@@ -41,7 +42,7 @@ def _render_hop(relation: str, outgoing: bool) -> str:
     return relation if outgoing else f"inverse of {relation}"
 
 
-def _has_document(node_type: str | None) -> bool:
+def has_document(node_type: str | None) -> bool:
     """Corpus-KG entity nodes (and untyped ones) have no document to score or show."""
     return node_type not in (None, "entity")
 
@@ -68,6 +69,18 @@ class Neighbour(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Reach:
+    """A neighbourhood as a walk sees it: nodes numbered with the seeds first (in the order
+    given), the edges between them as two arrays of numbers, and which nodes are documents
+    other than a seed."""
+
+    nodes: Sequence[str]
+    sources: np.ndarray
+    targets: np.ndarray
+    documents: np.ndarray
+
+
+@dataclass(frozen=True)
 class Neighbourhood:
     """The rows of one propagation query, read lazily.
 
@@ -79,19 +92,47 @@ class Neighbourhood:
 
     seeds: frozenset[str]
     rows: list[list[Any]]
+    source: str = "neo4j"  # where the rows came from, for the explain
+
+    def reach(self, seeds: Sequence[str]) -> Reach:
+        position = {seed: number for number, seed in enumerate(seeds)}
+        kinds: dict[str, str | None] = {}
+        ends = []
+        for seed, _relation, _outgoing, first, _name, first_type, second in self.rows:
+            kinds.setdefault(first, first_type)
+            ends.append((seed, first))
+            for hop in second:
+                kinds.setdefault(hop[0], hop[1])
+                ends.append((first, hop[0]))
+        numbered = np.fromiter(
+            (position.setdefault(node, len(position)) for edge in ends for node in edge),
+            dtype=np.int64,
+            count=2 * len(ends),
+        )
+        nodes = list(position)
+        documents = np.fromiter(
+            (node not in self.seeds and has_document(kinds.get(node)) for node in nodes),
+            dtype=bool,
+            count=len(nodes),
+        )
+        return Reach(nodes, numbered[0::2], numbered[1::2], documents)
+
+    def around(self, ids: Collection[str] | None) -> Neighbourhood:
+        """The part that paths to `ids` run through (all of it: rows are already read)."""
+        return self
 
     def document_ids(self) -> set[str]:
         """Every reached node that has a document, seeds excluded: what DRF scores."""
-        first = {row[3] for row in self.rows if _has_document(row[5])}
-        second = {hop[0] for row in self.rows for hop in row[6] if _has_document(hop[1])}
+        first = {row[3] for row in self.rows if has_document(row[5])}
+        second = {hop[0] for row in self.rows for hop in row[6] if has_document(hop[1])}
         return (first | second) - self.seeds
 
     def names(self) -> dict[str, str]:
         """Name (id when unnamed) of every node with a document; needs `with_names`."""
-        names = {row[3]: row[4] or row[3] for row in self.rows if _has_document(row[5])}
+        names = {row[3]: row[4] or row[3] for row in self.rows if has_document(row[5])}
         for row in self.rows:
             for hop in row[6]:
-                if _has_document(hop[1]):
+                if has_document(hop[1]):
                     names.setdefault(hop[0], hop[4] or hop[0])
         return {node_id: name for node_id, name in names.items() if node_id not in self.seeds}
 
@@ -102,7 +143,7 @@ class Neighbourhood:
         return {
             row[3]
             for row in self.rows
-            if _has_document(row[5]) and any(hop[0] in wanted for hop in row[6])
+            if has_document(row[5]) and any(hop[0] in wanted for hop in row[6])
         } - self.seeds
 
     def paths(
@@ -145,6 +186,34 @@ class Neighbourhood:
                         (relation, outgoing, via_name or via_id, next_relation, next_outgoing),
                     )
         return list(found.values())
+
+
+class Neighbours(Protocol):
+    """What a strategy reads of a neighbourhood, wherever it came from: Neo4j's rows
+    (Neighbourhood) or an in-memory copy's arrays (graph_snapshot.SnapshotNeighbourhood)."""
+
+    @property
+    def seeds(self) -> frozenset[str]: ...
+
+    @property
+    def source(self) -> str: ...
+
+    def reach(self, seeds: Sequence[str]) -> Reach: ...
+
+    def around(self, ids: Collection[str] | None) -> Neighbourhood: ...
+
+    def document_ids(self) -> set[str]: ...
+
+    def names(self) -> dict[str, str]: ...
+
+    def vias(self, ids: Collection[str]) -> set[str]: ...
+
+    def paths(
+        self,
+        ids: Collection[str] | None = None,
+        hidden: Collection[str] = (),
+        between_seeds: bool = False,
+    ) -> list[Neighbour]: ...
 
 
 ENTITY_EDGES = """
@@ -199,7 +268,7 @@ class Neo4jGraph:
         hops: int = 2,
         cap: int = 50,
         with_names: bool = False,
-    ) -> Neighbourhood:
+    ) -> Neighbours:
         """Everything within `hops` of the seeds, one round trip; second-hop names only
         `with_names`."""
         records, _, _ = await self._driver.execute_query(

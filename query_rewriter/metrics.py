@@ -58,3 +58,21 @@ LLM_WAITING = Gauge(
     "LLM calls waiting for one of the KGQR_LLM_MAX_CONCURRENT slots",
     registry=REGISTRY,
 )
+GRAPH_READS = Counter(
+    "kgqr_graph_expansions_total",
+    "Graph expansions by where they were read: an in-memory copy, or Neo4j (no current copy)",
+    ["source"],
+    registry=REGISTRY,
+)
+GRAPH_SNAPSHOT_LOADS = Counter(
+    "kgqr_graph_snapshot_loads_total",
+    "In-memory graph copies read from Neo4j: loaded, too_large (the KB expands in Neo4j), "
+    "failed (retried later)",
+    ["result"],
+    registry=REGISTRY,
+)
+GRAPH_SNAPSHOT_RELATIONSHIPS = Gauge(
+    "kgqr_graph_snapshot_relationships",
+    "Relationships held in the proxy's in-memory graph copies",
+    registry=REGISTRY,
+)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from neo4j import AsyncDriver
 
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings
@@ -24,7 +23,6 @@ from query_rewriter import metrics
 from query_rewriter.agent.plan_book import book_of
 from query_rewriter.errors import redact_addresses
 from query_rewriter.explain import Budget, Explain, Fallback
-from query_rewriter.graph_store import Neo4jGraph
 from query_rewriter.hybrid_query import fuse, mean_vector
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.query_embedders import EmbedderRefused, QueryEmbedders
@@ -33,7 +31,7 @@ from query_rewriter.rewrite_cache import RewriteCache, rewrite_key
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
-from query_rewriter.strategies.services import Embed
+from query_rewriter.strategies.services import Embed, Graph
 
 log = logging.getLogger("kgqr.rewrite")
 
@@ -97,14 +95,14 @@ class Rewriter:
         cache: RewriteCache,
         embedders: QueryEmbedders,
         meta_of: Callable[[str], Awaitable[KnowledgeBaseMeta | None]],
-        graph: AsyncDriver | None = None,
+        graph: Graph | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
         self.cache = cache
         self.embedders = embedders
         self.meta_of = meta_of
-        self.graph = Neo4jGraph(graph) if graph is not None else None
+        self.graph = graph
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
         # Budgeted LLM rewrites still running after their search was answered, by cache key
         # (identical ones share one); referenced here so they are not collected mid-flight.

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from query_rewriter.graph_store import Neighbourhood
+from query_rewriter.graph_store import Neighbours
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import KAR_SEEDS, Param
 from query_rewriter.strategies.vector_lookups import by_ids, most_similar_documents
@@ -86,7 +86,7 @@ class NeighbourRanker(Protocol):
     needs_names: bool  # whether the propagation must return node names
 
     async def rank(
-        self, query_vector: np.ndarray, found: Neighbourhood, top_k: int, ctx: StrategyContext
+        self, query_vector: np.ndarray, found: Neighbours, top_k: int, ctx: StrategyContext
     ) -> dict[str, tuple[float, KbDocument]]: ...
 
 
@@ -161,7 +161,7 @@ class DocumentSimilarity:
     needs_names = False
 
     async def rank(
-        self, query_vector: np.ndarray, found: Neighbourhood, top_k: int, ctx: StrategyContext
+        self, query_vector: np.ndarray, found: Neighbours, top_k: int, ctx: StrategyContext
     ) -> dict[str, tuple[float, KbDocument]]:
         ranked = await most_similar_documents(
             ctx, ctx.index, query_vector, found.document_ids(), top_k, DOC_FIELDS
@@ -182,7 +182,7 @@ class NameSimilarity:
     needs_names = True
 
     async def rank(
-        self, query_vector: np.ndarray, found: Neighbourhood, top_k: int, ctx: StrategyContext
+        self, query_vector: np.ndarray, found: Neighbours, top_k: int, ctx: StrategyContext
     ) -> dict[str, tuple[float, KbDocument]]:
         names = found.names()
         vectors = await ctx.embed(list(names.values()))

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kgqr_core.llm import LlmAnswer, LlmRequest
-from query_rewriter.graph_store import Neighbourhood
+from query_rewriter.graph_store import Neighbours
 
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 
@@ -39,7 +39,7 @@ class Graph(Protocol):
         hops: int = 2,
         cap: int = 50,
         with_names: bool = False,
-    ) -> Neighbourhood: ...
+    ) -> Neighbours: ...
 
     async def entity_edges(
         self, kb: str, frontier: list[str], cap: int = 50

@@ -3,12 +3,21 @@ top-scored documents boosted as a third sub-query."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+import redis.asyncio as aioredis
 
 from kgqr_core.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
+from query_rewriter.graph_snapshot import GraphSnapshot
+from query_rewriter.graph_snapshots import GraphSnapshots
+from tests.integration.ingest_helpers import TINY_KB, ingested, run_to_end
 
 
 def _ranked(url: str, index: str, strategy: str, text: str) -> tuple[list[str], dict[str, Any]]:
@@ -70,3 +79,95 @@ def test_fusion_with_the_plain_query_keeps_its_first_hit_first_on_every_page(
     second, _ = page("graph", **{"kgqr.param.fusion.plain": "1", "from": "2"})
     whole, _ = page("graph", **{"kgqr.param.fusion.plain": "1", "size": "8"})
     assert fused[:2] + second[:2] == whole[:4]
+
+
+def test_the_walk_on_the_proxys_copy_of_the_graph_lifts_as_neo4js_does(
+    settings: Settings, movies_kb: str
+) -> None:
+    """A proxy copies the graph into memory on its first `graph` search; once it walks the
+    copy, the same document is lifted by the same path. (Rewrites not cached: a cached one
+    would not walk again.)"""
+    uncached = settings.model_copy(update={"rewrite_cache_ttl_s": 0})
+    with running_proxy(uncached.model_copy(update={"graph_snapshot_max_relations": 0})) as url:
+        from_neo4j, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
+    assert explain["details"]["graph_source"] == "neo4j"
+    deadline = time.monotonic() + 60
+    with running_proxy(uncached) as url:
+        while True:
+            walked, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
+            source = explain["details"]["graph_source"]
+            if source.startswith("snapshot") or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert explain["details"]["graph_source"].startswith("snapshot v")
+    assert walked == from_neo4j
+    paths = {node["id"]: node["path"] for node in explain["details"]["graph_nodes"]}
+    assert paths["m2"] == "p3 --inverse of starring--> m2"
+
+
+def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    extra = tmp_path / "sequel"
+    extra.mkdir()
+    (extra / "documents.jsonl").write_text(
+        json.dumps({"id": "m9", "type": "movie", "title": "Miami Vice"}) + "\n"
+    )
+    (extra / "relations.jsonl").write_text(
+        json.dumps({"source": "m9", "type": "directed_by", "target": "p1"}) + "\n"
+    )
+    looking_often = settings.model_copy(update={"graph_snapshot_check_s": 0.05})
+
+    def directed_by_mann(snapshot: GraphSnapshot) -> set[str]:
+        return snapshot.neighbours(["p1"], hops=1, cap=50).document_ids()
+
+    async def follow_an_ingest() -> None:
+        redis = aioredis.Redis.from_url(settings.redis_url)
+        snapshots = GraphSnapshots(looking_often, redis)
+        try:
+            assert await snapshots.current(kb_name) is None  # nothing copied yet: Neo4j
+            await snapshots.wait_for_loads()
+            first = await snapshots.current(kb_name)
+            assert first is not None and directed_by_mann(first) == {"m1", "m2", "m3"}
+            sequel = f"jsonl:{extra}"
+            await anyio.to_thread.run_sync(
+                lambda: run_to_end(
+                    settings, opensearch, neo4j_driver, redis_client, sequel, kb_name
+                )
+            )
+            await asyncio.sleep(0.1)
+            assert await snapshots.current(kb_name) is None, "a stale copy was served"
+            await snapshots.wait_for_loads()
+            second = await snapshots.current(kb_name)
+            assert second is not None and second.version > first.version
+            assert directed_by_mann(second) == {"m1", "m2", "m3", "m9"}
+        finally:
+            await redis.aclose()
+
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        asyncio.run(follow_an_ingest())
+
+
+def test_a_graph_too_large_to_copy_or_unknown_versions_expand_in_neo4j(
+    settings: Settings, movies_kb: str
+) -> None:
+    kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
+
+    async def sources() -> tuple[GraphSnapshot | None, GraphSnapshot | None]:
+        redis = aioredis.Redis.from_url(settings.redis_url)
+        small = GraphSnapshots(settings.model_copy(update={"graph_snapshot_max_relations": 3}),
+                               redis)  # fmt: skip
+        await small.current(kb)
+        await small.wait_for_loads()
+        too_large = await small.current(kb)
+        await redis.aclose()
+        # Redis unreachable: whether a copy is current cannot be told.
+        gone = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+        blind = GraphSnapshots(settings, gone)
+        unknown = await blind.current(kb)
+        await blind.wait_for_loads()
+        await gone.aclose()
+        return too_large, unknown
+
+    assert asyncio.run(sources()) == (None, None)

@@ -19,7 +19,8 @@ from kgqr_core.settings import Settings
 from plugin import schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.graph_store import Neighbourhood, Neo4jGraph
+from query_rewriter.graph_snapshots import load_snapshot
+from query_rewriter.graph_store import Neighbours, Neo4jGraph
 from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine, most_similar_documents
@@ -45,20 +46,36 @@ def _run(coroutine: Any) -> Any:
 
 async def _neighbourhood(
     settings: Settings, kb: str, ids: list[str], hops: int, cap: int, with_names: bool = False
-) -> Neighbourhood:
+) -> Neighbours:
     async with connections.async_neo4j_driver(settings) as driver:
         return await Neo4jGraph(driver).neighbours(kb, ids, hops, cap, with_names)
 
 
-def _neighbours(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) -> list:
+def _copied(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) -> Neighbours:
+    """The same expansion from the proxy's in-memory copy of the graph."""
+    with connections.neo4j_driver(settings) as driver:
+        snapshot = load_snapshot(driver, kb, 0, 1_000_000)
+    assert snapshot is not None
+    return snapshot.neighbours(ids, hops, cap)
+
+
+GRAPH_SOURCES = pytest.mark.parametrize("source", ["neo4j", "snapshot"])
+
+
+def _neighbours(
+    settings: Settings, kb: str, ids: list[str], hops: int, cap: int, source: str = "neo4j"
+) -> list:
+    if source == "snapshot":
+        return _copied(settings, kb, ids, hops, cap).paths()
     return _run(_neighbourhood(settings, kb, ids, hops, cap)).paths()
 
 
-def test_one_and_two_hop_neighbours(settings: Settings, movies: str) -> None:
-    one = _neighbours(settings, KB, ["m1"], hops=1, cap=50)
+@GRAPH_SOURCES
+def test_one_and_two_hop_neighbours(settings: Settings, movies: str, source: str) -> None:
+    one = _neighbours(settings, KB, ["m1"], hops=1, cap=50, source=source)
     assert {n.id for n in one} == {"p1", "p2", "g1"}
     assert {n.relation_text() for n in one if n.id == "p1"} == {"directed_by"}
-    two = _neighbours(settings, KB, ["m1"], hops=2, cap=50)
+    two = _neighbours(settings, KB, ["m1"], hops=2, cap=50, source=source)
     assert {n.id for n in two} == {"p1", "p2", "g1", "m2", "m3"}
     via = next(n for n in two if n.id == "m3")
     assert via.relation_text() in {
@@ -79,14 +96,17 @@ def test_the_ids_to_score_and_their_names(settings: Settings, movies: str) -> No
     assert [n.id for n in only] == ["m3"] and only[0].hops == 2
 
 
-def test_hub_nodes_are_capped(settings: Settings, neo4j_driver: Any, movies: str) -> None:
+@GRAPH_SOURCES
+def test_hub_nodes_are_capped(
+    settings: Settings, neo4j_driver: Any, movies: str, source: str
+) -> None:
     neo4j_driver.execute_query(
         "MERGE (h:Node {kb: 'kar-hub', id: 'hub'}) SET h.type = 'person' "
         "WITH h UNWIND range(1, 300) AS i "
         "MERGE (n:Node {kb: 'kar-hub', id: 'n' + i}) SET n.type = 'movie' "
         "MERGE (n)-[:STARRING]->(h)"
     )
-    found = _neighbours(settings, "kar-hub", ["hub"], hops=2, cap=25)
+    found = _neighbours(settings, "kar-hub", ["hub"], hops=2, cap=25, source=source)
     assert len(found) <= 25 + 25 * 25
     assert len([n for n in found if n.hops == 1]) == 25
 

@@ -124,14 +124,21 @@ def test_llm_calls_wait_for_a_slot_and_a_waiter_that_gives_up_never_reaches_the_
 
 
 def test_personalized_pagerank_favours_nodes_near_heavy_seeds() -> None:
-    from query_rewriter.strategies.graph import personalized_pagerank
+    from query_rewriter.graph_store import Reach
+    from query_rewriter.strategies.graph import personalized_pagerank, top_documents
 
-    # a - b - c - d, and an isolated seed e; most weight on a
-    edges = [("a", "b"), ("b", "c"), ("c", "d")]
-    scores = personalized_pagerank(edges, {"a": 0.9, "e": 0.1}, damping=0.5)
+    # a - b - c - d, and an isolated seed e; most weight on a. Seeds are numbered first.
+    nodes = ["a", "e", "b", "c", "d"]
+    edges = np.array([[0, 2], [2, 3], [3, 4]])
+    documents = np.array([False, False, True, True, True])
+    reach = Reach(nodes, edges[:, 0], edges[:, 1], documents)
+    scores = dict(zip(nodes, personalized_pagerank(reach, [0.9, 0.1], damping=0.5), strict=True))
     assert abs(sum(scores.values()) - 1.0) < 1e-9
-    assert scores["a"] > scores["b"] > scores["c"] > scores["d"] > 0
-    assert scores["e"] > 0 and personalized_pagerank([], {}, 0.5) == {}
+    assert scores["a"] > scores["b"] > scores["c"] > scores["d"] > 0 and scores["e"] > 0
+    empty = Reach([], np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0, dtype=bool))
+    assert not personalized_pagerank(empty, [], 0.5).any()
+    ranked = top_documents(nodes, np.array([scores[n] for n in nodes]), documents, 2)
+    assert list(ranked) == ["b", "c"]
 
 
 def test_fusion_keeps_the_plain_querys_top_and_fuses_the_rest() -> None:

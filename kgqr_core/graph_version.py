@@ -1,0 +1,24 @@
+"""A knowledge base's graph version: a Redis counter every write to its Neo4j graph raises.
+
+The proxy keeps in-memory copies of graphs (query_rewriter/graph_snapshot.py) and serves a
+copy only while its version is the current one, so Neo4j stays the source of truth and a
+copy is never older than the proxy's last look at this counter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def version_key(kb: str) -> str:
+    return f"kgqr:graph-version:{kb}"
+
+
+def bump(redis: Any, kb: str) -> None:
+    """Record that `kb`'s graph changed (after the write, so a reload sees it)."""
+    redis.incr(version_key(kb))
+
+
+def parse(raw: bytes | str | None) -> int:
+    """The stored counter; 0 for a graph nothing has been written to since versions began."""
+    return int(raw) if raw is not None else 0

@@ -1,0 +1,74 @@
+"""The in-memory graph copy answers expansions as Neo4j's query does: hub caps per step,
+no step back to the seed, documents numbered for the walk, Neo4j-shaped paths."""
+
+from __future__ import annotations
+
+from query_rewriter.graph_snapshot import GraphSnapshot
+
+NODES = [
+    ("m1", "movie", "Heat"),
+    ("m2", "movie", "Collateral"),
+    ("m3", "movie", "Ali"),
+    ("p1", "person", "Michael Mann"),
+    ("e1", "entity", "Los Angeles"),
+]
+RELATIONSHIPS = [
+    ("m1", "p1", "directed_by"),
+    ("m2", "p1", "directed_by"),
+    ("m3", "p1", "directed_by"),
+    ("m1", "e1", "mentions"),
+    ("m2", "e1", "mentions"),
+    ("m1", "gone", "starring"),  # its end was deleted between the two reads
+]
+
+
+def snapshot() -> GraphSnapshot:
+    return GraphSnapshot.build(7, NODES, RELATIONSHIPS)
+
+
+def test_both_directions_of_every_relationship_are_kept() -> None:
+    graph = snapshot()
+    assert graph.relationship_count == 5 and graph.version == 7
+    hood = graph.neighbours(["m1"], hops=1, cap=50)
+    paths = {path.id: path.relation_text() for path in hood.paths()}
+    assert paths == {"p1": "directed_by", "e1": "mentions"}
+    back = graph.neighbours(["p1"], hops=1, cap=50)
+    assert {path.relation_text() for path in back.paths()} == {"inverse of directed_by"}
+
+
+def test_two_hops_never_step_back_to_the_seed_and_name_the_node_between() -> None:
+    hood = snapshot().neighbours(["m1"], hops=2, cap=50)
+    assert hood.document_ids() == {"p1", "m2", "m3"}  # e1 is an entity: no document
+    m3 = next(path for path in hood.paths({"m3"}))
+    assert m3.relation_text() == "directed_by -> [Michael Mann] -> inverse of directed_by"
+    assert hood.vias({"m3"}) == {"p1"}
+    assert hood.source == "snapshot v7"
+
+
+def test_a_hub_gives_its_first_cap_relationships_documents_first() -> None:
+    nodes = [("hub", "entity", "Hub"), *((f"n{i}", "entity", None) for i in range(5))]
+    nodes += [(f"d{i}", "passage", None) for i in range(5)]
+    relationships = [("hub", f"n{i}", "rel") for i in range(5)]
+    relationships += [(f"d{i}", "hub", "mentions") for i in range(5)]
+    graph = GraphSnapshot.build(1, nodes, relationships)
+    first = graph.neighbours(["hub"], hops=1, cap=3)
+    assert [path.id for path in first.paths()] == ["d0", "d1", "d2"]
+    # From d0: the hub is one step; from the hub, three more, none back to d0.
+    second = graph.neighbours(["d0"], hops=2, cap=3)
+    assert {p.id for p in second.paths() if p.hops == 2} == {"d1", "d2", "d3"}
+
+
+def test_the_walk_sees_seeds_first_and_only_other_nodes_as_documents() -> None:
+    hood = snapshot().neighbours(["m1", "missing"], hops=2, cap=50)
+    reach = hood.reach(["m1", "missing"])
+    assert list(reach.nodes[:2]) == ["m1", "missing"]
+    documents = {node for node, flag in zip(reach.nodes, reach.documents, strict=True) if flag}
+    assert documents == {"p1", "m2", "m3"}
+    edges = {
+        frozenset((reach.nodes[a], reach.nodes[b]))
+        for a, b in zip(reach.sources, reach.targets, strict=True)
+    }
+    assert edges == {
+        frozenset(pair)
+        for pair in [("m1", "p1"), ("m1", "e1"), ("p1", "m2"), ("p1", "m3"), ("e1", "m2")]
+    }
