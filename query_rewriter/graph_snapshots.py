@@ -61,10 +61,9 @@ class GraphSnapshots:
         self._known: dict[str, _KnownGraph] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
 
-    async def current(self, kb: str) -> GraphSnapshot | None:
-        """The KB's copy if it is current; else None, and a load starts if none runs."""
-        if self._settings.graph_snapshot_max_relations <= 0:
-            return None
+    async def version(self, kb: str) -> int | None:
+        """The KB's graph version as of the last look (looked at again once
+        KGQR_GRAPH_SNAPSHOT_CHECK_S has passed); None while Redis does not answer."""
         known = self._known.setdefault(kb, _KnownGraph())
         now = time.monotonic()
         if now - known.looked_at >= self._settings.graph_snapshot_check_s:
@@ -76,16 +75,21 @@ class GraphSnapshots:
             except Exception as exc:  # no way to tell a copy is current: Neo4j answers
                 log.warning("graph version of %s unreadable (%s): expanding in Neo4j", kb, exc)
                 known.version = None
-        if known.version is None:
+        return known.version
+
+    async def current(self, kb: str) -> GraphSnapshot | None:
+        """The KB's copy if it is current; else None, and a load starts if none runs."""
+        if self._settings.graph_snapshot_max_relations <= 0:
             return None
-        if known.snapshot is not None and known.snapshot.version == known.version:
+        version = await self.version(kb)
+        if version is None:
+            return None
+        known = self._known[kb]
+        if known.snapshot is not None and known.snapshot.version == version:
             return known.snapshot
-        if (
-            known.too_large_at != known.version
-            and kb not in self._loading
-            and (now >= known.retry_at)
-        ):
-            self._loading[kb] = asyncio.create_task(self._load(kb, known, known.version))
+        loadable = known.too_large_at != version and time.monotonic() >= known.retry_at
+        if loadable and kb not in self._loading:
+            self._loading[kb] = asyncio.create_task(self._load(kb, known, version))
         return None
 
     async def _load(self, kb: str, known: _KnownGraph, version: int) -> None:
@@ -149,3 +153,6 @@ class SnapshotGraph(Neo4jGraph):
             return await super().neighbours(kb, node_ids, hops, cap, with_names)
         metrics.GRAPH_READS.labels("snapshot").inc()
         return snapshot.neighbours(node_ids, hops, cap)
+
+    async def version(self, kb: str) -> int | None:
+        return await self.snapshots.version(kb)

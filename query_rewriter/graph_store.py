@@ -261,6 +261,10 @@ class Neo4jGraph:
     def __init__(self, driver: AsyncDriver) -> None:
         self._driver = driver
 
+    async def version(self, kb: str) -> int | None:
+        """The KB's graph version (kgqr_core/graph_version.py); unknown without Redis."""
+        return None
+
     async def neighbours(
         self,
         kb: str,

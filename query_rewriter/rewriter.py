@@ -140,6 +140,8 @@ class Rewriter:
         # vector of its old model.
         config = STRATEGIES[strategy].config(params, self.settings)
         config["embedder"] = await self._model_of(kb)
+        if STRATEGIES[strategy].reads_graph and self.graph is not None:
+            config["graph_version"] = await self.graph.version(kb)
         if STRATEGIES[strategy].reads_plans:  # a new optimisation never serves old rewrites
             book = book_of(await self.meta_of(kb))
             config["agent_plans"] = book.version if book else None

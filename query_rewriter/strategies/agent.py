@@ -52,6 +52,7 @@ class PlanAgent(Strategy):
     name = "agent"
     uses_llm = False
     reads_plans = True
+    reads_graph = True
     params = (ANSWERS, WEIGHT)
     settings = ("agent_time_budget_ms",)
 

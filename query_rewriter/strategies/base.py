@@ -29,6 +29,9 @@ class Strategy(abc.ABC):
     # Whether its rewrites depend on the KB's optimised plan templates (the cache key then
     # carries their version).
     reads_plans = False
+    # Whether its rewrites depend on the knowledge graph (the cache key then carries the
+    # KB's graph version, so an ingest never leaves a rewrite of the old graph served).
+    reads_graph = False
 
     @abc.abstractmethod
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite: ...

@@ -91,6 +91,7 @@ def strongest_paths(
 class GraphWalk(Strategy):
     name = "graph"
     uses_llm = False
+    reads_graph = True
     params = (SEEDS, TRIPLE_SEEDS, DAMPING, BOOSTS)
     settings = ("kar_hub_cap",)
 

@@ -55,6 +55,7 @@ class KnowledgeAwareRewrite(Strategy):
         self.ranker = ranker
         self.boost = boost
         self.params = (EXPANSIONS, KAR_K, KAR_HOPS, *self.linker.params)
+        self.reads_graph = ranker is not None
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)

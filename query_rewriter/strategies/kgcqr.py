@@ -49,6 +49,7 @@ class ContextualQueryRetrieval(Strategy):
 
     params = (KGCQR_K, KGCQR_PATH_LENGTH)
     settings = ("kar_hub_cap", "kgcqr_beam_width", "kgcqr_completion_k")
+    reads_graph = True
 
     def __init__(self, name: str = "kgcqr", use_ttr: bool = True, complete: bool = True) -> None:
         self.name = name

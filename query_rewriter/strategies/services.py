@@ -32,6 +32,8 @@ class Search(Protocol):
 
 
 class Graph(Protocol):
+    async def version(self, kb: str) -> int | None: ...
+
     async def neighbours(
         self,
         kb: str,

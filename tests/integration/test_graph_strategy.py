@@ -13,6 +13,7 @@ import anyio
 import httpx
 import redis.asyncio as aioredis
 
+from kgqr_core import graph_version
 from kgqr_core.settings import Settings
 from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.graph_snapshot import GraphSnapshot
@@ -171,3 +172,21 @@ def test_a_graph_too_large_to_copy_or_unknown_versions_expand_in_neo4j(
         return too_large, unknown
 
     assert asyncio.run(sources()) == (None, None)
+
+
+def test_a_cached_graph_rewrite_is_not_served_after_the_graph_changed(
+    settings: Settings, redis_client: Any, movies_kb: str
+) -> None:
+    kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
+    looking_often = settings.model_copy(update={"graph_snapshot_check_s": 0.05})
+    with running_proxy(looking_often) as url:
+        _, first = _ranked(url, movies_kb, "graph", "Al Pacino thriller")
+        _, again = _ranked(url, movies_kb, "graph", "Al Pacino thriller")
+        assert (first["cached"], again["cached"]) == (False, True)
+        _ranked(url, movies_kb, "base", "Al Pacino thriller")
+        graph_version.bump(redis_client, kb)  # what every ingest chunk does
+        time.sleep(0.1)
+        _, changed = _ranked(url, movies_kb, "graph", "Al Pacino thriller")
+        _, base = _ranked(url, movies_kb, "base", "Al Pacino thriller")
+    assert changed["cached"] is False, "a rewrite of the old graph was served"
+    assert base["cached"] is True  # strategies that read no graph keep their cache
