@@ -126,7 +126,7 @@ class GraphSnapshots:
         )  # fmt: skip
 
     async def wait_for_loads(self) -> None:
-        """Until the loads started so far finish (a test, a bench, shutdown)."""
+        """Until the loads started so far finish (a test, a bench)."""
         while self._loading:
             await asyncio.gather(*self._loading.values(), return_exceptions=True)
 
