@@ -224,7 +224,8 @@ class Settings(BaseSettings):
     rewrite_fusion_plain: int = Field(
         default=0,
         description="1: fuse every rewritten ranking with base's (RRF), keeping base's top "
-        "KGQR_REWRITE_FUSION_KEEP hits in place (`fusion.plain`).",
+        "KGQR_REWRITE_FUSION_KEEP hits in place (`fusion.plain`); 2: keep those, and the rest "
+        "in the rewritten ranking's own order (pin).",
     )
     rewrite_fusion_keep: int = Field(
         default=1, description="base's top hits that fusion keeps in place."

@@ -3,8 +3,9 @@ expansions add depth without pushing the best first hits down: `fusion.plain=1` 
 strategy (the parameters are in strategies/params.py, as every strategy accepts them).
 
 `base`'s top `fusion.keep` hits (default 1) keep their places; the rest is ordered by
-reciprocal rank fusion of the two rankings. It costs one more search, and the query's
-embedding (~10 ms).
+reciprocal rank fusion of the two rankings (`fusion.plain=1`), or in the strategy's own
+order (`fusion.plain=2`, "pin": the top protected, the depth left to the strategy, which
+RRF gives back to base). It costs one more search, and the query's embedding (~10 ms).
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ def depth_body(client_body: dict[str, Any]) -> dict[str, Any]:
 
 
 def fuse_protecting_top(
-    plain: list[dict[str, Any]], rewritten: list[dict[str, Any]], keep: int, start: int, size: int
+    plain: list[dict[str, Any]],
+    rewritten: list[dict[str, Any]],
+    keep: int,
+    start: int,
+    size: int,
+    rrf: bool = True,
 ) -> list[dict[str, Any]]:
-    """The page [start, start + size) of the fused ranking."""
+    """The page [start, start + size) of the fused ranking (`rrf` False: below the kept
+    hits, the rewritten ranking as it is)."""
     pinned = plain[:keep]
     pinned_keys = {_key(hit) for hit in pinned}
-    fused = rrf_fuse([plain, rewritten], size=len(plain) + len(rewritten))
-    ordered = pinned + [hit for hit in fused if _key(hit) not in pinned_keys]
+    rest = rrf_fuse([plain, rewritten], size=len(plain) + len(rewritten)) if rrf else rewritten
+    ordered = pinned + [hit for hit in rest if _key(hit) not in pinned_keys]
     return ordered[start : start + size]

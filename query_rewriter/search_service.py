@@ -135,7 +135,8 @@ async def _rewritten_search(
     (outcome.fallback says why) if either fails. Returns the answer, the body it answers
     and how the hybrid was fused."""
     k = int(param_value(KNN_K, plan.params, state.settings))
-    fuse = param_value(FUSE_PLAIN, plan.params, state.settings) >= 1
+    fusion_mode = int(param_value(FUSE_PLAIN, plan.params, state.settings))
+    fuse = fusion_mode >= 1
     body = hybrid_body(
         depth_body(plan.body) if fuse else plan.body,
         plan.parsed,
@@ -161,10 +162,12 @@ async def _rewritten_search(
         if fuse:
             keep = int(param_value(KEEP_TOP, plan.params, state.settings))
             start, size = int(plan.body.get("from", 0)), int(plan.body.get("size", 10))
-            hits = fuse_protecting_top(base, merged["hits"]["hits"], keep, start, size)
+            rrf = fusion_mode == 1
+            hits = fuse_protecting_top(base, merged["hits"]["hits"], keep, start, size, rrf)
             merged["hits"] = {**merged["hits"], "hits": hits,
                               "max_score": hits[0]["_score"] if hits else None}  # fmt: skip
-            fusion = f"{fusion}; fused with base (RRF, its top {keep} kept)"
+            how = "RRF" if rrf else "the rest in the strategy's order"
+            fusion = f"{fusion}; fused with base ({how}, its top {keep} kept)"
         return _json_response(upstream, merged), body, fusion
     if upstream.status_code in (401, 403, 404):
         return upstream, body, fusion  # the caller's own refusal, as OpenSearch gave it

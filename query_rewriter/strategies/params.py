@@ -58,7 +58,7 @@ KAR_SEEDS = Param("kar.seeds", "kar_index_seeds", 1, 50, integer=True)
 KAR_HOPS = Param("kar.h", "kar_hops", 1, 2, integer=True, legacy="h")
 KGCQR_K = Param("kgcqr.k", "kgcqr_top_k", 1, 1000, integer=True, legacy="k")
 KGCQR_PATH_LENGTH = Param("kgcqr.L", "kgcqr_max_path_length", 1, 5, integer=True, legacy="L")
-FUSE_PLAIN = Param("fusion.plain", "rewrite_fusion_plain", 0, 1, integer=True)
+FUSE_PLAIN = Param("fusion.plain", "rewrite_fusion_plain", 0, 2, integer=True)
 KEEP_TOP = Param("fusion.keep", "rewrite_fusion_keep", 0, 10, integer=True)
 # BM25's share of the hybrid query (k-NN has the rest); a strong embedder wants less.
 HYBRID_BM25 = Param("hybrid.bm25", "hybrid_bm25_weight", 0.0, 1.0)

@@ -156,3 +156,5 @@ def test_fusion_keeps_the_plain_querys_top_and_fuses_the_rest() -> None:
     assert second == [hit["_id"] for hit in fuse_protecting_top(plain, rewritten, 1, 0, 4)][2:]
     unprotected = [hit["_id"] for hit in fuse_protecting_top(plain, rewritten, 0, 0, 4)]
     assert unprotected[0] != "a"  # what the protection is for
+    pinned = fuse_protecting_top(plain, rewritten, 1, 0, 5, rrf=False)
+    assert [hit["_id"] for hit in pinned] == ["a", "x", "c", "b", "y"]
