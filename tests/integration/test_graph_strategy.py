@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 import redis.asyncio as aioredis
 
 from kgqr_core import graph_version
@@ -61,8 +62,9 @@ def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
     assert explain["fallback"]["stage"] == "propagate" and ranked[0] == "p3"
 
 
+@pytest.mark.parametrize("mode", ["1", "2"])  # RRF below the kept hit; the strategy's order
 def test_fusion_with_the_plain_query_keeps_its_first_hit_first_on_every_page(
-    proxy_url: str, movies_kb: str
+    proxy_url: str, movies_kb: str, mode: str
 ) -> None:
     def page(strategy: str, **options: str) -> tuple[list[str], dict[str, Any]]:
         response = httpx.post(
@@ -75,10 +77,11 @@ def test_fusion_with_the_plain_query_keeps_its_first_hit_first_on_every_page(
         return [hit["_id"] for hit in response.json()["hits"]["hits"]], response.json()["kgqr"]
 
     plain, _ = page("base")
-    fused, explain = page("graph", **{"kgqr.param.fusion.plain": "1"})
+    fused, explain = page("graph", **{"kgqr.param.fusion.plain": mode})
     assert fused[0] == plain[0] and "fused with base" in explain["fusion"]
-    second, _ = page("graph", **{"kgqr.param.fusion.plain": "1", "from": "2"})
-    whole, _ = page("graph", **{"kgqr.param.fusion.plain": "1", "size": "8"})
+    assert ("RRF" in explain["fusion"]) == (mode == "1")
+    second, _ = page("graph", **{"kgqr.param.fusion.plain": mode, "from": "2"})
+    whole, _ = page("graph", **{"kgqr.param.fusion.plain": mode, "size": "8"})
     assert fused[:2] + second[:2] == whole[:4]
 
 
