@@ -141,10 +141,11 @@ class KnowledgeAwareRewrite(Strategy):
             # Graph evidence obeys document permissions: the ends of a path are documents the
             # caller's own searches returned; its middle node must be readable too, or the
             # path (which names it) is not shown.
-            unchecked = found.vias(ranked) - set(ranked)
+            near = found.around(ranked)  # the paths' rows, made once for vias and paths
+            unchecked = near.vias(ranked) - set(ranked)
             hidden = unchecked - await readable_ids(ctx, ctx.index, unchecked)
         best: dict[str, RankedNeighbour] = {}
-        for path in found.paths(ranked, hidden=hidden):
+        for path in near.paths(ranked, hidden=hidden):
             if path.id not in ranked:
                 continue
             score, document = ranked[path.id]
