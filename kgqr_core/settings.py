@@ -281,6 +281,18 @@ class Settings(BaseSettings):
     graph_damping: float = Field(
         default=0.5, description="`graph`: Personalized PageRank damping (HippoRAG 2 uses 0.5)."
     )
+    graph_hit_weight: float = Field(
+        default=0.05,
+        description="`graph`: weight of the plain query's hits as seeds beside the entities of "
+        "the triples nearest the query (corpus graphs; HippoRAG 2 weighs passages 0.05).",
+    )
+    graph_boost_share: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="`graph`: the walk's share of the hybrid score (BM25 and k-NN share the "
+        "rest); the plain query's first hit stays first whatever it is.",
+    )
     graph_snapshot_max_relations: int = Field(
         default=5_000_000,
         ge=0,

@@ -22,6 +22,7 @@ DEFAULT_GRID: dict[str, list[float]] = {
     "kar.h": [1, 2],
     "rewrite.n": [1, 3],
     "graph.damping": [0.3, 0.5, 0.7],
+    "graph.weight": [0.2, 0.4, 0.6, 0.8],
 }
 
 

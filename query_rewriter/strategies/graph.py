@@ -6,7 +6,9 @@ knowledge base has a corpus graph, the entities of the triples nearest the query
 to TTR). One bounded Neo4j round trip fetches their two-hop neighbourhood (hubs capped);
 Personalized PageRank (damping 0.5 by default) spreads the seeds' weight over it; the
 top-scored documents the caller may read become a third hybrid sub-query, as `kar+boost`
-does, so the graph lifts documents near the query's evidence without an LLM call.
+does, so the graph lifts documents near the query's evidence without an LLM call. The walk
+carries most of the score (`graph.weight`, 0.6) below the plain query's first hit, which
+stays first.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ SEEDS = Param("graph.seeds", "graph_seeds", 1, 50, integer=True)
 TRIPLE_SEEDS = Param("graph.triple_seeds", "graph_triple_seeds", 0, 50, integer=True)
 DAMPING = Param("graph.damping", "graph_damping", 0.05, 0.95)
 BOOSTS = Param("graph.boosts", "graph_boosts", 1, 100, integer=True)
+HIT_WEIGHT = Param("graph.hit_weight", "graph_hit_weight", 0.0, 10.0)
+WEIGHT = Param("graph.weight", "graph_boost_share", 0.0, 1.0)
 ITERATIONS = 30
 
 
@@ -92,14 +96,17 @@ class GraphWalk(Strategy):
     name = "graph"
     uses_llm = False
     reads_graph = True
-    params = (SEEDS, TRIPLE_SEEDS, DAMPING, BOOSTS)
+    params = (SEEDS, TRIPLE_SEEDS, DAMPING, BOOSTS, HIT_WEIGHT, WEIGHT)
     settings = ("kar_hub_cap",)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
         hits = await ctx.initial_hits(query, int(ctx.param(SEEDS)))
-        # Rank-based weights: the hybrid scores of two searches are not comparable.
-        seeds = {hit["id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}
+        # Rank-based weights: the hybrid scores of two searches are not comparable. Beside
+        # the triples' entities the hits weigh little (HippoRAG 2's passage weight), else
+        # the walk mostly repeats the plain ranking; alone, their scale does not matter.
+        hit_weight = ctx.param(HIT_WEIGHT)
+        seeds = {hit["id"]: hit_weight / (rank + 1) for rank, hit in enumerate(hits)}
         seeded_by_hits = len(seeds)
         entity_seeds = await self._triple_entities(ctx, query, int(ctx.param(TRIPLE_SEEDS)))
         for node, weight in entity_seeds.items():
@@ -124,6 +131,12 @@ class GraphWalk(Strategy):
         kept = [node for node in ranked if node in allowed]
         top = ranked[kept[0]] if kept else 1.0
         rewrite.boost_ids = {node: ranked[node] / top for node in kept}
+        # The walk adds what the query's evidence reaches but never displaces its best
+        # match: the plain first hit gets the top boost (fusion's pin without a second
+        # search), which lets the walk weigh more than the text (graph.weight).
+        if hits:
+            rewrite.boost_ids[hits[0]["id"]] = 1.0
+        rewrite.boost_share = ctx.param(WEIGHT)
         lifted_by = strongest_paths(near, kept, seeds, hidden=vias - allowed)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],

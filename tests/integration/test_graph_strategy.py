@@ -51,6 +51,38 @@ def test_the_walk_lifts_a_document_linked_to_the_querys_evidence(
     assert {"propagate", "walk"} <= set(explain["stages_ms"])
 
 
+def test_the_walks_weight_decides_how_far_it_moves_the_ranking_below_the_first_hit(
+    proxy_url: str, movies_kb: str
+) -> None:
+    """`graph.weight=0` leaves the plain hybrid ranking; `1` ranks by the walk alone (in
+    the order of the explain's graph nodes, the last of which min-max maps to zero), except
+    the plain query's first hit, which stays first."""
+
+    def ranked(strategy: str, **params: str) -> tuple[list[str], dict[str, Any]]:
+        response = httpx.post(
+            f"{proxy_url}/{movies_kb}/_search",
+            params={"kgqr.strategy": strategy, "kgqr.explain": "true",
+                    **{f"kgqr.param.{name}": value for name, value in params.items()}},
+            json={"query": {"match": {"text": "Michael Mann director"}}, "size": 8},
+            timeout=120,
+        )  # fmt: skip
+        assert response.status_code == 200, response.text
+        return [hit["_id"] for hit in response.json()["hits"]["hits"]], response.json()["kgqr"]
+
+    def weights(explain: dict[str, Any]) -> list[float]:
+        processor = explain["final_query"]["search_pipeline"]["phase_results_processors"][0]
+        return list(processor["normalization-processor"]["combination"]["parameters"]["weights"])
+
+    plain, _ = ranked("base", **{"hybrid.bm25": "0.3"})
+    unboosted, explain = ranked("graph", **{"hybrid.bm25": "0.3", "graph.weight": "0"})
+    assert unboosted == plain and weights(explain) == [0.3, 0.7, 0.0]
+    walked, explain = ranked("graph", **{"graph.weight": "1"})
+    assert weights(explain)[2] == 1.0 and walked[0] == plain[0]
+    nodes = [node["id"] for node in explain["details"]["graph_nodes"] if node["id"] != plain[0]]
+    assert len(nodes) > 2 and walked[1 : len(nodes)] == nodes[:-1]
+    assert walked != plain
+
+
 def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
     settings: Settings, movies_kb: str
 ) -> None:
