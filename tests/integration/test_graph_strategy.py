@@ -83,6 +83,59 @@ def test_the_walks_weight_decides_how_far_it_moves_the_ranking_below_the_first_h
     assert walked != plain
 
 
+POETS = [  # (poet, town, river): each poet's passage and a river passage per town
+    ("Ada Quill", "Marrowby", "Silverrun"),
+    ("Tom Byrne", "Dunmore", "Dane"),
+    ("Mary Oakes", "Holtham", "Wendle"),
+    ("John Pell", "Carrow", "Ouseley"),
+]
+
+
+def _corpus_kg(folder: Path) -> str:
+    """A MuSiQue-shaped corpus KG (passages, OpenIE entities and triples). Only Ada Quill's
+    town's river passage avoids the question's words ("the river that flows through the
+    birthplace of the poet"); the other towns' river passages echo them."""
+    passages, openie = [], []
+    for poet, town, river in POETS:
+        passages.append({"title": poet, "text": f"{poet} was an English poet born in {town}."})
+        openie.append({"extracted_entities": [poet, town],
+                       "extracted_triples": [[poet, "born in", town]]})  # fmt: skip
+        flows = (
+            f"The {river} passes the old mills of {town} before it reaches the sea."
+            if poet == "Ada Quill"
+            else f"The {river} is the river that flows through the poets' birthplace {town}."
+        )
+        passages.append({"title": river, "text": flows})
+        openie.append({"extracted_entities": [river, town],
+                       "extracted_triples": [[river, "flows through", town]]})  # fmt: skip
+    (folder / "corpus.json").write_text(json.dumps(passages))
+    (folder / "openie_fixture.json").write_text(json.dumps({"docs": openie}))
+    return f"musique:{folder}"
+
+
+def test_the_passage_two_hops_from_the_query_comes_right_below_its_first_hit(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, proxy_url: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The Silverrun's passage names neither Ada Quill nor anything the question asks; it
+    is two hops from her (her passage's birthplace, Marrowby, which it mentions). `base`
+    ranks it below the other rivers' passages; `graph` ranks it right below the plain
+    first hit (Ada Quill's passage, which stays first: the walk never displaces the top),
+    and its explain names the bridge."""
+    question = "Which river flows through the birthplace of the poet Ada Quill?"
+    spec = _corpus_kg(tmp_path)
+    with ingested(settings, opensearch, neo4j_driver, redis_client, spec, "graph-two-hop") as kb:
+        index = f"kgqr-{kb}-documents"
+        base, _ = _ranked(proxy_url, index, "base", question)
+        walked, explain = _ranked(proxy_url, index, "graph", question)
+    ada, silverrun = "p0", "p1"
+    assert base[0] == walked[0] == ada
+    assert base.index(silverrun) > 2, base  # the other rivers echo the question
+    assert walked[1] == silverrun
+    paths = {node["id"]: node["path"] for node in explain["details"]["graph_nodes"]}
+    assert "marrowby" in paths[silverrun].lower(), paths[silverrun]
+
+
 def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
     settings: Settings, movies_kb: str
 ) -> None:
