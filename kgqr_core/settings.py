@@ -291,7 +291,7 @@ class Settings(BaseSettings):
         ge=0,
         le=1,
         description="`graph`: the walk's share of the hybrid score (BM25 and k-NN share the "
-        "rest); the plain query's first hit stays first whatever it is.",
+        "rest); the first of the plain query's hits that seed the walk stays first.",
     )
     graph_snapshot_max_relations: int = Field(
         default=5_000_000,

@@ -133,7 +133,9 @@ class GraphWalk(Strategy):
         rewrite.boost_ids = {node: ranked[node] / top for node in kept}
         # The walk adds what the query's evidence reaches but never displaces its best
         # match: the plain first hit gets the top boost (fusion's pin without a second
-        # search), which lets the walk weigh more than the text (graph.weight).
+        # search), which lets the walk weigh more than the text (graph.weight). "First" of
+        # the top graph.seeds: min-max normalisation runs over the hits each side returns,
+        # so a page of another size may put another near-tied hit first.
         if hits:
             rewrite.boost_ids[hits[0]["id"]] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
