@@ -283,6 +283,7 @@ class Settings(BaseSettings):
     )
     graph_hit_weight: float = Field(
         default=0.05,
+        ge=0.001,
         description="`graph`: weight of the plain query's hits as seeds beside the entities of "
         "the triples nearest the query (corpus graphs; HippoRAG 2 weighs passages 0.05).",
     )

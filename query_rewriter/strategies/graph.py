@@ -31,7 +31,7 @@ SEEDS = Param("graph.seeds", "graph_seeds", 1, 50, integer=True)
 TRIPLE_SEEDS = Param("graph.triple_seeds", "graph_triple_seeds", 0, 50, integer=True)
 DAMPING = Param("graph.damping", "graph_damping", 0.05, 0.95)
 BOOSTS = Param("graph.boosts", "graph_boosts", 1, 100, integer=True)
-HIT_WEIGHT = Param("graph.hit_weight", "graph_hit_weight", 0.0, 10.0)
+HIT_WEIGHT = Param("graph.hit_weight", "graph_hit_weight", 0.001, 10.0)
 WEIGHT = Param("graph.weight", "graph_boost_share", 0.0, 1.0)
 ITERATIONS = 30
 
@@ -142,6 +142,7 @@ class GraphWalk(Strategy):
         lifted_by = strongest_paths(near, kept, seeds, hidden=vias - allowed)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],
+            "kept_first": hits[0]["id"] if hits else None,  # boosted as the walk's top
             "entity_seeds": sorted(entity_seeds)[:20],
             "graph_nodes": [
                 {"id": node, "score": round(ranked[node] / top, 4), "path": lifted_by.get(node)}
