@@ -16,19 +16,18 @@ import redis.asyncio as aioredis
 
 from kgqr_core import graph_version
 from kgqr_core.settings import Settings
+from plugin import schema
 from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.graph_snapshot import GraphSnapshot
 from query_rewriter.graph_snapshots import GraphSnapshots
 from tests.integration.ingest_helpers import TINY_KB, ingested, run_to_end
+from tests.integration.search_helpers import explained_search
 
 
-def _ranked(url: str, index: str, strategy: str, text: str) -> tuple[list[str], dict[str, Any]]:
-    response = httpx.post(
-        f"{url}/{index}/_search",
-        params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
-        json={"query": {"match": {"text": text}}, "size": 8},
-        timeout=120,
-    )
+def _ranked(
+    url: str, index: str, strategy: str, text: str, params: dict[str, float] | None = None
+) -> tuple[list[str], dict[str, Any]]:
+    response = explained_search(url, index, strategy, text, size=8, params=params)
     assert response.status_code == 200, response.text
     return [hit["_id"] for hit in response.json()["hits"]["hits"]], response.json()["kgqr"]
 
@@ -57,26 +56,17 @@ def test_the_walks_weight_decides_how_far_it_moves_the_ranking_below_the_first_h
     """`graph.weight=0` leaves the plain hybrid ranking; `1` ranks by the walk alone (in
     the order of the explain's graph nodes, the last of which min-max maps to zero), except
     the plain query's first hit, which stays first."""
-
-    def ranked(strategy: str, **params: str) -> tuple[list[str], dict[str, Any]]:
-        response = httpx.post(
-            f"{proxy_url}/{movies_kb}/_search",
-            params={"kgqr.strategy": strategy, "kgqr.explain": "true",
-                    **{f"kgqr.param.{name}": value for name, value in params.items()}},
-            json={"query": {"match": {"text": "Michael Mann director"}}, "size": 8},
-            timeout=120,
-        )  # fmt: skip
-        assert response.status_code == 200, response.text
-        return [hit["_id"] for hit in response.json()["hits"]["hits"]], response.json()["kgqr"]
+    text = "Michael Mann director"
 
     def weights(explain: dict[str, Any]) -> list[float]:
         processor = explain["final_query"]["search_pipeline"]["phase_results_processors"][0]
         return list(processor["normalization-processor"]["combination"]["parameters"]["weights"])
 
-    plain, _ = ranked("base", **{"hybrid.bm25": "0.3"})
-    unboosted, explain = ranked("graph", **{"hybrid.bm25": "0.3", "graph.weight": "0"})
+    plain, _ = _ranked(proxy_url, movies_kb, "base", text, {"hybrid.bm25": 0.3})
+    params = {"hybrid.bm25": 0.3, "graph.weight": 0.0}
+    unboosted, explain = _ranked(proxy_url, movies_kb, "graph", text, params)
     assert unboosted == plain and weights(explain) == [0.3, 0.7, 0.0]
-    walked, explain = ranked("graph", **{"graph.weight": "1"})
+    walked, explain = _ranked(proxy_url, movies_kb, "graph", text, {"graph.weight": 1.0})
     assert weights(explain)[2] == 1.0 and walked[0] == plain[0]
     nodes = [node["id"] for node in explain["details"]["graph_nodes"] if node["id"] != plain[0]]
     assert len(nodes) > 2 and walked[1 : len(nodes)] == nodes[:-1]
@@ -125,7 +115,7 @@ def test_the_passage_two_hops_from_the_query_comes_right_below_its_first_hit(
     question = "Which river flows through the birthplace of the poet Ada Quill?"
     spec = _corpus_kg(tmp_path)
     with ingested(settings, opensearch, neo4j_driver, redis_client, spec, "graph-two-hop") as kb:
-        index = f"kgqr-{kb}-documents"
+        index = schema.documents_index(kb)
         base, _ = _ranked(proxy_url, index, "base", question)
         walked, explain = _ranked(proxy_url, index, "graph", question)
     ada, silverrun = "p0", "p1"
