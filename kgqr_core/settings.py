@@ -272,27 +272,32 @@ class Settings(BaseSettings):
         default=3000, description="`agent`: a plan running longer falls back to `base`."
     )
     graph_seeds: int = Field(
-        default=10, description="`graph`: top documents of the plain query that seed the walk."
+        default=10,
+        description="`graph`, `graph_walk`: top documents of the plain query read: the first "
+        "is where `graph` starts; all seed `graph_walk`'s walk.",
     )
     graph_triple_seeds: int = Field(
         default=10,
-        description="`graph`: triples nearest the query (corpus graphs) whose entities seed it.",
+        description="`graph_walk`: triples nearest the query (corpus graphs) whose entities "
+        "seed it.",
     )
     graph_damping: float = Field(
-        default=0.5, description="`graph`: Personalized PageRank damping (HippoRAG 2 uses 0.5)."
+        default=0.5,
+        description="`graph_walk`: Personalized PageRank damping (HippoRAG 2 uses 0.5).",
     )
     graph_hit_weight: float = Field(
         default=0.05,
         ge=0.001,
-        description="`graph`: weight of the plain query's hits as seeds beside the entities of "
-        "the triples nearest the query (corpus graphs; HippoRAG 2 weighs passages 0.05).",
+        description="`graph_walk`: weight of the plain query's hits as seeds beside the "
+        "entities of the triples nearest the query (corpus graphs; HippoRAG 2 weighs passages "
+        "0.05).",
     )
     graph_boost_share: float = Field(
         default=0.6,
         ge=0,
         le=1,
-        description="`graph`: the walk's share of the hybrid score (BM25 and k-NN share the "
-        "rest); the first of the plain query's hits that seed the walk stays first.",
+        description="`graph`, `graph_walk`: the graph's boosts' share of the hybrid score "
+        "(BM25 and k-NN share the rest); the plain query's first hit stays first.",
     )
     graph_snapshot_max_relations: int = Field(
         default=5_000_000,
@@ -309,7 +314,7 @@ class Settings(BaseSettings):
         "the most an in-memory copy can lag behind an ingest.",
     )
     graph_boosts: int = Field(
-        default=20, description="`graph`: top-scored documents the third sub-query boosts."
+        default=20, description="`graph_walk`: top-scored documents the third sub-query boosts."
     )
     kgcqr_top_k: int = Field(default=20, description="KG-CQR triples retrieved before filtering")
     kgcqr_beam_width: int = Field(default=3, description="KG-CQR completion beam width.")

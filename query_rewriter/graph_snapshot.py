@@ -182,6 +182,15 @@ class SnapshotNeighbourhood:
         reached = reached[self.graph.has_document[reached]]
         return {self.graph.ids[n] for n in reached.tolist()} - self.seeds
 
+    def bridged_documents(self) -> set[str]:
+        graph = self.graph
+        first_node = graph.neighbour[self.first_edge]
+        through_entity = ~graph.has_document[first_node[self.second_row]]
+        reached = np.concatenate([first_node, graph.neighbour[self.second_edge][through_entity]])
+        reached = np.unique(reached)
+        reached = reached[graph.has_document[reached]]
+        return {graph.ids[n] for n in reached.tolist()} - self.seeds
+
     def around(self, ids: Collection[str] | None) -> Neighbourhood:
         """Neo4j-shaped rows of the paths that end at `ids` (every path when None)."""
         graph = self.graph

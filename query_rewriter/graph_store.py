@@ -127,6 +127,20 @@ class Neighbourhood:
         second = {hop[0] for row in self.rows for hop in row[6] if has_document(hop[1])}
         return (first | second) - self.seeds
 
+    def bridged_documents(self) -> set[str]:
+        """Documents one hop from a seed, or two through a node without a document (an
+        entity the seed mentions): what a seed document's text leads to. Two hops through
+        another document are a second document's neighbours, not this one's."""
+        first = {row[3] for row in self.rows if has_document(row[5])}
+        second = {
+            hop[0]
+            for row in self.rows
+            if not has_document(row[5])
+            for hop in row[6]
+            if has_document(hop[1])
+        }
+        return (first | second) - self.seeds
+
     def names(self) -> dict[str, str]:
         """Name (id when unnamed) of every node with a document; needs `with_names`."""
         names = {row[3]: row[4] or row[3] for row in self.rows if has_document(row[5])}
@@ -203,6 +217,8 @@ class Neighbours(Protocol):
     def around(self, ids: Collection[str] | None) -> Neighbourhood: ...
 
     def document_ids(self) -> set[str]: ...
+
+    def bridged_documents(self) -> set[str]: ...
 
     def names(self) -> dict[str, str]: ...
 

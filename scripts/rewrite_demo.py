@@ -47,8 +47,9 @@ def main() -> None:
             )
         nodes = explain["details"].get("graph_nodes", [])[:4]
         if nodes:
-            walked = ", ".join(f"{node['id']} {node['score']:.2f}" for node in nodes)
-            print(f"   graph walk (no LLM): {walked}")
+            found = ", ".join(f"{node['id']} {node['score']:.2f}" for node in nodes)
+            first = explain["details"]["kept_first"]
+            print(f"   graph (no LLM), from the first hit {first}: {found}")
             for node in nodes:
                 if node.get("path"):
                     print(f"     lifted by {node['path']}")

@@ -10,6 +10,7 @@ from query_rewriter.strategies.agr import AnalyzeGenerateRefine
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import CONTEXT_SETTINGS
 from query_rewriter.strategies.graph import GraphWalk
+from query_rewriter.strategies.graph_bridge import GraphBridge
 from query_rewriter.strategies.hyde import HypotheticalDocuments
 from query_rewriter.strategies.kar import KnowledgeAwareRewrite
 from query_rewriter.strategies.kar_stages import IndexEntityLinker, NameSimilarity
@@ -22,6 +23,7 @@ STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
         PlainQuery(),
+        GraphBridge(),
         GraphWalk(),
         PseudoRelevanceFeedback(),
         HypotheticalDocuments("hyde"),

@@ -1,5 +1,6 @@
-"""`graph` (no LLM): seeds from the index, a Personalized PageRank walk over Neo4j, the
-top-scored documents boosted as a third sub-query."""
+"""The LLM-free graph strategies: `graph` (the plain query's first hit and the documents
+the graph links it to, ranked by similarity to the query) and `graph_walk` (seeds from the
+index, a Personalized PageRank walk); both boost what they find as a third sub-query."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_the_walk_lifts_a_document_linked_to_the_querys_evidence(
     """Collateral (m2) names neither Tom Cruise nor a hitman; its `starring` relation to
     Tom Cruise (p3), the query's top document, is what lifts it."""
     base, _ = _ranked(proxy_url, movies_kb, "base", "Tom Cruise hitman")
-    walked, explain = _ranked(proxy_url, movies_kb, "graph", "Tom Cruise hitman")
+    walked, explain = _ranked(proxy_url, movies_kb, "graph_walk", "Tom Cruise hitman")
     assert explain["fallback"] is None and explain["llm_calls"] == 0
     assert base[0] == walked[0] == "p3"
     assert walked.index("m2") < base.index("m2")
@@ -50,10 +51,30 @@ def test_the_walk_lifts_a_document_linked_to_the_querys_evidence(
     assert {"propagate", "walk"} <= set(explain["stages_ms"])
 
 
+def test_the_bridge_lifts_what_the_first_hit_links_to_by_similarity_to_the_query(
+    proxy_url: str, movies_kb: str
+) -> None:
+    """`graph` follows only the first hit's links: Tom Cruise (p3) stars in Collateral
+    (m2), which names neither him nor a hitman; the films he links to are ranked by their
+    documents' similarity to the query, and the explain shows each one's link."""
+    base, _ = _ranked(proxy_url, movies_kb, "base", "Tom Cruise hitman")
+    bridged, explain = _ranked(proxy_url, movies_kb, "graph", "Tom Cruise hitman")
+    assert explain["fallback"] is None and explain["llm_calls"] == 0
+    details = explain["details"]
+    assert base[0] == bridged[0] == details["kept_first"] == "p3"
+    assert bridged.index("m2") < base.index("m2")
+    scores = [node["score"] for node in details["graph_nodes"]]
+    assert scores == sorted(scores, reverse=True) and 0 < len(scores) <= details["candidates"]
+    paths = {node["id"]: node["path"] for node in details["graph_nodes"]}
+    assert paths["m2"] == "p3 --inverse of starring--> m2"
+    assert all(path.startswith("p3 --") for path in paths.values())
+    assert {"propagate", "drf"} <= set(explain["stages_ms"])
+
+
 def test_the_walks_weight_decides_how_far_it_moves_the_ranking_below_the_first_hit(
     proxy_url: str, movies_kb: str
 ) -> None:
-    """`graph.weight=0` leaves the plain hybrid ranking; `1` ranks by the walk alone (in
+    """`graph.weight=0` leaves the plain hybrid ranking; `1` ranks by the graph alone (in
     the order of the explain's graph nodes, the last of which min-max maps to zero), except
     the plain query's first hit, which stays first."""
     text = "Michael Mann director"
@@ -64,13 +85,19 @@ def test_the_walks_weight_decides_how_far_it_moves_the_ranking_below_the_first_h
 
     plain, _ = _ranked(proxy_url, movies_kb, "base", text, {"hybrid.bm25": 0.3})
     params = {"hybrid.bm25": 0.3, "graph.weight": 0.0}
-    unboosted, explain = _ranked(proxy_url, movies_kb, "graph", text, params)
-    assert unboosted == plain and weights(explain) == [0.3, 0.7, 0.0]
-    walked, explain = _ranked(proxy_url, movies_kb, "graph", text, {"graph.weight": 1.0})
+    for strategy in ("graph", "graph_walk"):
+        unboosted, explain = _ranked(proxy_url, movies_kb, strategy, text, params)
+        assert unboosted == plain and weights(explain) == [0.3, 0.7, 0.0]
+    walked, explain = _ranked(proxy_url, movies_kb, "graph_walk", text, {"graph.weight": 1.0})
     assert weights(explain)[2] == 1.0 and walked[0] == plain[0]
     nodes = [node["id"] for node in explain["details"]["graph_nodes"] if node["id"] != plain[0]]
     assert len(nodes) > 2 and walked[1 : len(nodes)] == nodes[:-1]
     assert walked != plain
+    # The bridge's boosts keep every candidate above the unboosted documents, the least
+    # similar one too (the plain hits, boosted at a floor, hold the boost's minimum).
+    bridged, explain = _ranked(proxy_url, movies_kb, "graph", text, {"graph.weight": 1.0})
+    nodes = [node["id"] for node in explain["details"]["graph_nodes"]]
+    assert len(nodes) > 2 and bridged[: len(nodes) + 1] == [plain[0], *nodes]
 
 
 POETS = [  # (poet, town, river): each poet's passage and a river passage per town
@@ -103,27 +130,32 @@ def _corpus_kg(folder: Path) -> str:
     return f"musique:{folder}"
 
 
-def test_the_passage_two_hops_from_the_query_comes_right_below_its_first_hit(
+def test_the_passage_two_hops_from_the_query_is_lifted_through_the_bridge_entity(
     settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
     ingest_worker: Any, proxy_url: str, tmp_path: Path,
 ) -> None:  # fmt: skip
     """The Silverrun's passage names neither Ada Quill nor anything the question asks; it
     is two hops from her (her passage's birthplace, Marrowby, which it mentions). `base`
-    ranks it below the other rivers' passages; `graph` ranks it right below the plain
-    first hit (Ada Quill's passage, which stays first: the walk never displaces the top),
-    and its explain names the bridge."""
+    ranks it below the other rivers' passages. `graph_walk` ranks it right below the plain
+    first hit (Ada Quill's passage, which stays first: the walk never displaces the top).
+    `graph` lifts it too, by less: its boost is its similarity to the question, which this
+    passage is built to lack. Both explains name the bridge."""
     question = "Which river flows through the birthplace of the poet Ada Quill?"
     spec = _corpus_kg(tmp_path)
     with ingested(settings, opensearch, neo4j_driver, redis_client, spec, "graph-two-hop") as kb:
         index = schema.documents_index(kb)
         base, _ = _ranked(proxy_url, index, "base", question)
-        walked, explain = _ranked(proxy_url, index, "graph", question)
+        walked, walk = _ranked(proxy_url, index, "graph_walk", question)
+        bridged, bridge = _ranked(proxy_url, index, "graph", question)
     ada, silverrun = "p0", "p1"
-    assert base[0] == walked[0] == explain["details"]["kept_first"] == ada
+    assert base[0] == walked[0] == bridged[0] == ada
+    assert walk["details"]["kept_first"] == bridge["details"]["kept_first"] == ada
     assert base.index(silverrun) > 2, base  # the other rivers echo the question
     assert walked[1] == silverrun
-    paths = {node["id"]: node["path"] for node in explain["details"]["graph_nodes"]}
-    assert "marrowby" in paths[silverrun].lower(), paths[silverrun]
+    assert bridged.index(silverrun) < base.index(silverrun), (base, bridged)
+    for explain in (walk, bridge):
+        paths = {node["id"]: node["path"] for node in explain["details"]["graph_nodes"]}
+        assert "marrowby" in paths[silverrun].lower(), paths[silverrun]
 
 
 def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
@@ -133,8 +165,9 @@ def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
         update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "rewrite_cache_ttl_s": 0}
     )
     with running_proxy(no_graph) as url:
-        ranked, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
-    assert explain["fallback"]["stage"] == "propagate" and ranked[0] == "p3"
+        for strategy in ("graph", "graph_walk"):
+            ranked, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
+            assert explain["fallback"]["stage"] == "propagate" and ranked[0] == "p3"
 
 
 @pytest.mark.parametrize("mode", ["1", "2"])  # RRF below the kept hit; the strategy's order
@@ -160,20 +193,21 @@ def test_fusion_with_the_plain_query_keeps_its_first_hit_first_on_every_page(
     assert fused[:2] + second[:2] == whole[:4]
 
 
+@pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
 def test_the_walk_on_the_proxys_copy_of_the_graph_lifts_as_neo4js_does(
-    settings: Settings, movies_kb: str
+    settings: Settings, movies_kb: str, strategy: str
 ) -> None:
     """A proxy copies the graph into memory on its first `graph` search; once it walks the
     copy, the same document is lifted by the same path. (Rewrites not cached: a cached one
     would not walk again.)"""
     uncached = settings.model_copy(update={"rewrite_cache_ttl_s": 0})
     with running_proxy(uncached.model_copy(update={"graph_snapshot_max_relations": 0})) as url:
-        from_neo4j, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
+        from_neo4j, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
     assert explain["details"]["graph_source"] == "neo4j"
     deadline = time.monotonic() + 60
     with running_proxy(uncached) as url:
         while True:
-            walked, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
+            walked, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
             source = explain["details"]["graph_source"]
             if source.startswith("snapshot") or time.monotonic() > deadline:
                 break

@@ -363,6 +363,21 @@ def test_graph_evidence_obeys_document_level_security(
     assert HIDDEN in response and HIDDEN in prompt
 
 
+@pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
+def test_the_graph_boosts_and_shows_only_documents_the_caller_may_read(
+    strategy: str, proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """Heat (m1), the first hit, stars Al Pacino (p2): the graph reaches p2 for a reader of
+    the whole KB, and never for the restricted caller, neither as a boost nor in a path."""
+    seen = _what_each_saw(proxy, users, INDEX, QUERY, strategy, evidence="graph_nodes")
+    response, prompt = seen["restricted"]
+    assert HIDDEN not in response and "p2" not in response and prompt == ""
+    response, _ = seen["reader"]
+    shown = json.loads(response)["kgqr"]
+    assert "p2" in {node["id"] for node in shown["details"]["graph_nodes"]}
+    assert "p2" in json.dumps(shown["final_query"]["query"]["hybrid"]["queries"][2])
+
+
 def test_the_agents_plan_answers_only_with_documents_the_caller_may_read(
     proxy: tuple[str, list[str]], users: dict[str, str]
 ) -> None:

@@ -63,5 +63,7 @@ def test_a_sweeps_default_grid_is_what_its_strategy_reads_by_namespaced_name() -
 
     kar, graph = _parse_grid((), "kar"), _parse_grid((), "graph")
     assert {"kar.k", "knn.k", "kar.h", "rewrite.n", "rewrite.alpha"} == set(kar)
-    assert {"graph.damping", "graph.weight", "knn.k", "rewrite.alpha"} == set(graph)
+    assert {"graph.weight", "knn.k", "rewrite.alpha"} == set(graph)
+    walk = _parse_grid((), "graph_walk")
+    assert {"graph.damping", "graph.weight", "knn.k", "rewrite.alpha"} == set(walk)
     assert _parse_grid(("kar.k=5,10",), "kar") == {"kar.k": [5.0, 10.0]}
