@@ -124,3 +124,11 @@ run_resumed "musique:$data/musique100" agr musique ablation-musique100-dev10-agr
 # run (2026-11-23) predates kar_knowledge_format, so --resume refused it: run afresh.
 env "${kar_env[@]}" kgqr eval "musique:$data/musique100" --kb musique \
   --strategies kgcqr_no_completion --out "$out/ablation-musique100-dev50-kgcqr-no-completion"
+# 2026-11-26: `graph` (the first hit's bridge) beside base and the PageRank walk, both
+# embedders (the -gemma KBs are copies re-embedded with `kgqr ingest reembed --kb
+# musique-gemma --model embeddinggemma-300m`, docs/results.md "EmbeddingGemma-300M").
+for kb in musique hotpotqa musique-gemma hotpotqa-gemma; do
+  kind=${kb%-gemma}
+  kgqr eval "$kind:$data/${kind}100" --kb "$kb" --strategies base,graph,graph_walk \
+    --out "$out/graph-bridge/eval-$kb-dev50-base-graph"
+done
