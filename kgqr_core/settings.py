@@ -314,7 +314,8 @@ class Settings(BaseSettings):
         "the most an in-memory copy can lag behind an ingest.",
     )
     graph_boosts: int = Field(
-        default=20, description="`graph_walk`: top-scored documents the third sub-query boosts."
+        default=20,
+        description="`graph`, `graph_walk`: top-scored documents the third sub-query boosts.",
     )
     kgcqr_top_k: int = Field(default=20, description="KG-CQR triples retrieved before filtering")
     kgcqr_beam_width: int = Field(default=3, description="KG-CQR completion beam width.")

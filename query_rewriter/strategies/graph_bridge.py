@@ -19,7 +19,7 @@ from __future__ import annotations
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.graph import SEEDS, WEIGHT, strongest_paths
+from query_rewriter.strategies.graph import BOOSTS, SEEDS, WEIGHT, strongest_paths
 from query_rewriter.strategies.vector_lookups import exact_cosine
 
 # Below any similarity worth a boost: it only marks the plain hits as seen by the boost
@@ -31,7 +31,7 @@ class GraphBridge(Strategy):
     name = "graph"
     uses_llm = False
     reads_graph = True
-    params = (SEEDS, WEIGHT)
+    params = (SEEDS, BOOSTS, WEIGHT)
     settings = ("kar_hub_cap",)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
@@ -49,10 +49,12 @@ class GraphBridge(Strategy):
             # With the caller's credentials: a document they may not read scores nothing.
             vector = await ctx.query_vector(query)
             cosines = await exact_cosine(ctx, ctx.index, vector, candidates)
+        # The best graph.boosts: a first hit that mentions hubs reaches thousands, more
+        # clauses than the engine takes in one query.
         ranked = sorted(
             (node for node, cosine in cosines.items() if cosine > FLOOR),
             key=lambda node: -cosines[node],
-        )
+        )[: int(ctx.param(BOOSTS))]
         # The engine min-max normalises the boost sub-query over the documents it matched,
         # which maps the least similar candidate to nothing (with one candidate, the only
         # one). The plain hits at a floor weight pull that minimum to ~0, so a candidate's
@@ -61,17 +63,19 @@ class GraphBridge(Strategy):
         rewrite.boost_ids.update({node: cosines[node] for node in ranked})
         rewrite.boost_ids[first] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
-        # Paths through entities only: a bridged document is one hop from the first hit or
-        # two through an entity it mentions, and entities have no document to hide.
+        # A bridged document is one hop from the first hit or two through an entity it
+        # mentions; a path through another document shows it only if the caller may read
+        # it (it scored), as with every path an explain shows.
         near = hood.around(ranked)
-        lifted_by = strongest_paths(near, ranked, {first: 1.0}, hidden=near.vias(ranked))
+        hidden = near.vias(ranked) - set(ranked)
+        lifted_by = strongest_paths(near, ranked, {first: 1.0}, hidden=hidden)
         rewrite.details = {
             "seeds": [first],
             "kept_first": first,
             "candidates": len(candidates),
             "graph_nodes": [
                 {"id": node, "score": round(cosines[node], 4), "path": lifted_by.get(node)}
-                for node in ranked[:20]
+                for node in ranked
             ],
             "graph_source": hood.source,
         }

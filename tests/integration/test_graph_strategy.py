@@ -69,6 +69,14 @@ def test_the_bridge_lifts_what_the_first_hit_links_to_by_similarity_to_the_query
     assert paths["m2"] == "p3 --inverse of starring--> m2"
     assert all(path.startswith("p3 --") for path in paths.values())
     assert {"propagate", "drf"} <= set(explain["stages_ms"])
+    # Only the best `graph.boosts` are boosted (a first hit mentioning hubs reaches more
+    # documents than the engine takes clauses).
+    _, capped = _ranked(proxy_url, movies_kb, "graph", "Tom Cruise hitman", {"graph.boosts": 1})
+    assert [node["id"] for node in capped["details"]["graph_nodes"]] == [
+        details["graph_nodes"][0]["id"]
+    ]
+    boosts = capped["final_query"]["query"]["hybrid"]["queries"][2]["bool"]["should"]
+    assert sum(clause["constant_score"]["boost"] > 0.001 for clause in boosts) == 2
 
 
 def test_the_walks_weight_decides_how_far_it_moves_the_ranking_below_the_first_hit(

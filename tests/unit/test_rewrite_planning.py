@@ -77,7 +77,8 @@ def test_plan_passes_through_unmanaged_scroll_and_disabled() -> None:
 
 def test_plan_rejects_unknown_strategy_and_parameters() -> None:
     body = {"query": {"match": {"text": "heat"}}}
-    with pytest.raises(RewriteRequestError, match="valid strategies: base, graph, graph_walk, prf, hyde"):
+    valid = "valid strategies: base, graph, graph_walk, prf, hyde"
+    with pytest.raises(RewriteRequestError, match=valid):
         plan_search("kgqr-m-documents", {"kgqr.strategy": "magic"}, body, "base")
     with pytest.raises(RewriteRequestError, match=r"unknown kgqr parameter \[beta\]"):
         plan_search("kgqr-m-documents", {"kgqr.param.beta": "1"}, body, "base")
