@@ -72,3 +72,19 @@ def test_the_walk_sees_seeds_first_and_only_other_nodes_as_documents() -> None:
         frozenset(pair)
         for pair in [("m1", "p1"), ("m1", "e1"), ("p1", "m2"), ("p1", "m3"), ("e1", "m2")]
     }
+
+
+def test_the_bridge_reaches_neighbours_and_the_documents_of_mentioned_entities_only() -> None:
+    """From Heat: Michael Mann (a neighbour) and Collateral (through Los Angeles, an
+    entity both mention), not Mann's other films (two hops through a document); the
+    Neo4j-shaped rows give the same set."""
+    hood = snapshot().neighbours(["m1"], hops=2, cap=50)
+    assert hood.bridged_documents() == {"p1", "m2"}
+    assert hood.around(None).bridged_documents() == {"p1", "m2"}
+
+
+def test_the_bridge_through_a_hub_takes_its_first_cap_documents() -> None:
+    nodes = [("hub", "entity", "Hub"), *((f"d{i}", "passage", None) for i in range(6))]
+    graph = GraphSnapshot.build(1, nodes, [(f"d{i}", "hub", "mentions") for i in range(6)])
+    hood = graph.neighbours(["d0"], hops=2, cap=3)
+    assert hood.bridged_documents() == {"d1", "d2", "d3"}
