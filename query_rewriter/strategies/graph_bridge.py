@@ -9,9 +9,10 @@ They become a third hybrid sub-query, as `kar+boost`'s are; the first hit gets t
 boost, so it stays first.
 
 On the shared dev sets this beat the Personalized PageRank walk over every seed
-(`graph_walk`) with both embedders, on both halves of each (bench/results/graph-bridge/):
-the walk spread the query's weight over every entity its nearest triples named, most of
-them beside the point, while the first hit's neighbours are few and each one step on.
+(`graph_walk`) on MuSiQue with both embedders and on HotpotQA with Gemma, on both halves,
+and tied with it on HotpotQA with MiniLM (bench/results/graph-bridge/): the walk spread the
+query's weight over every entity its nearest triples named, most of them beside the point,
+while the first hit's neighbours are few and each one step on.
 """
 
 from __future__ import annotations
@@ -47,14 +48,15 @@ class GraphBridge(Strategy):
             candidates = hood.bridged_documents()
         with ctx.timer.stage("drf"):
             # With the caller's credentials: a document they may not read scores nothing.
+            # Only the best graph.boosts: a first hit that mentions hubs reaches thousands,
+            # more clauses than the engine takes in one query.
             vector = await ctx.query_vector(query)
-            cosines = await exact_cosine(ctx, ctx.index, vector, candidates)
-        # The best graph.boosts: a first hit that mentions hubs reaches thousands, more
-        # clauses than the engine takes in one query.
+            top = int(ctx.param(BOOSTS))
+            cosines = await exact_cosine(ctx, ctx.index, vector, candidates, top=top)
         ranked = sorted(
             (node for node, cosine in cosines.items() if cosine > FLOOR),
             key=lambda node: -cosines[node],
-        )[: int(ctx.param(BOOSTS))]
+        )
         # The engine min-max normalises the boost sub-query over the documents it matched,
         # which maps the least similar candidate to nothing (with one candidate, the only
         # one). The plain hits at a floor weight pull that minimum to ~0, so a candidate's
