@@ -252,6 +252,8 @@ def run(
             click.echo(f"results so far are in {checkpoint.path}; --resume it to go on", err=True)
         raise
     click.echo(format_table(report))
+    if "graph_source" in report.config:
+        click.echo(f"graph read from: {report.config['graph_source'] or 'no graph'}")
     json_path, csv_path = write_outputs(report, stem)
     checkpoint.close(finished=True)
     click.echo(f"wrote {json_path} and {csv_path}")

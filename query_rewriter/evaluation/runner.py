@@ -15,8 +15,10 @@ from typing import Any
 import httpx
 
 from plugin.schema import documents_index
+from query_rewriter.evaluation.graph_copy_wait import wait_for_graph_copy
 from query_rewriter.evaluation.metrics import latency_percentiles, mean_scores, score_query
 from query_rewriter.evaluation.query_sets import JudgedQuery
+from query_rewriter.strategies import STRATEGIES
 
 
 @dataclass
@@ -169,6 +171,8 @@ async def evaluate(
                 on_result(result)
             return result
 
+        reads_graph = any(STRATEGIES[name].reads_graph for name in strategies if name in STRATEGIES)
+        graph_source = await wait_for_graph_copy(client, index) if reads_graph else None
         for strategy in strategies:
             results = await asyncio.gather(*(one(q, strategy) for q in queries))
             all_results.extend(results)
@@ -178,6 +182,8 @@ async def evaluate(
         "strategies": list(strategies),
         **run_identity(kb, params, size, config),
     }
+    if reads_graph:
+        run_config["graph_source"] = graph_source  # where the run's graph reads went
     return EvalReport(run_config, reports, all_results)
 
 

@@ -154,3 +154,18 @@ def test_a_knowledge_base_never_ingested_is_a_clear_error(judged: Path, proxy: s
     assert result.exit_code == 1, result.output
     assert "no index 'kgqr-never-ingested-documents'" in result.output
     assert "kgqr ingest" in result.output and "Traceback" not in result.output
+
+
+def test_a_run_that_reads_the_graph_starts_once_the_proxy_reads_its_copy(
+    judged: Path, settings: Settings, tmp_path: Path
+) -> None:
+    """A fresh proxy expands in Neo4j until its graph copy is loaded; the run waits for the
+    copy (else its first searches would read Neo4j's hub cap, the rest the copy's) and
+    says where its graph reads went. A run that reads no graph does not wait."""
+    with running_proxy(settings.model_copy(update={"rewrite_cache_ttl_s": 0})) as fresh:
+        _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "base,graph", "--proxy", fresh,
+              "--out", str(tmp_path / "graph"))  # fmt: skip
+    config = json.loads((tmp_path / "graph.json").read_text())["config"]
+    assert config["graph_source"].startswith("snapshot v")
+    _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "base", "--out", str(tmp_path / "plain"))
+    assert "graph_source" not in json.loads((tmp_path / "plain.json").read_text())["config"]
