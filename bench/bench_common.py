@@ -3,6 +3,7 @@ kgqr proxy in a process of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import multiprocessing
@@ -20,6 +21,7 @@ import httpx
 
 from plugin import schema
 from query_rewriter.background_server import free_port
+from query_rewriter.evaluation import graph_copy_wait
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[1]
@@ -102,24 +104,15 @@ def proxy_process(env: dict[str, str] | None = None, workers: int = 1) -> Iterat
         server.wait(timeout=30)
 
 
-def graph_source(proxy_url: str, kb: str) -> str:
-    """Where the proxy reads `kb`'s graph now: "neo4j", or "snapshot vN" (its copy)."""
-    response = httpx.post(
-        f"{proxy_url}/{schema.documents_index(kb)}/_search",
-        params={"kgqr.strategy": "graph", "kgqr.explain": "true"},
-        json={"query": {"match": {"text": "the"}}, "size": 1},
-        timeout=120,
-    )
-    response.raise_for_status()
-    return str(response.json()["kgqr"]["details"].get("graph_source", "neo4j"))
-
-
 def wait_for_graph_copy(proxy_url: str, kb: str, timeout_s: float = 300) -> str:
     """Until the proxy walks `kb` on its in-memory copy (loaded on first use), so a run's
-    first questions are measured like its last; the source it ended on."""
-    deadline = time.monotonic() + timeout_s
-    source = graph_source(proxy_url, kb)
-    while not source.startswith("snapshot") and time.monotonic() < deadline:
-        time.sleep(1)
-        source = graph_source(proxy_url, kb)
-    return source
+    first questions are measured like its last; the source it ended on. The wait `kgqr
+    eval` does, from a bench's synchronous code."""
+
+    async def wait() -> str | None:
+        async with httpx.AsyncClient(base_url=proxy_url, timeout=120) as client:
+            return await graph_copy_wait.wait_for_graph_copy(
+                client, schema.documents_index(kb), deadline_s=timeout_s
+            )
+
+    return asyncio.run(wait()) or "no graph"
