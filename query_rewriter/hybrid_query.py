@@ -84,8 +84,10 @@ def hybrid_body(
     positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
     if positive:
         hybrid["queries"].append(boost_clause(positive, parsed))
-    if start > 0:
-        hybrid["pagination_depth"] = max(k, start + size)
+    # Every page of a search reads each sub-query equally deep, so min-max normalisation
+    # sees the same scores and pages join up: without it the engine reads from + size
+    # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.
+    hybrid["pagination_depth"] = max(k, start + size)
     body["query"] = {"hybrid": hybrid}
     return body
 

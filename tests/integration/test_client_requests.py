@@ -51,6 +51,28 @@ def test_gzipped_request_bodies_work_as_they_do_directly(
         direct.indices.delete(index=unique_name)
 
 
+@pytest.mark.parametrize("strategy", ["base", "graph"])
+def test_pages_of_a_rewritten_search_join_up_into_its_ranking(
+    proxy_url: str, movies_kb: str, strategy: str
+) -> None:
+    """A client paging through a search sees one ranking: each page's hybrid sub-queries
+    are read as deep as the others', so min-max normalisation scores them alike."""
+
+    def page(start: int, size: int) -> list[str]:
+        response = httpx.post(
+            f"{proxy_url}/{movies_kb}/_search",
+            params={"kgqr.strategy": strategy},
+            json={"query": {"match": {"text": "American film actor"}}, "from": start, "size": size},
+            timeout=300,
+        )
+        assert response.status_code == 200 and "x-kgqr-fallback" not in response.headers
+        return _ids(response.json())
+
+    whole = page(0, 8)
+    assert len(whole) == 8
+    assert page(0, 2) + page(2, 2) + page(4, 4) == whole
+
+
 def test_paging_in_the_url_pages_the_rewritten_search(entry_url: str, movies_kb: str) -> None:
     client = OpenSearch(hosts=[entry_url], timeout=300)
     body = {"query": {"match": {"text": "American film"}}}

@@ -126,6 +126,8 @@ def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() ->
     assert bm25["bool"]["must"][0]["multi_match"]["query"] == "heat expanded"
     assert knn["knn"]["vector"]["filter"]["bool"]["filter"] == [{"term": {"type": "movie"}}]
     assert body["query"]["hybrid"]["pagination_depth"] == 50
+    first_page = hybrid_body({"size": 5}, parsed, "heat", np.array([1.0, 0.0]), k=50)
+    assert first_page["query"]["hybrid"]["pagination_depth"] == 50  # same depth on every page
 
 
 def test_fusion_follows_kgcqr_equation_9() -> None:
