@@ -132,3 +132,34 @@ for kb in musique hotpotqa musique-gemma hotpotqa-gemma; do
   kgqr eval "$kind:$data/${kind}100" --kb "$kb" --strategies base,graph,graph_walk \
     --out "$out/graph-bridge/eval-$kb-dev50-base-graph"
 done
+# 2026-11-26, later: every page of a hybrid search now reads each sub-query to one depth
+# (pagination_depth = max(k, from + size); before, the first page read from + size), so the
+# README's table and the search-speed goals' runs were measured again, in
+# bench/results/page-depth/ (LLM answers from the cache where the prompt was unchanged).
+depth_out="$out/page-depth"
+for kb in musique hotpotqa musique-gemma hotpotqa-gemma; do
+  kind=${kb%-gemma}
+  kgqr eval "$kind:$data/${kind}100" --kb "$kb" --strategies base,graph,graph_walk \
+    --out "$depth_out/eval-$kb-dev50-base-graph"
+done
+fusion_runs() {  # KIND KB STRATEGIES NAME: unfused (with base), pinned, RRF
+  env "${kar_env[@]}" kgqr eval "$1:$data/${1}100" --kb "$2" --strategies "base,$3" \
+    --out "$depth_out/eval-$1-dev50-$4-unfused"
+  env "${kar_env[@]}" kgqr eval "$1:$data/${1}100" --kb "$2" --strategies "$3" \
+    --param fusion.plain=2 --out "$depth_out/eval-$1-dev50-$4-pinned"
+  env "${kar_env[@]}" kgqr eval "$1:$data/${1}100" --kb "$2" --strategies "$3" \
+    --param fusion.plain=1 --out "$depth_out/eval-$1-dev50-$4-fused"
+}
+for set in hotpotqa musique; do
+  fusion_runs "$set" "$set" hyde,rar hyde-rar
+  fusion_runs "$set" "$set" kar,kar+boost kar
+done
+fusion_runs hotpotqa hotpotqa-kg kgcqr kgcqr
+fusion_runs musique musique kgcqr kgcqr
+for kb in musique-gemma hotpotqa-gemma; do
+  kind=${kb%-gemma}
+  env "${kar_env[@]}" kgqr eval "$kind:$data/${kind}100" --kb "$kb" --strategies base,hyde \
+    --out "$depth_out/eval-$kb-dev50-base-hyde"
+done
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
+  --strategies base,hyde,kar,kar_index --out "$depth_out/eval-hotpotqa-dev50-kar-index"
