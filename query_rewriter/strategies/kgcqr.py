@@ -182,7 +182,9 @@ class ContextualQueryRetrieval(Strategy):
                     )
                     (finished if target in targets and target != path.start else grown).append(step)
             paths = []
-            for start in {p.start for p in grown}:
+            # In a fixed order: the triples of one path tie, and their order reaches the
+            # prompt, so set order (per-process string hashing) would change the rewrite.
+            for start in sorted({p.start for p in grown}):
                 ranked = sorted((p for p in grown if p.start == start), key=lambda p: -p.score)
                 paths.extend(ranked[:beam])
             if not paths:

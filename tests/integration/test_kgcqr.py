@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +31,7 @@ from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
 from tests.integration.search_helpers import explained_search
 
 KB = "kgcqr-chain"
+REPO = Path(__file__).resolve().parents[2]
 QUERY = "How is Alpha Corp connected to Delta Labs through Beta and Gamma?"
 CHAIN = [  # the known path Alpha -> Beta -> Gamma -> Delta
     ("Alpha Corp", "founded", "Beta Holdings", "Alpha Corp founded Beta Holdings in 1990."),
@@ -94,7 +99,9 @@ async def _with_strategy_context(settings: Settings, use: Any) -> Any:
         return await use(ctx, embed)
 
 
-def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str) -> None:
+def completed_chain(settings: Settings) -> list[dict[str, Any]]:
+    """The triples KG-CQR's completion adds to the kept ones, in the order it adds them."""
+
     async def complete(ctx: StrategyContext, embed: Any) -> list[dict[str, Any]]:
         kept_rows = [{"id": k.triple_id, "head": k.head, "tail": k.tail} for k in KEPT_TRIPLES]
         query_vector = (await embed([QUERY]))[0]
@@ -102,8 +109,34 @@ def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str)
             ctx, schema.triples_index(KB), query_vector, kept_rows
         )
 
-    added = asyncio.run(_with_strategy_context(settings, complete))
+    return list(asyncio.run(_with_strategy_context(settings, complete)))
+
+
+def test_beam_search_completes_the_known_path(settings: Settings, chain_kb: str) -> None:
+    added = completed_chain(settings)
     assert {(t["head"], t["tail"]) for t in added} == {(h, t) for h, _, t, _ in CHAIN}
+
+
+def test_the_completion_is_the_same_in_every_process(settings: Settings, chain_kb: str) -> None:
+    """Its order reaches the prompt, so it must not follow Python's per-process string
+    hashing (set order): a KG-CQR rewrite cached by one process is then found by the next,
+    and two evaluation runs score the same rewrites."""
+    program = (
+        "import json, sys\n"
+        "from kgqr_core.settings import Settings\n"
+        "from tests.integration.test_kgcqr import completed_chain\n"
+        "added = completed_chain(Settings.model_validate_json(sys.argv[1]))\n"
+        "print(json.dumps([[t['head'], t['relation'], t['tail']] for t in added]))\n"
+    )
+    orders = {
+        subprocess.run(
+            [sys.executable, "-c", program, settings.model_dump_json()],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            check=True, capture_output=True, text=True, cwd=REPO,
+        ).stdout.strip().splitlines()[-1]
+        for seed in range(6)
+    }  # fmt: skip
+    assert len(orders) == 1, orders
 
 
 def test_no_ttr_ablation_never_selects_triples_through_their_ttr(
