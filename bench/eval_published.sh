@@ -163,3 +163,7 @@ for kb in musique-gemma hotpotqa-gemma; do
 done
 env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
   --strategies base,hyde,kar,kar_index --out "$depth_out/eval-hotpotqa-dev50-kar-index"
+# After KG-CQR's completion stopped depending on Python's string hashing (its beam's
+# starts in sorted order), its three runs per set were made again into the same files.
+fusion_runs musique musique kgcqr kgcqr
+fusion_runs hotpotqa hotpotqa-kg kgcqr kgcqr
