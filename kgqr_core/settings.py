@@ -231,7 +231,9 @@ class Settings(BaseSettings):
         default=1, description="base's top hits that fusion keeps in place."
     )
     rewrite_knn_k: int = Field(
-        default=50, description="k of the hybrid query's k-NN clause (at least the page size)."
+        default=50,
+        description="k of the hybrid query's k-NN clause, and how deep every page reads each "
+        "sub-query (at least from + size), so pages of one search join up.",
     )
     rewrite_prf_docs: int = Field(default=3, description="Initial hits PRF and RAR read.")
     rewrite_doc_chars: int = Field(default=500, description="Documents are cut to this in prompts.")
