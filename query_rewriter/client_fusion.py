@@ -38,7 +38,7 @@ async def client_side_hybrid(
     """Run the hybrid body's sub-queries separately and answer as one search would."""
     queries = body["query"]["hybrid"]["queries"]
     size, start = int(body.get("size", 10)), int(body.get("from", 0))
-    depth = int(body["query"]["hybrid"].get("pagination_depth", start + size))
+    depth = int(body["query"]["hybrid"]["pagination_depth"])  # hybrid_query.hybrid_body's
     params = {k: v for k, v in params.items() if k != "search_pipeline"}
 
     async def run(query: dict[str, Any]) -> httpx.Response:

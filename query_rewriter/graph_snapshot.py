@@ -178,18 +178,19 @@ class SnapshotNeighbourhood:
         return Reach(names, numbered(starts), numbered(ends), documents)
 
     def document_ids(self) -> set[str]:
-        reached = np.unique(self._ends()[1])
-        reached = reached[self.graph.has_document[reached]]
-        return {self.graph.ids[n] for n in reached.tolist()} - self.seeds
+        return self._documents(self._ends()[1])
 
     def bridged_documents(self) -> set[str]:
-        graph = self.graph
-        first_node = graph.neighbour[self.first_edge]
-        through_entity = ~graph.has_document[first_node[self.second_row]]
-        reached = np.concatenate([first_node, graph.neighbour[self.second_edge][through_entity]])
+        first_node = self.graph.neighbour[self.first_edge]
+        through_entity = ~self.graph.has_document[first_node[self.second_row]]
+        second_node = self.graph.neighbour[self.second_edge][through_entity]
+        return self._documents(np.concatenate([first_node, second_node]))
+
+    def _documents(self, reached: np.ndarray) -> set[str]:
+        """The ids of the reached nodes that have a document, seeds excluded."""
         reached = np.unique(reached)
-        reached = reached[graph.has_document[reached]]
-        return {graph.ids[n] for n in reached.tolist()} - self.seeds
+        reached = reached[self.graph.has_document[reached]]
+        return {self.graph.ids[n] for n in reached.tolist()} - self.seeds
 
     def around(self, ids: Collection[str] | None) -> Neighbourhood:
         """Neo4j-shaped rows of the paths that end at `ids` (every path when None)."""

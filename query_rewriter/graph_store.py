@@ -123,19 +123,20 @@ class Neighbourhood:
 
     def document_ids(self) -> set[str]:
         """Every reached node that has a document, seeds excluded: what DRF scores."""
-        first = {row[3] for row in self.rows if has_document(row[5])}
-        second = {hop[0] for row in self.rows for hop in row[6] if has_document(hop[1])}
-        return (first | second) - self.seeds
+        return self._documents(through_documents=True)
 
     def bridged_documents(self) -> set[str]:
         """Documents one hop from a seed, or two through a node without a document (an
         entity the seed mentions): what a seed document's text leads to. Two hops through
         another document are a second document's neighbours, not this one's."""
+        return self._documents(through_documents=False)
+
+    def _documents(self, through_documents: bool) -> set[str]:
         first = {row[3] for row in self.rows if has_document(row[5])}
         second = {
             hop[0]
             for row in self.rows
-            if not has_document(row[5])
+            if through_documents or not has_document(row[5])
             for hop in row[6]
             if has_document(hop[1])
         }
