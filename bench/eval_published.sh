@@ -167,3 +167,18 @@ env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
 # starts in sorted order), its three runs per set were made again into the same files.
 fusion_runs musique musique kgcqr kgcqr
 fusion_runs hotpotqa hotpotqa-kg kgcqr kgcqr
+# 2026-11-26, third session: kar_index's seed count. The re-run above (5 seeds) missed its
+# quality line; its 4th and 5th seeds were often off-topic. 2 and 3 seeds on the same 50
+# questions (fresh LLM answers; base, hyde and kar are the re-run's), then 3 and 5 with
+# base's first hit pinned (answers from the cache). 3 became the default.
+seeds_out="$out/kar-index-seeds"
+for seeds in 2 3; do
+  env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
+    --strategies kar_index --param kar.seeds=$seeds \
+    --out "$seeds_out/eval-hotpotqa-dev50-kar-index-seeds$seeds"
+done
+for seeds in 3 5; do
+  env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
+    --strategies kar_index --param kar.seeds=$seeds --param fusion.plain=2 \
+    --out "$seeds_out/eval-hotpotqa-dev50-kar-index-seeds$seeds-pinned"
+done
