@@ -182,3 +182,8 @@ for seeds in 3 5; do
     --strategies kar_index --param kar.seeds=$seeds --param fusion.plain=2 \
     --out "$seeds_out/eval-hotpotqa-dev50-kar-index-seeds$seeds-pinned"
 done
+# Speed against HyDE with 3 seeds, and a second sample: every answer fresh, in one run, from
+# an unused cache database (answers cached there afterwards, so a re-run is cheap).
+KGQR_CACHE_REDIS_URL=redis://127.0.0.1:6379/5 env "${kar_env[@]}" \
+  kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --strategies base,hyde,kar_index \
+  --out "$seeds_out/eval-hotpotqa-dev50-hyde-kar-index-cold"
