@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import subprocess
 import sys
 import uuid
@@ -121,19 +122,19 @@ def test_the_completion_is_the_same_in_every_process(settings: Settings, chain_k
     """Its order reaches the prompt, so it must not follow Python's per-process string
     hashing (set order): a KG-CQR rewrite cached by one process is then found by the next,
     and two evaluation runs score the same rewrites."""
+    # Pickled, not JSON: a JSON dump masks the settings' secrets ("**********").
     program = (
-        "import json, sys\n"
-        "from kgqr_core.settings import Settings\n"
+        "import json, pickle, sys\n"
         "from tests.integration.test_kgcqr import completed_chain\n"
-        "added = completed_chain(Settings.model_validate_json(sys.argv[1]))\n"
+        "added = completed_chain(pickle.load(sys.stdin.buffer))\n"
         "print(json.dumps([[t['head'], t['relation'], t['tail']] for t in added]))\n"
     )
     orders = {
         subprocess.run(
-            [sys.executable, "-c", program, settings.model_dump_json()],
+            [sys.executable, "-c", program], input=pickle.dumps(settings),
             env={**os.environ, "PYTHONHASHSEED": str(seed)},
-            check=True, capture_output=True, text=True, cwd=REPO,
-        ).stdout.strip().splitlines()[-1]
+            check=True, capture_output=True, cwd=REPO,
+        ).stdout.decode().strip().splitlines()[-1]
         for seed in range(6)
     }  # fmt: skip
     assert len(orders) == 1, orders
