@@ -2,7 +2,8 @@
 
 Figures are re-measured on questions never seen, and a setting tuned on one dev set fools
 itself; a setting is kept only if it wins on both halves. This prints, per report and
-strategy, R@2 / R@5 / R@10 / MRR on questions 1-25, 26-50 (generally: the first and the
+strategy (each draw of an LLM's answers apart, as `kgqr eval --samples` labels them),
+R@2 / R@5 / R@10 / MRR on questions 1-25, 26-50 (generally: the first and the
 second half in the report's order) and all.
 
     python bench/dev_halves.py bench/results/eval-hotpotqa100-dev50-graph.json ...
@@ -15,12 +16,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from query_rewriter.evaluation.runner import sample_label
+
 METRICS = ("R@2", "R@5", "R@10", "MRR")
 
 
 def halves(report: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
-    """half name -> strategy -> metric -> percent."""
-    queries = report["queries"]
+    """half name -> strategy (and draw of the LLM's answers) -> metric -> percent."""
+    queries = [
+        {**query, "strategy": sample_label(query["strategy"], query.get("sample", 0))}
+        for query in report["queries"]
+    ]
     order = list(dict.fromkeys(query["query_id"] for query in queries))
     middle = len(order) // 2
     parts = {"first half": set(order[:middle]), "second half": set(order[middle:]),

@@ -32,10 +32,14 @@ class LlmRequest:
     def user(cls, prompt: str, **options: Any) -> LlmRequest:
         return cls(messages=(("user", prompt),), **options)
 
-    def cache_key(self, model: str) -> str:
-        payload = json.dumps([model, self.messages, self.json_mode, self.n, self.max_tokens,
-                              self.temperature])  # fmt: skip
-        return CACHE_PREFIX + hashlib.sha256(payload.encode()).hexdigest()
+    def cache_key(self, model: str, sample: int = 0) -> str:
+        """Sample 0 keeps the key answers had before samples existed; a greedy (temperature
+        0) answer is the same in every sample, so it is cached once."""
+        fields: list[Any] = [model, self.messages, self.json_mode, self.n, self.max_tokens,
+                             self.temperature]  # fmt: skip
+        if sample and self.temperature > 0:
+            fields.append({"sample": sample})
+        return CACHE_PREFIX + hashlib.sha256(json.dumps(fields).encode()).hexdigest()
 
     def openai_arguments(self, model: str) -> dict[str, Any]:
         arguments: dict[str, Any] = {
@@ -98,12 +102,13 @@ class LlmClient:
         from openai import OpenAI
 
         self.model = settings.llm_model
+        self.sample = settings.llm_sample
         self._client = OpenAI(**_connection(settings), max_retries=1)
         self._redis = redis
 
     def complete(self, request: LlmRequest) -> LlmAnswer:
         started = time.perf_counter()
-        key = request.cache_key(self.model)
+        key = request.cache_key(self.model, self.sample)
         if self._redis is not None:
             hit = self._redis.get(key)
             if hit is not None:
@@ -185,6 +190,7 @@ class AsyncLlmClient:
         from openai import AsyncOpenAI
 
         self.model = settings.llm_model
+        self.sample = settings.llm_sample
         # No client retries: a failing LLM must fall back fast, not stall a search.
         self._client = AsyncOpenAI(**_connection(settings), max_retries=0)
         # A stream's read timeout only bounds the gap between chunks; this bounds the whole.
@@ -199,7 +205,7 @@ class AsyncLlmClient:
 
     async def complete(self, request: LlmRequest) -> LlmAnswer:
         started = time.perf_counter()
-        key = request.cache_key(self.model)
+        key = request.cache_key(self.model, self.sample)
         if self._redis is not None:
             hit = await self._redis.get(key)
             if hit is not None:

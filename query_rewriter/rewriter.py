@@ -140,6 +140,7 @@ class Rewriter:
         # vector of its old model.
         config = STRATEGIES[strategy].config(params, self.settings)
         config["embedder"] = await self._model_of(kb)
+        config["llm_sample"] = self.settings.llm_sample  # another draw is another rewrite
         if STRATEGIES[strategy].reads_graph and self.graph is not None:
             config["graph_version"] = await self.graph.version(kb)
         if STRATEGIES[strategy].reads_plans:  # a new optimisation never serves old rewrites

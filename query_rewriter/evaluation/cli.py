@@ -32,6 +32,12 @@ Hit@1/5, Recall@2/5/10/20, MRR, mAP, nDCG@10 and latency p50/p95 per strategy.
 Searches go through a kgqr proxy: --proxy URL, or one started in this process with the
 rewrite cache off (LLM answers stay cached in Redis, so a re-run costs no LLM time; the
 table says how many calls were answered from the cache). Writes OUT.json and OUT.csv.
+
+An LLM that samples (temperature above 0) gives another rewrite on another draw, and one
+draw's figures can differ from the next's by more than a setting moves them. --samples N
+runs each LLM strategy on N draws (samples KGQR_LLM_SAMPLE, 0 by default, and the N-1
+after it; rows say "kar" for sample 0, "kar #2" for sample 1) and prints each metric's mean
+and range over them; strategies without an LLM run once.
 """
 
 
@@ -99,6 +105,30 @@ def _stamp() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
+def _draws(names: list[str], samples: int, proxy: str | None) -> list[list[str]]:
+    """The strategies run on each draw of the LLM's answers: all on the first, the LLM
+    ones on the rest (the others' figures would only repeat)."""
+    from query_rewriter.strategies import STRATEGIES
+
+    if samples == 1:
+        return [names]
+    sampled = [name for name in names if STRATEGIES[name].uses_llm]
+    if not sampled:
+        raise click.BadParameter(
+            f"none of {', '.join(names)} asks an LLM at search time, so every draw "
+            "would be the same",
+            param_hint="--samples",
+        )
+    if proxy:
+        raise click.BadParameter(
+            "a draw is the proxy's KGQR_LLM_SAMPLE, which this command sets only on the "
+            "proxy it starts: leave out --proxy, or run once per sample against proxies "
+            "started with KGQR_LLM_SAMPLE=0, 1, ...",
+            param_hint="--samples",
+        )
+    return [names, *([sampled] * (samples - 1))]
+
+
 def _split_strategies(value: str) -> list[str]:
     from query_rewriter.strategies import ALIASES, STRATEGIES
 
@@ -122,6 +152,11 @@ class EvalOptions:
     concurrency: int
     proxy: str | None
     out: Path | None
+
+    @property
+    def pacing(self) -> dict[str, int]:
+        """What each search asks for and how many are in flight, as evaluate() takes them."""
+        return {"size": self.size, "concurrency": self.concurrency}
 
 
 def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -182,6 +217,13 @@ def eval_group() -> None:
 @click.option("--kb", required=True, help="Knowledge base the queries are judged against.")
 @click.option("--strategies", default="base,prf", show_default=True, help="Comma-separated.")
 @click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Draws of the LLM's answers each LLM strategy is run on (see above).",
+)
+@click.option(
     "--resume",
     "resume_from",
     multiple=True,
@@ -195,7 +237,12 @@ def eval_group() -> None:
     "checkpointed to STEM.partial.jsonl while the run lasts."
 )
 def run(
-    query_set: str, kb: str, strategies: str, resume_from: tuple[Path, ...], options: EvalOptions
+    query_set: str,
+    kb: str,
+    strategies: str,
+    samples: int,
+    resume_from: tuple[Path, ...],
+    options: EvalOptions,
 ) -> None:
     from tqdm import tqdm
 
@@ -206,9 +253,10 @@ def run(
         load_earlier_run,
         reusable_results,
     )
-    from query_rewriter.evaluation.runner import evaluate, run_identity
+    from query_rewriter.evaluation.runner import evaluate, merge_samples, run_identity
 
     names = _split_strategies(strategies)
+    draws = _draws(names, samples, options.proxy)
     queries = _load(query_set, options.split, options.limit)
     settings = get_settings()
     config = run_config(settings, query_set=query_set, split=options.split, limit=options.limit)
@@ -222,31 +270,24 @@ def run(
         config.update(resumed_from=[str(p) for p in resume_from], reused_results=len(reuse))
     stem = options.out or Path("eval-results") / f"{kb}-{_stamp()}"
     checkpoint = Checkpoint(stem, matching)
+    searches = sum(len(draw) for draw in draws) * len(queries)
+    reports = []
     try:
-        with (
-            proxy_url(options.proxy, settings) as url,
-            tqdm(total=len(names) * len(queries), unit="query", desc="eval") as bar,
-        ):
+        with tqdm(total=searches, unit="query", desc="eval") as bar:
 
             def advance(result: Any) -> None:
                 checkpoint.add(result)
-                bar.set_postfix(strategy=result.strategy, refresh=False)
+                bar.set_postfix(strategy=result.strategy, sample=result.sample, refresh=False)
                 bar.update()
 
-            report = asyncio.run(
-                evaluate(
-                    url,
-                    kb,
-                    queries,
-                    names,
-                    options.params,
-                    size=options.size,
-                    concurrency=options.concurrency,
-                    on_result=advance,
-                    config=config,
-                    reuse=reuse,
-                )
-            )
+            for sample, drawn in enumerate(draws, start=settings.llm_sample):
+                drawing = settings.model_copy(update={"llm_sample": sample})
+                with proxy_url(options.proxy, drawing) as url:
+                    drawing_run = evaluate(url, kb, queries, drawn, options.params,
+                                           **options.pacing, on_result=advance, config=config,
+                                           reuse=reuse, sample=sample)  # fmt: skip
+                    reports.append(asyncio.run(drawing_run))
+        report = reports[0] if samples == 1 else merge_samples(reports)
     except BaseException:  # Ctrl-C included: say where the finished part is
         if checkpoint.close(finished=False):
             click.echo(f"results so far are in {checkpoint.path}; --resume it to go on", err=True)
@@ -334,18 +375,9 @@ def sweep(
             )
             bar.update()
 
-        points = asyncio.run(
-            run_sweep(
-                url,
-                loaded,
-                strategy,
-                values,
-                options.params,
-                size=options.size,
-                concurrency=options.concurrency,
-                on_point=advance,
-            )
-        )
+        sweeping = run_sweep(url, loaded, strategy, values, options.params, **options.pacing,
+                             on_point=advance)  # fmt: skip
+        points = asyncio.run(sweeping)
     for param in values:
         click.echo(f"wrote {plot_parameter(points, param, metrics, folder / f'{param}.png')}")
         for point in (p for p in points if p.param == param):

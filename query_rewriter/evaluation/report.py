@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from query_rewriter.evaluation.metrics import HIT_DEPTHS, NDCG_DEPTH, RECALL_DEPTHS
-from query_rewriter.evaluation.runner import EvalReport
+from query_rewriter.evaluation.runner import EvalReport, sample_spread
 
 METRIC_COLUMNS = [
     *(f"Hit@{k}" for k in HIT_DEPTHS),
@@ -17,13 +17,14 @@ METRIC_COLUMNS = [
     f"nDCG@{NDCG_DEPTH}",
 ]
 COLUMNS = ["strategy", *METRIC_COLUMNS, "p50_ms", "p95_ms", "fallbacks", "llm_calls", "cached"]
+SPREAD_COLUMNS = ("Hit@1", "R@2", "R@5", "R@10", "MRR")
 
 
 def rows(report: EvalReport) -> list[dict[str, str | float | int]]:
     """One row per strategy; metrics in percent, as papers and the README print them."""
     return [
         {
-            "strategy": s.strategy,
+            "strategy": s.label,
             **{name: round(100 * s.metrics.get(name, 0.0), 1) for name in METRIC_COLUMNS},
             "p50_ms": round(s.latency["p50_ms"], 1),
             "p95_ms": round(s.latency["p95_ms"], 1),
@@ -40,6 +41,14 @@ def format_table(report: EvalReport) -> str:
     widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in COLUMNS}
     lines = ["  ".join(c.rjust(widths[c]) for c in COLUMNS)]
     lines += ["  ".join(str(r[c]).rjust(widths[c]) for c in COLUMNS) for r in table]
+    for strategy, metrics in sample_spread(report.strategies).items():
+        draws = sum(s.strategy == strategy for s in report.strategies)
+        shown = "  ".join(
+            f"{name} {100 * metrics[name]['mean']:.1f} "
+            f"({100 * metrics[name]['min']:.1f}-{100 * metrics[name]['max']:.1f})"
+            for name in SPREAD_COLUMNS
+        )
+        lines.append(f"{strategy} over {draws} draws, mean (min-max): {shown}")
     llm = sum(s.llm_calls for s in report.strategies)
     cached = sum(s.cached_llm_calls for s in report.strategies)
     reused = report.config.get("reused_results")

@@ -24,7 +24,7 @@ from query_rewriter.evaluation.runner import QueryResult
 # Keys of a run's config that must agree for its results to be reused.
 MATCHING_KEYS = ("kb", "query_set", "split", "params", "size")
 
-ResultKey = tuple[str, str]  # (strategy, query id)
+ResultKey = tuple[str, int, str]  # (strategy, sample of the LLM's answers, query id)
 
 
 class ResumeError(ValueError):
@@ -100,7 +100,7 @@ def reusable_results(
     strategies: Iterable[str],
 ) -> dict[ResultKey, QueryResult]:
     """The earlier results this run would otherwise compute, rescored on today's judgments.
-    A later file wins where two hold the same (strategy, query). Results that fell back to
+    A later file wins where two hold the same (strategy, sample, query). Results that fell back to
     the plain query are left out and searched again: a run is usually resumed because a
     service failed it, and those are the rewrites that failure spoilt."""
     by_id = {query.id: query for query in queries}
@@ -116,7 +116,8 @@ def reusable_results(
             query = by_id.get(result.query_id)
             if query is not None and result.strategy in wanted and result.fallback is None:
                 scores = score_query(result.ranked, query.judgments)
-                reused[(result.strategy, result.query_id)] = replace(result, scores=scores)
+                key = (result.strategy, result.sample, result.query_id)
+                reused[key] = replace(result, scores=scores)
     return reused
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
+import numpy as np
 
 from plugin.schema import documents_index
 from query_rewriter.evaluation.graph_copy_wait import wait_for_graph_copy
@@ -32,6 +33,12 @@ class QueryResult:
     llm_calls: int = 0
     cached_llm_calls: int = 0
     stages_ms: dict[str, float] = field(default_factory=dict)
+    sample: int = 0  # which draw of the LLM's answers (KGQR_LLM_SAMPLE) made the rewrite
+
+
+def sample_label(strategy: str, sample: int) -> str:
+    """The first draw of the LLM's answers keeps the strategy's name; the second is "kar #2"."""
+    return strategy if sample == 0 else f"{strategy} #{sample + 1}"
 
 
 @dataclass
@@ -43,9 +50,10 @@ class StrategyReport:
     fallbacks: int
     llm_calls: int
     cached_llm_calls: int
+    sample: int = 0
 
     @classmethod
-    def of(cls, strategy: str, results: Sequence[QueryResult]) -> StrategyReport:
+    def of(cls, strategy: str, results: Sequence[QueryResult], sample: int = 0) -> StrategyReport:
         return cls(
             strategy=strategy,
             queries=len(results),
@@ -54,7 +62,12 @@ class StrategyReport:
             fallbacks=sum(r.fallback is not None for r in results),
             llm_calls=sum(r.llm_calls for r in results),
             cached_llm_calls=sum(r.cached_llm_calls for r in results),
+            sample=sample,
         )
+
+    @property
+    def label(self) -> str:
+        return sample_label(self.strategy, self.sample)
 
 
 @dataclass
@@ -64,11 +77,44 @@ class EvalReport:
     results: list[QueryResult] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        spread = sample_spread(self.strategies)
         return {
             "config": self.config,
             "strategies": [asdict(s) for s in self.strategies],
+            **({"sample_spread": spread} if spread else {}),
             "queries": [asdict(r) for r in self.results],
         }
+
+
+def sample_spread(reports: Sequence[StrategyReport]) -> dict[str, dict[str, dict[str, float]]]:
+    """For each strategy run on more than one draw of the LLM's answers: every metric's
+    mean, min and max over the draws. One draw's figure differs from another's by more than
+    many a setting changes them, so a comparison should hold on the mean and the range."""
+    by_strategy: dict[str, list[StrategyReport]] = {}
+    for report in reports:
+        by_strategy.setdefault(report.strategy, []).append(report)
+    return {
+        strategy: {
+            metric: _mean_and_range([draw.metrics[metric] for draw in draws])
+            for metric in draws[0].metrics
+        }
+        for strategy, draws in by_strategy.items()
+        if len(draws) > 1
+    }
+
+
+def _mean_and_range(values: Sequence[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "min": min(values), "max": max(values)}
+
+
+def merge_samples(reports: Sequence[EvalReport]) -> EvalReport:
+    """The runs of one evaluation on successive draws of the LLM's answers, as one report
+    (the first run's config, saying how many draws there were)."""
+    first = reports[0]
+    config = {**first.config, "samples": len(reports)}
+    strategies = [strategy for report in reports for strategy in report.strategies]
+    results = [result for report in reports for result in report.results]
+    return EvalReport(config, strategies, results)
 
 
 def search_request(
@@ -92,6 +138,7 @@ async def run_query(
     strategy: str,
     params: dict[str, float],
     size: int,
+    sample: int = 0,
 ) -> QueryResult:
     query_params, body = search_request(query, strategy, params, size)
     loop = asyncio.get_running_loop()
@@ -124,6 +171,7 @@ async def run_query(
         llm_calls=int(explain.get("llm_calls", 0)),
         cached_llm_calls=int(explain.get("cached_llm_calls", 0)),
         stages_ms=dict(explain.get("stages_ms") or {}),
+        sample=sample,
     )
 
 
@@ -139,11 +187,13 @@ async def evaluate(
     timeout_s: float = 900.0,
     on_result: Callable[[QueryResult], None] | None = None,
     config: dict[str, Any] | None = None,
-    reuse: Mapping[tuple[str, str], QueryResult] | None = None,
+    reuse: Mapping[tuple[str, int, str], QueryResult] | None = None,
+    sample: int = 0,
 ) -> EvalReport:
     """Every (strategy, query) pair, `concurrency` searches at a time; strategies run one
     after another so their latencies do not inflate each other. Pairs found in `reuse`
-    (keyed by strategy and query id: an earlier run's results) are not searched again."""
+    (keyed by strategy, sample and query id: an earlier run's results) are not searched
+    again. `sample` is the proxy's KGQR_LLM_SAMPLE, recorded with each result."""
     params = dict(params or {})
     reuse = reuse or {}
     index = documents_index(kb)
@@ -157,13 +207,15 @@ async def evaluate(
     async with httpx.AsyncClient(base_url=proxy_url, timeout=timeout_s) as client:
 
         async def one(query: JudgedQuery, strategy: str) -> QueryResult:
-            result = reuse.get((strategy, query.id))
+            result = reuse.get((strategy, sample, query.id))
             if result is None:
                 async with limiter:
                     if failed.is_set():
                         raise EvalError("not searched: an earlier search failed")
                     try:
-                        result = await run_query(client, index, query, strategy, params, size)
+                        result = await run_query(
+                            client, index, query, strategy, params, size, sample
+                        )
                     except BaseException:
                         failed.set()
                         raise
@@ -176,7 +228,7 @@ async def evaluate(
         for strategy in strategies:
             results = await asyncio.gather(*(one(q, strategy) for q in queries))
             all_results.extend(results)
-            reports.append(StrategyReport.of(strategy, results))
+            reports.append(StrategyReport.of(strategy, results, sample))
     run_config = {
         "queries": len(queries),
         "strategies": list(strategies),

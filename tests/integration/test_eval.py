@@ -4,6 +4,7 @@ judged queries in the generic JSONL format, searches through a real kgqr proxy."
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kgqr_core.settings import Settings
+from kgqr_core.settings import Settings, get_settings
 from kgqr_ops.cli import main
+from plugin.schema import documents_index
 from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import TINY_KB, ingested
+from tests.integration.recording_llm import recording_llm
+from tests.integration.search_helpers import explained_search
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KB = "eval-movies"
@@ -120,6 +124,71 @@ def test_a_resumed_run_searches_only_what_the_earlier_run_lacks(
     assert "another configuration: params: {} then, {'alpha': 0.5} now" in other.output
 
 
+@pytest.fixture
+def scripted_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A stand-in LLM for the proxies `kgqr eval` starts itself, under a model name of
+    its own (so nothing from an earlier run is in the cache); yields the prompts it saw.
+    Each answer numbers its call, so no two draws are the same text."""
+    calls = iter(range(1000))
+
+    def script(prompt: str) -> str:
+        return json.dumps({"documents": [f"A crime film about bank robbers ({next(calls)})."]})
+
+    with recording_llm(script) as (url, prompts):
+        monkeypatch.setenv("KGQR_LLM_BASE_URL", url)
+        monkeypatch.setenv("KGQR_LLM_MODEL", f"scripted-{uuid.uuid4().hex[:8]}")
+        get_settings.cache_clear()
+        yield prompts
+    get_settings.cache_clear()
+
+
+def test_samples_ask_the_llm_afresh_for_each_draw_and_report_the_spread(
+    judged: Path, scripted_llm: list[str], tmp_path: Path
+) -> None:
+    """HyDE samples its passage (temperature 0.7): its second draw asks the same prompts
+    again instead of reading the first draw's cached answers; base, with no LLM, runs
+    once. A re-run of both draws is answered from the cache, each draw from its own."""
+    out = tmp_path / "drawn"
+    args = [f"jsonl:{judged}", "--kb", KB, "--strategies", "base,hyde", "--samples", "2"]
+    result = _eval(*args, "--out", str(out))
+    assert len(scripted_llm) == 2 * QUERIES
+    assert sorted(scripted_llm[:QUERIES]) == sorted(scripted_llm[QUERIES:])
+    report = json.loads(out.with_suffix(".json").read_text())
+    runs = [(s["strategy"], s["sample"], s["llm_calls"], s["fallbacks"])
+            for s in report["strategies"]]  # fmt: skip
+    assert runs == [("base", 0, 0, 0), ("hyde", 0, QUERIES, 0), ("hyde", 1, QUERIES, 0)]
+    assert report["config"]["samples"] == 2 and len(report["queries"]) == 3 * QUERIES
+    mrr = [s["metrics"]["MRR"] for s in report["strategies"] if s["strategy"] == "hyde"]
+    spread = report["sample_spread"]
+    assert list(spread) == ["hyde"]
+    assert spread["hyde"]["MRR"] == {"mean": sum(mrr) / 2, "min": min(mrr), "max": max(mrr)}
+    assert "hyde #2" in result.output and "hyde over 2 draws, mean (min-max): " in result.output
+    assert [line.split(",")[0] for line in out.with_suffix(".csv").read_text().splitlines()] == [
+        "strategy", "base", "hyde", "hyde #2",
+    ]  # fmt: skip
+
+    again = _eval(*args, "--out", str(tmp_path / "again"))
+    assert len(scripted_llm) == 2 * QUERIES
+    rerun = json.loads((tmp_path / "again.json").read_text())
+    assert [(s["sample"], s["cached_llm_calls"]) for s in rerun["strategies"][1:]] == [
+        (0, QUERIES), (1, QUERIES),
+    ]  # fmt: skip
+    assert [q["ranked"] for q in rerun["queries"]] == [q["ranked"] for q in report["queries"]]
+    assert f"LLM calls {2 * QUERIES}, of which {2 * QUERIES} answered" in again.output
+
+
+def test_a_proxy_on_another_draw_never_serves_a_rewrite_cached_from_the_first(
+    judged: Path, scripted_llm: list[str]
+) -> None:
+    cached = get_settings().model_copy(update={"rewrite_cache_ttl_s": 600})
+    index = documents_index(KB)
+    for sample, prompts in ((0, 1), (0, 1), (1, 2)):
+        with running_proxy(cached.model_copy(update={"llm_sample": sample})) as url:
+            response = explained_search(url, index, "hyde", "a heist with bank robbers")
+        assert response.status_code == 200, response.text[:300]
+        assert len(scripted_llm) == prompts, f"sample {sample}"
+
+
 def test_sweep_writes_a_plot_per_parameter(judged: Path, proxy: str, tmp_path: Path) -> None:
     result = _eval("sweep", "--dataset", f"{KB}=jsonl:{judged}", "--strategy", "prf",
                    "--grid", "alpha=0.3,1.0", "--grid", "prf_docs=1,3", "--proxy", proxy,
@@ -146,6 +215,12 @@ def test_bad_query_sets_and_parameters_are_usage_errors(judged: Path, tmp_path: 
     bad_strategy = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB,
                                         "--strategies", "base,magic"])  # fmt: skip
     assert bad_strategy.exit_code == 2 and "magic" in bad_strategy.output
+    no_llm = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies",
+                                  "base,graph", "--samples", "3"])  # fmt: skip
+    assert no_llm.exit_code == 2 and "every draw would be the same" in no_llm.output
+    elsewhere = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies",
+                                     "hyde", "--samples", "2", "--proxy", "http://x"])  # fmt: skip
+    assert elsewhere.exit_code == 2 and "leave out --proxy" in elsewhere.output
 
 
 def test_a_knowledge_base_never_ingested_is_a_clear_error(judged: Path, proxy: str) -> None:

@@ -52,8 +52,8 @@ def test_a_stopped_runs_checkpoint_is_reused_and_rescored(tmp_path: Path) -> Non
     path = _checkpoint(tmp_path, [_result("q1"), _result("q2", "base")])
     assert path.name == "run.partial.jsonl" and path.exists()
     reused = reusable_results([load_earlier_run(path)], CONFIG, QUERIES, ["hyde"])
-    assert list(reused) == [("hyde", "q1")]  # base was not asked for this time
-    q1 = reused[("hyde", "q1")]
+    assert list(reused) == [("hyde", 0, "q1")]  # base was not asked for this time
+    q1 = reused[("hyde", 0, "q1")]
     assert q1.scores["MRR"] == 0.5 and q1.scores["Hit@1"] == 0.0
     assert q1.seconds == 41.5 and q1.llm_calls == 2
 
@@ -73,7 +73,7 @@ def test_a_finished_checkpoint_is_removed_and_its_report_reused(tmp_path: Path) 
     report = tmp_path / "run.json"
     report.write_text(json.dumps({"config": CONFIG, "queries": [asdict(_result("q2"))]}))
     reused = reusable_results([load_earlier_run(report)], CONFIG, QUERIES, ["hyde"])
-    assert reused[("hyde", "q2")].scores["R@2"] == 0.0
+    assert reused[("hyde", 0, "q2")].scores["R@2"] == 0.0
 
 
 def test_a_run_stopped_before_any_result_leaves_no_checkpoint(tmp_path: Path) -> None:
@@ -85,14 +85,26 @@ def test_a_run_stopped_before_any_result_leaves_no_checkpoint(tmp_path: Path) ->
 def test_results_that_fell_back_are_searched_again(tmp_path: Path) -> None:
     path = _checkpoint(tmp_path, [_result("q1", fallback="llm: timed out"), _result("q2")])
     reused = reusable_results([load_earlier_run(path)], CONFIG, QUERIES, ["hyde"])
-    assert list(reused) == [("hyde", "q2")]
+    assert list(reused) == [("hyde", 0, "q2")]
 
 
 def test_a_later_file_wins(tmp_path: Path) -> None:
     first = _checkpoint(tmp_path / "a", [_result("q1", ranked=("m9", "m1"))])
     second = _checkpoint(tmp_path / "b", [_result("q1", ranked=("m1",))])
     runs = [load_earlier_run(first), load_earlier_run(second)]
-    assert reusable_results(runs, CONFIG, QUERIES, ["hyde"])[("hyde", "q1")].ranked == ["m1"]
+    assert reusable_results(runs, CONFIG, QUERIES, ["hyde"])[("hyde", 0, "q1")].ranked == ["m1"]
+
+
+def test_a_result_is_reused_for_its_own_draw_of_the_llms_answers(tmp_path: Path) -> None:
+    """A report from before samples existed holds no sample: its results are the first
+    draw's. A second draw's result never stands in for the first's."""
+    second_draw = asdict(_result("q1"))
+    second_draw["sample"] = 1
+    before_samples = {key: value for key, value in asdict(_result("q2")).items() if key != "sample"}
+    report = tmp_path / "run.json"
+    report.write_text(json.dumps({"config": CONFIG, "queries": [second_draw, before_samples]}))
+    reused = reusable_results([load_earlier_run(report)], CONFIG, QUERIES, ["hyde"])
+    assert sorted(reused) == [("hyde", 0, "q2"), ("hyde", 1, "q1")]
 
 
 def test_time_budgets_and_limits_may_differ_but_rankings_settings_may_not(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 from ingest.records import Document
 from ingest.triple_extraction import extract, parse_triples
-from kgqr_core.llm import LlmAnswer, LlmRequest
+from kgqr_core.llm import CACHE_PREFIX, LlmAnswer, LlmRequest
 
 
 @dataclass
@@ -70,3 +72,16 @@ def test_llm_cache_key_depends_on_model_and_request() -> None:
     assert request.cache_key("m1") == LlmRequest.user("hello", json_mode=True).cache_key("m1")
     assert request.cache_key("m1") != request.cache_key("m2")
     assert request.cache_key("m1") != LlmRequest.user("hello").cache_key("m1")
+
+
+def test_another_sample_is_another_draw_only_of_a_sampled_answer() -> None:
+    """Sample 0 is the key answers were cached under before samples existed; a greedy
+    (temperature 0) answer is one answer, however many samples ask for it."""
+    sampled = LlmRequest.user("write a passage", temperature=0.7)
+    first = hashlib.sha256(
+        json.dumps(["m1", (("user", "write a passage"),), False, 1, 512, 0.7]).encode()
+    ).hexdigest()
+    assert sampled.cache_key("m1") == sampled.cache_key("m1", 0) == CACHE_PREFIX + first
+    assert len({sampled.cache_key("m1", sample) for sample in (0, 1, 2)}) == 3
+    greedy = LlmRequest.user("write a passage")
+    assert greedy.cache_key("m1", 1) == greedy.cache_key("m1", 0)
