@@ -145,7 +145,8 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
 
 def _cut_off_object(text: str) -> dict[str, Any] | None:
     """A JSON object that ends mid-way, closed after the last complete element of its
-    deepest open list (or else after its own last complete member). A long answer that hits
+    deepest open list (or else after its own last complete member, or else after the last
+    complete member of the deepest object that has one). A long answer that hits
     max_tokens then keeps the documents or entities it wrote in full and drops the one it
     was writing; without this, the search for a later object returned one of its inner
     objects, which has no list at all."""
@@ -170,15 +171,19 @@ def _cut_off_object(text: str) -> dict[str, Any] | None:
             open_containers.pop()
         elif char == "," and open_containers:
             open_containers[-1] = (open_containers[-1][0], position)
-    for depth in range(len(open_containers) - 1, -1, -1):
-        closer, comma = open_containers[depth]
-        if comma is not None and (closer == "]" or depth == 0):
-            closers = "".join(c for c, _ in reversed(open_containers[: depth + 1]))
-            try:
-                value = json.loads(text[:comma] + closers)
-            except json.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) else None
+    with_comma = [depth for depth in reversed(range(len(open_containers)))
+                  if open_containers[depth][1] is not None]  # fmt: skip
+    in_a_list = [depth for depth in with_comma if open_containers[depth][0] == "]" or depth == 0]
+    # Else no list holds a complete element (one document, cut off deep in its relations):
+    # keep that element's complete members rather than none of it.
+    for depth in in_a_list[:1] or with_comma[:1]:
+        comma = open_containers[depth][1]
+        closers = "".join(c for c, _ in reversed(open_containers[: depth + 1]))
+        try:
+            value = json.loads(text[:comma] + closers)
+        except json.JSONDecodeError:
+            return None
+        return value if isinstance(value, dict) else None
     return None
 
 

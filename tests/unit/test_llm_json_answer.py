@@ -28,6 +28,22 @@ def test_an_answer_cut_off_mid_document_keeps_the_documents_written_in_full() ->
     assert documents_from(parsed, 3) == ["fields A one, two", "fields B three"]
 
 
+def test_a_single_document_cut_off_deep_in_its_relations_keeps_what_it_wrote_in_full() -> None:
+    # The shape of a real kar answer in a HotpotQA eval: one document whose relations nest
+    # ever deeper until max_tokens. No list holds a complete element, so the parser found
+    # the document's inner object (no "documents" key) and the rewrite fell back.
+    answer = (
+        '{"documents": [{"type": "fields", "passage": {"title": "Tampa Bay", "text": "1976"},'
+        ' "relations": [{"type": "links_to", "target": {"title": "Lee Roy Selmon", "text": "an'
+    )
+    parsed = parse_json_object(answer)
+    assert parsed == {"documents": [{
+        "type": "fields", "passage": {"title": "Tampa Bay", "text": "1976"},
+        "relations": [{"type": "links_to", "target": {"title": "Lee Roy Selmon"}}],
+    }]}  # fmt: skip
+    assert documents_from(parsed, 3) == ["fields Tampa Bay 1976 links_to Lee Roy Selmon"]
+
+
 @pytest.mark.parametrize(
     ("answer", "expected"),
     [
