@@ -187,3 +187,12 @@ done
 KGQR_CACHE_REDIS_URL=redis://127.0.0.1:6379/5 env "${kar_env[@]}" \
   kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --strategies base,hyde,kar_index \
   --out "$seeds_out/eval-hotpotqa-dev50-hyde-kar-index-cold"
+# 2026-11-26, fifth session: more draws of the LLM's answers for kar and kar_index (every
+# prompt samples at temperature 0.7). A third kar_index draw and a second kar draw from an
+# unused cache database, then a third kar draw with `--samples 2` (its first draw is the
+# page-depth re-run's, answered from the cache).
+KGQR_CACHE_REDIS_URL=redis://127.0.0.1:6379/6 env "${kar_env[@]}" \
+  kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa --strategies base,kar,kar_index \
+  --out "$seeds_out/eval-hotpotqa-dev50-kar-kar-index-sample3"
+env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
+  --strategies base,kar --samples 2 --out "$seeds_out/eval-hotpotqa-dev50-kar-samples2"
