@@ -174,17 +174,18 @@ def _cut_off_object(text: str) -> dict[str, Any] | None:
     with_comma = [depth for depth in reversed(range(len(open_containers)))
                   if open_containers[depth][1] is not None]  # fmt: skip
     in_a_list = [depth for depth in with_comma if open_containers[depth][0] == "]" or depth == 0]
+    if not with_comma:
+        return None
     # Else no list holds a complete element (one document, cut off deep in its relations):
     # keep that element's complete members rather than none of it.
-    for depth in in_a_list[:1] or with_comma[:1]:
-        comma = open_containers[depth][1]
-        closers = "".join(c for c, _ in reversed(open_containers[: depth + 1]))
-        try:
-            value = json.loads(text[:comma] + closers)
-        except json.JSONDecodeError:
-            return None
-        return value if isinstance(value, dict) else None
-    return None
+    depth = (in_a_list or with_comma)[0]
+    comma = open_containers[depth][1]
+    closers = "".join(c for c, _ in reversed(open_containers[: depth + 1]))
+    try:
+        value = json.loads(text[:comma] + closers)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class AsyncLlmClient:
