@@ -113,18 +113,21 @@ class JobStore:
         self.redis.expire(key + ":retrying", JOB_TTL_S)
 
     def progress(self, job_id: str) -> JobProgress | None:
-        raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(self._key(job_id)).items()}
+        """One snapshot (MULTI/EXEC): read one by one, a chunk completing between the reads
+        showed as done without its counts, and a finished job reported 0 documents."""
+        key = self._key(job_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(key)
+            pipe.scard(key + ":done")
+            pipe.hgetall(key + ":failed")
+            pipe.hgetall(key + ":retrying")
+            job, done_count, failed_raw, retrying_raw = pipe.execute()
+        raw = {k.decode(): v.decode() for k, v in job.items()}
         if not raw:
             return None
-        done = int(self.redis.scard(self._key(job_id) + ":done"))
-        failed = {
-            int(chunk): reason.decode()
-            for chunk, reason in self.redis.hgetall(self._key(job_id) + ":failed").items()
-        }
-        retrying = {
-            int(chunk): reason.decode()
-            for chunk, reason in self.redis.hgetall(self._key(job_id) + ":retrying").items()
-        }
+        done = int(done_count)
+        failed = {int(chunk): reason.decode() for chunk, reason in failed_raw.items()}
+        retrying = {int(chunk): reason.decode() for chunk, reason in retrying_raw.items()}
         total = int(raw["chunks_total"]) if raw.get("chunks_total") else None
         state = raw["state"]
         if total is not None and done + len(failed) >= total:

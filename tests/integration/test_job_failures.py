@@ -3,6 +3,7 @@ that follows it stops and exits non-zero instead of waiting forever."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -48,6 +49,33 @@ def test_a_done_chunk_cannot_be_marked_failed(jobs: Any) -> None:
     store.complete_chunk(job, 0, {"documents": 1})
     store.fail_chunk(job, 0, "a late duplicate delivery failed")
     assert store.progress(job).state == "done"
+
+
+def test_progress_is_one_snapshot_while_chunks_complete(redis_client: Any, jobs: Any) -> None:
+    """A reader never sees a chunk done without its counts. Progress read the counts and
+    the done set in two calls; a chunk finishing between them made a finished job report
+    0 documents (it failed CI once: the documents were there)."""
+    store, job = jobs
+    chunks = 300
+    store.start(job, "kb", "jsonl:x")
+    store.finish_enqueuing(job, chunks_total=chunks)
+
+    def complete_all() -> None:
+        writer = JobStore(redis_client)
+        for chunk in range(chunks):
+            writer.complete_chunk(job, chunk, {"documents": 2})
+
+    completing = threading.Thread(target=complete_all)
+    completing.start()
+    torn = []
+    while completing.is_alive():
+        progress = store.progress(job)
+        assert progress is not None
+        if progress.counts["documents"] != 2 * progress.chunks_done:
+            torn.append((progress.chunks_done, progress.counts["documents"]))
+    completing.join()
+    assert not torn, f"{len(torn)} torn reads, e.g. {torn[:3]} (chunks done, documents)"
+    assert store.progress(job).counts["documents"] == 2 * chunks
 
 
 def test_status_names_each_failed_chunk_and_why(jobs: Any, settings: Any) -> None:
