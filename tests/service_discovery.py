@@ -42,7 +42,7 @@ def docker_daemon_answers() -> bool:
     try:
         import docker
 
-        docker.from_env(timeout=3).ping()
+        docker.from_env(timeout=3).ping()  # type: ignore[attr-defined]
         return True
     except Exception:  # no socket, no permission, no daemon: all mean "no Docker"
         return False
@@ -97,4 +97,4 @@ def _testcontainers(settings: Settings) -> Iterator[Settings]:
         }
         for key, value in overrides.items():
             os.environ[f"KGQR_{key.upper()}"] = value
-        yield Settings(**overrides)
+        yield Settings()  # reads the overrides just exported, as the services under test do

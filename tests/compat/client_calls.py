@@ -23,7 +23,7 @@ from typing import Any
 
 DIM = 3
 WORDS = ["alpha", "beta", "gamma", "delta"]
-DOCS = [
+DOCS: list[dict[str, Any]] = [
     {
         "id": str(n),
         "title": f"{WORDS[n % 4]} report {n}",

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import pytest
@@ -117,10 +117,10 @@ def _type_facets(client: OpenSearch, index: str, text: str) -> Any:
     are class attributes there."""
 
     class TypeFacets(FacetedSearch):  # type: ignore[misc]
-        fields: ClassVar[list[str]] = ["title", "text"]
-        facets: ClassVar[dict[str, TermsFacet]] = {"type": TermsFacet(field="type")}
+        fields = ("title", "text")
 
-    TypeFacets.index, TypeFacets.using = index, client
+    TypeFacets.index, TypeFacets.facets = index, {"type": TermsFacet(field="type")}
+    TypeFacets.using = client  # type: ignore[assignment]  # declared as a connection alias
     return TypeFacets(text).execute()
 
 

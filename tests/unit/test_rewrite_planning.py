@@ -133,10 +133,13 @@ def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() ->
 def test_fusion_follows_kgcqr_equation_9() -> None:
     query, context = np.array([1.0, 0.0]), np.array([0.0, 1.0])
     fused = fuse(query, context, alpha=0.7)
+    assert fused is not None
     expected = np.array([0.7, 0.3]) / np.linalg.norm([0.7, 0.3])
     assert np.allclose(fused, expected)
-    assert np.allclose(fuse(query, None, 0.7), query)
-    assert np.allclose(mean_vector(np.array([[1.0, 0.0], [0.0, 1.0]])), [2**-0.5, 2**-0.5])
+    unfused = fuse(query, None, 0.7)
+    assert unfused is not None and np.allclose(unfused, query)
+    mean = mean_vector(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    assert mean is not None and np.allclose(mean, [2**-0.5, 2**-0.5])
     assert mean_vector(np.zeros((0, 2))) is None
 
 
@@ -215,6 +218,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
     rewriter = Rewriter(Settings(), EchoingLlm(), None, QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
     outcome = asyncio.run(rewriter._compute("i", "kb", "hyde", "q", {}, None))  # type: ignore[arg-type]
     explain = outcome.explain(None)
+    assert explain["fallback"] is not None
     assert explain["fallback"]["reason"] == "ValueError: the LLM returned no usable documents"
     assert explain["expansions"] == []
     assert explain["llm_calls"] == 1 and explain["cached_llm_calls"] == 1

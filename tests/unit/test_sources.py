@@ -24,6 +24,7 @@ def test_jsonl_source_yields_documents_then_relations() -> None:
     kinds = [type(r) for r in records]
     assert kinds == [Document] * 8 + [Relation] * 9
     heat = records[0]
+    assert isinstance(heat, Document)
     assert heat.title == "Heat" and heat.fields["year"] == 1995
     assert "plot: A group of professional bank robbers" in heat.body()
 
@@ -98,9 +99,10 @@ def test_musique_passages_keyed_by_position_with_openie_graph() -> None:
     not (SHARED_DATA / "hotpotqa100").is_dir(), reason="../shared/data/hotpotqa100 is absent"
 )
 def test_hotpotqa_sentences_joined_into_passages() -> None:
-    documents = list(open_source(f"hotpotqa:{SHARED_DATA / 'hotpotqa100'}", limit=2).records())
-    assert documents[0].title == "Demon Dice"
-    assert documents[0].body().startswith("Demon Dice, originally published as Chaos Progenitus")
+    first = next(open_source(f"hotpotqa:{SHARED_DATA / 'hotpotqa100'}", limit=2).records())
+    assert isinstance(first, Document)
+    assert first.title == "Demon Dice"
+    assert first.body().startswith("Demon Dice, originally published as Chaos Progenitus")
 
 
 def test_array_items_stop_before_trailing_nan() -> None:
