@@ -320,6 +320,14 @@ class Settings(BaseSettings):
         "million load in seconds), read from Neo4j on first use and again after every "
         "ingest; larger graphs, and 0, expand in Neo4j on every search.",
     )
+    graph_snapshot_preload: str = Field(
+        default="",
+        description="Knowledge bases whose in-memory graph copy `kgqr serve` starts reading "
+        "as it starts, so their first `graph` and KAR searches do not expand in Neo4j (the "
+        "first of those, on a cold Neo4j, took ~250 ms): a comma-separated list, or `*` for "
+        "every knowledge base ingest has written a graph to. Empty: a copy is read on its "
+        "knowledge base's first search.",
+    )
     graph_snapshot_check_s: float = Field(
         default=2.0,
         gt=0,

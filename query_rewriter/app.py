@@ -29,7 +29,7 @@ from query_rewriter.front_status import read_fronts, render_fronts, status_folde
 from query_rewriter.graph_snapshots import GraphSnapshots, SnapshotGraph
 from query_rewriter.msearch import handle_msearch
 from query_rewriter.opensearch_gateway import opensearch_http_client
-from query_rewriter.proxy_state import ProxyState, meta_of
+from query_rewriter.proxy_state import ProxyState, knowledge_base_names, meta_of
 from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_log import QueryLog
 from query_rewriter.request_body import decode_body, json_object, read_body
@@ -68,6 +68,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         await embedders.default()  # loaded before the first search, not during it
         await anyio.to_thread.run_sync(code_version)  # reads kgqr's files: not on the loop
 
+        snapshots = GraphSnapshots(settings, ingest_redis)
+        await snapshots.preload(
+            settings.graph_snapshot_preload, lambda: knowledge_base_names(service_http)
+        )
         llm = AsyncLlmClient(settings, redis)
         metrics.LLM_WAITING.set_function(lambda: llm.waiting)
         state = ProxyState(
@@ -84,7 +88,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 ),
                 embedders,
                 lambda kb: meta_of(state, kb),
-                SnapshotGraph(graph, GraphSnapshots(settings, ingest_redis)),
+                SnapshotGraph(graph, snapshots),
             ),
             IdentityResolver(http),
             query_log=QueryLog(service_http) if settings.query_log_enabled else None,

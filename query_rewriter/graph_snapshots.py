@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,30 @@ class GraphSnapshots:
         if loadable and kb not in self._loading:
             self._loading[kb] = asyncio.create_task(self._load(kb, known, version))
         return None
+
+    async def preload(self, names: str, every_kb: Callable[[], Awaitable[list[str]]]) -> list[str]:
+        """Start reading the copies of `names` (KGQR_GRAPH_SNAPSHOT_PRELOAD: a comma-separated
+        list, or `*` for what `every_kb` lists); the knowledge bases whose loads started.
+        Never raises: a proxy that cannot tell which copies to read at start reads each on
+        first use, as it would without preloading. (A dropped KB keeps its graph version, so
+        `*` is the KBs that exist, not the versions Redis holds.)"""
+        wanted = {name.strip() for name in names.split(",")} - {""}
+        if "*" in wanted:
+            try:
+                wanted = set(await every_kb())
+            except Exception as exc:
+                log.warning("graph copies not preloaded (%s): each is read on first use", exc)
+                return []
+        started = []
+        for kb in sorted(wanted):
+            if await self.version(kb) is None:  # Redis down: one timeout, not one per KB
+                break  # (version() said why)
+            await self.current(kb)
+            if kb in self._loading:  # (a load's task first runs at the next await)
+                started.append(kb)
+        if started:
+            log.info("reading the graph copies of %s", ", ".join(started))
+        return started
 
     async def _load(self, kb: str, known: _KnownGraph, version: int) -> None:
         limit = self._settings.graph_snapshot_max_relations

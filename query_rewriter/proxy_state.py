@@ -50,3 +50,13 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
         meta = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"])
     state.kb_metas[kb] = (time.monotonic() + STRUCTURE_TTL_S, meta)
     return meta
+
+
+async def knowledge_base_names(service_http: httpx.AsyncClient) -> list[str]:
+    """Every knowledge base kgqr-meta lists, read with kgqr's own account: for kgqr's own
+    bookkeeping (which graph copies to read), never shown to a caller."""
+    response = await service_http.post(
+        f"/{META_INDEX}/_search", json={"size": 10_000, "_source": ["kb"]}
+    )
+    response.raise_for_status()
+    return [hit["_source"]["kb"] for hit in response.json()["hits"]["hits"]]

@@ -25,7 +25,7 @@ else
 fi
 
 echo "== rewrite: searches through the kgqr proxy (kgqr serve on 127.0.0.1:9201, its nginx front on 9202)"
-kgqr serve --port 9201 --front-port 9202 --log-level WARNING &
+KGQR_GRAPH_SNAPSHOT_PRELOAD='*' kgqr serve --port 9201 --front-port 9202 --log-level WARNING &
 proxy_pid=$!
 trap 'kill $proxy_pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do

@@ -18,9 +18,12 @@ import redis.asyncio as aioredis
 from kgqr_core import graph_version
 from kgqr_core.settings import Settings
 from plugin import schema
+from query_rewriter import metrics
 from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.graph_snapshot import GraphSnapshot
 from query_rewriter.graph_snapshots import GraphSnapshots
+from query_rewriter.opensearch_gateway import opensearch_http_client
+from query_rewriter.proxy_state import knowledge_base_names
 from tests.integration.ingest_helpers import TINY_KB, ingested, run_to_end
 from tests.integration.search_helpers import explained_search
 
@@ -224,6 +227,63 @@ def test_the_walk_on_the_proxys_copy_of_the_graph_lifts_as_neo4js_does(
     assert walked == from_neo4j
     paths = {node["id"]: node["path"] for node in explain["details"]["graph_nodes"]}
     assert paths["m2"] == "p3 --inverse of starring--> m2"
+
+
+@pytest.mark.parametrize("preload", [False, True])
+def test_a_preloaded_copy_answers_the_first_search(
+    settings: Settings, movies_kb: str, preload: bool
+) -> None:
+    """With KGQR_GRAPH_SNAPSHOT_PRELOAD naming the KB, the proxy reads its copy as it
+    starts, so even its first `graph` search expands in memory; without, the first one
+    reads Neo4j, however long the proxy has been up."""
+    kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
+    configured = settings.model_copy(
+        update={"rewrite_cache_ttl_s": 0, "graph_snapshot_preload": kb if preload else ""}
+    )
+    loaded = metrics.GRAPH_SNAPSHOT_LOADS.labels("loaded")
+    before = loaded._value.get()
+    with running_proxy(configured) as url:
+        deadline = time.monotonic() + 10
+        while loaded._value.get() == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
+    source = explain["details"]["graph_source"]
+    assert source.startswith("snapshot v") if preload else source == "neo4j", source
+
+
+def test_preloading_every_knowledge_base_reads_what_kgqr_meta_lists_or_nothing(
+    settings: Settings, movies_kb: str
+) -> None:
+    kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
+
+    async def preload_every_kb() -> tuple[list[str], list[str], list[str]]:
+        redis = aioredis.Redis.from_url(settings.redis_url)
+        service_http = opensearch_http_client(settings, service_account=True)
+        try:
+            listed = await knowledge_base_names(service_http)
+            # Large KBs (benchmarks) are counted, not copied.
+            small = settings.model_copy(update={"graph_snapshot_max_relations": 100})
+            snapshots = GraphSnapshots(small, redis)
+            started = await snapshots.preload("*", lambda: knowledge_base_names(service_http))
+            await snapshots.wait_for_loads()
+            unlisted = GraphSnapshots(settings, redis)
+
+            async def unreadable() -> list[str]:
+                raise httpx.ConnectError("kgqr-meta unreachable")
+
+            none = await unlisted.preload("*", unreadable)
+            gone = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+            blind = GraphSnapshots(settings, gone)
+            none += await blind.preload(f"{kb},other", unreadable)
+            await gone.aclose()
+            return listed, started, none
+        finally:
+            await service_http.aclose()
+            await redis.aclose()
+
+    listed, started, none = asyncio.run(preload_every_kb())
+    assert kb in listed and started == sorted(listed)
+    assert none == []  # kgqr-meta or Redis unreadable: nothing preloaded, the proxy starts
 
 
 def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
