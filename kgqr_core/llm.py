@@ -94,25 +94,40 @@ def _connection(settings: Settings) -> dict[str, Any]:
     }
 
 
-class LlmClient:
+class _AnswerCache:
+    """What the blocking and the async client share: answers cached under one key for
+    (model, sample, request), so a worker, the CLI and the proxy reuse each other's."""
+
+    def __init__(self, settings: Settings, redis: Any | None) -> None:
+        self.model = settings.llm_model
+        self.sample = settings.llm_sample
+        self._redis = redis
+
+    def _key(self, request: LlmRequest) -> str:
+        return request.cache_key(self.model, self.sample)
+
+    @staticmethod
+    def _cached(hit: bytes, started: float) -> LlmAnswer:
+        return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
+
+
+class LlmClient(_AnswerCache):
     """Blocking client for workers and the CLI; the proxy has an async twin over the same
     cache keys."""
 
     def __init__(self, settings: Settings, redis: Any | None = None) -> None:
         from openai import OpenAI
 
-        self.model = settings.llm_model
-        self.sample = settings.llm_sample
+        super().__init__(settings, redis)
         self._client = OpenAI(**_connection(settings), max_retries=1)
-        self._redis = redis
 
     def complete(self, request: LlmRequest) -> LlmAnswer:
         started = time.perf_counter()
-        key = request.cache_key(self.model, self.sample)
+        key = self._key(request)
         if self._redis is not None:
             hit = self._redis.get(key)
             if hit is not None:
-                return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
+                return self._cached(hit, started)
         # Streamed for the same reason as the async client: a timed-out (and retried)
         # request must not leave the server writing an answer nobody reads.
         answer = StreamedAnswer(request.n)
@@ -188,20 +203,18 @@ def _cut_off_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-class AsyncLlmClient:
+class AsyncLlmClient(_AnswerCache):
     """The proxy's client: same cache keys as LlmClient, and identical requests in flight
     at once share one LLM call (the rest await its answer)."""
 
     def __init__(self, settings: Settings, redis: Any | None = None) -> None:
         from openai import AsyncOpenAI
 
-        self.model = settings.llm_model
-        self.sample = settings.llm_sample
+        super().__init__(settings, redis)
         # No client retries: a failing LLM must fall back fast, not stall a search.
         self._client = AsyncOpenAI(**_connection(settings), max_retries=0)
         # A stream's read timeout only bounds the gap between chunks; this bounds the whole.
         self._timeout_s = settings.llm_timeout_s
-        self._redis = redis
         self._in_flight: SingleFlight[list[str]] = SingleFlight()
         # A local LLM server answers one call at a time; more in flight only queue there,
         # where a rewrite that gives up cannot leave the queue. They queue here instead,
@@ -211,11 +224,11 @@ class AsyncLlmClient:
 
     async def complete(self, request: LlmRequest) -> LlmAnswer:
         started = time.perf_counter()
-        key = request.cache_key(self.model, self.sample)
+        key = self._key(request)
         if self._redis is not None:
             hit = await self._redis.get(key)
             if hit is not None:
-                return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
+                return self._cached(hit, started)
         texts, shared = await self._in_flight.run(key, lambda: self._answer(key, request))
         return LlmAnswer(list(texts), shared, (time.perf_counter() - started) * 1000)
 
