@@ -10,6 +10,7 @@ instead of as the caller would show up as a 403 for `reader`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import ssl
@@ -36,6 +37,8 @@ from kgqr_ops.services.secured_opensearch import SecuredCredentials, SecuredOpen
 from plugin import kb_meta, schema
 from query_rewriter.agent.plan_book import PlanBook, PlanEntry
 from query_rewriter.background_server import free_port, running_proxy
+from query_rewriter.opensearch_gateway import opensearch_http_client
+from query_rewriter.proxy_state import knowledge_base_names
 from tests.integration.ingest_helpers import TINY_KB
 from tests.integration.recording_llm import recording_llm
 
@@ -226,6 +229,7 @@ def proxy(
                 "llm_base_url": llm_url,
                 "llm_model": f"stand-in-{uuid.uuid4().hex[:8]}",
                 "query_log_enabled": True,
+                "graph_snapshot_preload": "*",
             }
         )
         with running_proxy(proxied) as url:
@@ -360,6 +364,27 @@ def test_graph_evidence_obeys_document_level_security(
     # fail, and the restricted user's rewrite was not served to the reader from the cache.
     response, prompt = seen["reader"]
     assert HIDDEN in response and HIDDEN in prompt
+
+
+def test_graph_copies_to_preload_are_listed_with_kgqrs_own_account(
+    settings: Settings, secured: SecuredCredentials, secured_kb: str, users: dict[str, str]
+) -> None:
+    """KGQR_GRAPH_SNAPSHOT_PRELOAD=* (the proxy above runs with it) lists the KBs in
+    kgqr-meta as kgqr, for its own bookkeeping; a caller's credentials play no part."""
+    as_kgqr = _as(settings, secured, "kgqr", secured.kgqr_password)
+
+    async def listed(service_account: bool) -> list[str] | int:
+        client = opensearch_http_client(as_kgqr, service_account=service_account)
+        try:
+            return await knowledge_base_names(client)
+        except httpx.HTTPStatusError as refused:
+            return refused.response.status_code
+        finally:
+            await client.aclose()
+
+    names = asyncio.run(listed(service_account=True))
+    assert isinstance(names, list) and KB in names, names
+    assert asyncio.run(listed(service_account=False)) == 401  # no account: no list
 
 
 @pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
