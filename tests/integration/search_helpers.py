@@ -24,3 +24,11 @@ def explained_search(
         json=body,
         timeout=600,
     )
+
+
+def metric_sample(name: str, **labels: str) -> float:
+    """A proxy metric's current value in this process (the proxies tests run are threads
+    of it, so they share the registry): compare before and after, never absolute."""
+    from query_rewriter.metrics import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0

@@ -18,14 +18,13 @@ import redis.asyncio as aioredis
 from kgqr_core import graph_version
 from kgqr_core.settings import Settings
 from plugin import schema
-from query_rewriter import metrics
 from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.graph_snapshot import GraphSnapshot
 from query_rewriter.graph_snapshots import GraphSnapshots
 from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import knowledge_base_names
 from tests.integration.ingest_helpers import TINY_KB, ingested, run_to_end
-from tests.integration.search_helpers import explained_search
+from tests.integration.search_helpers import explained_search, metric_sample
 
 
 def _ranked(
@@ -240,11 +239,14 @@ def test_a_preloaded_copy_answers_the_first_search(
     configured = settings.model_copy(
         update={"rewrite_cache_ttl_s": 0, "graph_snapshot_preload": kb if preload else ""}
     )
-    loaded = metrics.GRAPH_SNAPSHOT_LOADS.labels("loaded")
-    before = loaded._value.get()
+
+    def loaded() -> float:
+        return metric_sample("kgqr_graph_snapshot_loads_total", result="loaded")
+
+    before = loaded()
     with running_proxy(configured) as url:
-        deadline = time.monotonic() + 10
-        while loaded._value.get() == before and time.monotonic() < deadline:
+        deadline = time.monotonic() + (10 if preload else 2)
+        while loaded() == before and time.monotonic() < deadline:
             time.sleep(0.1)
         _, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
     source = explain["details"]["graph_source"]

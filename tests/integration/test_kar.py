@@ -25,7 +25,7 @@ from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine, most_similar_documents
 from tests.integration.ingest_helpers import TINY_KB, ingested
-from tests.integration.search_helpers import explained_search
+from tests.integration.search_helpers import explained_search, metric_sample
 
 KB = "kar-movies"
 INDEX = schema.documents_index(KB)
@@ -248,12 +248,6 @@ def test_kar_index_links_entities_by_the_index_and_asks_the_llm_once(
     assert explain["expansions"]
 
 
-def _samples(name: str, **labels: str) -> float:
-    from query_rewriter.metrics import REGISTRY
-
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
 def test_a_budgeted_search_is_served_fast_then_full(
     llm_settings: Settings, movies: str, unique_name: str
 ) -> None:
@@ -262,7 +256,7 @@ def test_a_budgeted_search_is_served_fast_then_full(
     the same search asked after it finished gets the full kar rewrite from the cache."""
     budgeted = llm_settings.model_copy(update={"rewrite_budget_ms": 0, "rewrite_cache_ttl_s": 3600})
     query = f"{QUERY} ({unique_name})"
-    cached_before = _samples("kgqr_background_rewrites_total", result="cached")
+    cached_before = metric_sample("kgqr_background_rewrites_total", result="cached")
     with running_proxy(budgeted) as url:
         first = explained_search(url, INDEX, "kar", query).json()
         assert first["kgqr"]["strategy"] == "graph" and first["hits"]["hits"]
@@ -279,4 +273,4 @@ def test_a_budgeted_search_is_served_fast_then_full(
     assert explain["cached"] and explain["budget"] is None and explain["expansions"]
     assert explain["details"]["neighbours"]  # the full rewrite, graph evidence and all
     # Two budgeted searches, one background rewrite.
-    assert _samples("kgqr_background_rewrites_total", result="cached") == cached_before + 1
+    assert metric_sample("kgqr_background_rewrites_total", result="cached") == cached_before + 1
