@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,11 +53,16 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
     return meta
 
 
-async def knowledge_base_names(service_http: httpx.AsyncClient) -> list[str]:
-    """Every knowledge base kgqr-meta lists, read with kgqr's own account: for kgqr's own
-    bookkeeping (which graph copies to read), never shown to a caller."""
-    response = await service_http.post(
-        f"/{META_INDEX}/_search", json={"size": 10_000, "_source": ["kb"]}
+async def knowledge_base_names(
+    client: httpx.AsyncClient, headers: Mapping[str, str] | None = None
+) -> list[str]:
+    """The knowledge bases kgqr-meta lists, by name, as `client` and `headers`
+    authenticate: the tuning page asks with the caller's headers, graph preloading with
+    kgqr's own account (its bookkeeping, never shown to a caller). Raises when refused."""
+    response = await client.post(
+        f"/{META_INDEX}/_search",
+        json={"size": 1000, "_source": ["kb"], "sort": [{"kb": "asc"}]},
+        headers=headers,
     )
     response.raise_for_status()
     return [hit["_source"]["kb"] for hit in response.json()["hits"]["hits"]]

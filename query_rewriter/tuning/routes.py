@@ -14,10 +14,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_index
+from plugin.schema import TUNE_RUNS_INDEX, check_kb_name, documents_index
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.explain import Explain
 from query_rewriter.forwarding import request_headers
+from query_rewriter.proxy_state import knowledge_base_names
 from query_rewriter.search_request import SearchPlan, plan_search
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.params import FUSE_PLAIN
@@ -107,14 +108,10 @@ async def static(request: Request) -> Response:
 async def options(request: Request) -> Response:
     """The knowledge bases (from kgqr-meta) and strategies the page offers."""
     state = request.app.state.kgqr
-    response = await state.http.post(
-        f"/{META_INDEX}/_search",
-        json={"size": 1000, "_source": ["kb"], "sort": [{"kb": "asc"}]},
-        headers=request_headers(request),
-    )
-    kbs = []
-    if response.status_code == 200:
-        kbs = [hit["_source"]["kb"] for hit in response.json()["hits"]["hits"]]
+    try:
+        kbs = await knowledge_base_names(state.http, request_headers(request))
+    except httpx.HTTPStatusError:  # the caller may not read kgqr-meta, or there is none yet
+        kbs = []
     return JSONResponse({"kbs": kbs, "strategies": list(STRATEGIES)})
 
 

@@ -367,7 +367,7 @@ def test_graph_evidence_obeys_document_level_security(
 
 
 def test_graph_copies_to_preload_are_listed_with_kgqrs_own_account(
-    settings: Settings, secured: SecuredCredentials, secured_kb: str, users: dict[str, str]
+    settings: Settings, secured: SecuredCredentials, secured_kb: str
 ) -> None:
     """KGQR_GRAPH_SNAPSHOT_PRELOAD=* (the proxy above runs with it) lists the KBs in
     kgqr-meta as kgqr, for its own bookkeeping; a caller's credentials play no part."""
