@@ -106,7 +106,7 @@ def main() -> None:
                 )
                 progress = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=1800)
                 elapsed = time.perf_counter() - started
-            rss = peak_rss_mb(worker.pid)
+            rss = peak_rss_mb(worker.process.pid)
         assert progress.counts["documents"] == len(texts), progress
         end_to_end = len(texts) / elapsed
         drop_knowledge_base(opensearch, neo4j, redis, kb)

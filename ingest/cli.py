@@ -322,9 +322,24 @@ def generate(schema: str, directory: Path, documents: int | None, seed: int | No
 
 
 @ingest.command(context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--restart/--no-restart",
+    default=True,
+    show_default=True,
+    help="Restart the worker when it exits unasked (a Redis restart can end it); "
+    "--no-restart under a supervisor of your own (systemd, Kubernetes).",
+)
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
-def worker(celery_args: tuple[str, ...]) -> None:
-    """Run a Celery ingest worker (extra arguments go to `celery worker`)."""
-    from ingest.celery_app import app
+def worker(restart: bool, celery_args: tuple[str, ...]) -> None:
+    """Run a Celery ingest worker (extra arguments go to `celery worker`, e.g. -Q QUEUE,
+    --pool solo). It runs as a child process: one that exits with an error is started
+    again (after 1-30 s, up to 5 quick exits in a row); exit 0 or Ctrl-C ends both."""
+    import signal
 
-    app.worker_main(["worker", "--loglevel", "INFO", *celery_args])
+    from ingest.worker_supervisor import RestartPolicy, SupervisedWorker, worker_command
+
+    policy = RestartPolicy() if restart else RestartPolicy(give_up_after=0)
+    supervisor = SupervisedWorker(worker_command(celery_args), policy=policy)
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda _signum, _frame: supervisor.request_stop())
+    raise SystemExit(supervisor.start().wait())

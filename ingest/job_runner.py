@@ -12,15 +12,16 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from ingest import reembed
 from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
-from kgqr_core.child_process import terminate_child
+from ingest.worker_supervisor import RestartPolicy, SupervisedWorker, worker_command
 from kgqr_core.embedder import get_embedder
 from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
@@ -242,20 +243,38 @@ def temporary_worker(
     log_path: str | None = None,
     queues: str | None = None,
     env: dict[str, str] | None = None,
-) -> Iterator[subprocess.Popen[bytes]]:
+    restart: bool = True,
+) -> Iterator[SupervisedWorker]:
     """A worker for the duration of one command, when no worker is running (`env`:
-    further settings of its own, e.g. another OpenSearch)."""
+    further settings of its own, e.g. another OpenSearch), restarted if it dies on the way
+    (ingest.worker_supervisor says why it can); `restart=False` to watch one die."""
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "ingest.celery_app", "worker",
-         "--loglevel", "INFO", "--hostname", f"kgqr-temp-{os.getpid()}@%h",
-         *(["-Q", queues] if queues else [])],
-        env={**os.environ, "KGQR_REDIS_URL": settings.redis_url, **(env or {})},
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    # A name of its own even beside another temporary worker of this process (a test
+    # session's): Celery merges the replies of workers that share a name.
+    name = f"kgqr-temp-{os.getpid()}-{uuid.uuid4().hex[:6]}@%h"
+    command = worker_command(["--hostname", name,
+                              *(["-Q", queues] if queues else [])])  # fmt: skip
+    policy = RestartPolicy() if restart else RestartPolicy(give_up_after=0)
+    worker = SupervisedWorker(
+        command, env={**os.environ, "KGQR_REDIS_URL": settings.redis_url, **(env or {})},
+        output=log, policy=policy, say=_log_line(log),
+    ).start()  # fmt: skip
     try:
         yield worker
     finally:
-        terminate_child(worker, timeout_s=30)
+        worker.stop(timeout_s=30)
         if not isinstance(log, int):  # a file, not subprocess.DEVNULL
             log.close()
+
+
+def _log_line(log: IO[bytes] | int) -> Callable[[str], None]:
+    """Where a temporary worker's supervisor reports a restart: beside the worker's own log
+    lines, or on stderr when its output is discarded."""
+    if isinstance(log, int):
+        return lambda line: print(line, file=sys.stderr, flush=True)
+
+    def write(line: str) -> None:
+        log.write(f"{line}\n".encode())
+        log.flush()
+
+    return write

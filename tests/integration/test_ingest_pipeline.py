@@ -146,36 +146,49 @@ def test_musique_subset_with_corpus_kg(stores: Stores, kb: str) -> None:
     )
 
 
-def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
-    stores: Stores, kb: str, tmp_path: Path
-) -> None:
+def _notes(folder: Path, count: int) -> str:
+    """A jsonl source of `count` short notes, as its source spec."""
     import json
+
+    folder.mkdir()
+    with (folder / "documents.jsonl").open("w") as out:
+        for i in range(count):
+            doc = {"id": f"d{i}", "type": "note", "title": f"Note {i}", "text": f"note number {i}"}
+            out.write(json.dumps(doc) + "\n")
+    return f"jsonl:{folder}"
+
+
+def _kill_after_chunks(worker: Any, jobs: Any, job_id: str, chunks: int) -> None:
+    """SIGKILL the temporary worker's current process once `chunks` chunks are done."""
     import signal
     import time
 
+    deadline = time.monotonic() + 120
+    while jobs.progress(job_id).chunks_done < chunks:
+        assert time.monotonic() < deadline, "the worker never got going"
+        time.sleep(0.05)
+    worker.process.send_signal(signal.SIGKILL)
+    worker.process.wait()
+
+
+def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
+    stores: Stores, kb: str, tmp_path: Path
+) -> None:
     from ingest.job_runner import follow, temporary_worker
     from ingest.job_store import JobStore
     from tests.integration.ingest_helpers import enqueue_source
 
     settings, opensearch, neo4j, redis = stores
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    with (corpus / "documents.jsonl").open("w") as out:
-        for i in range(120):
-            doc = {"id": f"d{i}", "type": "note", "title": f"Note {i}", "text": f"note number {i}"}
-            out.write(json.dumps(doc) + "\n")
-    spec, queue = f"jsonl:{corpus}", f"{kb}-queue"  # a queue the session worker ignores
+    spec, queue = (
+        _notes(tmp_path / "corpus", 120),
+        f"{kb}-queue",
+    )  # a queue the session worker ignores
     jobs = JobStore(redis)
 
     first = enqueue_source(*stores, spec, kb, chunk_size=4, queue=queue)
     assert first.chunks_total == 30
-    with temporary_worker(settings, queues=queue) as worker:
-        deadline = time.monotonic() + 120
-        while jobs.progress(first.job_id).chunks_done < 3:  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the worker never got going"
-            time.sleep(0.05)
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+    with temporary_worker(settings, queues=queue, restart=False) as worker:
+        _kill_after_chunks(worker, jobs, first.job_id, 3)
     interrupted = jobs.progress(first.job_id)
     assert interrupted is not None and not interrupted.finished
 
@@ -189,6 +202,40 @@ def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
     assert document_ids(opensearch, kb) == sorted(f"d{i}" for i in range(120))
     nodes, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
     assert nodes[0]["n"] == 120
+
+
+def test_a_worker_that_dies_mid_job_is_restarted_and_the_job_finishes(
+    stores: Stores, kb: str, tmp_path: Path
+) -> None:
+    """What a Redis restart can do to a Celery 5.7 worker (ingest.worker_supervisor), done
+    with SIGKILL: the supervisor starts a new worker, which takes the chunks still queued;
+    the chunks the dead one held come back through `kgqr ingest`'s stall re-send. With no
+    restart nothing would take the queue and the job would never finish."""
+    from ingest import job_runner
+    from ingest.celery_app import app
+    from ingest.job_store import JobStore
+    from tests.integration.ingest_helpers import enqueue_source
+
+    settings, opensearch, neo4j, redis = stores
+    spec, queue = _notes(tmp_path / "corpus", 120), f"{kb}-queue"
+    jobs = JobStore(redis)
+    job = enqueue_source(*stores, spec, kb, chunk_size=4, queue=queue)
+    log = tmp_path / "worker.log"
+    with job_runner.temporary_worker(settings, str(log), queues=queue) as worker:
+        _kill_after_chunks(worker, jobs, job.job_id, 3)
+        resend = job_runner.resender(
+            app, job.job_id, lambda: enqueue_source(*stores, spec, kb, chunk_size=4, queue=queue),
+            lambda _line: None,
+        )  # fmt: skip
+        final = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=240,
+                                  on_stall=resend, stall_s=10)  # fmt: skip
+        assert worker.restarts == 1 and worker.process.poll() is None
+    assert final.finished and not final.failed, final
+    assert final.counts["documents"] == 120
+    assert document_ids(opensearch, kb) == sorted(f"d{i}" for i in range(120))
+    nodes, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
+    assert nodes[0]["n"] == 120
+    assert "ended with signal SIGKILL" in log.read_text(errors="replace")
 
 
 def test_raw_passages_get_llm_triples_and_ttrs_and_a_rerun_is_served_from_cache(

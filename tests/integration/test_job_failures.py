@@ -4,6 +4,7 @@ that follows it stops and exits non-zero instead of waiting forever."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,3 +168,70 @@ def test_only_a_worker_of_this_queue_counts_as_one(settings: Any, ingest_worker:
     while job_runner.workers_consuming(app, settings.ingest_queue) == 0:
         assert time.monotonic() < deadline, "the session's ingest worker never answered"
     assert job_runner.workers_consuming(app, f"{settings.ingest_queue}-elsewhere") == 0
+
+
+def test_the_worker_command_restarts_its_worker_and_an_interrupt_ends_both(
+    settings: Any, unique_name: str
+) -> None:
+    """`kgqr ingest worker` as a user runs it: its Celery worker killed, a new one takes the
+    same queue; Ctrl-C (SIGINT to the command) ends the worker with it, exit 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ingest.celery_app import app
+
+    def consuming() -> int:
+        return job_runner.workers_consuming(app, unique_name)
+
+    def wait_until(condition: Any, what: str) -> None:
+        deadline = time.monotonic() + 90
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.5)
+
+    command = subprocess.Popen(
+        [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "ingest", "worker",
+         "-Q", unique_name,
+         "--hostname", f"{unique_name}@%h"],
+        env={**os.environ, "KGQR_REDIS_URL": settings.redis_url},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: consuming() == 1, "the worker never took its queue")
+        worker_pid = _only_child(command.pid)
+        assert worker_pid is not None
+        os.kill(worker_pid, signal.SIGKILL)
+        wait_until(lambda: _only_child(command.pid) not in (None, worker_pid),
+                   "the killed worker was not started again")  # fmt: skip
+        wait_until(lambda: consuming() == 1, "the new worker never took the queue")
+        restarted = _only_child(command.pid)
+        command.send_signal(signal.SIGINT)
+        output, _ = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    text = output.decode(errors="replace")
+    assert command.returncode == 0, text
+    assert f"ingest worker (pid {worker_pid}) ended with signal SIGKILL" in text
+    assert f"ingest worker restarted (pid {restarted}, restart 1)" in text
+    assert "Warm shutdown" in text
+    assert restarted is not None and not _alive(restarted)
+
+
+def _only_child(pid: int) -> int | None:
+    """The process's one child, if any (each thread lists the children it started; the
+    supervisor starts a restarted worker from its watcher thread)."""
+    children = [child for task in Path(f"/proc/{pid}/task").iterdir()
+                for child in (task / "children").read_text().split()]  # fmt: skip
+    assert len(children) <= 1, children
+    return int(children[0]) if children else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

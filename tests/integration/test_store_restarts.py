@@ -1,7 +1,8 @@
 """The broker (Redis) and the graph store (Neo4j) restarted in the middle of an ingest
 job: the job completes, and every document and relation is in both stores exactly once.
 These restart the session's own services (gracefully: Redis saves its data on the way
-down, as a packaged redis-server does); the session's clients and worker reconnect.
+down, as a packaged redis-server does); the session's clients and worker reconnect (or,
+when Celery's race ends the worker, its supervisor starts another: ingest/worker_supervisor.py).
 
 After a broker restart the worker keeps the chunks it held as "running" forever and the
 broker returns their messages only after its visibility timeout (an hour), so the job
