@@ -342,4 +342,5 @@ def worker(restart: bool, celery_args: tuple[str, ...]) -> None:
     supervisor = SupervisedWorker(worker_command(celery_args), policy=policy)
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, lambda _signum, _frame: supervisor.request_stop())
-    raise SystemExit(supervisor.start().wait())
+    code = supervisor.start().wait()
+    raise SystemExit(code if code >= 0 else 128 - code)  # a shell's status for a signal
