@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,13 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
             f"no worker takes queue {queue}; starting a temporary one "
             "(`kgqr ingest worker` runs one)"
         )
-    context = job_runner.temporary_worker(settings) if needs_worker else contextlib.nullcontext()
+    context = (  # a restart's line goes above the bar, as the resender's does
+        job_runner.temporary_worker(settings, say=lambda line: tqdm.write(line, file=sys.stderr))
+        if needs_worker
+        else contextlib.nullcontext()
+    )
+    if needs_worker:  # a SIGTERM ends the temporary worker too (its `finally`), no orphan
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(128 + signal.SIGTERM))
     interval = 0.5 if sys.stderr.isatty() else 15.0  # CI logs get a line every 15 s
     bar = tqdm(total=enqueued.chunks_total, unit="chunk", desc=kb, mininterval=interval)
     with context, bar:
@@ -333,14 +340,13 @@ def generate(schema: str, directory: Path, documents: int | None, seed: int | No
 def worker(restart: bool, celery_args: tuple[str, ...]) -> None:
     """Run a Celery ingest worker (extra arguments go to `celery worker`, e.g. -Q QUEUE,
     --pool solo). It runs as a child process: one that exits with an error is started
-    again (after 1-30 s, up to 5 quick exits in a row); exit 0 or Ctrl-C ends both."""
-    import signal
-
+    again (after 1-30 s, up to 5 quick exits in a row); exit 0, Ctrl-C, SIGTERM or a
+    closed terminal end both."""
     from ingest.worker_supervisor import RestartPolicy, SupervisedWorker, worker_command
 
     policy = RestartPolicy() if restart else RestartPolicy(give_up_after=0)
-    supervisor = SupervisedWorker(worker_command(celery_args), policy=policy)
-    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+    supervisor = SupervisedWorker(worker_command(celery_args), policy=policy, own_session=True)
+    for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop_signal, lambda _signum, _frame: supervisor.request_stop())
     code = supervisor.start().wait()
     raise SystemExit(code if code >= 0 else 128 - code)  # a shell's status for a signal

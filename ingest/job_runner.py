@@ -244,10 +244,12 @@ def temporary_worker(
     queues: str | None = None,
     env: dict[str, str] | None = None,
     restart: bool = True,
+    say: Callable[[str], None] | None = None,
 ) -> Iterator[SupervisedWorker]:
     """A worker for the duration of one command, when no worker is running (`env`:
     further settings of its own, e.g. another OpenSearch), restarted if it dies on the way
-    (ingest.worker_supervisor says why it can); `restart=False` to watch one die."""
+    (ingest.worker_supervisor says why it can); `restart=False` to watch one die. `say`
+    reports a restart (default: into the log, else stderr)."""
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     # A name of its own even beside another temporary worker of this process (a test
     # session's): Celery merges the replies of workers that share a name.
@@ -257,7 +259,7 @@ def temporary_worker(
     policy = RestartPolicy() if restart else RestartPolicy(give_up_after=0)
     worker = SupervisedWorker(
         command, env={**os.environ, "KGQR_REDIS_URL": settings.redis_url, **(env or {})},
-        output=log, policy=policy, say=_log_line(log),
+        output=log, policy=policy, say=say or _log_line(log),
     ).start()  # fmt: skip
     try:
         yield worker

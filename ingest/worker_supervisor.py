@@ -52,7 +52,10 @@ class SupervisedWorker:
     """One worker child at a time, restarted by a watcher thread while not stopped.
 
     `process` is the current child (it changes on a restart); `restarts` counts them;
-    `exit_code` is set once the supervisor has ended (stopped, asked, or given up)."""
+    `exit_code` is set once the supervisor has ended (stopped, asked, or given up).
+    `own_session`: the child out of the terminal's process group, for a supervisor that
+    forwards signals itself (a terminal's Ctrl-C would reach the worker twice: Celery's
+    cold shutdown); else a terminal's signals reach both, as they reach any child."""
 
     def __init__(
         self,
@@ -61,12 +64,14 @@ class SupervisedWorker:
         output: IO[bytes] | int | None = None,
         policy: RestartPolicy = RestartPolicy(),
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+        own_session: bool = False,
     ) -> None:
         self._command = list(command)
         self._env = env
         self._output = output
         self._policy = policy
         self._say = say
+        self._own_session = own_session
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watcher = threading.Thread(target=self._watch, name="worker-supervisor", daemon=True)
@@ -111,11 +116,9 @@ class SupervisedWorker:
         return self.exit_code
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        # A session of its own: a terminal's Ctrl-C reaches the supervisor, which asks the
-        # worker once (two SIGINTs would make Celery's cold shutdown).
         return subprocess.Popen(
             self._command, env=self._env, stdout=self._output, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=self._own_session,
         )  # fmt: skip
 
     def _watch(self) -> None:

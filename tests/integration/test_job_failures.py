@@ -211,8 +211,11 @@ def test_the_worker_command_restarts_its_worker_and_an_interrupt_ends_both(
         command.send_signal(signal.SIGINT)
         output, _ = command.communicate(timeout=60)
     finally:
-        if command.poll() is None:
+        if command.poll() is None:  # a failed assertion: end the worker too (a session of its own)
+            orphan = _only_child(command.pid)
             command.kill()
+            if orphan is not None:
+                os.kill(orphan, signal.SIGKILL)
     text = output.decode(errors="replace")
     assert command.returncode == 0, text
     assert f"ingest worker (pid {worker_pid}) ended with signal SIGKILL" in text
