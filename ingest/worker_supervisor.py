@@ -1,10 +1,11 @@
 """Keeping an ingest worker running: a Celery worker child restarted when it exits unasked.
 
 Why a supervisor of our own: Celery 5.7 / kombu 5.7 can end a worker when its Redis
-broker restarts — the consumer closes its connection while a chunk still runs on the
-threads pool, kombu's `restore_unacked` then reads the closed connection's hostname and
-the worker stops with `Unrecoverable error: AttributeError(... 'hostname')` (exit 1; the
-trace of celery/kombu#582 and #1552). The chunks are not lost (unacknowledged, and
+broker restarts. Seen once in CI (not reproduced in 8 deliberate restarts since): on the
+lost connection kombu restores the unacknowledged chunks through a connection already
+closed (its transport's `client` is None), the worker logs `Unrecoverable error:
+AttributeError(... 'hostname')` and exits 1 — the trace of celery/kombu#582 and #1552,
+apparently a race with the chunks still running. The chunks are not lost (unacknowledged, and
 `kgqr ingest` re-sends what is not done after a stall), but with no worker left every
 later job waits. A worker that exits 0 was asked to (`celery control shutdown`) and is
 not restarted; one that keeps dying right after it starts (a bad setting) is given up on,
