@@ -51,12 +51,6 @@ def opensearch_client(settings: Settings) -> Any:
     return OpenSearch(**_opensearch_kwargs(settings))
 
 
-def async_opensearch_client(settings: Settings) -> Any:
-    from opensearchpy import AsyncOpenSearch
-
-    return AsyncOpenSearch(**_opensearch_kwargs(settings))
-
-
 def _neo4j_auth(settings: Settings) -> tuple[str, str]:
     return settings.neo4j_user, settings.neo4j_password.get_secret_value()
 
