@@ -4,6 +4,7 @@ that follows it stops and exits non-zero instead of waiting forever."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,7 @@ def test_the_worker_command_restarts_its_worker_and_an_interrupt_ends_both(
     def consuming() -> int:
         return job_runner.workers_consuming(app, unique_name)
 
-    def wait_until(condition: Any, what: str) -> None:
+    def wait_until(condition: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + 90
         while not condition():
             assert time.monotonic() < deadline, what
@@ -194,8 +195,7 @@ def test_the_worker_command_restarts_its_worker_and_an_interrupt_ends_both(
 
     command = subprocess.Popen(
         [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "ingest", "worker",
-         "-Q", unique_name,
-         "--hostname", f"{unique_name}@%h"],
+         "-Q", unique_name, "--hostname", f"{unique_name}@%h"],
         env={**os.environ, "KGQR_REDIS_URL": settings.redis_url},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
