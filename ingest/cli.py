@@ -342,10 +342,11 @@ def worker(restart: bool, celery_args: tuple[str, ...]) -> None:
     --pool solo). It runs as a child process: one that exits with an error is started
     again (after 1-30 s, up to 5 quick exits in a row); exit 0, Ctrl-C, SIGTERM or a
     closed terminal end both."""
-    from ingest.worker_supervisor import RestartPolicy, SupervisedWorker, worker_command
+    from ingest.worker_supervisor import SupervisedWorker, restart_policy, worker_command
 
-    policy = RestartPolicy() if restart else RestartPolicy(give_up_after=0)
-    supervisor = SupervisedWorker(worker_command(celery_args), policy=policy, own_session=True)
+    supervisor = SupervisedWorker(
+        worker_command(celery_args), policy=restart_policy(restart), own_session=True
+    )
     for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop_signal, lambda _signum, _frame: supervisor.request_stop())
     code = supervisor.start().wait()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from ingest import reembed
 from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
-from ingest.worker_supervisor import RestartPolicy, SupervisedWorker, worker_command
+from ingest.worker_supervisor import SupervisedWorker, restart_policy, to_stderr, worker_command
 from kgqr_core.embedder import get_embedder
 from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
@@ -256,10 +255,9 @@ def temporary_worker(
     name = f"kgqr-temp-{os.getpid()}-{uuid.uuid4().hex[:6]}@%h"
     command = worker_command(["--hostname", name,
                               *(["-Q", queues] if queues else [])])  # fmt: skip
-    policy = RestartPolicy() if restart else RestartPolicy(give_up_after=0)
     worker = SupervisedWorker(
         command, env={**os.environ, "KGQR_REDIS_URL": settings.redis_url, **(env or {})},
-        output=log, policy=policy, say=say or _log_line(log),
+        output=log, policy=restart_policy(restart), say=say or _log_line(log),
     ).start()  # fmt: skip
     try:
         yield worker
@@ -273,7 +271,7 @@ def _log_line(log: IO[bytes] | int) -> Callable[[str], None]:
     """Where a temporary worker's supervisor reports a restart: beside the worker's own log
     lines, or on stderr when its output is discarded."""
     if isinstance(log, int):
-        return lambda line: print(line, file=sys.stderr, flush=True)
+        return to_stderr
 
     def write(line: str) -> None:
         log.write(f"{line}\n".encode())

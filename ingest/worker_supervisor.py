@@ -37,6 +37,16 @@ class RestartPolicy:
     restart)."""
 
 
+def restart_policy(restart: bool) -> RestartPolicy:
+    """The default policy, or one that never restarts (`--no-restart`, a test that
+    watches a worker die)."""
+    return RestartPolicy() if restart else RestartPolicy(give_up_after=0)
+
+
+def to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def worker_command(celery_args: Sequence[str] = ()) -> list[str]:
     """The Celery worker command line; `celery_args` as `celery worker` takes them."""
     return [sys.executable, "-m", "celery", "-A", "ingest.celery_app", "worker",
@@ -64,7 +74,7 @@ class SupervisedWorker:
         env: dict[str, str] | None = None,
         output: IO[bytes] | int | None = None,
         policy: RestartPolicy = RestartPolicy(),
-        say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+        say: Callable[[str], None] = to_stderr,
         own_session: bool = False,
     ) -> None:
         self._command = list(command)

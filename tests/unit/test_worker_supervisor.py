@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ingest.worker_supervisor import RestartPolicy, SupervisedWorker
+from ingest.worker_supervisor import RestartPolicy, SupervisedWorker, restart_policy
 
 FAST = RestartPolicy(backoff_s=(0.05, 0.1), healthy_after_s=0.5, give_up_after=3)
 
@@ -75,7 +75,7 @@ def test_a_worker_that_keeps_dying_at_start_is_given_up_on(tmp_path: Path) -> No
 
 def test_with_restarts_off_a_dead_worker_stays_dead(tmp_path: Path) -> None:
     lines: list[str] = []
-    never = RestartPolicy(give_up_after=0)
+    never = restart_policy(restart=False)
     supervisor = SupervisedWorker(_counting_child(tmp_path, "import sys; sys.exit(1)"),
                                   policy=never, say=lines.append).start()  # fmt: skip
     assert supervisor.wait() == 1
