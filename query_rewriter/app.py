@@ -35,8 +35,14 @@ from query_rewriter.query_log import QueryLog
 from query_rewriter.request_body import decode_body, json_object, read_body
 from query_rewriter.rewrite_cache import RewriteCache, code_version
 from query_rewriter.rewriter import Rewriter
-from query_rewriter.search_request import plan_search, strip_kgqr
-from query_rewriter.search_service import FALLBACK_HEADER, fallback_header, run_plan, with_explain
+from query_rewriter.search_request import PassThrough, plan_search, strip_kgqr, uri_search_as_body
+from query_rewriter.search_service import (
+    FALLBACK_HEADER,
+    fallback_header,
+    passed_through_search,
+    run_plan,
+    with_explain,
+)
 from query_rewriter.tuning.routes import tuning_routes
 
 log = logging.getLogger("kgqr.proxy")
@@ -196,13 +202,18 @@ async def proxy(request: Request) -> Response:
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
     payload = json_object(raw, "request body")
-    query_params = dict(request.query_params)
-    plan = plan_search(index, query_params, payload, state.settings.rewrite_default_strategy)
-    if plan is None:
+    query_params, body = uri_search_as_body(dict(request.query_params), payload)
+    plan = plan_search(index, query_params, body, state.settings.rewrite_default_strategy)
+    headers = request_headers(request)
+    if isinstance(plan, PassThrough):
+        metrics.PASSED_THROUGH.labels(plan.code).inc()
+        if plan.explain:  # kgqr reads the answer to say why it is the caller's own
+            upstream = await passed_through_search(state, index, body, query_params, headers)
+            explained = with_explain(upstream, plan.explanation())
+            return JSONResponse(explained, status_code=upstream.status_code)
         stripped = strip_kgqr(payload)
         content = raw if stripped is payload else json.dumps(stripped).encode()
         return await state.upstream.forward(request, content, decoded=True)
-    headers = request_headers(request)
     upstream, explain = await run_plan(state, plan, query_params, headers)
     response = (
         JSONResponse(with_explain(upstream, explain), status_code=upstream.status_code)

@@ -43,3 +43,4 @@ class Explain(TypedDict, total=False):
     fusion: str | None  # "pipeline", "client ...", or None when no hybrid search ran
     warnings: list[str]  # deprecated parameter spellings the request used
     refused: int  # OpenSearch refused the caller's credentials: its status, no rewrite
+    passed_through: str  # why kgqr sent the search on as it came (then the only key)

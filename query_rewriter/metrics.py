@@ -22,6 +22,13 @@ STAGE_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60),
 )
+PASSED_THROUGH = Counter(
+    "kgqr_searches_passed_through_total",
+    "Searches sent on as the caller sent them, by why: no_strategy, not_a_knowledge_base, "
+    "scroll, no_hits (size 0), query_shape (a query kgqr does not rewrite), msearch_header",
+    ["reason"],
+    registry=REGISTRY,
+)
 CACHE = Counter("kgqr_rewrite_cache_total", "Rewrite cache lookups", ["result"], registry=REGISTRY)
 FALLBACKS = Counter(
     "kgqr_fallbacks_total",

@@ -6,18 +6,26 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from query_rewriter import metrics
 from query_rewriter.caller import Caller
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.forwarding import request_headers
 from query_rewriter.msearch_header import check_header
 from query_rewriter.proxy_state import ProxyState
 from query_rewriter.request_body import json_object
-from query_rewriter.search_request import SearchPlan, plan_search, strip_kgqr
+from query_rewriter.search_request import (
+    PassThrough,
+    SearchPlan,
+    explain_asked,
+    plan_search,
+    strip_kgqr,
+)
 from query_rewriter.search_service import (
     FALLBACK_HEADER,
     fallback_header,
@@ -27,6 +35,11 @@ from query_rewriter.search_service import (
 
 # What applies to the msearch as a whole, not to each of its searches.
 MSEARCH_ONLY_PARAMS = {"max_concurrent_searches"}
+# An item whose header names several indices (or a pattern) or sets its own parameters is
+# forwarded as it is: kgqr rewrites a search on one knowledge base.
+NOT_ONE_INDEX = PassThrough(
+    "msearch_header", "the item's header names more than one index or sets its own parameters"
+)
 
 
 def _ndjson(raw: bytes) -> list[dict[str, Any]]:
@@ -57,14 +70,17 @@ async def handle_msearch(
     checked = [
         check_header(header, path_index, line=2 * n + 1) for n, header in enumerate(lines[0::2])
     ]
-    plans: list[SearchPlan | None] = []
+    plans: list[SearchPlan | PassThrough] = []
     for header, body in zip(checked, lines[1::2], strict=True):
-        plan = None
         if header.single_index is not None and not header.params:
             default = state.settings.rewrite_default_strategy
-            plan = plan_search(header.single_index, query_params, body, default)
-        plans.append(plan)
-    if not any(plans):
+            plans.append(plan_search(header.single_index, query_params, body, default))
+        else:
+            plans.append(replace(NOT_ONE_INDEX, explain=explain_asked(query_params, body)))
+    for plan in plans:
+        if isinstance(plan, PassThrough):
+            metrics.PASSED_THROUGH.labels(plan.code).inc()
+    if all(isinstance(plan, PassThrough) and not plan.explain for plan in plans):
         cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
         return await state.upstream.forward(request, cleaned, decoded=True)
 
@@ -76,13 +92,14 @@ async def handle_msearch(
     item_params = {k: v for k, v in query_params.items() if k not in MSEARCH_ONLY_PARAMS}
     fallbacks: list[str] = []
 
-    async def one(position: int, plan: SearchPlan | None) -> dict[str, Any]:
-        if plan is None:
+    async def one(position: int, plan: SearchPlan | PassThrough) -> dict[str, Any]:
+        if isinstance(plan, PassThrough):
             header, body = checked[position], lines[2 * position + 1]
             upstream = await state.http.post(
                 header.path, json=strip_kgqr(body), params=header.params, headers=plain_headers
             )
-            status, result = upstream.status_code, upstream.json()
+            status = upstream.status_code
+            result = with_explain(upstream, plan.explanation()) if plan.explain else upstream.json()
         else:
             upstream, explain = await run_plan(state, plan, item_params, headers)
             status = upstream.status_code

@@ -13,6 +13,7 @@ from typing import Any
 
 from plugin.schema import kb_of_documents_index
 from query_rewriter.errors import RewriteRequestError
+from query_rewriter.explain import Explain
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.strategies import ALIASES, ALL_PARAMS, STRATEGIES
 from query_rewriter.strategies.params import request_params
@@ -20,7 +21,7 @@ from query_rewriter.strategies.params import request_params
 
 @dataclass
 class SearchPlan:
-    """A search kgqr will rewrite (or None from plan_search when it passes through)."""
+    """A search kgqr will rewrite."""
 
     index: str
     kb: str
@@ -30,6 +31,20 @@ class SearchPlan:
     explain: bool
     params: dict[str, float] = field(default_factory=dict)  # namespaced (strategies.params)
     warnings: tuple[str, ...] = ()  # deprecated parameter spellings the request used
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """A search kgqr sends on as the caller sent it, and why: an explain asked for says so
+    (a client that asked for one and got none could not tell a pass-through from a bug),
+    and the metric `kgqr_searches_passed_through_total` counts each `code`."""
+
+    code: str
+    reason: str
+    explain: bool = False
+
+    def explanation(self) -> Explain:
+        return {"passed_through": self.reason}
 
 
 def _truthy(value: Any) -> bool:
@@ -68,6 +83,11 @@ def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dic
     return options
 
 
+def explain_asked(query_params: dict[str, str], body: dict[str, Any]) -> bool:
+    """Whether the request asks for an explain (`kgqr.explain`, or `ext.kgqr.explain`)."""
+    return _truthy(_strategy_options(query_params, body).get("explain", False))
+
+
 def strip_kgqr(body: dict[str, Any]) -> dict[str, Any]:
     """The body without kgqr's ext object, as OpenSearch must receive it."""
     ext = body.get("ext")
@@ -81,6 +101,33 @@ def strip_kgqr(body: dict[str, Any]) -> dict[str, Any]:
 
 
 URL_PAGING = ("from", "size")
+# A URI search's `q` and the URL options of the query_string query OpenSearch makes of it.
+URI_QUERY_OPTIONS = {
+    "df": "default_field",
+    "analyzer": "analyzer",
+    "default_operator": "default_operator",
+    "analyze_wildcard": "analyze_wildcard",
+    "lenient": "lenient",
+}
+URI_QUERY_FLAGS = ("analyze_wildcard", "lenient")
+
+
+def uri_search_as_body(
+    query_params: dict[str, str], body: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """A URI search (`_search?q=...`, what curl users and opensearch-py's `q=` send) as
+    the body search OpenSearch makes of it: a query_string query that replaces the body's
+    query, with `df`, `analyzer`, ... as its options. It is then rewritten like any other;
+    and `q` leaves the URL, where it would replace the hybrid query kgqr sends."""
+    if "q" not in query_params:
+        return query_params, body
+    options: dict[str, Any] = {"query": query_params["q"]}
+    for name, option in URI_QUERY_OPTIONS.items():
+        if name in query_params:
+            value = query_params[name]
+            options[option] = _truthy(value) if option in URI_QUERY_FLAGS else value
+    rest = {k: v for k, v in query_params.items() if k != "q" and k not in URI_QUERY_OPTIONS}
+    return rest, {**body, "query": {"query_string": options}}
 
 
 def with_url_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
@@ -106,10 +153,57 @@ def with_url_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[
     return paged
 
 
+def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> bool:
+    """`size` 0 (the URL's over the body's, as OpenSearch reads them): totals and
+    aggregations only, which are the caller's own query's under any rewrite."""
+    size = query_params.get("size", body.get("size"))
+    if isinstance(size, bool) or not isinstance(size, int | str):
+        return False
+    try:
+        return int(size) == 0
+    except ValueError:
+        return False
+
+
+def _pass_through(
+    index: str,
+    query_params: dict[str, str],
+    body: dict[str, Any],
+    strategy: str | None,
+    kb: str | None,
+    parsed: ParsedQuery | None,
+) -> tuple[str, str] | None:
+    """(code, reason) when the search is not one to rewrite, else None."""
+    if strategy is None:
+        return "no_strategy", (
+            "no strategy: the request names none (kgqr.strategy) and "
+            "KGQR_REWRITE_DEFAULT_STRATEGY is unset"
+        )
+    if kb is None:
+        return "not_a_knowledge_base", (
+            f"[{index}] is not one knowledge base's documents index (kgqr-KB-documents)"
+        )
+    if "scroll" in query_params:
+        return "scroll", "a scroll search: its later pages come from the engine's scroll context"
+    if _asks_for_no_hits(query_params, body):
+        # A rewrite changes which hits come back, and this search asks for none: rewriting
+        # it would cost an LLM call (or queue one, under a budget) for nothing.
+        return "no_hits", (
+            "size 0 asks for no hits: totals and aggregations are the query's own under any rewrite"
+        )
+    if parsed is None:
+        return "query_shape", (
+            "kgqr rewrites match, match_phrase, multi_match, query_string and "
+            "simple_query_string queries (alone or in a bool's must/should) and URL q= "
+            "searches; this query is sent as it is"
+        )
+    return None
+
+
 def plan_search(
     index: str, query_params: dict[str, str], body: dict[str, Any], default_strategy: str | None
-) -> SearchPlan | None:
-    """The rewrite to do, or None to pass the search through (after strip_kgqr)."""
+) -> SearchPlan | PassThrough:
+    """The rewrite to do, or why the search passes through (after strip_kgqr)."""
     options = _strategy_options(query_params, body)
     strategy = options.get("strategy", default_strategy)
     strategy = ALIASES.get(strategy, strategy) if isinstance(strategy, str) else strategy
@@ -121,19 +215,20 @@ def plan_search(
         )
     declared = STRATEGIES[strategy].params if strategy is not None else ALL_PARAMS
     given = request_params(declared, options["params"])
+    explain = _truthy(options.get("explain", False))
     kb = kb_of_documents_index(index)
-    if strategy is None or kb is None or "scroll" in query_params:
-        return None
     parsed = parse_query(body.get("query"))
-    if parsed is None:
-        return None
+    passing = _pass_through(index, query_params, body, strategy, kb, parsed)
+    if passing is not None:
+        return PassThrough(*passing, explain=explain)
+    assert parsed is not None and kb is not None and strategy is not None  # _pass_through
     return SearchPlan(
         index,
         kb,
         strategy,
         parsed,
         with_url_paging(query_params, strip_kgqr(body)),
-        _truthy(options.get("explain", False)),
+        explain,
         given.values,
         given.warnings,
     )

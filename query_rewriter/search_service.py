@@ -30,7 +30,7 @@ from query_rewriter.proxy_state import ProxyState
 from query_rewriter.query_embedders import EmbedderRefused
 from query_rewriter.query_log import query_log_entry
 from query_rewriter.rewriter import RewriteOutcome
-from query_rewriter.search_request import URL_PAGING, SearchPlan
+from query_rewriter.search_request import URL_PAGING, SearchPlan, strip_kgqr
 from query_rewriter.strategies.params import (
     FUSE_PLAIN,
     HYBRID_BM25,
@@ -113,6 +113,24 @@ async def run_plan(
             "rewrite", extra={"kgqr": {k: v for k, v in explain.items() if k != "final_query"}}
         )
     return upstream, explain
+
+
+async def passed_through_search(
+    state: ProxyState,
+    index: str,
+    body: dict[str, Any],
+    query_params: dict[str, str],
+    headers: dict[str, str],
+) -> httpx.Response:
+    """A search kgqr does not rewrite but must read the answer of (to add an explain), as
+    the caller: their credentials, their body and parameters less kgqr's own."""
+    caller = Caller.from_headers(headers, state.settings)
+    return await state.http.post(
+        f"/{index}/_search",
+        json=strip_kgqr(body),
+        params={k: v for k, v in query_params.items() if not k.startswith("kgqr.")},
+        headers={**headers, **caller.headers},
+    )
 
 
 async def _original_search(

@@ -19,7 +19,7 @@ from query_rewriter.errors import RewriteRequestError, error_response, upstream_
 from query_rewriter.explain import Explain
 from query_rewriter.forwarding import request_headers
 from query_rewriter.proxy_state import knowledge_base_names
-from query_rewriter.search_request import SearchPlan, plan_search
+from query_rewriter.search_request import PassThrough, SearchPlan, plan_search
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.params import FUSE_PLAIN
 from query_rewriter.tuning.judgment_store import JudgmentStore
@@ -148,8 +148,8 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
         # A fused ranking is scored as its own row: it is not the strategy's ranking.
         shown_as = f"{strategy} fused" if fuse else strategy
         plan = plan_search(documents_index(kb), params, search_body, None)
-        if plan is None:
-            raise RewriteRequestError(400, "illegal_argument_exception", "nothing to rewrite")
+        if isinstance(plan, PassThrough):
+            raise RewriteRequestError(400, "illegal_argument_exception", plan.reason)
         started = time.perf_counter()
         upstream, explain = await run_plan(
             request.app.state.kgqr, plan, params, request_headers(request)

@@ -1,5 +1,6 @@
 """Requests as common clients send them, through `kgqr serve` and the nginx front: gzipped
-bodies, paging in the URL, msearch headers with lists and booleans, facets and totals."""
+bodies, paging in the URL, msearch headers with lists and booleans, facets and totals,
+facet-only (size 0) and URI (`q=`) searches."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from opensearchpy.helpers.search import Search
 
 from kgqr_ops.services.process import port_is_open
 from query_rewriter.background_server import free_port
+from tests.integration.search_helpers import metric_sample
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
 AMERICAN = {"match": {"text": "American"}}  # p1-p3 of 8; k-NN alone would match all 8
@@ -146,6 +148,59 @@ def test_totals_and_aggregations_are_the_original_querys(
     assert facets_via.hits.total.value == 3
     no_total = via.search(index=movies_kb, body={"query": AMERICAN, "track_total_hits": False})
     assert "total" not in no_total["hits"]
+
+
+def test_a_search_for_totals_and_facets_alone_is_answered_without_a_rewrite(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """Size 0, as a search UI asks for its facets: the answer is the caller's query's
+    under any rewrite, so kgqr sends it on as it came; an LLM strategy (hyde here) would
+    else spend a rewrite on nothing. An explain asked for says why; so does an msearch's."""
+    body = {"size": 0, "query": AMERICAN, "aggs": {"types": {"terms": {"field": "type"}}}}
+    before = metric_sample("kgqr_searches_passed_through_total", reason="no_hits")
+    via = httpx.post(
+        f"{entry_url}/{movies_kb}/_search", params={"kgqr.strategy": "hyde"}, json=body, timeout=60
+    )
+    assert via.status_code == 200 and "kgqr" not in via.json()
+    direct = opensearch.search(index=movies_kb, body=body)
+    assert {**via.json(), "took": 0} == {**direct, "took": 0}  # max_score too: null
+    assert metric_sample("kgqr_searches_passed_through_total", reason="no_hits") == before + 1
+    explained = httpx.post(
+        f"{entry_url}/{movies_kb}/_search",
+        params={"kgqr.strategy": "hyde", "kgqr.explain": "true", "size": "0"},
+        json={**body, "size": 3},  # the URL's size wins, as in OpenSearch
+        timeout=60,
+    ).json()
+    assert explained["kgqr"]["passed_through"].startswith("size 0 asks for no hits")
+    assert explained["aggregations"] == direct["aggregations"]
+    items = [{"index": [movies_kb, "kgqr-meta"]}, {"query": AMERICAN}, {"index": movies_kb}, body]
+    responses = OpenSearch(hosts=[entry_url], timeout=60).msearch(
+        body=items, params={"kgqr.strategy": "hyde", "kgqr.explain": "true"}
+    )["responses"]
+    assert "more than one index" in responses[0]["kgqr"]["passed_through"]
+    assert responses[1]["kgqr"]["passed_through"].startswith("size 0")
+    assert responses[1]["aggregations"] == direct["aggregations"]
+
+
+def test_a_uri_search_is_rewritten_as_the_body_search_opensearch_makes_of_it(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """`_search?q=...` (curl's habit, opensearch-py's `q=`) is the query_string query
+    OpenSearch makes of it: rewritten like one, its `df` and other options shaping the
+    totals as they do directly."""
+    client = OpenSearch(hosts=[entry_url], timeout=300)
+    params = {"kgqr.strategy": "graph", "kgqr.explain": "true"}
+    uri = client.search(index=movies_kb, q="Pacino", size=5, params=params)
+    in_body = {"query": {"query_string": {"query": "Pacino"}}, "size": 5}
+    body = client.search(index=movies_kb, body=in_body, params=params)
+    assert uri["kgqr"]["query"] == "Pacino" and uri["kgqr"]["fallback"] is None
+    assert _ids(uri) == _ids(body) and len(_ids(uri)) == 5  # k-NN adds to the one match
+    for options in ({"q": "Pacino", "df": "title"}, {"q": "American", "df": "title"}):
+        rewritten = client.search(index=movies_kb, params={**options, "kgqr.strategy": "graph"})
+        assert (
+            rewritten["hits"]["total"]
+            == opensearch.search(index=movies_kb, params=options)["hits"]["total"]
+        ), options
 
 
 def test_kgqr_serve_stopped_by_sigterm_removes_its_front_folder(tmp_path: Path) -> None:

@@ -275,11 +275,23 @@ def test_every_path_runs_as_the_caller(
     entry: str, proxy: tuple[str, list[str]], front: str, users: dict[str, str]
 ) -> None:
     url = proxy[0] if entry == "proxy" else front
-    # Pass-through (a strategy-less count), a rewritten search, and a rewritten msearch item.
+    # Pass-through (a strategy-less count; a size-0 search kgqr reads to explain), a
+    # rewritten search, and a rewritten msearch item.
+    totals = {}
     for who, expected in (("reader", 200), ("restricted", 200), ("outsider", 403)):
         auth = {"authorization": users[who]}
         count = httpx.get(f"{url}/{INDEX}/_count", headers=auth, timeout=60)
         assert count.status_code == expected, (who, count.text)
+        facets = httpx.post(
+            f"{url}/{INDEX}/_search",
+            params={"kgqr.strategy": "hyde", "kgqr.explain": "true"},
+            json={**QUERY, "size": 0},
+            headers=auth,
+            timeout=60,
+        )
+        assert facets.status_code == expected, (who, facets.text)
+        assert "passed_through" in facets.json()["kgqr"]
+        totals[who] = facets.json().get("hits", {}).get("total", {}).get("value")
         rewritten = _search(url, who, users, "base")
         assert rewritten.status_code == expected, (who, rewritten.text)
         lines = [{"index": INDEX}, QUERY, {"index": INDEX}, {"query": {"match_all": {}}}]
@@ -294,6 +306,7 @@ def test_every_path_runs_as_the_caller(
     reader = _ids(_search(url, "reader", users, "base"))
     restricted = _ids(_search(url, "restricted", users, "base"))
     assert "p2" in reader and "p2" not in restricted  # DLS saw the caller, not kgqr
+    assert totals["reader"] == totals["restricted"] + 1 and totals["outsider"] is None
 
 
 @pytest.mark.parametrize("entry", ["proxy", "front"])

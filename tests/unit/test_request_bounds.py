@@ -7,7 +7,7 @@ import pytest
 
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.msearch_header import check_header
-from query_rewriter.search_request import plan_search
+from query_rewriter.search_request import SearchPlan, plan_search
 
 pytestmark = pytest.mark.unit
 INDEX = "kgqr-movies-documents"
@@ -79,18 +79,19 @@ def test_parameters_in_range_and_of_any_json_number_type_pass() -> None:
     params = {"kar.k": 20, "rewrite.alpha": 0.5}
     body = {**BODY, "ext": {"kgqr": {"strategy": "kar", "params": params}}}
     plan = plan_search(INDEX, {"kgqr.param.kar.h": "1"}, body, None)
-    assert plan is not None and plan.warnings == ()
+    assert isinstance(plan, SearchPlan) and plan.warnings == ()
     assert plan.params == {"kar.k": 20.0, "rewrite.alpha": 0.5, "kar.h": 1.0}
 
 
 def test_each_knob_has_its_own_name_and_old_names_set_what_they_used_to_with_a_warning() -> None:
     split = plan_search(INDEX, {"kgqr.strategy": "kar", "kgqr.param.kar.k": "5"}, BODY, None)
-    assert split is not None and split.params == {"kar.k": 5.0}  # the k-NN k keeps its own
+    # The k-NN k keeps its own.
+    assert isinstance(split, SearchPlan) and split.params == {"kar.k": 5.0}
     old = plan_search(INDEX, {"kgqr.strategy": "kar", "kgqr.param.k": "5"}, BODY, None)
-    assert old is not None and old.params == {"knn.k": 5.0, "kar.k": 5.0}
+    assert isinstance(old, SearchPlan) and old.params == {"knn.k": 5.0, "kar.k": 5.0}
     assert old.warnings == ("[k] is deprecated: use knn.k, kar.k",)
     noop = plan_search(INDEX, {"kgqr.strategy": "kar", "kgqr.param.boost": "2"}, BODY, None)
-    assert noop is not None and noop.params == {} and "ignored" in noop.warnings[0]
+    assert isinstance(noop, SearchPlan) and noop.params == {} and "ignored" in noop.warnings[0]
 
 
 def test_a_parameter_the_strategy_does_not_read_is_a_400_listing_the_ones_it_does() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,13 @@ from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector, search_p
 from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.rewrite_cache import rewrite_key
-from query_rewriter.search_request import plan_search, strip_kgqr
+from query_rewriter.search_request import (
+    PassThrough,
+    SearchPlan,
+    plan_search,
+    strip_kgqr,
+    uri_search_as_body,
+)
 
 
 @pytest.mark.parametrize(
@@ -61,18 +69,49 @@ def test_plan_takes_strategy_and_params_from_query_string_or_ext() -> None:
     body = {"query": {"match": {"text": "heat"}},
             "ext": {"kgqr": {"strategy": "hyde", "params": {"rewrite.alpha": 0.5}}}}  # fmt: skip
     plan = plan_search("kgqr-m-documents", {"kgqr.param.rewrite.n": "2"}, body, "base")
-    assert plan is not None and plan.strategy == "hyde" and plan.kb == "m"
+    assert isinstance(plan, SearchPlan) and plan.strategy == "hyde" and plan.kb == "m"
     assert plan.params == {"rewrite.alpha": 0.5, "rewrite.n": 2.0}
     assert "ext" not in plan.body
     plan = plan_search("kgqr-m-documents", {"kgqr.strategy": "prf"}, body, "base")
-    assert plan is not None and plan.strategy == "prf"
+    assert isinstance(plan, SearchPlan) and plan.strategy == "prf"
 
 
-def test_plan_passes_through_unmanaged_scroll_and_disabled() -> None:
-    body = {"query": {"match": {"text": "heat"}}}
-    assert plan_search("products", {}, body, "base") is None
-    assert plan_search("kgqr-m-documents", {"scroll": "1m"}, body, "base") is None
-    assert plan_search("kgqr-m-documents", {}, body, None) is None
+def _passes(index: str, params: dict[str, str], body: dict[str, Any], default: str | None) -> str:
+    plan = plan_search(index, params, body, default)
+    assert isinstance(plan, PassThrough), plan
+    return plan.code
+
+
+def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_searches() -> None:
+    body: dict[str, Any] = {"query": {"match": {"text": "heat"}}}
+    index = "kgqr-m-documents"
+    assert _passes("products", {}, body, "base") == "not_a_knowledge_base"
+    assert _passes(index, {"scroll": "1m"}, body, "base") == "scroll"
+    assert _passes(index, {}, body, None) == "no_strategy"
+    assert _passes(index, {}, {"query": {"term": {"type": "movie"}}}, "base") == "query_shape"
+    # Size 0 asks only for totals and aggregations, the caller's query's under any rewrite:
+    # rewriting it would spend an LLM call on nothing. The URL's size wins, as in OpenSearch.
+    assert _passes(index, {}, {**body, "size": 0}, "hyde") == "no_hits"
+    assert _passes(index, {"size": "0"}, {**body, "size": 5}, "hyde") == "no_hits"
+    assert isinstance(plan_search(index, {"size": "3"}, {**body, "size": 0}, "hyde"), SearchPlan)
+    assert isinstance(plan_search(index, {}, {**body, "size": 1}, "hyde"), SearchPlan)
+    explained = plan_search(index, {"kgqr.explain": "true"}, {**body, "size": 0}, "kar")
+    assert isinstance(explained, PassThrough) and explained.explain
+    assert explained.explanation()["passed_through"].startswith("size 0 asks for no hits")
+
+
+def test_a_uri_search_becomes_the_query_string_search_opensearch_makes_of_it() -> None:
+    params = {"q": "heat", "df": "title", "lenient": "true", "size": "2", "kgqr.strategy": "prf"}
+    rest, body = uri_search_as_body(params, {"query": {"match_all": {}}, "_source": False})
+    assert rest == {"size": "2", "kgqr.strategy": "prf"}  # q would replace a hybrid query
+    assert body == {
+        "query": {"query_string": {"query": "heat", "default_field": "title", "lenient": True}},
+        "_source": False,
+    }
+    plan = plan_search("kgqr-m-documents", rest, body, None)
+    assert isinstance(plan, SearchPlan) and plan.parsed.text == "heat" and plan.body["size"] == 2
+    unchanged = {"size": "2"}
+    assert uri_search_as_body(unchanged, body) == (unchanged, body)
 
 
 def test_plan_rejects_unknown_strategy_and_parameters() -> None:

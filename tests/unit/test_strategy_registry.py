@@ -15,7 +15,7 @@ from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.rewrite_cache import RewriteCache
 from query_rewriter.rewriter import Rewriter
-from query_rewriter.search_request import plan_search
+from query_rewriter.search_request import SearchPlan, plan_search
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import Param
@@ -43,7 +43,7 @@ def test_a_new_strategy_is_one_class_and_one_registry_line(
     index = "kgqr-m-documents"
     given = {"kgqr.strategy": "echo", "kgqr.param.echo.repeats": "2"}
     plan = plan_search(index, given, body, None)
-    assert plan is not None and plan.params == {"echo.repeats": 2.0}
+    assert isinstance(plan, SearchPlan) and plan.params == {"echo.repeats": 2.0}
     with pytest.raises(RewriteRequestError):  # its range is checked like any other
         plan_search(index, {**given, "kgqr.param.echo.repeats": "9"}, body, None)
 
