@@ -191,6 +191,12 @@ def _pass_through(
         return "no_hits", (
             "size 0 asks for no hits: totals and aggregations are the query's own under any rewrite"
         )
+    if "collapse" in body:
+        # Measured on 2.19: a hybrid query with `collapse` answers uncollapsed hits, no error.
+        return "collapse", (
+            "collapse: the engine's hybrid query does not collapse its hits (neural-search "
+            "2.19), so the search is sent as it is"
+        )
     if parsed is None:
         return "query_shape", (
             "kgqr rewrites match, match_phrase, multi_match, query_string and "

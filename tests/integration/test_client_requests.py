@@ -1,6 +1,6 @@
 """Requests as common clients send them, through `kgqr serve` and the nginx front: gzipped
 bodies, paging in the URL, msearch headers with lists and booleans, facets and totals,
-facet-only (size 0) and URI (`q=`) searches."""
+facet-only (size 0), collapsed and URI (`q=`) searches."""
 
 from __future__ import annotations
 
@@ -180,6 +180,23 @@ def test_a_search_for_totals_and_facets_alone_is_answered_without_a_rewrite(
     assert "more than one index" in responses[0]["kgqr"]["passed_through"]
     assert responses[1]["kgqr"]["passed_through"].startswith("size 0")
     assert responses[1]["aggregations"] == direct["aggregations"]
+
+
+def test_a_collapsed_search_is_answered_as_directly(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """The engine's hybrid query (neural-search 2.19) answers a `collapse` with its hits
+    uncollapsed: rewritten, one hit per type would become ten. kgqr sends it as it is."""
+    body = {"query": {"match": {"text": "American film"}}, "collapse": {"field": "type"}}
+    via = httpx.post(
+        f"{entry_url}/{movies_kb}/_search",
+        params={"kgqr.strategy": "graph", "kgqr.explain": "true"},
+        json=body,
+        timeout=60,
+    ).json()
+    direct = opensearch.search(index=movies_kb, body=body)
+    assert _ids(via) == _ids(direct) == ["p1", "g1"]  # a person, a genre
+    assert via["kgqr"]["passed_through"].startswith("collapse")
 
 
 def test_a_uri_search_is_rewritten_as_the_body_search_opensearch_makes_of_it(

@@ -95,6 +95,7 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     assert _passes(index, {"size": "0"}, {**body, "size": 5}, "hyde") == "no_hits"
     assert isinstance(plan_search(index, {"size": "3"}, {**body, "size": 0}, "hyde"), SearchPlan)
     assert isinstance(plan_search(index, {}, {**body, "size": 1}, "hyde"), SearchPlan)
+    assert _passes(index, {}, {**body, "collapse": {"field": "type"}}, "graph") == "collapse"
     explained = plan_search(index, {"kgqr.explain": "true"}, {**body, "size": 0}, "kar")
     assert isinstance(explained, PassThrough) and explained.explain
     assert explained.explanation()["passed_through"].startswith("size 0 asks for no hits")
