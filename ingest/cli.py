@@ -340,13 +340,20 @@ def generate(schema: str, directory: Path, documents: int | None, seed: int | No
 def worker(restart: bool, celery_args: tuple[str, ...]) -> None:
     """Run a Celery ingest worker (extra arguments go to `celery worker`, e.g. -Q QUEUE,
     --pool solo). It runs as a child process: one that exits with an error is started
-    again (after 1-30 s, up to 5 quick exits in a row); exit 0, Ctrl-C, SIGTERM or a
-    closed terminal end both."""
-    from ingest.worker_supervisor import SupervisedWorker, restart_policy, worker_command
+    again (after 1-30 s, up to 5 quick exits in a row), and the chunks it held go back on
+    their queues first; exit 0, Ctrl-C, SIGTERM or a closed terminal end both."""
+    from ingest.held_chunks import put_back_held_chunks
+    from ingest.worker_supervisor import (
+        SupervisedWorker,
+        restart_policy,
+        to_stderr,
+        worker_command,
+    )
 
     supervisor = SupervisedWorker(
-        worker_command(celery_args), policy=restart_policy(restart), own_session=True
-    )
+        worker_command(celery_args), policy=restart_policy(restart), own_session=True,
+        before_restart=put_back_held_chunks(get_settings().redis_url, to_stderr),
+    )  # fmt: skip
     for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop_signal, lambda _signum, _frame: supervisor.request_stop())
     code = supervisor.start().wait()

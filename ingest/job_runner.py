@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from ingest import reembed
 from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
+from ingest.held_chunks import put_back_held_chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
 from ingest.worker_supervisor import SupervisedWorker, restart_policy, to_stderr, worker_command
@@ -255,9 +256,11 @@ def temporary_worker(
     name = f"kgqr-temp-{os.getpid()}-{uuid.uuid4().hex[:6]}@%h"
     command = worker_command(["--hostname", name,
                               *(["-Q", queues] if queues else [])])  # fmt: skip
+    say = say or _log_line(log)
     worker = SupervisedWorker(
         command, env={**os.environ, "KGQR_REDIS_URL": settings.redis_url, **(env or {})},
-        output=log, policy=restart_policy(restart), say=say or _log_line(log),
+        output=log, policy=restart_policy(restart), say=say,
+        before_restart=put_back_held_chunks(settings.redis_url, say),
     ).start()  # fmt: skip
     try:
         yield worker

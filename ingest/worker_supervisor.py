@@ -5,9 +5,9 @@ broker restarts. Seen once in CI (not reproduced in 8 deliberate restarts since)
 lost connection kombu restores the unacknowledged chunks through a connection already
 closed (its transport's `client` is None), the worker logs `Unrecoverable error:
 AttributeError(... 'hostname')` and exits 1 — the trace of celery/kombu#582 and #1552,
-apparently a race with the chunks still running. The chunks are not lost (unacknowledged, and
-`kgqr ingest` re-sends what is not done after a stall), but with no worker left every
-later job waits. A worker that exits 0 was asked to (`celery control shutdown`) and is
+apparently a race with the chunks still running. The chunks are not lost (unacknowledged: put
+back on their queues before the restart, ingest.held_chunks), but with no worker left
+every later job waits. A worker that exits 0 was asked to (`celery control shutdown`) and is
 not restarted; one that keeps dying right after it starts (a bad setting) is given up on,
 so a broken configuration ends with its error instead of looping.
 """
@@ -66,7 +66,9 @@ class SupervisedWorker:
     `exit_code` is set once the supervisor has ended (stopped, asked, or given up).
     `own_session`: the child out of the terminal's process group, for a supervisor that
     forwards signals itself (a terminal's Ctrl-C would reach the worker twice: Celery's
-    cold shutdown); else a terminal's signals reach both, as they reach any child."""
+    cold shutdown); else a terminal's signals reach both, as they reach any child.
+    `before_restart` runs between a worker's end and its replacement's start (what the
+    ended one left to tidy: ingest.held_chunks); if it fails, the replacement starts anyway."""
 
     def __init__(
         self,
@@ -76,6 +78,7 @@ class SupervisedWorker:
         policy: RestartPolicy = RestartPolicy(),
         say: Callable[[str], None] = to_stderr,
         own_session: bool = False,
+        before_restart: Callable[[], None] | None = None,
     ) -> None:
         self._command = list(command)
         self._env = env
@@ -83,6 +86,7 @@ class SupervisedWorker:
         self._policy = policy
         self._say = say
         self._own_session = own_session
+        self._before_restart = before_restart
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watcher = threading.Thread(target=self._watch, name="worker-supervisor", daemon=True)
@@ -161,6 +165,11 @@ class SupervisedWorker:
             if self._stopping.wait(delay):
                 self.exit_code = code
                 return
+            if self._before_restart is not None:
+                try:
+                    self._before_restart()
+                except Exception as exc:  # the replacement starts anyway
+                    self._say(f"before restarting the ingest worker: {exc!r}")
             with self._lock:
                 if self._stopping.is_set():
                     self.exit_code = code

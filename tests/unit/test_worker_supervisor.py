@@ -62,6 +62,30 @@ def test_a_worker_killed_by_a_signal_is_restarted(tmp_path: Path) -> None:
     assert supervisor.process.poll() is not None
 
 
+def test_the_tidy_up_runs_between_a_workers_end_and_its_replacement_even_when_it_fails(
+    tmp_path: Path,
+) -> None:
+    """`before_restart` (putting back the chunks the ended worker held) runs once per
+    restart, after the child ended and before the next one starts; a failing one is
+    reported and the replacement starts anyway."""
+    lines: list[str] = []
+    seen: list[int] = []
+
+    def tidy() -> None:
+        seen.append(_starts(tmp_path))
+        if len(seen) == 2:
+            raise ConnectionError("broker away")
+
+    starts = str(tmp_path / "starts")
+    command = _counting_child(
+        tmp_path, f"import sys; sys.exit(len(open({starts!r}).readlines()) < 3)"
+    )
+    supervisor = SupervisedWorker(command, policy=FAST, say=lines.append, before_restart=tidy)
+    assert supervisor.start().wait() == 0
+    assert seen == [1, 2] and supervisor.restarts == 2
+    assert "before restarting the ingest worker: ConnectionError('broker away')" in lines
+
+
 def test_a_worker_that_keeps_dying_at_start_is_given_up_on(tmp_path: Path) -> None:
     """A bad setting makes every start fail at once: three quick exits, then the error
     stands instead of a restart loop."""
