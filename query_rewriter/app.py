@@ -14,7 +14,7 @@ import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from kgqr_core import connections
@@ -22,6 +22,7 @@ from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings, get_settings
 from plugin.schema import hybrid_pipelines, proxy_index_templates
 from query_rewriter import metrics
+from query_rewriter.answer_format import AnswerFormat, json_params
 from query_rewriter.caller import IdentityResolver
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.forwarding import Upstream, request_headers, to_response
@@ -205,20 +206,27 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     query_params, body = uri_search_as_body(dict(request.query_params), payload)
     plan = plan_search(index, query_params, body, state.settings.rewrite_default_strategy)
     headers = request_headers(request)
+    # What kgqr asks OpenSearch itself comes back as plain JSON; the caller's format is
+    # written here.
+    answer, params = AnswerFormat.of(query_params), json_params(query_params)
     if isinstance(plan, PassThrough):
         metrics.PASSED_THROUGH.labels(plan.code).inc()
         if plan.explain:  # kgqr reads the answer to say why it is the caller's own
-            upstream = await passed_through_search(state, index, body, query_params, headers)
+            upstream = await passed_through_search(state, index, body, params, headers)
             explained = with_explain(upstream, plan.explanation())
-            return JSONResponse(explained, status_code=upstream.status_code)
+            return answer.response(explained, upstream.status_code, explain_at="kgqr")
         stripped = strip_kgqr(payload)
         content = raw if stripped is payload else json.dumps(stripped).encode()
         return await state.upstream.forward(request, content, decoded=True)
-    upstream, explain = await run_plan(state, plan, query_params, headers)
+    upstream, explain = await run_plan(state, plan, params, headers)
     response = (
-        JSONResponse(with_explain(upstream, explain), status_code=upstream.status_code)
-        if plan.explain
-        else to_response(upstream)
+        to_response(upstream)
+        if answer.is_plain_json and not plan.explain
+        else answer.response(
+            with_explain(upstream, explain if plan.explain else None),
+            upstream.status_code,
+            explain_at="kgqr" if plan.explain else None,
+        )
     )
     if fallback := explain.get("fallback"):
         response.headers[FALLBACK_HEADER] = fallback_header(fallback)

@@ -10,9 +10,10 @@ from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from query_rewriter import metrics
+from query_rewriter.answer_format import AnswerFormat, json_params
 from query_rewriter.caller import Caller
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.forwarding import request_headers
@@ -88,8 +89,10 @@ async def handle_msearch(
     caller = Caller.from_headers(headers, state.settings)
     plain_headers = {**headers, **caller.headers}
 
-    # What applies to each search, not to the msearch as a whole.
+    # What applies to each search, not to the msearch as a whole; kgqr reads the answers
+    # as plain JSON and writes the whole in the caller's format.
     item_params = {k: v for k, v in query_params.items() if k not in MSEARCH_ONLY_PARAMS}
+    item_params = json_params(item_params)
     fallbacks: list[str] = []
 
     async def one(position: int, plan: SearchPlan | PassThrough) -> dict[str, Any]:
@@ -99,18 +102,24 @@ async def handle_msearch(
                 header.path, json=strip_kgqr(body), params=header.params, headers=plain_headers
             )
             status = upstream.status_code
-            result = with_explain(upstream, plan.explanation()) if plan.explain else upstream.json()
+            result = with_explain(upstream, plan.explanation() if plan.explain else None)
         else:
             upstream, explain = await run_plan(state, plan, item_params, headers)
             status = upstream.status_code
-            result = with_explain(upstream, explain) if plan.explain else upstream.json()
+            result = with_explain(upstream, explain if plan.explain else None)
             if fallback := explain.get("fallback"):
                 fallbacks.append(f"item {position} {fallback_header(fallback)}")
         return {**result, "status": status}
 
     responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
     took = int((time.perf_counter() - started) * 1000)
-    response = JSONResponse({"took": took, "responses": list(responses)})
+    answer = AnswerFormat.of(query_params)
+    explained = any(plan.explain for plan in plans)
+    response = answer.response(
+        {"took": took, "responses": list(responses)},
+        200,
+        explain_at="responses.kgqr" if explained else None,
+    )
     if fallbacks:
         response.headers[FALLBACK_HEADER] = "; ".join(sorted(fallbacks))[:400]
     return response

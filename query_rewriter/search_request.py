@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plugin.schema import kb_of_documents_index
+from query_rewriter.answer_format import binary_format
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.explain import Explain
 from query_rewriter.query_text import ParsedQuery, parse_query
@@ -183,6 +184,8 @@ def _pass_through(
         return "not_a_knowledge_base", (
             f"[{index}] is not one knowledge base's documents index (kgqr-KB-documents)"
         )
+    if (binary := binary_format(query_params)) is not None:
+        return "format", f"format={binary}: kgqr writes the answers it rewrites in JSON or YAML"
     if "scroll" in query_params:
         return "scroll", "a scroll search: its later pages come from the engine's scroll context"
     if _asks_for_no_hits(query_params, body):

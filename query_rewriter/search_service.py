@@ -52,12 +52,13 @@ def fallback_header(fallback: Fallback) -> str:
     return "".join(c if " " <= c <= "~" else " " for c in text)[:200]
 
 
-def with_explain(upstream: httpx.Response, explain: Explain) -> dict[str, Any]:
+def with_explain(upstream: httpx.Response, explain: Explain | None) -> dict[str, Any]:
+    """OpenSearch's JSON answer, with the explain when one was asked for."""
     try:
         result = upstream.json()
     except ValueError:
         result = {"error": upstream.text}
-    if isinstance(result, dict):
+    if isinstance(result, dict) and explain is not None:
         result["kgqr"] = explain
     return dict(result)
 

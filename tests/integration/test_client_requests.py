@@ -1,9 +1,10 @@
 """Requests as common clients send them, through `kgqr serve` and the nginx front: gzipped
 bodies, paging in the URL, msearch headers with lists and booleans, facets and totals,
-facet-only (size 0), collapsed and URI (`q=`) searches."""
+facet-only (size 0), collapsed and URI (`q=`) searches, filter_path, pretty and YAML."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,12 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from opensearchpy import OpenSearch
 from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 from opensearchpy.helpers.search import Search
 
 from kgqr_ops.services.process import port_is_open
 from query_rewriter.background_server import free_port
+from query_rewriter.filter_path import filtered
 from tests.integration.search_helpers import metric_sample
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
@@ -218,6 +221,59 @@ def test_a_uri_search_is_rewritten_as_the_body_search_opensearch_makes_of_it(
             rewritten["hits"]["total"]
             == opensearch.search(index=movies_kb, params=options)["hits"]["total"]
         ), options
+
+
+FILTERS = [
+    "hits.hits._id,took",
+    "h*.*.*id",
+    "**.title",
+    "-hits.hits._source,-_shards,-took,**.value",
+    "-hits.hits._source.vector,-took",
+    "nothing",
+]
+
+
+@pytest.mark.parametrize("paths", FILTERS)
+def test_kgqrs_filter_path_filters_as_the_engine_does(
+    movies_kb: str, opensearch: Any, paths: str
+) -> None:
+    """The engine is the reference: its whole answer filtered by kgqr equals its own
+    filtered answer."""
+    body = {"size": 3, "_source": ["title", "metadata", "vector"], "sort": ["id"]}
+    whole = opensearch.search(index=movies_kb, body=body)
+    own = opensearch.search(index=movies_kb, body=body, params={"filter_path": paths})
+    took = {"took": own["took"]} if "took" in own else {}
+    assert {**filtered(whole, paths.split(",")), **took} == own
+
+
+def test_a_rewritten_search_answers_in_the_shape_asked_for(entry_url: str, movies_kb: str) -> None:
+    """filter_path, pretty and format=yaml on a fused search and an msearch: kgqr reads
+    whole JSON answers from the engine and shapes its own (each used to break: a 500 with
+    fusion and filter_path or with YAML, empty msearch items, pretty lost)."""
+    url, query = f"{entry_url}/{movies_kb}/_search", {"query": {"match": {"text": "Pacino"}}}
+    fused = {"kgqr.strategy": "graph", "kgqr.param.fusion.plain": "1", "size": "2"}
+    ids = httpx.post(url, params={**fused, "filter_path": "hits.hits._id"}, json=query).json()
+    assert ids["hits"]["hits"][0]["_id"] == "p2" and set(ids) == {"hits"}
+    took = httpx.post(url, params={**fused, "filter_path": "took", "pretty": ""}, json=query)
+    assert took.status_code == 200 and took.text.startswith('{\n  "took": ')
+    assert set(took.json()) == {"took"}
+    explained = {**fused, "filter_path": "took", "kgqr.explain": "true"}
+    assert set(httpx.post(url, params=explained, json=query).json()) == {"took", "kgqr"}
+    as_yaml = httpx.post(url, params={**fused, "format": "yaml"}, json=query)
+    assert as_yaml.headers["content-type"] == "application/yaml"
+    assert yaml.safe_load(as_yaml.text)["hits"]["hits"][0]["_id"] == "p2"
+    lines = [{"index": movies_kb}, {**query, "size": 0}, {"index": movies_kb}, {**query, "size": 1}]
+    content = "".join(json.dumps(line) + "\n" for line in lines)
+    msearch = httpx.post(
+        f"{entry_url}/_msearch",
+        params={"kgqr.strategy": "graph", "filter_path": "responses.hits.hits._id,took"},
+        content=content,
+        headers={"content-type": "application/x-ndjson"},
+    ).json()
+    # The size-0 item, left with nothing, is dropped, as the engine drops it.
+    assert msearch["responses"] == [{"hits": {"hits": [{"_id": "p2"}]}}] and "took" in msearch
+    binary = httpx.post(url, params={"kgqr.strategy": "graph", "format": "cbor"}, json=query)
+    assert binary.headers["content-type"] == "application/cbor"  # passed through
 
 
 def test_kgqr_serve_stopped_by_sigterm_removes_its_front_folder(tmp_path: Path) -> None:

@@ -1,0 +1,78 @@
+"""OpenSearch's `filter_path` response filtering, for the answers kgqr writes itself.
+
+kgqr asks OpenSearch for whole answers (it needs each hit's id and score to fuse rankings,
+the totals to put back the caller's, each item of an msearch), so the caller's filter is
+applied here, to the answer as it leaves kgqr. Passed on instead, it broke them: a fused
+search filtered to `took` had no hits left to fuse (a 500), and an msearch's
+`responses.hits.hits._id` matched nothing in each item's own answer.
+
+The rules are OpenSearch's (checked against 2.19): comma-separated dotted paths, `*`
+within a key, `**` for any number of keys (none too), `-` before a path to exclude it;
+includes apply first, then excludes; arrays are looked through, and an element or object
+left with nothing matched is dropped (an msearch item included), `{}` if nothing is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+Path = tuple[str, ...]
+_NOTHING = object()  # what is left of a value no include path matched
+
+
+def filtered(answer: Any, filter_path: Sequence[str]) -> Any:
+    includes = [tuple(path.split(".")) for path in filter_path if path and path[0] != "-"]
+    excludes = [tuple(path[1:].split(".")) for path in filter_path if path[1:] and path[0] == "-"]
+    if includes:
+        answer = _include(answer, includes)
+        if answer is _NOTHING:
+            answer = {}
+    return _exclude(answer, excludes) if excludes else answer
+
+
+def _below(paths: Sequence[Path], key: str) -> list[Path]:
+    """What is left of each path under `key`; an empty one matches the whole value."""
+    left: list[Path] = []
+    for path in paths:
+        head, rest = path[0], path[1:]
+        if head == "**":
+            left.append(path)  # `**` may match this key and more below it
+            if not rest:
+                left.append(())
+            elif fnmatchcase(key, rest[0]):
+                left.append(rest[1:])  # or match no key at all
+        elif fnmatchcase(key, head):
+            left.append(rest)
+    return left
+
+
+def _include(value: Any, paths: Sequence[Path]) -> Any:
+    if any(not path for path in paths):
+        return value
+    if isinstance(value, dict):
+        kept = {}
+        for key, inner in value.items():
+            below = _below(paths, str(key))
+            if below and (found := _include(inner, below)) is not _NOTHING:
+                kept[key] = found
+        return kept or _NOTHING
+    if isinstance(value, list):
+        items = [found for item in value if (found := _include(item, paths)) is not _NOTHING]
+        return items or _NOTHING
+    return _NOTHING
+
+
+def _exclude(value: Any, paths: Sequence[Path]) -> Any:
+    if isinstance(value, dict):
+        kept = {}
+        for key, inner in value.items():
+            below = _below(paths, str(key))
+            if any(not path for path in below):
+                continue
+            kept[key] = _exclude(inner, below) if below else inner
+        return kept
+    if isinstance(value, list):
+        return [_exclude(item, paths) for item in value]
+    return value
