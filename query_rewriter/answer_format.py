@@ -6,8 +6,7 @@ facets, fuse rankings, add an explain), so it asks OpenSearch for whole, plain J
 answers and writes the answer in the shape the caller asked for. It used to pass these on:
 `format=yaml` answers were read as JSON (a 500), `pretty` was lost (curl users' habit),
 and `filter_path` broke fusion and msearch (query_rewriter/filter_path.py). The binary
-formats (`cbor`, `smile`) are not written here: those searches pass through
-(search_request).
+formats (`cbor`, `smile`) are not written here: those searches pass through.
 """
 
 from __future__ import annotations

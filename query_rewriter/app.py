@@ -36,7 +36,13 @@ from query_rewriter.query_log import QueryLog
 from query_rewriter.request_body import decode_body, json_object, read_body
 from query_rewriter.rewrite_cache import RewriteCache, code_version
 from query_rewriter.rewriter import Rewriter
-from query_rewriter.search_request import PassThrough, plan_search, strip_kgqr, uri_search_as_body
+from query_rewriter.search_request import (
+    PassThrough,
+    engine_written,
+    plan_search,
+    strip_kgqr,
+    uri_search_as_body,
+)
 from query_rewriter.search_service import (
     FALLBACK_HEADER,
     fallback_header,
@@ -204,7 +210,8 @@ async def proxy(request: Request) -> Response:
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
     payload = json_object(raw, "request body")
     query_params, body = uri_search_as_body(dict(request.query_params), payload)
-    plan = plan_search(index, query_params, body, state.settings.rewrite_default_strategy)
+    default = state.settings.rewrite_default_strategy
+    plan = engine_written(query_params) or plan_search(index, query_params, body, default)
     headers = request_headers(request)
     # What kgqr asks OpenSearch itself comes back as plain JSON; the caller's format is
     # written here.

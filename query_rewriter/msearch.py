@@ -23,6 +23,7 @@ from query_rewriter.request_body import json_object
 from query_rewriter.search_request import (
     PassThrough,
     SearchPlan,
+    engine_written,
     explain_asked,
     plan_search,
     strip_kgqr,
@@ -78,6 +79,8 @@ async def handle_msearch(
             plans.append(plan_search(header.single_index, query_params, body, default))
         else:
             plans.append(replace(NOT_ONE_INDEX, explain=explain_asked(query_params, body)))
+    if (binary := engine_written(query_params)) is not None:
+        plans = [binary] * len(plans)
     for plan in plans:
         if isinstance(plan, PassThrough):
             metrics.PASSED_THROUGH.labels(plan.code).inc()

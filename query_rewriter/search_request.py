@@ -154,6 +154,16 @@ def with_url_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[
     return paged
 
 
+def engine_written(query_params: dict[str, str]) -> PassThrough | None:
+    """The pass-through of a search (or msearch) whose answer only the engine writes:
+    `format=cbor` or `smile` (answer_format writes JSON and YAML). No explain: it would not
+    fit in the binary answer."""
+    asked = binary_format(query_params)
+    if asked is None:
+        return None
+    return PassThrough("format", f"format={asked}: an answer format only the engine writes")
+
+
 def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> bool:
     """`size` 0 (the URL's over the body's, as OpenSearch reads them): totals and
     aggregations only, which are the caller's own query's under any rewrite."""
@@ -184,8 +194,6 @@ def _pass_through(
         return "not_a_knowledge_base", (
             f"[{index}] is not one knowledge base's documents index (kgqr-KB-documents)"
         )
-    if (binary := binary_format(query_params)) is not None:
-        return "format", f"format={binary}: kgqr writes the answers it rewrites in JSON or YAML"
     if "scroll" in query_params:
         return "scroll", "a scroll search: its later pages come from the engine's scroll context"
     if _asks_for_no_hits(query_params, body):

@@ -17,6 +17,7 @@ from query_rewriter.rewrite_cache import rewrite_key
 from query_rewriter.search_request import (
     PassThrough,
     SearchPlan,
+    engine_written,
     plan_search,
     strip_kgqr,
     uri_search_as_body,
@@ -96,6 +97,9 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     assert isinstance(plan_search(index, {"size": "3"}, {**body, "size": 0}, "hyde"), SearchPlan)
     assert isinstance(plan_search(index, {}, {**body, "size": 1}, "hyde"), SearchPlan)
     assert _passes(index, {}, {**body, "collapse": {"field": "type"}}, "graph") == "collapse"
+    binary = engine_written({"format": "smile", "kgqr.explain": "true"})
+    assert binary is not None and binary.code == "format" and not binary.explain
+    assert engine_written({"format": "yaml"}) is None
     explained = plan_search(index, {"kgqr.explain": "true"}, {**body, "size": 0}, "kar")
     assert isinstance(explained, PassThrough) and explained.explain
     assert explained.explanation()["passed_through"].startswith("size 0 asks for no hits")
