@@ -51,8 +51,9 @@ class AnswerFormat:
 
     def response(self, content: Any, status_code: int, explain_at: str | None = None) -> Response:
         """`content` filtered, in the caller's format. `explain_at`: where kgqr put an
-        explain the caller asked for (`kgqr`, `responses.kgqr`), kept by any filter."""
-        if self.filter_path:
+        explain the caller asked for (`kgqr`, `responses.kgqr`), kept by any filter. An
+        error is never filtered, as the engine never filters one (`{}` would hide it)."""
+        if self.filter_path and status_code < 400:
             kept = (explain_at,) if explain_at and _includes(self.filter_path) else ()
             content = filtered(content, (*self.filter_path, *kept))
         if self.yaml:

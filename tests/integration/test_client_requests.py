@@ -272,6 +272,9 @@ def test_a_rewritten_search_answers_in_the_shape_asked_for(entry_url: str, movie
     ).json()
     # The size-0 item, left with nothing, is dropped, as the engine drops it.
     assert msearch["responses"] == [{"hits": {"hits": [{"_id": "p2"}]}}] and "took" in msearch
+    too_far = {**query, "from": 9999, "size": 5}  # an error: never filtered, as directly
+    error = httpx.post(url, params={**fused, "filter_path": "hits.hits._id"}, json=too_far)
+    assert error.status_code == 400 and "Result window is too large" in error.text
     binary = httpx.post(url, params={"kgqr.strategy": "graph", "format": "cbor"}, json=query)
     assert binary.headers["content-type"] == "application/cbor"  # passed through
 
