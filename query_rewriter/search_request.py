@@ -176,6 +176,20 @@ def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> boo
         return False
 
 
+def _sort_keys(query_params: dict[str, str], body: dict[str, Any]) -> list[str]:
+    """The fields a search sorts by: the body's `sort` and the URL's `sort=f:asc,g`."""
+    given = body.get("sort") or []
+    keys: list[str] = []
+    for item in given if isinstance(given, list) else [given]:
+        if isinstance(item, str):
+            keys.append(item)
+        elif isinstance(item, dict):
+            keys.extend(str(key) for key in item)
+    url = query_params.get("sort", "")
+    keys.extend(key.split(":")[0] for key in url.split(",") if key)
+    return keys
+
+
 def _pass_through(
     index: str,
     query_params: dict[str, str],
@@ -201,6 +215,14 @@ def _pass_through(
         # it would cost an LLM call (or queue one, under a budget) for nothing.
         return "no_hits", (
             "size 0 asks for no hits: totals and aggregations are the query's own under any rewrite"
+        )
+    if any(key != "_score" for key in _sort_keys(query_params, body)):
+        # A rewrite changes relevance and adds the k-NN side's neighbours, which match
+        # whatever the text: sorted by a field, they would fill the pages beside the
+        # query's own matches, with a total that counts only those.
+        return "sort", (
+            "sorted by a field, not by relevance: a rewrite changes relevance, and its "
+            "k-NN neighbours would be sorted in among the query's own matches"
         )
     if "collapse" in body:
         # Measured on 2.19: a hybrid query with `collapse` answers uncollapsed hits, no error.

@@ -185,12 +185,22 @@ def test_a_search_for_totals_and_facets_alone_is_answered_without_a_rewrite(
     assert responses[1]["aggregations"] == direct["aggregations"]
 
 
-def test_a_collapsed_search_is_answered_as_directly(
-    entry_url: str, movies_kb: str, opensearch: Any
+@pytest.mark.parametrize(
+    ("options", "reason", "matches"),
+    [({"collapse": {"field": "type"}}, "collapse", 2), ({"sort": [{"id": "desc"}]}, "sorted", 4)],
+)
+def test_collapsed_and_field_sorted_searches_are_answered_as_directly(
+    entry_url: str,
+    movies_kb: str,
+    opensearch: Any,
+    options: dict[str, Any],
+    reason: str,
+    matches: int,
 ) -> None:
-    """The engine's hybrid query (neural-search 2.19) answers a `collapse` with its hits
-    uncollapsed: rewritten, one hit per type would become ten. kgqr sends it as it is."""
-    body = {"query": {"match": {"text": "American film"}}, "collapse": {"field": "type"}}
+    """Rewritten, a `collapse` comes back uncollapsed (the engine's hybrid query, neural-
+    search 2.19, ignores it: ten hits for two types), and a field sort sorts the k-NN
+    side's neighbours in among the query's four matches. kgqr sends both as they are."""
+    body = {"query": {"match": {"text": "American film"}}, **options}
     via = httpx.post(
         f"{entry_url}/{movies_kb}/_search",
         params={"kgqr.strategy": "graph", "kgqr.explain": "true"},
@@ -198,8 +208,8 @@ def test_a_collapsed_search_is_answered_as_directly(
         timeout=60,
     ).json()
     direct = opensearch.search(index=movies_kb, body=body)
-    assert _ids(via) == _ids(direct) == ["p1", "g1"]  # a person, a genre
-    assert via["kgqr"]["passed_through"].startswith("collapse")
+    assert _ids(via) == _ids(direct) and len(_ids(via)) == matches
+    assert via["kgqr"]["passed_through"].startswith(reason)
 
 
 def test_a_uri_search_is_rewritten_as_the_body_search_opensearch_makes_of_it(

@@ -97,6 +97,12 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     assert isinstance(plan_search(index, {"size": "3"}, {**body, "size": 0}, "hyde"), SearchPlan)
     assert isinstance(plan_search(index, {}, {**body, "size": 1}, "hyde"), SearchPlan)
     assert _passes(index, {}, {**body, "collapse": {"field": "type"}}, "graph") == "collapse"
+    # Sorted by a field, not by relevance (a `_score` sort is relevance).
+    for sort in ("year", ["_score", {"year": "desc"}], {"year": {"order": "asc"}}):
+        assert _passes(index, {}, {**body, "sort": sort}, "graph") == "sort", sort
+    assert _passes(index, {"sort": "year:desc"}, body, "graph") == "sort"
+    relevance = {**body, "sort": [{"_score": {"order": "desc"}}]}
+    assert isinstance(plan_search(index, {}, relevance, "graph"), SearchPlan)
     binary = engine_written({"format": "smile", "kgqr.explain": "true"})
     assert binary is not None and binary.code == "format" and not binary.explain
     assert engine_written({"format": "yaml"}) is None
