@@ -224,6 +224,16 @@ def _pass_through(
             "sorted by a field, not by relevance: a rewrite changes relevance, and its "
             "k-NN neighbours would be sorted in among the query's own matches"
         )
+    if "min_score" in body:
+        return "min_score", (
+            "min_score: a threshold on the engine's own scores, which a rewritten search "
+            "replaces with normalised hybrid ones (the threshold would not hold)"
+        )
+    if "search_pipeline" in query_params or "search_pipeline" in body:
+        return "search_pipeline", (
+            "its own search pipeline: a rewritten search runs kgqr's hybrid pipeline, "
+            "which would replace it"
+        )
     if "collapse" in body:
         # Measured on 2.19: a hybrid query with `collapse` answers uncollapsed hits, no error.
         return "collapse", (

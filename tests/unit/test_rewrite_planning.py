@@ -101,6 +101,10 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     for sort in ("year", ["_score", {"year": "desc"}], {"year": {"order": "asc"}}):
         assert _passes(index, {}, {**body, "sort": sort}, "graph") == "sort", sort
     assert _passes(index, {"sort": "year:desc"}, body, "graph") == "sort"
+    assert _passes(index, {}, {**body, "min_score": 2}, "graph") == "min_score"
+    own = {"search_pipeline": "mine"}
+    assert _passes(index, own, body, "graph") == _passes(index, {}, {**body, **own}, "graph")
+    assert _passes(index, own, body, "graph") == "search_pipeline"
     relevance = {**body, "sort": [{"_score": {"order": "desc"}}]}
     assert isinstance(plan_search(index, {}, relevance, "graph"), SearchPlan)
     binary = engine_written({"format": "smile", "kgqr.explain": "true"})
