@@ -95,11 +95,12 @@ def hybrid_body(
 def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[str, str]:
     """The client's query-string parameters minus kgqr's own and the paging the body now
     holds (search_request.with_url_paging), plus the pipeline that matches the hybrid
-    body's number of sub-queries."""
+    body's number of sub-queries. Never `request_cache`: neural-search 2.19 fails with a
+    500 ("Cannot invoke SearchHit.score") on a hybrid answer read back from that cache."""
     params = {
         k: v
         for k, v in client_params.items()
-        if not k.startswith("kgqr.") and k not in ("from", "size")
+        if not k.startswith("kgqr.") and k not in ("from", "size", "request_cache")
     }
     if "search_pipeline" not in body:  # else the request's own weights, inline
         queries = body["query"]["hybrid"]["queries"]

@@ -37,11 +37,9 @@ from query_rewriter.search_service import (
 
 # What applies to the msearch as a whole, not to each of its searches.
 MSEARCH_ONLY_PARAMS = {"max_concurrent_searches"}
-# An item whose header names several indices (or a pattern) or sets its own parameters is
-# forwarded as it is: kgqr rewrites a search on one knowledge base.
-NOT_ONE_INDEX = PassThrough(
-    "msearch_header", "the item's header names more than one index or sets its own parameters"
-)
+# An item whose header names several indices, or none, is forwarded as it is: kgqr
+# rewrites a search on one knowledge base.
+NOT_ONE_INDEX = PassThrough("msearch_header", "the item's header names more than one index")
 
 
 def _ndjson(raw: bytes) -> list[dict[str, Any]]:
@@ -74,9 +72,12 @@ async def handle_msearch(
     ]
     plans: list[SearchPlan | PassThrough] = []
     for header, body in zip(checked, lines[1::2], strict=True):
-        if header.single_index is not None and not header.params:
+        if header.single_index is not None:
+            # The header's options (request_cache, routing, ... as opensearch-dsl's
+            # MultiSearch sets them) are the item's own URL parameters.
             default = state.settings.rewrite_default_strategy
-            plans.append(plan_search(header.single_index, query_params, body, default))
+            params = {**query_params, **header.params}
+            plans.append(plan_search(header.single_index, params, body, default))
         else:
             plans.append(replace(NOT_ONE_INDEX, explain=explain_asked(query_params, body)))
     if (binary := engine_written(query_params)) is not None:
@@ -107,7 +108,8 @@ async def handle_msearch(
             status = upstream.status_code
             result = with_explain(upstream, plan.explanation() if plan.explain else None)
         else:
-            upstream, explain = await run_plan(state, plan, item_params, headers)
+            own = {**item_params, **checked[position].params}
+            upstream, explain = await run_plan(state, plan, own, headers)
             status = upstream.status_code
             result = with_explain(upstream, explain if plan.explain else None)
             if fallback := explain.get("fallback"):
