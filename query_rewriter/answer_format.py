@@ -24,8 +24,9 @@ FORMAT_PARAMS = ("pretty", "format", "filter_path")
 BINARY_FORMATS = ("cbor", "smile")
 
 
-def _flag(value: str) -> bool:
-    """OpenSearch's reading of a flag parameter: present and empty means true."""
+def opensearch_flag(value: str) -> bool:
+    """OpenSearch's reading of a URL flag (`?pretty`, `?lenient`): present and empty
+    means true."""
     return value.lower() not in ("false", "0", "no", "off")
 
 
@@ -39,7 +40,7 @@ class AnswerFormat:
     def of(cls, params: dict[str, str]) -> AnswerFormat:
         paths = params.get("filter_path", "")
         return cls(
-            pretty=_flag(params["pretty"]) if "pretty" in params else False,
+            pretty=opensearch_flag(params["pretty"]) if "pretty" in params else False,
             yaml=params.get("format", "").lower() == "yaml",
             filter_path=tuple(path.strip() for path in paths.split(",") if path.strip()),
         )

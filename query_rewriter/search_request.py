@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plugin.schema import kb_of_documents_index
-from query_rewriter.answer_format import binary_format
+from query_rewriter.answer_format import binary_format, opensearch_flag
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.explain import Explain
 from query_rewriter.query_text import ParsedQuery, parse_query
@@ -126,7 +126,7 @@ def uri_search_as_body(
     for name, option in URI_QUERY_OPTIONS.items():
         if name in query_params:
             value = query_params[name]
-            options[option] = _truthy(value) if option in URI_QUERY_FLAGS else value
+            options[option] = opensearch_flag(value) if option in URI_QUERY_FLAGS else value
     rest = {k: v for k, v in query_params.items() if k != "q" and k not in URI_QUERY_OPTIONS}
     return rest, {**body, "query": {"query_string": options}}
 

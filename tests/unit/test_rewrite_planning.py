@@ -125,6 +125,13 @@ def test_a_uri_search_becomes_the_query_string_search_opensearch_makes_of_it() -
     }
     plan = plan_search("kgqr-m-documents", rest, body, None)
     assert isinstance(plan, SearchPlan) and plan.parsed.text == "heat" and plan.body["size"] == 2
+    # A flag present and empty is true, as OpenSearch reads it (`?q=n:abc&lenient`).
+    _, flagged = uri_search_as_body({"q": "n:abc", "lenient": "", "analyze_wildcard": "false"}, {})
+    assert flagged["query"]["query_string"] == {
+        "query": "n:abc",
+        "lenient": True,
+        "analyze_wildcard": False,
+    }
     unchanged = {"size": "2"}
     assert uri_search_as_body(unchanged, body) == (unchanged, body)
 
