@@ -3,13 +3,16 @@
 Understood: ``match``, ``match_phrase``, ``multi_match``, ``query_string``,
 ``simple_query_string``, and a ``bool`` whose ``must``/``should`` hold those (its
 ``filter`` and ``must_not`` clauses are kept as filters). Anything else is left alone:
-the request then passes through unchanged.
+the request then passes through unchanged; so does a query_string whose text is the query
+language rather than words (query_syntax).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from query_rewriter.query_syntax import syntax_used
 
 TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
 
@@ -19,6 +22,9 @@ class ParsedQuery:
     text: str
     filters: list[dict[str, Any]] = field(default_factory=list)
     must_not: list[dict[str, Any]] = field(default_factory=list)
+    # What in the text is query_string syntax ("a field name [title:x]"): kgqr would read
+    # it as words, so such a search passes through (search_request).
+    syntax: str | None = None
 
 
 def _text_of(clause: dict[str, Any]) -> str | None:
@@ -46,21 +52,31 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def _syntax_of(clauses: list[dict[str, Any]]) -> str | None:
+    """The first query-language construct in text clauses _text_of has read."""
+    for clause in clauses:
+        ((kind, body),) = clause.items()
+        found = syntax_used(kind, body)
+        if found:
+            return found
+    return None
+
+
 def parse_query(query: Any) -> ParsedQuery | None:
     """The text to rewrite and the filters to keep, or None if kgqr should not touch it."""
     if not isinstance(query, dict):
         return None
     text = _text_of(query)
     if text is not None:
-        return ParsedQuery(text.strip()) if text.strip() else None
+        return ParsedQuery(text.strip(), syntax=_syntax_of([query])) if text.strip() else None
     if set(query) != {"bool"} or not isinstance(query["bool"], dict):
         return None
     clauses = query["bool"]
     allowed = {"must", "should", "filter", "must_not", "minimum_should_match", "boost"}
     if not set(clauses) <= allowed:
         return None
-    texts = []
-    for clause in [*_as_list(clauses.get("must")), *_as_list(clauses.get("should"))]:
+    texts, text_clauses = [], [*_as_list(clauses.get("must")), *_as_list(clauses.get("should"))]
+    for clause in text_clauses:
         text = _text_of(clause)
         if text is None:
             return None
@@ -68,4 +84,9 @@ def parse_query(query: Any) -> ParsedQuery | None:
     joined = " ".join(t for t in texts if t)
     if not joined:
         return None
-    return ParsedQuery(joined, _as_list(clauses.get("filter")), _as_list(clauses.get("must_not")))
+    return ParsedQuery(
+        joined,
+        _as_list(clauses.get("filter")),
+        _as_list(clauses.get("must_not")),
+        _syntax_of(text_clauses),
+    )

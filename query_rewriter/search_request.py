@@ -246,6 +246,13 @@ def _pass_through(
             "simple_query_string queries (alone or in a bool's must/should) and URL q= "
             "searches; this query is sent as it is"
         )
+    if parsed.syntax is not None:
+        # Read as words, `film -Nolan` became a search for Nolan and `Nol*` one for the
+        # letters "Nol": what the caller asked is in the syntax, and only the engine reads it.
+        return "query_syntax", (
+            f"query_string syntax, {parsed.syntax}: kgqr rewrites plain words, and this "
+            "query says more than its words, so it is sent as it is"
+        )
     return None
 
 

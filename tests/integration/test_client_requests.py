@@ -250,6 +250,31 @@ def test_a_uri_search_is_rewritten_as_the_body_search_opensearch_makes_of_it(
         ), options
 
 
+
+def test_a_query_string_in_the_query_language_is_answered_as_directly(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """Read as words, `American actor -Pacino` was rewritten into a search for Pacino (his
+    page came first), `Pac*` into the k-NN neighbours of "Pac". The syntax is the engine's
+    to read: such searches pass through; a plain question is still rewritten."""
+    client = OpenSearch(hosts=[entry_url], timeout=300)
+    params = {"kgqr.strategy": "graph", "kgqr.explain": "true"}
+    for text in ("American actor -Pacino", "Pac*", "title:Heat"):
+        direct = opensearch.search(index=movies_kb, q=text, size=5)
+        uri = client.search(index=movies_kb, q=text, size=5, params=params)
+        body = {"query": {"query_string": {"query": text}}, "size": 5}
+        in_body = client.search(index=movies_kb, body=body, params=params)
+        assert _ids(uri) == _ids(in_body) == _ids(direct), text
+        assert uri["kgqr"]["passed_through"].startswith("query_string syntax"), text
+        if text.endswith("-Pacino"):
+            assert _ids(direct) == ["p3", "p1", "p4"]  # the American actors but Pacino
+    asked = client.search(
+        index=movies_kb, q="Which American actor starred in Heat?", size=5, params=params
+    )
+    assert "passed_through" not in asked["kgqr"] and asked["kgqr"]["fallback"] is None
+    assert len(_ids(asked)) == 5  # rewritten: the k-NN side adds to the text's matches
+
+
 FILTERS = [
     "hits.hits._id,took",
     "h*.*.*id",

@@ -12,6 +12,7 @@ from query_rewriter.client_fusion import rrf_fuse
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector, search_params, weighted
 from query_rewriter.query_embedders import QueryEmbedders
+from query_rewriter.query_syntax import syntax_used
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.rewrite_cache import rewrite_key
 from query_rewriter.search_request import (
@@ -338,3 +339,61 @@ def test_a_strategy_cannot_read_a_knob_it_did_not_declare() -> None:
                           declared=STRATEGIES["kar"].declared())  # fmt: skip
     assert kar.setting("kar_hub_cap") == Settings().kar_hub_cap
     assert kar.param(KAR_K) == Settings().kar_top_k
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "construct"),
+    [
+        ("query_string", "film -Nolan", "a +, - or ! operator [-Nolan]"),
+        ("query_string", "+heat robbers", "a +, - or ! operator [+heat]"),
+        ("query_string", "heat NOT collateral", "a boolean operator [NOT]"),
+        ("query_string", "heat && police", "a boolean operator [&&]"),
+        ("query_string", "title:Heat", "a field name [title:Heat]"),
+        ("query_string", "Star Wars: Episode", "a field name [Wars:]"),
+        ("query_string", "Pac*", "a wildcard [Pac*]"),
+        ("query_string", "P?cino", "a wildcard [P?cino]"),
+        ("query_string", "pacino~1", "fuzziness, proximity or a boost [pacino~1]"),
+        ("query_string", '"al pacino"~3', "fuzziness, proximity or a boost [~3]"),
+        ("query_string", "heat^2 police", "fuzziness, proximity or a boost [heat^2]"),
+        (
+            "query_string",
+            "(heat police)",
+            "grouping, a range, a regular expression or an escape [(heat]",
+        ),
+        ("query_string", "AC/DC", "grouping, a range, a regular expression or an escape [AC/DC]"),
+        ("query_string", 'the "heat', 'an unclosed quote ["]'),
+        ("simple_query_string", "heat -collateral", "a + or - operator [-collateral]"),
+        ("simple_query_string", "heat | police", "a | operator [|]"),
+        ("simple_query_string", "pac*", "a prefix wildcard [pac*]"),
+    ],
+)
+def test_query_language_in_a_query_string_is_named(kind: str, text: str, construct: str) -> None:
+    assert syntax_used(kind, {"query": text}) == construct
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("query_string", {"query": "Who directed Heat?"}),  # a question, not a wildcard
+        ("query_string", {"query": "what? the Spider-Man film in C++"}),
+        ("query_string", {"query": 'the "heat -collateral" film'}),  # a phrase's words
+        ("query_string", {"query": "rock and roll, AT&T"}),  # lower-case and, a lone &
+        ("simple_query_string", {"query": "heat -collateral", "flags": "NONE"}),
+        ("simple_query_string", {"query": "Who is Spider-Man? 10:30"}),
+        ("match", {"query": "film -Nolan"}),  # a match query's text is words
+    ],
+)
+def test_plain_words_are_not_query_language(kind: str, body: dict[str, Any]) -> None:
+    assert syntax_used(kind, body) is None
+
+
+def test_a_query_string_in_the_query_language_passes_through_and_says_why() -> None:
+    index = "kgqr-m-documents"
+    _, body = uri_search_as_body({"q": "heat -collateral"}, {})
+    passed = plan_search(index, {"kgqr.explain": "true"}, body, "graph")
+    assert isinstance(passed, PassThrough) and passed.code == "query_syntax"
+    assert "[-collateral]" in passed.explanation()["passed_through"]
+    in_bool = {"bool": {"must": [{"match": {"text": "heat"}}, {"query_string": {"query": "x:y"}}]}}
+    assert _passes(index, {}, {"query": in_bool}, "graph") == "query_syntax"
+    question = {"query": {"query_string": {"query": "Who directed Heat?"}}}
+    assert isinstance(plan_search(index, {}, question, "graph"), SearchPlan)

@@ -1,0 +1,66 @@
+"""Whether a query_string / simple_query_string text is plain words or the query language.
+
+kgqr rewrites the words a caller typed. In a query_string the text may instead say which
+documents must not match (`film -Nolan`, `NOT x`), which field to look in (`title:x`), or a
+pattern (`Nol*`); read as words, `film -Nolan` was rewritten into a search for Nolan (his
+page came first) and `Nol*` into the nearest neighbours of the letters "Nol". Such a search
+is the engine's to read, so it passes through; only plain words (with quoted phrases, as
+`match_phrase` is rewritten too) are rewritten.
+
+Two allowances keep natural questions rewritable: a question mark ending the text or
+followed by a space is punctuation, not the engine's one-letter wildcard; and `-`, `+`
+inside a word (`Spider-Man`, `C++`) are part of it, as the engine reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# The Lucene classic syntax OpenSearch's query_string reads, outside quoted phrases.
+QUERY_STRING_SYNTAX = (
+    (re.compile(r"(?:^|[\s(])([+\-!]\S*)"), "a +, - or ! operator"),
+    (re.compile(r"(?<!\S)(AND|OR|NOT)(?!\S)|(&&|\|\|)"), "a boolean operator"),
+    (re.compile(r"(\S*[^\s\\]:\S*)"), "a field name"),
+    (re.compile(r"(\S*(?:\*|\?(?=\S))\S*)"), "a wildcard"),
+    (re.compile(r"(\S*[~^]\S*)"), "fuzziness, proximity or a boost"),
+    (
+        re.compile(r"(\S*[()\[\]{}/\\<>=!]\S*)"),
+        "grouping, a range, a regular expression or an escape",
+    ),
+)
+# simple_query_string's operators (its `flags` may switch them off: then all is words).
+SIMPLE_QUERY_STRING_SYNTAX = (
+    (re.compile(r"(?:^|[\s(])([+\-]\S*)"), "a + or - operator"),
+    (re.compile(r"(\S*\|\S*)"), "a | operator"),
+    (re.compile(r"(\S*\*(?!\S)\S*)"), "a prefix wildcard"),
+    (re.compile(r"(\S*[~()\\]\S*)"), "fuzziness, slop, grouping or an escape"),
+)
+PHRASE = re.compile(r'"[^"]*"')
+
+
+def _outside_phrases(text: str) -> str | None:
+    """The text with each quoted phrase blanked (its words are words), or None when a
+    quote is left open (the engine's to read: it answers a parse error)."""
+    blanked = PHRASE.sub(lambda found: " " * len(found.group()), text)
+    return None if '"' in blanked else blanked
+
+
+def syntax_used(kind: str, body: dict[str, Any]) -> str | None:
+    """What in a text query's `query` is the query language, as "construct [token]", or
+    None when it is plain words."""
+    text = body.get("query")
+    if kind not in ("query_string", "simple_query_string") or not isinstance(text, str):
+        return None
+    if kind == "simple_query_string" and str(body.get("flags", "ALL")).upper() == "NONE":
+        return None
+    outside = _outside_phrases(text)
+    if outside is None:
+        return 'an unclosed quote ["]'
+    rules = QUERY_STRING_SYNTAX if kind == "query_string" else SIMPLE_QUERY_STRING_SYNTAX
+    for pattern, construct in rules:
+        found = pattern.search(outside)
+        if found:
+            token = next(group for group in found.groups() if group)
+            return f"{construct} [{token}]"
+    return None
