@@ -33,7 +33,7 @@ from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import ProxyState, knowledge_base_names, meta_of
 from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_log import QueryLog
-from query_rewriter.request_body import decode_body, json_object, read_body
+from query_rewriter.request_body import body_in_url, decode_body, json_object, read_body
 from query_rewriter.rewrite_cache import RewriteCache, code_version
 from query_rewriter.rewriter import Rewriter
 from query_rewriter.search_request import (
@@ -208,8 +208,10 @@ async def proxy(request: Request) -> Response:
 
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
+    in_url = body_in_url(raw, dict(request.query_params))
+    raw, url_params = in_url or (raw, dict(request.query_params))
     payload = json_object(raw, "request body")
-    query_params, body = uri_search_as_body(dict(request.query_params), payload)
+    query_params, body = uri_search_as_body(url_params, payload)
     default = state.settings.rewrite_default_strategy
     plan = engine_written(query_params) or plan_search(index, query_params, body, default)
     headers = request_headers(request)
@@ -218,10 +220,13 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     answer, params = AnswerFormat.of(query_params), json_params(query_params)
     if isinstance(plan, PassThrough):
         metrics.PASSED_THROUGH.labels(plan.code).inc()
-        if plan.explain:  # kgqr reads the answer to say why it is the caller's own
+        if plan.explain or in_url:  # kgqr reads the answer to explain it, or sends the
+            # body the URL held as a body (forwarded, the URL would still hold it).
             upstream = await passed_through_search(state, index, body, params, headers)
-            explained = with_explain(upstream, plan.explanation())
-            return answer.response(explained, upstream.status_code, explain_at="kgqr")
+            explained = with_explain(upstream, plan.explanation() if plan.explain else None)
+            return answer.response(
+                explained, upstream.status_code, explain_at="kgqr" if plan.explain else None
+            )
         stripped = strip_kgqr(payload)
         content = raw if stripped is payload else json.dumps(stripped).encode()
         return await state.upstream.forward(request, content, decoded=True)

@@ -70,6 +70,27 @@ def _inflate(body: bytes, wbits: int, limit: int, coding: str) -> bytes:
     return decoded
 
 
+SOURCE_PARAMS = ("source", "source_content_type")
+JSON_MEDIA_TYPES = {"application/json", "application/x-ndjson"}
+
+
+def body_in_url(raw: bytes, query_params: dict[str, str]) -> tuple[bytes, dict[str, str]] | None:
+    """(body, the other URL parameters) of a request that carries its body in the URL.
+
+    OpenSearch reads a body-less request's body from the `source` parameter (with
+    `source_content_type`), which GET-only clients rely on. kgqr reads it the same way, so
+    such searches are rewritten too, and takes both out of the URL: sent on beside a body,
+    the engine refuses them. None for any other request, and for a `source` that is not
+    JSON or lacks its type (the engine's to answer, as it would directly)."""
+    if raw.strip() or "source" not in query_params:
+        return None
+    media = query_params.get("source_content_type", "").split(";")[0].strip().lower()
+    if media not in JSON_MEDIA_TYPES:
+        return None
+    rest = {k: v for k, v in query_params.items() if k not in SOURCE_PARAMS}
+    return query_params["source"].encode(), rest
+
+
 def json_object(raw: bytes, what: str) -> dict[str, Any]:
     if not raw.strip():
         return {}

@@ -250,7 +250,6 @@ def test_a_uri_search_is_rewritten_as_the_body_search_opensearch_makes_of_it(
         ), options
 
 
-
 def test_a_query_string_in_the_query_language_is_answered_as_directly(
     entry_url: str, movies_kb: str, opensearch: Any
 ) -> None:
@@ -273,6 +272,35 @@ def test_a_query_string_in_the_query_language_is_answered_as_directly(
     )
     assert "passed_through" not in asked["kgqr"] and asked["kgqr"]["fallback"] is None
     assert len(_ids(asked)) == 5  # rewritten: the k-NN side adds to the text's matches
+
+
+def test_a_search_carried_in_the_url_is_rewritten_like_one_in_the_body(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """GET-only clients send the body as `?source=...&source_content_type=...`. kgqr read
+    no query there, passed the search on beside a JSON body of its own when asked to
+    explain, and the engine refused the `source` it then found as well (a 400)."""
+    body = {"query": {"match": {"text": "American"}}, "size": 5}
+    params = {"kgqr.strategy": "graph", "kgqr.explain": "true"}
+    in_url = {"source": json.dumps(body), "source_content_type": "application/json"}
+    search = f"{entry_url}/{movies_kb}/_search"
+    carried = httpx.get(search, params={**in_url, **params}, timeout=60).json()
+    sent = httpx.post(search, params=params, json=body, timeout=60).json()
+    assert carried["kgqr"]["strategy"] == "graph" and carried["kgqr"]["fallback"] is None
+    assert _ids(carried) == _ids(sent) and len(_ids(carried)) == 5
+    sorted_in_url = {**in_url, "source": json.dumps({**body, "sort": [{"id": "desc"}]})}
+    passed = httpx.get(search, params={**sorted_in_url, **params}, timeout=60).json()
+    direct = opensearch.transport.perform_request(
+        "GET", f"/{movies_kb}/_search", params=sorted_in_url
+    )
+    assert _ids(passed) == _ids(direct) == ["p3", "p2", "p1"]
+    assert passed["kgqr"]["passed_through"].startswith("sorted")
+    lines = [{"index": movies_kb}, body, {"index": "kgqr-meta"}, {"size": 1}]
+    ndjson = "".join(json.dumps(line) + "\n" for line in lines)
+    multi = {"source": ndjson, "source_content_type": "application/x-ndjson", **params}
+    responses = httpx.get(f"{entry_url}/_msearch", params=multi, timeout=60).json()["responses"]
+    assert _ids(responses[0]) == _ids(sent) and responses[0]["kgqr"]["strategy"] == "graph"
+    assert "passed_through" in responses[1]["kgqr"]
 
 
 FILTERS = [

@@ -1,4 +1,5 @@
-"""Request bodies kgqr must read: decompressed as OpenSearch would, bounded once decoded."""
+"""Request bodies kgqr must read: decompressed as OpenSearch would, bounded once decoded,
+and taken from the URL's `source` where OpenSearch takes them from."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import zlib
 import pytest
 
 from query_rewriter.errors import RewriteRequestError
-from query_rewriter.request_body import decode_body
+from query_rewriter.request_body import body_in_url, decode_body
 
 BODY = b'{"query": {"match": {"text": "heat"}}}'
 
@@ -47,3 +48,16 @@ def test_broken_truncated_and_unknown_encodings_are_clear_400s() -> None:
     assert truncated.status == 400 and "truncated" in truncated.reason
     unknown = _refusal(BODY, "br")
     assert unknown.status == 400 and "[br]" in unknown.reason
+
+
+def test_a_body_in_the_url_is_read_where_opensearch_reads_it() -> None:
+    source = {"source": BODY.decode(), "source_content_type": "application/json", "size": "2"}
+    assert body_in_url(b"", source) == (BODY, {"size": "2"})
+    ndjson = {**source, "source_content_type": "application/x-ndjson; charset=UTF-8"}
+    assert body_in_url(b" \n", ndjson) == (BODY, {"size": "2"})
+    # A body wins (the engine then refuses the extra parameters); without a type, or of
+    # a type kgqr does not parse, the engine answers as it would directly.
+    assert body_in_url(BODY, source) is None
+    assert body_in_url(b"", {"source": BODY.decode()}) is None
+    assert body_in_url(b"", {**source, "source_content_type": "application/yaml"}) is None
+    assert body_in_url(b"", {"size": "2"}) is None
