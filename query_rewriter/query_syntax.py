@@ -5,7 +5,8 @@ documents must not match (`film -Nolan`, `NOT x`), which field to look in (`titl
 pattern (`Nol*`); read as words, `film -Nolan` was rewritten into a search for Nolan (his
 page came first) and `Nol*` into the nearest neighbours of the letters "Nol". Such a search
 is the engine's to read, so it passes through; only plain words (with quoted phrases, as
-`match_phrase` is rewritten too) are rewritten.
+`match_phrase` is rewritten too) are rewritten. So does a multi_match of the prefix types
+search UIs send as the user types ("dark kni" found *Kisaan* first, not *The Dark Knight*).
 
 Two allowances keep natural questions rewritable: a question mark ending the text or
 followed by a space is punctuation, not the engine's one-letter wildcard; and `-`, `+`
@@ -36,6 +37,8 @@ SIMPLE_QUERY_STRING_SYNTAX = (
     (re.compile(r"(\S*\*(?!\S)\S*)"), "a prefix wildcard"),
     (re.compile(r"(\S*[~()\\]\S*)"), "fuzziness, slop, grouping or an escape"),
 )
+# Search-as-you-type: the last word is a prefix ("dark kni"), which no rewrite reads.
+PREFIX_TYPES = ("phrase_prefix", "bool_prefix")
 PHRASE = re.compile(r'"[^"]*"')
 
 
@@ -47,8 +50,10 @@ def _outside_phrases(text: str) -> str | None:
 
 
 def syntax_used(kind: str, body: dict[str, Any]) -> str | None:
-    """What in a text query's `query` is the query language, as "construct [token]", or
-    None when it is plain words."""
+    """What in a text query says more than its words ("query_string syntax, a field name
+    [title:x]"), or None when it is plain words."""
+    if kind == "multi_match" and body.get("type") in PREFIX_TYPES:
+        return f"a prefix match (multi_match type {body['type']})"
     text = body.get("query")
     if kind not in ("query_string", "simple_query_string") or not isinstance(text, str):
         return None
@@ -56,11 +61,11 @@ def syntax_used(kind: str, body: dict[str, Any]) -> str | None:
         return None
     outside = _outside_phrases(text)
     if outside is None:
-        return 'an unclosed quote ["]'
+        return f'{kind} syntax, an unclosed quote ["]'
     rules = QUERY_STRING_SYNTAX if kind == "query_string" else SIMPLE_QUERY_STRING_SYNTAX
     for pattern, construct in rules:
         found = pattern.search(outside)
         if found:
             token = next(group for group in found.groups() if group)
-            return f"{construct} [{token}]"
+            return f"{kind} syntax, {construct} [{token}]"
     return None

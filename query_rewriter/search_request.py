@@ -250,7 +250,7 @@ def _pass_through(
         # Read as words, `film -Nolan` became a search for Nolan and `Nol*` one for the
         # letters "Nol": what the caller asked is in the syntax, and only the engine reads it.
         return "query_syntax", (
-            f"query_string syntax, {parsed.syntax}: kgqr rewrites plain words, and this "
+            f"{parsed.syntax}: kgqr rewrites plain words, and this "
             "query says more than its words, so it is sent as it is"
         )
     return None

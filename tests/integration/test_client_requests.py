@@ -254,10 +254,14 @@ def test_a_query_string_in_the_query_language_is_answered_as_directly(
     entry_url: str, movies_kb: str, opensearch: Any
 ) -> None:
     """Read as words, `American actor -Pacino` was rewritten into a search for Pacino (his
-    page came first), `Pac*` into the k-NN neighbours of "Pac". The syntax is the engine's
-    to read: such searches pass through; a plain question is still rewritten."""
+    page came first), `Pac*` into the k-NN neighbours of "Pac", a search-as-you-type
+    prefix likewise. The syntax is the engine's to read: such searches pass through; a
+    plain question is still rewritten."""
     client = OpenSearch(hosts=[entry_url], timeout=300)
     params = {"kgqr.strategy": "graph", "kgqr.explain": "true"}
+    prefix = {"multi_match": {"query": "Al Pa", "type": "bool_prefix", "fields": ["text"]}}
+    typed = client.search(index=movies_kb, body={"query": prefix}, params=params)
+    assert _ids(typed) == ["p2"] and typed["kgqr"]["passed_through"].startswith("a prefix match")
     for text in ("American actor -Pacino", "Pac*", "title:Heat"):
         direct = opensearch.search(index=movies_kb, q=text, size=5)
         uri = client.search(index=movies_kb, q=text, size=5, params=params)

@@ -368,7 +368,13 @@ def test_a_strategy_cannot_read_a_knob_it_did_not_declare() -> None:
     ],
 )
 def test_query_language_in_a_query_string_is_named(kind: str, text: str, construct: str) -> None:
-    assert syntax_used(kind, {"query": text}) == construct
+    assert syntax_used(kind, {"query": text}) == f"{kind} syntax, {construct}"
+
+
+def test_a_prefix_multi_match_is_more_than_words() -> None:
+    typed = {"query": "dark kni", "type": "bool_prefix", "fields": ["title"]}
+    assert syntax_used("multi_match", typed) == "a prefix match (multi_match type bool_prefix)"
+    assert syntax_used("multi_match", {**typed, "type": "best_fields"}) is None
 
 
 @pytest.mark.parametrize(
