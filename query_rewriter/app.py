@@ -203,6 +203,11 @@ async def proxy(request: Request) -> Response:
         response = error_response(exc)
     except httpx.HTTPError as exc:
         response = error_response(upstream_unreachable(exc))
+    except Exception as exc:  # a kgqr bug: still an error clients can parse, and logged
+        log.exception("request failed in kgqr", extra={"kgqr": {"path": request.url.path}})
+        response = error_response(
+            RewriteRequestError(500, "kgqr_exception", f"kgqr failed: {type(exc).__name__}")
+        )
     metrics.REQUESTS.labels(kind, str(response.status_code)).inc()
     return response
 

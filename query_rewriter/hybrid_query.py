@@ -94,7 +94,7 @@ def hybrid_body(
 
 def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[str, str]:
     """The client's query-string parameters minus kgqr's own and the paging the body now
-    holds (search_request.with_url_paging), plus the pipeline that matches the hybrid
+    holds (search_request.with_paging), plus the pipeline that matches the hybrid
     body's number of sub-queries. Never `request_cache`: neural-search 2.19 fails with a
     500 ("Cannot invoke SearchHit.score") on a hybrid answer read back from that cache."""
     params = {

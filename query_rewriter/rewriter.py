@@ -87,6 +87,17 @@ class RewriteOutcome:
         )
 
 
+def record_fallback(strategy: str, stage: str, reason: str) -> Fallback:
+    """The explain's `fallback`, logged and counted. The log keeps the whole reason; the
+    explain, which a client reads, names no address."""
+    log.warning(
+        "rewrite fell back to the plain query",
+        extra={"kgqr": {"stage": stage, "reason": reason, "strategy": strategy}},
+    )
+    metrics.FALLBACKS.labels(strategy, stage).inc()
+    return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}
+
+
 class Rewriter:
     def __init__(
         self,
@@ -282,7 +293,7 @@ class Rewriter:
             reason = (
                 "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
             )
-            fallback = self._fallback(strategy_name, stage, reason)
+            fallback = record_fallback(strategy_name, stage, reason)
             rewrite = Rewrite(strategy="base", query=query)
         timer.current = None
         known = ctx.query_vectors.get(query) if ctx is not None else None
@@ -301,7 +312,7 @@ class Rewriter:
                     else np.zeros((0, len(query_vector)), dtype=np.float32)
                 )
         except TimeoutError:
-            fallback = fallback or self._fallback(strategy_name, "embed", "timed out")
+            fallback = fallback or record_fallback(strategy_name, "embed", "timed out")
             rewrite = Rewrite(strategy="base", query=query)
             context_vectors = np.zeros((0, len(query_vector)), dtype=np.float32)
         vector = fuse(query_vector, mean_vector(context_vectors), alpha)
@@ -311,17 +322,6 @@ class Rewriter:
         return RewriteOutcome(
             rewrite, [float(x) for x in vector], alpha, dict(timer.stages_ms), fallback, llm=usage
         )
-
-    @staticmethod
-    def _fallback(strategy: str, stage: str, reason: str) -> Fallback:
-        """The explain's `fallback`. The log keeps the whole reason; the explain, which a
-        client reads, names no address."""
-        log.warning(
-            "rewrite fell back to the plain query",
-            extra={"kgqr": {"stage": stage, "reason": reason, "strategy": strategy}},
-        )
-        metrics.FALLBACKS.labels(strategy, stage).inc()
-        return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}
 
     def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
         """A rewrite refused admission. Under load even embedding the query (CPU-bound,
@@ -339,5 +339,5 @@ class Rewriter:
             None,
             param_value(ALPHA, params, self.settings),
             {},
-            self._fallback(strategy, stage, reason),
+            record_fallback(strategy, stage, reason),
         )

@@ -8,6 +8,7 @@ with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,15 +132,35 @@ def uri_search_as_body(
     return rest, {**body, "query": {"query_string": options}}
 
 
-def with_url_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
-    """The body with the URL's `from` / `size` in it. OpenSearch reads these from the URL
+def engine_number(value: Any) -> int | None:
+    """A body's `from` / `size` as the engine coerces it (5, 2.7, "5", "1.5" read as 5, 2,
+    5, 1), or None for what it refuses with its own 400 ("abc", null, true)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) else None
+
+
+def _paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """`from` / `size` as given, the URL's over the body's (as OpenSearch reads them)."""
+    given = {name: body[name] for name in URL_PAGING if name in body}
+    return given | {name: query_params[name] for name in URL_PAGING if name in query_params}
+
+
+def with_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """The body with `from` / `size` in it as whole numbers. OpenSearch reads the URL's
     over the body's; kgqr builds its own body for a rewritten search (a hybrid query pages
     through `pagination_depth`), so they must be in the body, not left in the URL."""
-    given = {name: query_params[name] for name in URL_PAGING if name in query_params}
-    if not given:
-        return body
     paged = dict(body)
-    for name, value in given.items():
+    for name, value in _paging(query_params, body).items():
+        if name not in query_params:
+            paged[name] = engine_number(value)  # readable: else the search passed through
+            continue
         try:
             number = int(value)
         except ValueError:
@@ -154,6 +175,15 @@ def with_url_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[
     return paged
 
 
+def _unreadable_paging(query_params: dict[str, str], body: dict[str, Any]) -> str | None:
+    """The body's `from` / `size` the engine refuses ("size": "abc", null), which kgqr
+    leaves to the engine's own 400 (the URL's are checked by with_paging)."""
+    for name, value in _paging(query_params, body).items():
+        if name not in query_params and engine_number(value) is None:
+            return f"{name} [{value}]"
+    return None
+
+
 def engine_written(query_params: dict[str, str]) -> PassThrough | None:
     """The pass-through of a search (or msearch) whose answer only the engine writes:
     `format=cbor` or `smile` (answer_format writes JSON and YAML). No explain: it would not
@@ -165,15 +195,10 @@ def engine_written(query_params: dict[str, str]) -> PassThrough | None:
 
 
 def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> bool:
-    """`size` 0 (the URL's over the body's, as OpenSearch reads them): totals and
-    aggregations only, which are the caller's own query's under any rewrite."""
-    size = query_params.get("size", body.get("size"))
-    if isinstance(size, bool) or not isinstance(size, int | str):
-        return False
-    try:
-        return int(size) == 0
-    except ValueError:
-        return False
+    """`size` 0: totals and aggregations only, which are the caller's own query's under
+    any rewrite."""
+    size = _paging(query_params, body).get("size")
+    return size is not None and engine_number(size) == 0
 
 
 def _sort_keys(query_params: dict[str, str], body: dict[str, Any]) -> list[str]:
@@ -210,6 +235,8 @@ def _pass_through(
         )
     if "scroll" in query_params:
         return "scroll", "a scroll search: its later pages come from the engine's scroll context"
+    if (unreadable := _unreadable_paging(query_params, body)) is not None:
+        return "paging", f"{unreadable} is not a number: the engine answers it"
     if _asks_for_no_hits(query_params, body):
         # A rewrite changes which hits come back, and this search asks for none: rewriting
         # it would cost an LLM call (or queue one, under a budget) for nothing.
@@ -283,7 +310,7 @@ def plan_search(
         kb,
         strategy,
         parsed,
-        with_url_paging(query_params, strip_kgqr(body)),
+        with_paging(query_params, strip_kgqr(body)),
         explain,
         given.values,
         given.warnings,

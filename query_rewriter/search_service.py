@@ -13,10 +13,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from query_rewriter import metrics
 from query_rewriter.caller import Caller
 from query_rewriter.client_fusion import client_side_hybrid
-from query_rewriter.errors import redact_addresses
 from query_rewriter.explain import Explain, Fallback
 from query_rewriter.hybrid_query import hybrid_body, search_params, weighted
 from query_rewriter.opensearch_gateway import OpenSearchGateway
@@ -29,7 +27,7 @@ from query_rewriter.plain_fusion import depth_body, fuse_protecting_top
 from query_rewriter.proxy_state import ProxyState
 from query_rewriter.query_embedders import EmbedderRefused
 from query_rewriter.query_log import query_log_entry
-from query_rewriter.rewriter import RewriteOutcome
+from query_rewriter.rewriter import RewriteOutcome, record_fallback
 from query_rewriter.search_request import URL_PAGING, SearchPlan, strip_kgqr
 from query_rewriter.strategies.params import (
     FUSE_PLAIN,
@@ -89,9 +87,23 @@ async def run_plan(
     if outcome.vector is None:  # refused admission under load: the caller's search, at once
         upstream, body, fusion = await _original_search(state, plan, original, headers), None, None
     else:
-        upstream, body, fusion = await _rewritten_search(
-            state, plan, outcome, query_params, original, headers
-        )
+        try:
+            upstream, body, fusion = await _rewritten_search(
+                state, plan, outcome, query_params, original, headers
+            )
+        except httpx.HTTPError:
+            raise  # OpenSearch unreachable: the plain query would not reach it either
+        except (
+            Exception
+        ) as exc:  # a kgqr bug costs the rewrite, as a strategy's does, not the search
+            log.exception("building the rewritten search failed")
+            reason = f"kgqr could not build the rewritten search: {type(exc).__name__}: {exc}"
+            outcome.fallback = record_fallback(plan.strategy, "search", reason)
+            upstream, body, fusion = (
+                await _original_search(state, plan, original, headers),
+                None,
+                None,
+            )
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
     explain = outcome.explain(body or plan.body)
     explain["fusion"] = fusion
@@ -198,9 +210,8 @@ async def _rewritten_search(
     # query's): the next search reads its meta afresh instead of after the cache's minute.
     state.kb_metas.pop(plan.kb, None)
     what = "" if failed is upstream else " to the original query's totals"
-    reason = f"OpenSearch answered {failed.status_code}{what}: {redact_addresses(failed.text)}"
-    outcome.fallback = {"stage": "search", "reason": reason[:300], "strategy": plan.strategy}
-    metrics.FALLBACKS.labels(plan.strategy, "search").inc()
+    reason = f"OpenSearch answered {failed.status_code}{what}: {failed.text}"
+    outcome.fallback = record_fallback(plan.strategy, "search", reason)
     return await _original_search(state, plan, original, headers), plan.body, fusion
 
 

@@ -214,6 +214,51 @@ def test_malformed_requests_get_opensearch_style_errors(entry_url: str, movies_k
     assert odd_msearch.status_code == 400
 
 
+@pytest.mark.parametrize("paging", [{"size": "abc"}, {"size": None}, {"from": "x"}])
+def test_paging_the_engine_refuses_gets_the_engines_error(
+    entry_url: str, movies_kb: str, settings: Settings, paging: dict[str, Any]
+) -> None:
+    """kgqr read a body's size with int(): "abc" or null was a plain-text 500."""
+    body = {**QUERY, **paging}
+    via = _search(entry_url, movies_kb, body, **{"kgqr.strategy": "graph"})
+    direct = httpx.post(f"{settings.opensearch_url.rstrip('/')}/{movies_kb}/_search", json=body)
+    assert via.status_code == direct.status_code == 400
+    assert via.json()["error"]["type"] == direct.json()["error"]["type"]
+    coerced = _search(entry_url, movies_kb, {**QUERY, "size": "2"}, **{"kgqr.strategy": "graph"})
+    assert len(coerced.json()["hits"]["hits"]) == 2  # "2" is a size, as the engine reads it
+
+
+def test_a_kgqr_bug_costs_the_rewrite_not_the_search(
+    settings: Settings, movies_kb: str, opensearch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure in kgqr's own code after the rewrite (building the hybrid body) answers
+    the plain query, as a failing strategy does; one anywhere else is an error in
+    OpenSearch's shape, not a plain-text 500."""
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug")
+
+    params = {"kgqr.strategy": "graph", "kgqr.explain": "true"}
+    direct = opensearch.search(index=movies_kb, body=QUERY)
+    with running_proxy(settings) as url:
+        monkeypatch.setattr("query_rewriter.search_service.hybrid_body", broken)
+        plain = _search(url, movies_kb, QUERY, **params)
+        monkeypatch.setattr("query_rewriter.app.plan_search", broken)
+        failed = _search(url, movies_kb, QUERY, **params)
+    assert plain.status_code == 200
+    assert [h["_id"] for h in plain.json()["hits"]["hits"]] == [
+        h["_id"] for h in direct["hits"]["hits"]
+    ]
+    assert plain.json()["kgqr"]["fallback"]["stage"] == "search"
+    assert "RuntimeError: a bug" in plain.headers["x-kgqr-fallback"]
+    assert failed.status_code == 500
+    assert failed.json()["error"] == {
+        "root_cause": [{"type": "kgqr_exception", "reason": "kgqr failed: RuntimeError"}],
+        "type": "kgqr_exception",
+        "reason": "kgqr failed: RuntimeError",
+    }
+
+
 def test_ext_kgqr_is_removed_before_forwarding(entry_url: str, movies_kb: str) -> None:
     body = {**QUERY, "ext": {"kgqr": {"strategy": "base", "explain": True}}}
     result = _search(entry_url, movies_kb, body).json()

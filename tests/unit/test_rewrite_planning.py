@@ -18,6 +18,7 @@ from query_rewriter.rewrite_cache import rewrite_key
 from query_rewriter.search_request import (
     PassThrough,
     SearchPlan,
+    engine_number,
     engine_written,
     plan_search,
     strip_kgqr,
@@ -403,3 +404,20 @@ def test_a_query_string_in_the_query_language_passes_through_and_says_why() -> N
     assert _passes(index, {}, {"query": in_bool}, "graph") == "query_syntax"
     question = {"query": {"query_string": {"query": "Who directed Heat?"}}}
     assert isinstance(plan_search(index, {}, question, "graph"), SearchPlan)
+
+
+def test_body_paging_is_read_as_the_engine_coerces_it() -> None:
+    assert [engine_number(v) for v in (5, 2.7, "5", " 3", "1.5", "3e0")] == [5, 2, 5, 3, 1, 3]
+    refused: tuple[Any, ...] = ("abc", None, True, [], "nan")
+    assert [engine_number(v) for v in refused] == [None] * 5
+    index, query = "kgqr-m-documents", {"match": {"text": "heat"}}
+    plan = plan_search(index, {}, {"query": query, "size": "3", "from": 1.9}, "graph")
+    assert isinstance(plan, SearchPlan) and (plan.body["size"], plan.body["from"]) == (3, 1)
+    # What the engine refuses is its own 400 to give (kgqr's int() on it was a 500).
+    for size in ("abc", None):
+        assert _passes(index, {}, {"query": query, "size": size}, "graph") == "paging"
+    # The URL's size wins over the body's, as in OpenSearch.
+    assert isinstance(
+        plan_search(index, {"size": "2"}, {"query": query, "size": None}, "graph"), SearchPlan
+    )
+    assert _passes(index, {}, {"query": query, "size": "0.4"}, "hyde") == "no_hits"
