@@ -38,6 +38,7 @@ from query_rewriter.rewrite_cache import RewriteCache, code_version
 from query_rewriter.rewriter import Rewriter
 from query_rewriter.search_request import (
     PassThrough,
+    engine_read,
     engine_written,
     plan_search,
     strip_kgqr,
@@ -215,6 +216,9 @@ async def proxy(request: Request) -> Response:
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
     in_url = body_in_url(raw, dict(request.query_params))
     raw, url_params = in_url or (raw, dict(request.query_params))
+    if in_url is None and (foreign := engine_read(request.headers.get("content-type"))):
+        metrics.PASSED_THROUGH.labels(foreign.code).inc()
+        return await state.upstream.forward(request, raw, decoded=True)
     payload = json_object(raw, "request body")
     query_params, body = uri_search_as_body(url_params, payload)
     default = state.settings.rewrite_default_strategy

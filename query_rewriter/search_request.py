@@ -194,6 +194,17 @@ def engine_written(query_params: dict[str, str]) -> PassThrough | None:
     return PassThrough("format", f"format={asked}: an answer format only the engine writes")
 
 
+def engine_read(content_type: str | None) -> PassThrough | None:
+    """The pass-through of a search whose body only the engine reads: YAML, CBOR or
+    SMILE, all of which OpenSearch takes (kgqr parses JSON; it answered a YAML search with
+    a 400). The engine then also chooses the answer's format, as it would directly."""
+    subtype = (content_type or "").split(";")[0].strip().lower().rpartition("/")[2]
+    kind = next((kind for kind in ("yaml", "cbor", "smile") if kind in subtype), None)
+    if kind is None:
+        return None
+    return PassThrough("format", f"a {kind.upper()} request body, which only the engine reads")
+
+
 def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> bool:
     """`size` 0: totals and aggregations only, which are the caller's own query's under
     any rewrite."""

@@ -20,6 +20,7 @@ from opensearchpy import OpenSearch
 from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 from opensearchpy.helpers.search import Search
 
+from kgqr_core.settings import Settings
 from kgqr_ops.services.process import port_is_open
 from query_rewriter.background_server import free_port
 from query_rewriter.filter_path import filtered
@@ -305,6 +306,27 @@ def test_a_search_carried_in_the_url_is_rewritten_like_one_in_the_body(
     responses = httpx.get(f"{entry_url}/_msearch", params=multi, timeout=60).json()["responses"]
     assert _ids(responses[0]) == _ids(sent) and responses[0]["kgqr"]["strategy"] == "graph"
     assert "passed_through" in responses[1]["kgqr"]
+
+
+def test_a_yaml_search_is_answered_as_directly(
+    entry_url: str, movies_kb: str, settings: Settings
+) -> None:
+    """OpenSearch reads YAML (and CBOR, SMILE) request bodies; kgqr parsed only JSON and
+    answered a YAML search with a 400. Such searches are the engine's to read and answer."""
+    body = yaml.safe_dump({"query": {"match": {"text": "Pacino"}}, "size": 2})
+    answers = [
+        httpx.post(
+            f"{url}/{movies_kb}/_search",
+            content=body,
+            params={"kgqr.strategy": "graph"} if url == entry_url else {},
+            headers={"content-type": "application/yaml"},
+        )
+        for url in (entry_url, settings.opensearch_url.rstrip("/"))
+    ]
+    via, direct = answers
+    assert via.status_code == direct.status_code == 200
+    assert via.headers["content-type"] == direct.headers["content-type"] == "application/yaml"
+    assert [hit["_id"] for hit in yaml.safe_load(via.text)["hits"]["hits"]] == ["p2"]
 
 
 FILTERS = [

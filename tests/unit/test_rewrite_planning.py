@@ -19,6 +19,7 @@ from query_rewriter.search_request import (
     PassThrough,
     SearchPlan,
     engine_number,
+    engine_read,
     engine_written,
     plan_search,
     strip_kgqr,
@@ -421,3 +422,12 @@ def test_body_paging_is_read_as_the_engine_coerces_it() -> None:
         plan_search(index, {"size": "2"}, {"query": query, "size": None}, "graph"), SearchPlan
     )
     assert _passes(index, {}, {"query": query, "size": "0.4"}, "hyde") == "no_hits"
+
+
+def test_bodies_only_the_engine_reads_pass_through() -> None:
+    for content_type in ("application/yaml", "application/cbor", "application/smile; q=1"):
+        read = engine_read(content_type)
+        assert read is not None and read.code == "format", content_type
+    assert engine_read(None) is None
+    for plain in ("application/json", "application/json; charset=UTF-8", "text/plain"):
+        assert engine_read(plain) is None, plain
