@@ -89,7 +89,18 @@ def hybrid_body(
     # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.
     hybrid["pagination_depth"] = max(k, start + size)
     body["query"] = {"hybrid": hybrid}
-    return body
+    return _highlighting_the_callers_query(body, client_body.get("query"))
+
+
+def _highlighting_the_callers_query(body: dict[str, Any], query: Any) -> dict[str, Any]:
+    """Highlights of what the caller typed. The engine highlights a search's query, and a
+    rewritten one's BM25 side holds the expansions too: with `prf`, nearly every word of a
+    hit came back in <em>. A `highlight_query` of the caller's own query keeps the marks
+    a direct search makes (one the caller gave is kept)."""
+    highlight = body.get("highlight")
+    if not isinstance(highlight, dict) or "highlight_query" in highlight or query is None:
+        return body
+    return {**body, "highlight": {**highlight, "highlight_query": query}}
 
 
 def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[str, str]:

@@ -329,6 +329,24 @@ def test_a_yaml_search_is_answered_as_directly(
     assert [hit["_id"] for hit in yaml.safe_load(via.text)["hits"]["hits"]] == ["p2"]
 
 
+def test_a_rewritten_search_highlights_what_the_caller_typed(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """The engine highlights a search's query, and a rewritten search's BM25 side holds
+    the expansions too: with `prf` (the top hits' text appended) nearly every word of a hit
+    came back in <em>. The caller's own query is the highlight query."""
+    body = {"query": {"match": {"text": "American actor"}}, "highlight": {"fields": {"text": {}}}}
+    direct = {hit["_id"]: hit.get("highlight") for hit in opensearch.search(
+        index=movies_kb, body=body)["hits"]["hits"]}  # fmt: skip
+    via = httpx.post(
+        f"{entry_url}/{movies_kb}/_search", params={"kgqr.strategy": "prf"}, json=body, timeout=60
+    ).json()["hits"]["hits"]
+    assert {"p2", "p3"} <= set(direct)
+    assert {hit["_id"]: hit.get("highlight") for hit in via if hit["_id"] in direct} == direct
+    typed = "an <em>American</em> <em>actor</em> who starred"
+    assert direct["p2"] == {"text": [f"Al Pacino\nAl Pacino is {typed} as a detective in Heat."]}
+
+
 FILTERS = [
     "hits.hits._id,took",
     "h*.*.*id",
