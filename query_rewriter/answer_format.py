@@ -50,22 +50,32 @@ class AnswerFormat:
         """OpenSearch's JSON answer may then be sent on as its bytes."""
         return not (self.pretty or self.yaml or self.filter_path)
 
-    def response(self, content: Any, status_code: int, explain_at: str | None = None) -> Response:
-        """`content` filtered, in the caller's format. `explain_at`: where kgqr put an
-        explain the caller asked for (`kgqr`, `responses.kgqr`), kept by any filter. An
-        error is never filtered, as the engine never filters one (`{}` would hide it)."""
+    def response(
+        self,
+        content: Any,
+        status_code: int,
+        explain_at: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        """`content` filtered, in the caller's format, with `headers`. `explain_at`: where
+        kgqr put an explain the caller asked for (`kgqr`, `responses.kgqr`), kept by any
+        filter. An error is never filtered, as the engine never filters one (`{}` would
+        hide it)."""
         if self.filter_path and status_code < 400:
             kept = (explain_at,) if explain_at and _includes(self.filter_path) else ()
             content = filtered(content, (*self.filter_path, *kept))
         if self.yaml:
             text = yaml.safe_dump(content, explicit_start=True, sort_keys=False, allow_unicode=True)
-            return Response(text, status_code=status_code, media_type="application/yaml")
+            return Response(
+                text, status_code=status_code, headers=headers, media_type="application/yaml"
+            )
         indent = 2 if self.pretty else None
         separators = None if self.pretty else (",", ":")
         body = json.dumps(content, ensure_ascii=False, indent=indent, separators=separators)
         return Response(
             body + ("\n" if self.pretty else ""),
             status_code=status_code,
+            headers=headers,
             media_type="application/json",
         )
 

@@ -25,7 +25,7 @@ from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
 from query_rewriter.caller import IdentityResolver
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
-from query_rewriter.forwarding import Upstream, request_headers, to_response
+from query_rewriter.forwarding import Upstream, about_the_request, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.graph_snapshots import GraphSnapshots, SnapshotGraph
 from query_rewriter.msearch import handle_msearch
@@ -209,6 +209,11 @@ async def proxy(request: Request) -> Response:
         response = error_response(
             RewriteRequestError(500, "kgqr_exception", f"kgqr failed: {type(exc).__name__}")
         )
+    opaque_id = request.headers.get("x-opaque-id")
+    if opaque_id is not None and "x-opaque-id" not in response.headers:
+        # The engine echoes it on every answer, errors too, for the caller's tracing; an
+        # answer kgqr wrote itself came back without it.
+        response.headers["x-opaque-id"] = opaque_id
     metrics.REQUESTS.labels(kind, str(response.status_code)).inc()
     return response
 
@@ -234,7 +239,10 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
             upstream = await passed_through_search(state, index, body, params, headers)
             explained = with_explain(upstream, plan.explanation() if plan.explain else None)
             return answer.response(
-                explained, upstream.status_code, explain_at="kgqr" if plan.explain else None
+                explained,
+                upstream.status_code,
+                explain_at="kgqr" if plan.explain else None,
+                headers=about_the_request(upstream),
             )
         stripped = strip_kgqr(payload)
         content = raw if stripped is payload else json.dumps(stripped).encode()
@@ -247,6 +255,7 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
             with_explain(upstream, explain if plan.explain else None),
             upstream.status_code,
             explain_at="kgqr" if plan.explain else None,
+            headers=about_the_request(upstream),
         )
     )
     if fallback := explain.get("fallback"):

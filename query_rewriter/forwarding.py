@@ -45,6 +45,17 @@ DROPPED_DECODED_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length", "content-enco
 DROPPED_VERBATIM_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length"}
 
 
+def about_the_request(upstream: httpx.Response) -> dict[str, str]:
+    """The headers of the engine's answer that are about the caller's request rather than
+    its body: `Warning` (deprecations) and CORS's `Access-Control-*`. An answer kgqr
+    writes itself carries them as the engine's would."""
+    return {
+        name: value
+        for name, value in upstream.headers.items()
+        if name.lower() == "warning" or name.lower().startswith("access-control-")
+    }
+
+
 def request_headers(request: Request) -> dict[str, str]:
     """The caller's headers for a search kgqr sends itself (httpx, decoded answers)."""
     return {k: v for k, v in request.headers.items() if k.lower() not in DROPPED_REQUEST_HEADERS}

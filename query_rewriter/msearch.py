@@ -16,7 +16,7 @@ from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
 from query_rewriter.caller import Caller
 from query_rewriter.errors import RewriteRequestError
-from query_rewriter.forwarding import request_headers
+from query_rewriter.forwarding import about_the_request, request_headers
 from query_rewriter.msearch_header import check_header
 from query_rewriter.proxy_state import ProxyState
 from query_rewriter.request_body import body_in_url, json_object
@@ -99,6 +99,7 @@ async def handle_msearch(
     item_params = {k: v for k, v in query_params.items() if k not in MSEARCH_ONLY_PARAMS}
     item_params = json_params(item_params)
     fallbacks: list[str] = []
+    about_request: dict[str, str] = {}  # alike on every item's answer: one request's
 
     async def one(position: int, plan: SearchPlan | PassThrough) -> dict[str, Any]:
         if isinstance(plan, PassThrough):
@@ -115,6 +116,7 @@ async def handle_msearch(
             result = with_explain(upstream, explain if plan.explain else None)
             if fallback := explain.get("fallback"):
                 fallbacks.append(f"item {position} {fallback_header(fallback)}")
+        about_request.update(about_the_request(upstream))
         return {**result, "status": status}
 
     responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
@@ -125,6 +127,7 @@ async def handle_msearch(
         {"took": took, "responses": list(responses)},
         200,
         explain_at="responses.kgqr" if explained else None,
+        headers=about_request,
     )
     if fallbacks:
         response.headers[FALLBACK_HEADER] = "; ".join(sorted(fallbacks))[:400]

@@ -16,6 +16,7 @@ import numpy as np
 from query_rewriter.caller import Caller
 from query_rewriter.client_fusion import client_side_hybrid
 from query_rewriter.explain import Explain, Fallback
+from query_rewriter.forwarding import about_the_request
 from query_rewriter.hybrid_query import hybrid_body, search_params, weighted
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.original_facets import (
@@ -247,9 +248,8 @@ async def _no_hits() -> list[dict[str, Any]]:
 
 
 def _json_response(upstream: httpx.Response, content: dict[str, Any]) -> httpx.Response:
-    return httpx.Response(
-        upstream.status_code, json=content, headers={"content-type": "application/json"}
-    )
+    headers = {**about_the_request(upstream), "content-type": "application/json"}
+    return httpx.Response(upstream.status_code, json=content, headers=headers)
 
 
 async def hybrid_search(

@@ -347,6 +347,44 @@ def test_a_rewritten_search_highlights_what_the_caller_typed(
     assert direct["p2"] == {"text": [f"Al Pacino\nAl Pacino is {typed} as a detective in Heat."]}
 
 
+def test_kgqrs_answers_carry_the_headers_the_engines_would(
+    entry_url: str, movies_kb: str, settings: Settings, unique_name: str
+) -> None:
+    """The engine echoes `X-Opaque-Id` on every answer (clients trace requests by it) and
+    sends `Warning` for deprecated usage; kgqr's own answers (rewritten, explained,
+    msearch, its own 400s) came back with neither. The engine warns once per usage and
+    X-Opaque-Id, so each request here has its own."""
+    body = {"query": {"match": {"text": "Pacino"}}, "indices_boost": {movies_kb: 2}}
+    search = f"{entry_url}/{movies_kb}/_search"
+    for n, params in enumerate(({}, {"kgqr.explain": "true"}, {"filter_path": "took"})):
+        trace = {"x-opaque-id": f"{unique_name}-{n}"}
+        rewritten = httpx.post(
+            search, params={"kgqr.strategy": "graph", **params}, json=body, headers=trace
+        )
+        assert rewritten.headers["x-opaque-id"] == trace["x-opaque-id"], params
+    ndjson = json.dumps({"index": movies_kb}) + "\n" + json.dumps(body) + "\n"
+    multi = httpx.post(
+        f"{entry_url}/_msearch",
+        params={"kgqr.strategy": "graph"},
+        content=ndjson,
+        headers={"x-opaque-id": "trace-7", "content-type": "application/x-ndjson"},
+    )
+    assert multi.headers["x-opaque-id"] == "trace-7"
+    refused = httpx.post(search, params={"kgqr.strategy": "nosuch"}, json=body, headers=trace)
+    assert refused.status_code == 400 and refused.headers["x-opaque-id"] == trace["x-opaque-id"]
+    # An explained pass-through is one request to the engine, so its one warning is there.
+    facets = {**body, "size": 0}
+    warned = [
+        httpx.post(url, params=params, json=facets, headers={"x-opaque-id": f"{unique_name}-{to}"})
+        for to, url, params in (
+            ("direct", f"{settings.opensearch_url.rstrip('/')}/{movies_kb}/_search", {}),
+            ("kgqr", search, {"kgqr.explain": "true"}),
+        )
+    ]
+    assert "indices_boost is deprecated" in warned[0].headers["warning"]
+    assert warned[1].headers["warning"] == warned[0].headers["warning"]
+
+
 FILTERS = [
     "hits.hits._id,took",
     "h*.*.*id",
