@@ -11,6 +11,10 @@ at once.
 Every unacknowledged chunk is put back: one a live worker shares the broker with is queued
 again too and runs twice, which is harmless (ingest is idempotent, and a chunk done
 meanwhile is skipped).
+
+Not seen here: a message the worker took off its queue but died before recording as
+unacknowledged (kombu's Redis transport does the two in turn). Only a re-send of the
+chunks not done brings that one back (`kgqr ingest`'s, or running the command again).
 """
 
 from __future__ import annotations

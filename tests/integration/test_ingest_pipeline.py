@@ -171,6 +171,29 @@ def _kill_after_chunks(worker: Any, jobs: Any, job_id: str, chunks: int) -> None
     worker.process.wait()
 
 
+def _kill_while_holding(worker: Any, log: Path, held: int) -> None:
+    """SIGKILL the temporary worker once it holds `held` chunks it has not finished: its
+    prefetch is full (concurrency 2, prefetch multiplier 1), so it is running them, not
+    taking another. Killed right after a chunk instead, it may die between kombu's taking
+    the next message off the queue and its recording it as unacknowledged: that chunk is
+    then in neither place, and only `kgqr ingest`'s stall re-send brings it back."""
+    import re
+    import signal
+    import time
+
+    deadline = time.monotonic() + 120
+    while True:
+        text = log.read_text() if log.exists() else ""
+        received = set(re.findall(r"chunk\[([0-9a-f-]+)\] received", text))
+        finished = set(re.findall(r"chunk\[([0-9a-f-]+)\] succeeded", text))
+        if len(received - finished) >= held:
+            break
+        assert time.monotonic() < deadline, "the worker never got going"
+        time.sleep(0.02)
+    worker.process.send_signal(signal.SIGKILL)
+    worker.process.wait()
+
+
 def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
     stores: Stores, kb: str, tmp_path: Path
 ) -> None:
@@ -222,9 +245,10 @@ def test_a_worker_that_dies_mid_job_is_restarted_and_the_job_finishes(
     job = enqueue_source(*stores, spec, kb, chunk_size=4, queue=queue)
     log = tmp_path / "worker.log"
     with job_runner.temporary_worker(settings, str(log), queues=queue) as worker:
-        _kill_after_chunks(worker, jobs, job.job_id, 3)
+        _kill_while_holding(worker, log, 2)
         final = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=240)
         assert worker.restarts == 1 and worker.process.poll() is None
+    assert "chunks the ended ingest worker held back on their queues" in log.read_text()
     assert final.finished and not final.failed, final
     assert final.counts["documents"] == 120
     assert document_ids(opensearch, kb) == sorted(f"d{i}" for i in range(120))
