@@ -94,17 +94,13 @@ async def run_plan(
             )
         except httpx.HTTPError:
             raise  # OpenSearch unreachable: the plain query would not reach it either
-        except (
-            Exception
-        ) as exc:  # a kgqr bug costs the rewrite, as a strategy's does, not the search
+        except Exception as exc:
+            # A kgqr bug costs the rewrite, as a failing strategy does, not the search.
             log.exception("building the rewritten search failed")
             reason = f"kgqr could not build the rewritten search: {type(exc).__name__}: {exc}"
             outcome.fallback = record_fallback(plan.strategy, "search", reason)
-            upstream, body, fusion = (
-                await _original_search(state, plan, original, headers),
-                None,
-                None,
-            )
+            upstream = await _original_search(state, plan, original, headers)
+            body, fusion = None, None
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
     explain = outcome.explain(body or plan.body)
     explain["fusion"] = fusion
