@@ -45,7 +45,14 @@ def _bool(must: dict[str, Any], parsed: ParsedQuery) -> dict[str, Any]:
 
 
 def bm25_clause(text: str, parsed: ParsedQuery) -> dict[str, Any]:
-    return _bool({"multi_match": {"query": text, "fields": TEXT_FIELDS}}, parsed)
+    lexical: dict[str, Any] = {"multi_match": {"query": text, "fields": TEXT_FIELDS}}
+    if parsed.named:
+        # The caller's named clauses, optional and at no score: the ranking stays the
+        # rewrite's, and each hit's `matched_queries` names the clauses it matches, as a
+        # direct search's do (the engine reads them from anywhere in the query).
+        at_no_score = {"bool": {"should": parsed.named, "boost": 0}}
+        lexical = {"bool": {"must": [lexical], "should": [at_no_score]}}
+    return _bool(lexical, parsed)
 
 
 def boost_clause(boosts: dict[str, float], parsed: ParsedQuery) -> dict[str, Any]:

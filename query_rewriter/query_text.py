@@ -25,6 +25,9 @@ class ParsedQuery:
     # What in the text is query_string syntax ("a field name [title:x]"): kgqr would read
     # it as words, so such a search passes through (search_request).
     syntax: str | None = None
+    # The caller's text clauses that carry a `_name`: a rewritten search keeps them at no
+    # score, so its hits still say which of them they match (`matched_queries`).
+    named: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _text_of(clause: dict[str, Any]) -> str | None:
@@ -52,6 +55,14 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def _is_named(clause: dict[str, Any]) -> bool:
+    """Whether a text clause _text_of has read carries a `_name`."""
+    ((kind, body),) = clause.items()
+    if kind in ("match", "match_phrase"):
+        (body,) = body.values()
+    return isinstance(body, dict) and "_name" in body
+
+
 def _syntax_of(clauses: list[dict[str, Any]]) -> str | None:
     """The first query-language construct in text clauses _text_of has read."""
     for clause in clauses:
@@ -68,7 +79,10 @@ def parse_query(query: Any) -> ParsedQuery | None:
         return None
     text = _text_of(query)
     if text is not None:
-        return ParsedQuery(text.strip(), syntax=_syntax_of([query])) if text.strip() else None
+        if not text.strip():
+            return None
+        named = [query] if _is_named(query) else []
+        return ParsedQuery(text.strip(), syntax=_syntax_of([query]), named=named)
     if set(query) != {"bool"} or not isinstance(query["bool"], dict):
         return None
     clauses = query["bool"]
@@ -89,4 +103,5 @@ def parse_query(query: Any) -> ParsedQuery | None:
         _as_list(clauses.get("filter")),
         _as_list(clauses.get("must_not")),
         _syntax_of(text_clauses),
+        [clause for clause in text_clauses if _is_named(clause)],
     )

@@ -385,6 +385,29 @@ def test_kgqrs_answers_carry_the_headers_the_engines_would(
     assert warned[1].headers["warning"] == warned[0].headers["warning"]
 
 
+def test_named_queries_still_say_which_clause_a_hit_matched(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """A rewritten search dropped the caller's `_name`s: no hit had `matched_queries`.
+    They are kept at no score: the names come back as directly, the ranking unchanged."""
+    clauses = [("text", "Pacino", "actor"), ("title", "Heat", "film")]
+    named = [{"match": {f: {"query": q, "_name": n}}} for f, q, n in clauses]
+    unnamed = [{"match": {f: {"query": q}}} for f, q, _ in clauses]
+    url, params = f"{entry_url}/{movies_kb}/_search", {"kgqr.strategy": "graph"}
+    answers = [
+        httpx.post(url, params=params, json={"query": {"bool": {"should": should}}}).json()
+        for should in (named, unnamed)
+    ]
+    hits = [answer["hits"]["hits"] for answer in answers]
+    direct = opensearch.search(index=movies_kb, body={"query": {"bool": {"should": named}}})
+    expected = {hit["_id"]: hit["matched_queries"] for hit in direct["hits"]["hits"]}
+    assert expected == {"p2": ["actor"], "m1": ["film"]}
+    assert {
+        hit["_id"]: hit.get("matched_queries") for hit in hits[0] if hit["_id"] in expected
+    } == expected
+    assert [(h["_id"], h["_score"]) for h in hits[0]] == [(h["_id"], h["_score"]) for h in hits[1]]
+
+
 FILTERS = [
     "hits.hits._id,took",
     "h*.*.*id",

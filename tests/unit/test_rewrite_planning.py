@@ -431,3 +431,17 @@ def test_bodies_only_the_engine_reads_pass_through() -> None:
     assert engine_read(None) is None
     for plain in ("application/json", "application/json; charset=UTF-8", "text/plain"):
         assert engine_read(plain) is None, plain
+
+
+def test_named_text_clauses_are_kept_at_no_score() -> None:
+    named = {"match": {"text": {"query": "heat", "_name": "film"}}}
+    plain = {"multi_match": {"query": "pacino", "fields": ["text"]}}
+    parsed = parse_query({"bool": {"should": [named, plain]}})
+    assert parsed is not None and parsed.named == [named]
+    single = parse_query(named)
+    assert single is not None and single.named == [named]
+    assert parse_query(plain) == ParsedQuery("pacino")  # nothing named: the clause as before
+    body = hybrid_body({"size": 2}, parsed, "heat pacino", np.ones(3), k=5)
+    lexical = body["query"]["hybrid"]["queries"][0]["bool"]
+    assert lexical["should"] == [{"bool": {"should": [named], "boost": 0}}]
+    assert lexical["must"][0]["multi_match"]["query"] == "heat pacino"
