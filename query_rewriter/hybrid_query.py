@@ -45,7 +45,9 @@ def _bool(must: dict[str, Any], parsed: ParsedQuery) -> dict[str, Any]:
 
 
 def bm25_clause(text: str, parsed: ParsedQuery) -> dict[str, Any]:
-    lexical: dict[str, Any] = {"multi_match": {"query": text, "fields": TEXT_FIELDS}}
+    lexical: dict[str, Any] = {
+        "multi_match": {"query": text, "fields": TEXT_FIELDS, **parsed.fuzzy}
+    }
     if parsed.named:
         # The caller's named clauses, optional and at no score: the ranking stays the
         # rewrite's, and each hit's `matched_queries` names the clauses it matches, as a

@@ -28,6 +28,9 @@ class ParsedQuery:
     # The caller's text clauses that carry a `_name`: a rewritten search keeps them at no
     # score, so its hits still say which of them they match (`matched_queries`).
     named: list[dict[str, Any]] = field(default_factory=list)
+    # The caller's typo tolerance (`fuzziness` and its options on a match / multi_match),
+    # kept on the rewritten BM25 side: without it "Cristofer Nolen" matched nothing there.
+    fuzzy: dict[str, Any] = field(default_factory=dict)
 
 
 def _text_of(clause: dict[str, Any]) -> str | None:
@@ -55,12 +58,30 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _is_named(clause: dict[str, Any]) -> bool:
-    """Whether a text clause _text_of has read carries a `_name`."""
+FUZZY_OPTIONS = ("fuzziness", "prefix_length", "max_expansions", "fuzzy_transpositions")
+
+
+def _options(clause: dict[str, Any]) -> dict[str, Any]:
+    """A text clause's options (_text_of has read it): a match's are under its field."""
     ((kind, body),) = clause.items()
     if kind in ("match", "match_phrase"):
         (body,) = body.values()
-    return isinstance(body, dict) and "_name" in body
+    return body if isinstance(body, dict) else {}
+
+
+def _is_named(clause: dict[str, Any]) -> bool:
+    return "_name" in _options(clause)
+
+
+def _fuzzy_of(clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first fuzzy match's options (a query_string's `fuzziness` applies only to its
+    `~` terms, which pass through as syntax)."""
+    for clause in clauses:
+        ((kind, _),) = clause.items()
+        options = _options(clause)
+        if kind in ("match", "multi_match") and "fuzziness" in options:
+            return {name: options[name] for name in FUZZY_OPTIONS if name in options}
+    return {}
 
 
 def _syntax_of(clauses: list[dict[str, Any]]) -> str | None:
@@ -82,7 +103,9 @@ def parse_query(query: Any) -> ParsedQuery | None:
         if not text.strip():
             return None
         named = [query] if _is_named(query) else []
-        return ParsedQuery(text.strip(), syntax=_syntax_of([query]), named=named)
+        return ParsedQuery(
+            text.strip(), syntax=_syntax_of([query]), named=named, fuzzy=_fuzzy_of([query])
+        )
     if set(query) != {"bool"} or not isinstance(query["bool"], dict):
         return None
     clauses = query["bool"]
@@ -104,4 +127,5 @@ def parse_query(query: Any) -> ParsedQuery | None:
         _as_list(clauses.get("must_not")),
         _syntax_of(text_clauses),
         [clause for clause in text_clauses if _is_named(clause)],
+        _fuzzy_of(text_clauses),
     )

@@ -408,6 +408,19 @@ def test_named_queries_still_say_which_clause_a_hit_matched(
     assert [(h["_id"], h["_score"]) for h in hits[0]] == [(h["_id"], h["_score"]) for h in hits[1]]
 
 
+def test_a_fuzzy_match_keeps_its_typo_tolerance(entry_url: str, movies_kb: str) -> None:
+    """The rewritten BM25 side dropped `fuzziness`: "Pacnio" matched nothing there. With
+    the text side alone weighed (hybrid.bm25 = 1) the misspelt name must still find him."""
+    fuzzy = {"match": {"text": {"query": "Pacnio", "fuzziness": "AUTO"}}}
+    params = {"kgqr.strategy": "base", "kgqr.param.hybrid.bm25": "1", "kgqr.explain": "true"}
+    answer = httpx.post(
+        f"{entry_url}/{movies_kb}/_search", params=params, json={"query": fuzzy, "size": 3}
+    ).json()
+    assert answer["hits"]["hits"][0]["_id"] == "p2" and answer["hits"]["hits"][0]["_score"] > 0.5
+    lexical = answer["kgqr"]["final_query"]["query"]["hybrid"]["queries"][0]
+    assert lexical["multi_match"]["fuzziness"] == "AUTO"
+
+
 FILTERS = [
     "hits.hits._id,took",
     "h*.*.*id",

@@ -445,3 +445,12 @@ def test_named_text_clauses_are_kept_at_no_score() -> None:
     lexical = body["query"]["hybrid"]["queries"][0]["bool"]
     assert lexical["should"] == [{"bool": {"should": [named], "boost": 0}}]
     assert lexical["must"][0]["multi_match"]["query"] == "heat pacino"
+
+
+def test_a_fuzzy_match_hands_its_options_to_the_rewrite() -> None:
+    fuzzy = {"match": {"text": {"query": "pacnio", "fuzziness": 1, "prefix_length": 2, "boost": 3}}}
+    parsed = parse_query({"bool": {"must": [{"match": {"title": "heat"}}, fuzzy]}})
+    assert parsed is not None and parsed.fuzzy == {"fuzziness": 1, "prefix_length": 2}
+    body = hybrid_body({}, parsed, "heat pacnio", np.ones(3), k=5)
+    assert body["query"]["hybrid"]["queries"][0]["multi_match"]["fuzziness"] == 1
+    assert parse_query({"query_string": {"query": "heat", "fuzziness": 2}}) == ParsedQuery("heat")
