@@ -102,10 +102,7 @@ def parse_query(query: Any) -> ParsedQuery | None:
     if text is not None:
         if not text.strip():
             return None
-        named = [query] if _is_named(query) else []
-        return ParsedQuery(
-            text.strip(), syntax=_syntax_of([query]), named=named, fuzzy=_fuzzy_of([query])
-        )
+        return _parsed(text.strip(), [query])
     if set(query) != {"bool"} or not isinstance(query["bool"], dict):
         return None
     clauses = query["bool"]
@@ -121,10 +118,21 @@ def parse_query(query: Any) -> ParsedQuery | None:
     joined = " ".join(t for t in texts if t)
     if not joined:
         return None
+    return _parsed(
+        joined, text_clauses, _as_list(clauses.get("filter")), _as_list(clauses.get("must_not"))
+    )
+
+
+def _parsed(
+    text: str,
+    text_clauses: list[dict[str, Any]],
+    filters: list[dict[str, Any]] | None = None,
+    must_not: list[dict[str, Any]] | None = None,
+) -> ParsedQuery:
     return ParsedQuery(
-        joined,
-        _as_list(clauses.get("filter")),
-        _as_list(clauses.get("must_not")),
+        text,
+        filters or [],
+        must_not or [],
         _syntax_of(text_clauses),
         [clause for clause in text_clauses if _is_named(clause)],
         _fuzzy_of(text_clauses),
