@@ -33,7 +33,7 @@ from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import ProxyState, knowledge_base_names, meta_of
 from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_log import QueryLog
-from query_rewriter.request_body import body_in_url, decode_body, json_object, read_body
+from query_rewriter.request_body import body_and_params, decode_body, json_object, read_body
 from query_rewriter.rewrite_cache import RewriteCache, code_version
 from query_rewriter.rewriter import Rewriter
 from query_rewriter.search_request import (
@@ -219,9 +219,8 @@ async def proxy(request: Request) -> Response:
 
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
-    in_url = body_in_url(raw, dict(request.query_params))
-    raw, url_params = in_url or (raw, dict(request.query_params))
-    if in_url is None and (foreign := engine_read(request.headers.get("content-type"))):
+    raw, url_params, in_url = body_and_params(raw, request.query_params)
+    if not in_url and (foreign := engine_read(request.headers.get("content-type"))):
         metrics.PASSED_THROUGH.labels(foreign.code).inc()
         return await state.upstream.forward(request, raw, decoded=True)
     payload = json_object(raw, "request body")

@@ -19,7 +19,7 @@ from query_rewriter.errors import RewriteRequestError
 from query_rewriter.forwarding import about_the_request, request_headers
 from query_rewriter.msearch_header import check_header
 from query_rewriter.proxy_state import ProxyState
-from query_rewriter.request_body import body_in_url, json_object
+from query_rewriter.request_body import body_and_params, json_object
 from query_rewriter.search_request import (
     PassThrough,
     SearchPlan,
@@ -56,8 +56,7 @@ def _ndjson(raw: bytes) -> list[dict[str, Any]]:
 async def handle_msearch(
     state: ProxyState, request: Request, path_index: str | None, raw: bytes
 ) -> Response:
-    in_url = body_in_url(raw, dict(request.query_params))
-    raw, query_params = in_url or (raw, dict(request.query_params))
+    raw, query_params, in_url = body_and_params(raw, request.query_params)
     lines = _ndjson(raw)
     items = len(lines) // 2
     if items > state.settings.msearch_max_items:
@@ -86,7 +85,7 @@ async def handle_msearch(
     for plan in plans:
         if isinstance(plan, PassThrough):
             metrics.PASSED_THROUGH.labels(plan.code).inc()
-    if in_url is None and all(isinstance(plan, PassThrough) and not plan.explain for plan in plans):
+    if not in_url and all(isinstance(plan, PassThrough) and not plan.explain for plan in plans):
         cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
         return await state.upstream.forward(request, cleaned, decoded=True)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Mapping
 from typing import Any
 
 from query_rewriter.errors import RewriteRequestError
@@ -74,21 +74,24 @@ SOURCE_PARAMS = ("source", "source_content_type")
 JSON_MEDIA_TYPES = {"application/json", "application/x-ndjson"}
 
 
-def body_in_url(raw: bytes, query_params: dict[str, str]) -> tuple[bytes, dict[str, str]] | None:
-    """(body, the other URL parameters) of a request that carries its body in the URL.
+def body_and_params(
+    raw: bytes, query_params: Mapping[str, str]
+) -> tuple[bytes, dict[str, str], bool]:
+    """(body, URL parameters, whether the body came from the URL).
 
     OpenSearch reads a body-less request's body from the `source` parameter (with
     `source_content_type`), which GET-only clients rely on. kgqr reads it the same way, so
     such searches are rewritten too, and takes both out of the URL: sent on beside a body,
-    the engine refuses them. None for any other request, and for a `source` that is not
-    JSON or lacks its type (the engine's to answer, as it would directly)."""
-    if raw.strip() or "source" not in query_params:
-        return None
-    media = query_params.get("source_content_type", "").split(";")[0].strip().lower()
+    the engine refuses them. Any other request, and a `source` that is not JSON or lacks
+    its type (the engine's to answer, as it would directly), is returned as it came."""
+    params = dict(query_params)
+    if raw.strip() or "source" not in params:
+        return raw, params, False
+    media = params.get("source_content_type", "").split(";")[0].strip().lower()
     if media not in JSON_MEDIA_TYPES:
-        return None
-    rest = {k: v for k, v in query_params.items() if k not in SOURCE_PARAMS}
-    return query_params["source"].encode(), rest
+        return raw, params, False
+    rest = {k: v for k, v in params.items() if k not in SOURCE_PARAMS}
+    return params["source"].encode(), rest, True
 
 
 def json_object(raw: bytes, what: str) -> dict[str, Any]:

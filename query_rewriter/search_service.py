@@ -199,10 +199,6 @@ async def _rewritten_search(
         return _json_response(upstream, merged), body, fusion
     if upstream.status_code in (401, 403, 404):
         return upstream, body, fusion  # the caller's own refusal, as OpenSearch gave it
-    log.warning(
-        "rewritten search failed",
-        extra={"kgqr": {"status": failed.status_code, "body": failed.text[:1000]}},
-    )
     # A re-embed may have moved the KB to another model (its vectors no longer fit the
     # query's): the next search reads its meta afresh instead of after the cache's minute.
     state.kb_metas.pop(plan.kb, None)

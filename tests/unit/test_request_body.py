@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from query_rewriter.errors import RewriteRequestError
-from query_rewriter.request_body import body_in_url, decode_body
+from query_rewriter.request_body import body_and_params, decode_body
 
 BODY = b'{"query": {"match": {"text": "heat"}}}'
 
@@ -52,12 +52,14 @@ def test_broken_truncated_and_unknown_encodings_are_clear_400s() -> None:
 
 def test_a_body_in_the_url_is_read_where_opensearch_reads_it() -> None:
     source = {"source": BODY.decode(), "source_content_type": "application/json", "size": "2"}
-    assert body_in_url(b"", source) == (BODY, {"size": "2"})
+    assert body_and_params(b"", source) == (BODY, {"size": "2"}, True)
     ndjson = {**source, "source_content_type": "application/x-ndjson; charset=UTF-8"}
-    assert body_in_url(b" \n", ndjson) == (BODY, {"size": "2"})
+    assert body_and_params(b" \n", ndjson) == (BODY, {"size": "2"}, True)
     # A body wins (the engine then refuses the extra parameters); without a type, or of
     # a type kgqr does not parse, the engine answers as it would directly.
-    assert body_in_url(BODY, source) is None
-    assert body_in_url(b"", {"source": BODY.decode()}) is None
-    assert body_in_url(b"", {**source, "source_content_type": "application/yaml"}) is None
-    assert body_in_url(b"", {"size": "2"}) is None
+    assert body_and_params(BODY, source) == (BODY, source, False)
+    untyped = {"source": BODY.decode()}
+    assert body_and_params(b"", untyped) == (b"", untyped, False)
+    as_yaml = {**source, "source_content_type": "application/yaml"}
+    assert body_and_params(b"", as_yaml) == (b"", as_yaml, False)
+    assert body_and_params(b"", {"size": "2"}) == (b"", {"size": "2"}, False)
