@@ -41,6 +41,9 @@ class Explain(TypedDict, total=False):
     llm_prompt_chars: dict[str, int]
     final_query: dict[str, Any] | None
     fusion: str | None  # "pipeline", "client ...", or None when no hybrid search ran
+    # What the caller's query demands of every hit beyond one word ("a phrase
+    # [match_phrase]"): the query then filters every side, and hits are its hits.
+    kept_as_filter: str
     warnings: list[str]  # deprecated parameter spellings the request used
     refused: int  # OpenSearch refused the caller's credentials: its status, no rewrite
     passed_through: str  # why kgqr sent the search on as it came (then the only key)

@@ -4,8 +4,9 @@ kgqr rewrites the words a caller typed. In a query_string the text may instead s
 documents must not match (`film -Nolan`, `NOT x`), which field to look in (`title:x`), or a
 pattern (`Nol*`); read as words, `film -Nolan` was rewritten into a search for Nolan (his
 page came first) and `Nol*` into the nearest neighbours of the letters "Nol". Such a search
-is the engine's to read, so it passes through; only plain words (with quoted phrases, as
-`match_phrase` is rewritten too) are rewritten. So does a multi_match of the prefix types
+is the engine's to read, so it passes through; only plain words (and quoted phrases, which
+like a `match_phrase` are rewritten within their own hits: query_text) are rewritten. So
+does a multi_match of the prefix types
 search UIs send as the user types ("dark kni" found *Kisaan* first, not *The Dark Knight*).
 
 Two allowances keep natural questions rewritable: a question mark ending the text or
@@ -49,15 +50,23 @@ def _outside_phrases(text: str) -> str | None:
     return None if '"' in blanked else blanked
 
 
+def _syntax_text(kind: str, body: dict[str, Any]) -> str | None:
+    """The text of a query the engine reads as its query language, or None."""
+    text = body.get("query")
+    if kind not in ("query_string", "simple_query_string") or not isinstance(text, str):
+        return None
+    if kind == "simple_query_string" and str(body.get("flags", "ALL")).upper() == "NONE":
+        return None  # every operator off: all is words
+    return text
+
+
 def syntax_used(kind: str, body: dict[str, Any]) -> str | None:
     """What in a text query says more than its words ("query_string syntax, a field name
     [title:x]"), or None when it is plain words."""
     if kind == "multi_match" and body.get("type") in PREFIX_TYPES:
         return f"a prefix match (multi_match type {body['type']})"
-    text = body.get("query")
-    if kind not in ("query_string", "simple_query_string") or not isinstance(text, str):
-        return None
-    if kind == "simple_query_string" and str(body.get("flags", "ALL")).upper() == "NONE":
+    text = _syntax_text(kind, body)
+    if text is None:
         return None
     outside = _outside_phrases(text)
     if outside is None:
@@ -69,3 +78,12 @@ def syntax_used(kind: str, body: dict[str, Any]) -> str | None:
             token = next(group for group in found.groups() if group)
             return f"{kind} syntax, {construct} [{token}]"
     return None
+
+
+def quoted_phrase(kind: str, body: dict[str, Any]) -> str | None:
+    """The first quoted phrase of several words in a query_string / simple_query_string
+    text: a hit must hold those words together, not any one of them."""
+    text = _syntax_text(kind, body)
+    if text is None:
+        return None
+    return next((found for found in PHRASE.findall(text) if len(found.split()) > 1), None)

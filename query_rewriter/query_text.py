@@ -4,7 +4,9 @@ Understood: ``match``, ``match_phrase``, ``multi_match``, ``query_string``,
 ``simple_query_string``, and a ``bool`` whose ``must``/``should`` hold those (its
 ``filter`` and ``must_not`` clauses are kept as filters). Anything else is left alone:
 the request then passes through unchanged; so does a query_string whose text is the query
-language rather than words (query_syntax).
+language rather than words (query_syntax). A query that demands more of a hit than one
+of its words (a phrase, `operator: and`, `minimum_should_match`, several required clauses)
+is kept whole as a filter too: the rewrite ranks within what the caller asked for.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from query_rewriter.query_syntax import syntax_used
+from query_rewriter.query_syntax import quoted_phrase, syntax_used
 
 TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
 
@@ -31,6 +33,11 @@ class ParsedQuery:
     # The caller's typo tolerance (`fuzziness` and its options on a match / multi_match),
     # kept on the rewritten BM25 side: without it "Cristofer Nolen" matched nothing there.
     fuzzy: dict[str, Any] = field(default_factory=dict)
+    # What the caller's query demands of every hit beyond one of its words ("a phrase
+    # [match_phrase]"); the query is then among `filters`, so the hits through kgqr are
+    # hits of the caller's query (k-NN neighbours without the phrase came back, under a
+    # total counting only the hits with it).
+    demands: str | None = None
 
 
 def _text_of(clause: dict[str, Any]) -> str | None:
@@ -84,6 +91,39 @@ def _fuzzy_of(clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {}
 
 
+def _demand_of(clause: dict[str, Any]) -> str | None:
+    """What one text clause (_text_of has read it) asks beyond any one of its words."""
+    ((kind, _),) = clause.items()
+    options = _options(clause)
+    if kind == "match_phrase" or (kind == "multi_match" and options.get("type") == "phrase"):
+        return f"a phrase [{kind}]"
+    phrase = quoted_phrase(kind, options)
+    if phrase:
+        return f"a phrase [{kind} {phrase}]"
+    operator = options.get("operator", options.get("default_operator"))
+    if isinstance(operator, str) and operator.lower() == "and":
+        return f"every word [{kind} operator and]"
+    if "minimum_should_match" in options:
+        return f"several words [{kind} minimum_should_match {options['minimum_should_match']}]"
+    return None
+
+
+def _bool_demand(clauses: dict[str, Any], must: list[Any], should: list[Any]) -> str | None:
+    """What a bool of text clauses asks beyond any one word of any of them: its clauses'
+    own demands, its minimum_should_match, or several clauses every hit must match."""
+    if not must and clauses.get("filter") and "minimum_should_match" not in clauses:
+        return None  # should clauses beside a filter are optional: it demands no word
+    for clause in must or should:  # beside a must, should clauses are optional
+        demand = _demand_of(clause)
+        if demand:
+            return demand
+    if "minimum_should_match" in clauses:
+        return f"several clauses [bool minimum_should_match {clauses['minimum_should_match']}]"
+    if len(must) > 1 or (must and should):
+        return "every must clause [bool must]"
+    return None
+
+
 def _syntax_of(clauses: list[dict[str, Any]]) -> str | None:
     """The first query-language construct in text clauses _text_of has read."""
     for clause in clauses:
@@ -102,14 +142,15 @@ def parse_query(query: Any) -> ParsedQuery | None:
     if text is not None:
         if not text.strip():
             return None
-        return _parsed(text.strip(), [query])
+        return _parsed(text.strip(), [query], _demand_of(query), query)
     if set(query) != {"bool"} or not isinstance(query["bool"], dict):
         return None
     clauses = query["bool"]
     allowed = {"must", "should", "filter", "must_not", "minimum_should_match", "boost"}
     if not set(clauses) <= allowed:
         return None
-    texts, text_clauses = [], [*_as_list(clauses.get("must")), *_as_list(clauses.get("should"))]
+    must, should = _as_list(clauses.get("must")), _as_list(clauses.get("should"))
+    texts, text_clauses = [], [*must, *should]
     for clause in text_clauses:
         text = _text_of(clause)
         if text is None:
@@ -119,21 +160,32 @@ def parse_query(query: Any) -> ParsedQuery | None:
     if not joined:
         return None
     return _parsed(
-        joined, text_clauses, _as_list(clauses.get("filter")), _as_list(clauses.get("must_not"))
+        joined,
+        text_clauses,
+        _bool_demand(clauses, must, should),
+        query,
+        _as_list(clauses.get("filter")),
+        _as_list(clauses.get("must_not")),
     )
 
 
 def _parsed(
     text: str,
     text_clauses: list[dict[str, Any]],
+    demands: str | None,
+    query: dict[str, Any],
     filters: list[dict[str, Any]] | None = None,
     must_not: list[dict[str, Any]] | None = None,
 ) -> ParsedQuery:
+    """The whole caller's query joins the filters when it demands more than a word (its
+    own filter and must_not are then there twice, harmless; its text part alone could
+    demand what the bool does not)."""
     return ParsedQuery(
         text,
-        filters or [],
+        [*(filters or []), *([query] if demands else [])],
         must_not or [],
         _syntax_of(text_clauses),
         [clause for clause in text_clauses if _is_named(clause)],
         _fuzzy_of(text_clauses),
+        demands,
     )

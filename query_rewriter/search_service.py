@@ -104,6 +104,8 @@ async def run_plan(
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
     explain = outcome.explain(body or plan.body)
     explain["fusion"] = fusion
+    if plan.parsed.demands:
+        explain["kept_as_filter"] = plan.parsed.demands
     if plan.warnings:
         explain["warnings"] = list(plan.warnings)
         log.warning("deprecated kgqr parameters", extra={"kgqr": {"warnings": plan.warnings}})

@@ -540,3 +540,33 @@ def test_an_old_parameter_spelling_still_works_and_the_explain_says_it_is_deprec
     new = explained(**{"kgqr.param.prf.docs": "2"})
     assert "warnings" not in new and new["expansions"] == old["expansions"]
     assert len(new["expansions"]) == 2  # prf read the request's value, not the setting's
+
+
+DEMANDING = [
+    {"match_phrase": {"text": "American actor"}},
+    {"query_string": {"query": '"American actor" Cruise', "default_field": "text"}},
+    {"match": {"text": {"query": "Pacino Heat", "operator": "and"}}},
+    {"match": {"text": {"query": "American actor Heat", "minimum_should_match": 3}}},
+    {"bool": {"must": [{"match": {"text": "actor"}}, {"match": {"title": "Cruise"}}]}},
+]
+
+
+@pytest.mark.parametrize("strategy", ["base", "graph"])
+@pytest.mark.parametrize("query", DEMANDING)
+def test_a_query_that_demands_more_than_a_word_gets_only_its_own_hits(
+    entry_url: str, movies_kb: str, opensearch: Any, strategy: str, query: dict[str, Any]
+) -> None:
+    """A phrase, `operator: and`, `minimum_should_match` or two must clauses: through kgqr
+    the k-NN side added every movie and person, under a total counting only the caller's
+    hits ("total 1" over 5 hits). The caller's query now filters each side."""
+    body = {"query": query, "size": 10}
+    direct = opensearch.search(index=movies_kb, body=body)
+    answer = httpx.post(
+        f"{entry_url}/{movies_kb}/_search",
+        params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
+        json=body,
+    ).json()
+    assert 0 < len(_ids(direct)) < 8  # the k-NN side alone would bring all 8
+    assert sorted(_ids(answer)) == sorted(_ids(direct))
+    assert answer["hits"]["total"] == direct["hits"]["total"]
+    assert answer["kgqr"]["fallback"] is None and answer["kgqr"]["kept_as_filter"]

@@ -449,8 +449,54 @@ def test_named_text_clauses_are_kept_at_no_score() -> None:
 
 def test_a_fuzzy_match_hands_its_options_to_the_rewrite() -> None:
     fuzzy = {"match": {"text": {"query": "pacnio", "fuzziness": 1, "prefix_length": 2, "boost": 3}}}
-    parsed = parse_query({"bool": {"must": [{"match": {"title": "heat"}}, fuzzy]}})
+    parsed = parse_query({"bool": {"should": [{"match": {"title": "heat"}}, fuzzy]}})
     assert parsed is not None and parsed.fuzzy == {"fuzziness": 1, "prefix_length": 2}
     body = hybrid_body({}, parsed, "heat pacnio", np.ones(3), k=5)
     assert body["query"]["hybrid"]["queries"][0]["multi_match"]["fuzziness"] == 1
     assert parse_query({"query_string": {"query": "heat", "fuzziness": 2}}) == ParsedQuery("heat")
+
+
+HEAT, MANN = {"match": {"t": "heat"}}, {"match": {"t": "mann"}}
+TYPE = {"term": {"type": "movie"}}
+
+
+@pytest.mark.parametrize(
+    ("query", "demands"),
+    [
+        ({"match_phrase": {"t": "heat mann"}}, "a phrase [match_phrase]"),
+        ({"multi_match": {"query": "heat mann", "type": "phrase"}}, "a phrase [multi_match]"),
+        ({"match": {"t": {"query": "heat mann", "operator": "AND"}}},
+         "every word [match operator and]"),
+        ({"simple_query_string": {"query": "heat mann", "default_operator": "and"}},
+         "every word [simple_query_string operator and]"),
+        ({"query_string": {"query": 'bank "Al Pacino" heat'}},
+         'a phrase [query_string "Al Pacino"]'),
+        ({"match": {"t": {"query": "a b c", "minimum_should_match": "75%"}}},
+         "several words [match minimum_should_match 75%]"),
+        ({"bool": {"must": [HEAT, MANN]}}, "every must clause [bool must]"),
+        ({"bool": {"must": HEAT, "should": {"match_phrase": {"t": "x y"}}}},
+         "every must clause [bool must]"),
+        ({"bool": {"should": [HEAT, MANN], "minimum_should_match": 2}},
+         "several clauses [bool minimum_should_match 2]"),
+        ({"bool": {"should": [{"match_phrase": {"t": "x y"}}, MANN]}}, "a phrase [match_phrase]"),
+        # One word of the query is all these ask: the rewrite may reach past them.
+        ({"match": {"t": {"query": "heat mann", "operator": "or"}}}, None),
+        ({"bool": {"must": HEAT, "filter": TYPE}}, None),
+        ({"bool": {"should": [HEAT, MANN]}}, None),
+        ({"query_string": {"query": 'heat "Pacino"'}}, None),  # one word in quotes
+        ({"simple_query_string": {"query": '"Al Pacino"', "flags": "NONE"}}, None),
+        # Beside a filter and no must, should clauses are optional, a phrase too.
+        ({"bool": {"should": {"match_phrase": {"t": "x y"}}, "filter": TYPE}}, None),
+    ],
+)  # fmt: skip
+def test_a_query_that_demands_more_than_a_word_filters_the_rewrite(
+    query: dict[str, Any], demands: str | None
+) -> None:
+    parsed = parse_query(query)
+    assert parsed is not None and parsed.demands == demands
+    assert (query in parsed.filters) == (demands is not None)
+    queries = hybrid_body({}, parsed, "heat mann expansion", np.ones(3), k=5)["query"]["hybrid"]
+    lexical, knn = queries["queries"]
+    if demands is not None:  # both sides rank only the caller's own hits
+        assert query in lexical["bool"]["filter"]
+        assert query in knn["knn"]["vector"]["filter"]["bool"]["filter"]
