@@ -14,7 +14,7 @@ import numpy as np
 from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE, hybrid_pipeline
 from query_rewriter.query_text import ParsedQuery
 
-TEXT_FIELDS = ["title^2", "text"]
+TEXT_FIELDS = ["title^2", "text"]  # query_text.WORD_FIELDS: a caller's query on others filters
 VECTOR_FIELD = "vector"
 
 

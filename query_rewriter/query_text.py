@@ -91,10 +91,29 @@ def _fuzzy_of(clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {}
 
 
+# Where the rewrite looks for words (hybrid_query.TEXT_FIELDS), and every field (`*`, a
+# query_string's default): a clause on one of these asks for the document's words.
+WORD_FIELDS = ("title", "text", "*")
+
+
+def _fields_of(clause: dict[str, Any]) -> list[str]:
+    """The fields a text clause names, boosts stripped; none when it names none."""
+    ((kind, body),) = clause.items()
+    if kind in ("match", "match_phrase"):
+        return list(body)
+    named = [*_as_list(body.get("fields")), *_as_list(body.get("default_field"))]
+    return [str(name).split("^")[0] for name in named]
+
+
 def _demand_of(clause: dict[str, Any]) -> str | None:
     """What one text clause (_text_of has read it) asks beyond any one of its words."""
     ((kind, _),) = clause.items()
     options = _options(clause)
+    other = [name for name in _fields_of(clause) if name not in WORD_FIELDS]
+    if other:  # `type: movie`, `title.raw`: not words the rewrite can look for elsewhere
+        return f"its own field [{kind} on {other[0]}]"
+    if "analyzer" in options:
+        return f"its own analyzer [{kind} analyzer {options['analyzer']}]"
     if kind == "match_phrase" or (kind == "multi_match" and options.get("type") == "phrase"):
         return f"a phrase [{kind}]"
     phrase = quoted_phrase(kind, options)

@@ -548,6 +548,8 @@ DEMANDING = [
     {"match": {"text": {"query": "Pacino Heat", "operator": "and"}}},
     {"match": {"text": {"query": "American actor Heat", "minimum_should_match": 3}}},
     {"bool": {"must": [{"match": {"text": "actor"}}, {"match": {"title": "Cruise"}}]}},
+    {"match": {"type": "person"}},  # a keyword field: kgqr searched "person" in the text
+    {"multi_match": {"query": "Heat", "fields": ["title.raw"]}},
 ]
 
 
@@ -556,9 +558,10 @@ DEMANDING = [
 def test_a_query_that_demands_more_than_a_word_gets_only_its_own_hits(
     entry_url: str, movies_kb: str, opensearch: Any, strategy: str, query: dict[str, Any]
 ) -> None:
-    """A phrase, `operator: and`, `minimum_should_match` or two must clauses: through kgqr
-    the k-NN side added every movie and person, under a total counting only the caller's
-    hits ("total 1" over 5 hits). The caller's query now filters each side."""
+    """A phrase, `operator: and`, `minimum_should_match`, two must clauses or a field
+    kgqr does not search: through kgqr the k-NN side added every movie and person, under
+    a total counting only the caller's hits ("total 1" over 5 hits). The caller's query
+    now filters each side."""
     body = {"query": query, "size": 10}
     direct = opensearch.search(index=movies_kb, body=body)
     answer = httpx.post(

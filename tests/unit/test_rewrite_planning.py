@@ -36,7 +36,7 @@ from query_rewriter.search_request import (
         ({"multi_match": {"query": "heat", "fields": ["a", "b"]}}, "heat"),
         ({"query_string": {"query": "heat AND mann"}}, "heat AND mann"),
         ({"simple_query_string": {"query": "heat"}}, "heat"),
-        ({"bool": {"must": [{"match": {"t": "heat"}}], "should": {"match": {"t": "mann"}}}},
+        ({"bool": {"must": [{"match": {"text": "heat"}}], "should": {"match": {"text": "mann"}}}},
          "heat mann"),
     ],
 )  # fmt: skip
@@ -46,7 +46,7 @@ def test_query_text_is_found(query: dict, text: str) -> None:
 
 
 def test_bool_filters_are_kept_aside() -> None:
-    parsed = parse_query({"bool": {"must": {"match": {"t": "heat"}},
+    parsed = parse_query({"bool": {"must": {"match": {"text": "heat"}},
                                    "filter": {"term": {"type": "movie"}},
                                    "must_not": [{"term": {"id": "m2"}}]}})  # fmt: skip
     assert parsed == ParsedQuery("heat", [{"term": {"type": "movie"}}], [{"term": {"id": "m2"}}])
@@ -56,7 +56,7 @@ def test_bool_filters_are_kept_aside() -> None:
     "query",
     [None, {"match_all": {}}, {"term": {"id": "x"}}, {"match": {"a": "x", "b": "y"}},
      {"bool": {"must": [{"term": {"id": "x"}}]}}, {"bool": {"filter": [{"term": {"a": 1}}]}},
-     {"match": {"t": "   "}}, {"knn": {"vector": {"vector": [1.0], "k": 1}}}],
+     {"match": {"text": "   "}}, {"knn": {"vector": {"vector": [1.0], "k": 1}}}],
 )  # fmt: skip
 def test_queries_kgqr_cannot_read_pass_through(query: object) -> None:
     assert parse_query(query) is None
@@ -456,37 +456,47 @@ def test_a_fuzzy_match_hands_its_options_to_the_rewrite() -> None:
     assert parse_query({"query_string": {"query": "heat", "fuzziness": 2}}) == ParsedQuery("heat")
 
 
-HEAT, MANN = {"match": {"t": "heat"}}, {"match": {"t": "mann"}}
+HEAT, MANN = {"match": {"text": "heat"}}, {"match": {"title": "mann"}}
 TYPE = {"term": {"type": "movie"}}
 
 
 @pytest.mark.parametrize(
     ("query", "demands"),
     [
-        ({"match_phrase": {"t": "heat mann"}}, "a phrase [match_phrase]"),
+        ({"match_phrase": {"text": "heat mann"}}, "a phrase [match_phrase]"),
         ({"multi_match": {"query": "heat mann", "type": "phrase"}}, "a phrase [multi_match]"),
-        ({"match": {"t": {"query": "heat mann", "operator": "AND"}}},
+        ({"match": {"text": {"query": "heat mann", "operator": "AND"}}},
          "every word [match operator and]"),
         ({"simple_query_string": {"query": "heat mann", "default_operator": "and"}},
          "every word [simple_query_string operator and]"),
         ({"query_string": {"query": 'bank "Al Pacino" heat'}},
          'a phrase [query_string "Al Pacino"]'),
-        ({"match": {"t": {"query": "a b c", "minimum_should_match": "75%"}}},
+        ({"match": {"text": {"query": "a b c", "minimum_should_match": "75%"}}},
          "several words [match minimum_should_match 75%]"),
         ({"bool": {"must": [HEAT, MANN]}}, "every must clause [bool must]"),
-        ({"bool": {"must": HEAT, "should": {"match_phrase": {"t": "x y"}}}},
+        ({"bool": {"must": HEAT, "should": {"match_phrase": {"text": "x y"}}}},
          "every must clause [bool must]"),
         ({"bool": {"should": [HEAT, MANN], "minimum_should_match": 2}},
          "several clauses [bool minimum_should_match 2]"),
-        ({"bool": {"should": [{"match_phrase": {"t": "x y"}}, MANN]}}, "a phrase [match_phrase]"),
+        ({"bool": {"should": [{"match_phrase": {"text": "x y"}}, MANN]}},
+         "a phrase [match_phrase]"),
         # One word of the query is all these ask: the rewrite may reach past them.
-        ({"match": {"t": {"query": "heat mann", "operator": "or"}}}, None),
+        ({"match": {"text": {"query": "heat mann", "operator": "or"}}}, None),
         ({"bool": {"must": HEAT, "filter": TYPE}}, None),
         ({"bool": {"should": [HEAT, MANN]}}, None),
         ({"query_string": {"query": 'heat "Pacino"'}}, None),  # one word in quotes
+        ({"multi_match": {"query": "heat", "fields": ["title^3", "text"]}}, None),
+        ({"query_string": {"query": "heat", "default_field": "*"}}, None),
+        ({"match": {"type": "movie"}}, "its own field [match on type]"),
+        ({"multi_match": {"query": "heat", "fields": ["text", "title.raw^2"]}},
+         "its own field [multi_match on title.raw]"),
+        ({"simple_query_string": {"query": "heat", "fields": "body"}},
+         "its own field [simple_query_string on body]"),
+        ({"match": {"text": {"query": "heat mann", "analyzer": "keyword"}}},
+         "its own analyzer [match analyzer keyword]"),
         ({"simple_query_string": {"query": '"Al Pacino"', "flags": "NONE"}}, None),
         # Beside a filter and no must, should clauses are optional, a phrase too.
-        ({"bool": {"should": {"match_phrase": {"t": "x y"}}, "filter": TYPE}}, None),
+        ({"bool": {"should": {"match_phrase": {"text": "x y"}}, "filter": TYPE}}, None),
     ],
 )  # fmt: skip
 def test_a_query_that_demands_more_than_a_word_filters_the_rewrite(
