@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from query_rewriter.forwarding import about_the_request
+from query_rewriter.forwarding import json_answer
 
 RRF_K = 60
 
@@ -59,5 +59,4 @@ async def client_side_hybrid(
     fused = rrf_fuse([r.json()["hits"]["hits"] for r in responses], size, start)
     merged["hits"]["hits"] = fused
     merged["hits"]["max_score"] = fused[0]["_score"] if fused else None
-    headers = {**about_the_request(responses[0]), "content-type": "application/json"}
-    return httpx.Response(200, json=merged, headers=headers)
+    return json_answer(merged, *responses)

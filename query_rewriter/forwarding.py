@@ -9,6 +9,7 @@ answers stay compressed, and nothing is re-encoded.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
@@ -45,15 +46,28 @@ DROPPED_DECODED_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length", "content-enco
 DROPPED_VERBATIM_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length"}
 
 
-def about_the_request(upstream: httpx.Response) -> dict[str, str]:
-    """The headers of the engine's answer that are about the caller's request rather than
+def about_the_request(*answers: httpx.Response) -> dict[str, str]:
+    """The headers of the engine's answers that are about the caller's request rather than
     its body: `Warning` (deprecations) and CORS's `Access-Control-*`. An answer kgqr
-    writes itself carries them as the engine's would."""
-    return {
-        name: value
-        for name, value in upstream.headers.items()
-        if name.lower() == "warning" or name.lower().startswith("access-control-")
-    }
+    writes itself carries them as the engine's would. From several answers (a rewritten
+    search's hybrid and totals requests, an msearch's items) each value comes once: a
+    deprecated aggregation warns only on the totals request, the only one aggregating."""
+    values: dict[str, list[str]] = {}
+    for answer in answers:
+        for name, value in answer.headers.multi_items():
+            name = name.lower()
+            if name == "warning" or name.startswith("access-control-"):
+                found = values.setdefault(name, [])
+                if value not in found:
+                    found.append(value)
+    return {name: ", ".join(found) for name, found in values.items()}
+
+
+def json_answer(content: dict[str, Any], *answers: httpx.Response) -> httpx.Response:
+    """An answer kgqr wrote from the engine's `answers` (the first gives the status), with
+    their headers about the request."""
+    headers = {**about_the_request(*answers), "content-type": "application/json"}
+    return httpx.Response(answers[0].status_code, json=content, headers=headers)
 
 
 def request_headers(request: Request) -> dict[str, str]:

@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -98,7 +99,7 @@ async def handle_msearch(
     item_params = {k: v for k, v in query_params.items() if k not in MSEARCH_ONLY_PARAMS}
     item_params = json_params(item_params)
     fallbacks: list[str] = []
-    about_request: dict[str, str] = {}  # alike on every item's answer: one request's
+    answered: list[httpx.Response] = []  # each item's, for the headers about the request
 
     async def one(position: int, plan: SearchPlan | PassThrough) -> dict[str, Any]:
         if isinstance(plan, PassThrough):
@@ -115,7 +116,7 @@ async def handle_msearch(
             result = with_explain(upstream, explain if plan.explain else None)
             if fallback := explain.get("fallback"):
                 fallbacks.append(f"item {position} {fallback_header(fallback)}")
-        about_request.update(about_the_request(upstream))
+        answered.append(upstream)
         return {**result, "status": status}
 
     responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
@@ -126,7 +127,7 @@ async def handle_msearch(
         {"took": took, "responses": list(responses)},
         200,
         explain_at="responses.kgqr" if explained else None,
-        headers=about_request,
+        headers=about_the_request(*answered),
     )
     if fallbacks:
         response.headers[FALLBACK_HEADER] = "; ".join(sorted(fallbacks))[:400]

@@ -16,7 +16,7 @@ import numpy as np
 from query_rewriter.caller import Caller
 from query_rewriter.client_fusion import client_side_hybrid
 from query_rewriter.explain import Explain, Fallback
-from query_rewriter.forwarding import about_the_request
+from query_rewriter.forwarding import json_answer
 from query_rewriter.hybrid_query import hybrid_body, search_params, weighted
 from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.original_facets import (
@@ -176,7 +176,7 @@ async def _rewritten_search(
         boosts=outcome.rewrite.boost_ids,
     )
     body = _weighted(body, state, plan, outcome.rewrite.boost_share)
-    (upstream, fusion), facets, base = await asyncio.gather(
+    (upstream, fusion), facets, (base, base_answer) = await asyncio.gather(
         hybrid_search(state, plan.index, body, query_params, headers),
         state.http.post(
             f"/{plan.index}/_search",
@@ -198,7 +198,7 @@ async def _rewritten_search(
                               "max_score": hits[0]["_score"] if hits else None}  # fmt: skip
             how = "RRF" if rrf else "the rest in the strategy's order"
             fusion = f"{fusion}; fused with base ({how}, its top {keep} kept)"
-        return _json_response(upstream, merged), body, fusion
+        return json_answer(merged, upstream, facets, *base_answer), body, fusion
     if upstream.status_code in (401, 403, 404):
         return upstream, body, fusion  # the caller's own refusal, as OpenSearch gave it
     # A re-embed may have moved the KB to another model (its vectors no longer fit the
@@ -216,18 +216,20 @@ async def _base_ranking(
     k: int,
     query_params: dict[str, str],
     headers: dict[str, str],
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[httpx.Response]]:
     """The `base` ranking (the hybrid search of the query alone) down to the end of the
-    page: what fusion protects. Empty if that search fails: the rewrite's ranking stands."""
+    page: what fusion protects, and the engine's answer it came in (whose warnings are
+    the caller's too). No hits if that search fails: the rewrite's ranking stands."""
     try:
         embed = await state.rewriter.query_embed(plan.kb)
     except EmbedderRefused:
-        return []
+        return [], []
     vector = (await embed([plan.parsed.text]))[0]
     body = hybrid_body(depth_body(plan.body), plan.parsed, plan.parsed.text, np.asarray(vector), k)
     body = _weighted(body, state, plan)
     response, _ = await hybrid_search(state, plan.index, body, query_params, headers)
-    return list(response.json()["hits"]["hits"]) if response.status_code == 200 else []
+    hits = list(response.json()["hits"]["hits"]) if response.status_code == 200 else []
+    return hits, [response]
 
 
 def _weighted(
@@ -237,13 +239,8 @@ def _weighted(
     return weighted(body, bm25, state.settings.hybrid_boost_weights, boost_share)
 
 
-async def _no_hits() -> list[dict[str, Any]]:
-    return []
-
-
-def _json_response(upstream: httpx.Response, content: dict[str, Any]) -> httpx.Response:
-    headers = {**about_the_request(upstream), "content-type": "application/json"}
-    return httpx.Response(upstream.status_code, json=content, headers=headers)
+async def _no_hits() -> tuple[list[dict[str, Any]], list[httpx.Response]]:
+    return [], []
 
 
 async def hybrid_search(

@@ -385,6 +385,33 @@ def test_kgqrs_answers_carry_the_headers_the_engines_would(
     assert warned[1].headers["warning"] == warned[0].headers["warning"]
 
 
+def test_a_warning_from_any_request_kgqr_made_reaches_the_caller(
+    entry_url: str, movies_kb: str, unique_name: str
+) -> None:
+    """A rewritten search is several requests to the engine; the answer carried only the
+    hybrid's `Warning`s. A deprecated aggregation runs only in the totals request, and an
+    msearch kept one item's warnings (each item's replaced the last's)."""
+    daily = {"d": {"date_histogram": {"field": "day", "interval": "1d"}}}
+    interval, boost = "[interval] on [date_histogram] is deprecated", "indices_boost is deprecated"
+    body = {"query": {"match": {"text": "Pacino"}}, "size": 2, "aggs": daily}
+    search = f"{entry_url}/{movies_kb}/_search"
+    for n, params in enumerate(({}, {"kgqr.explain": "true"}, {"kgqr.param.fusion.plain": "1"})):
+        trace = {"x-opaque-id": f"{unique_name}-agg-{n}"}
+        answer = httpx.post(search, params={"kgqr.strategy": "graph", **params}, json=body,
+                            headers=trace)  # fmt: skip
+        assert answer.status_code == 200 and interval in answer.headers["warning"], params
+    boosted = {"query": {"match": {"text": "Heat"}}, "indices_boost": {movies_kb: 2}}
+    ndjson = "".join(json.dumps(line) + "\n" for line in
+                     ({"index": movies_kb}, body, {"index": movies_kb}, boosted))  # fmt: skip
+    multi = httpx.post(
+        f"{entry_url}/_msearch",
+        params={"kgqr.strategy": "graph"},
+        content=ndjson,
+        headers={"x-opaque-id": f"{unique_name}-multi", "content-type": "application/x-ndjson"},
+    )
+    assert interval in multi.headers["warning"] and boost in multi.headers["warning"]
+
+
 def test_named_queries_still_say_which_clause_a_hit_matched(
     entry_url: str, movies_kb: str, opensearch: Any
 ) -> None:
