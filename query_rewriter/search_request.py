@@ -49,8 +49,24 @@ class PassThrough:
         return {"passed_through": self.reason}
 
 
-def _truthy(value: Any) -> bool:
-    return str(value).lower() in {"1", "true", "yes", "on"}
+FLAG_VALUES = {"": True, "true": True, "1": True, "yes": True, "on": True,
+               "false": False, "0": False, "no": False, "off": False}  # fmt: skip
+
+
+def _flag(value: Any) -> bool:
+    """`kgqr.explain` read as the engine reads its own flags: bare (`?kgqr.explain`, as
+    `?pretty`) or `true` is on, `false` off (and the 1/yes/on, 0/no/off kgqr always took);
+    anything else is the engine's 400, where `maybe` used to mean a silent no."""
+    if isinstance(value, bool):
+        return value
+    flag = FLAG_VALUES.get(str(value).lower()) if isinstance(value, str | int) else None
+    if flag is None:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            f"Failed to parse value [{value}] as only [true] or [false] are allowed.",
+        )
+    return flag
 
 
 URL_OPTIONS = ("kgqr.strategy", "kgqr.explain")
@@ -87,7 +103,7 @@ def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dic
 
 def explain_asked(query_params: dict[str, str], body: dict[str, Any]) -> bool:
     """Whether the request asks for an explain (`kgqr.explain`, or `ext.kgqr.explain`)."""
-    return _truthy(_strategy_options(query_params, body).get("explain", False))
+    return _flag(_strategy_options(query_params, body).get("explain", False))
 
 
 def strip_kgqr(body: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +325,7 @@ def plan_search(
         )
     declared = STRATEGIES[strategy].params if strategy is not None else ALL_PARAMS
     given = request_params(declared, options["params"])
-    explain = _truthy(options.get("explain", False))
+    explain = _flag(options.get("explain", False))
     kb = kb_of_documents_index(index)
     parsed = parse_query(body.get("query"))
     passing = _pass_through(index, query_params, body, strategy, kb, parsed)

@@ -600,3 +600,18 @@ def test_a_query_that_demands_more_than_a_word_gets_only_its_own_hits(
     assert sorted(_ids(answer)) == sorted(_ids(direct))
     assert answer["hits"]["total"] == direct["hits"]["total"]
     assert answer["kgqr"]["fallback"] is None and answer["kgqr"]["kept_as_filter"]
+
+
+def test_a_bare_explain_flag_explains_and_a_wrong_one_is_refused(
+    entry_url: str, movies_kb: str
+) -> None:
+    """`?kgqr.explain` with no value (curl's habit, as `?pretty`) explained nothing, and
+    `=maybe` was a silent no; the engine reads its own flags so, and refuses the rest."""
+    search, body = f"{entry_url}/{movies_kb}/_search", {"query": {"match": {"text": "Heat"}}}
+    bare = httpx.post(f"{search}?kgqr.strategy=base&kgqr.explain", json=body)
+    assert bare.status_code == 200 and bare.json()["kgqr"]["strategy"] == "base"
+    wrong = httpx.post(f"{search}?kgqr.strategy=base&kgqr.explain=maybe", json=body)
+    assert wrong.status_code == 400
+    assert wrong.json()["error"]["reason"] == (
+        "Failed to parse value [maybe] as only [true] or [false] are allowed."
+    )

@@ -152,6 +152,29 @@ def test_plan_rejects_unknown_strategy_and_parameters() -> None:
         plan_search("kgqr-m-documents", {"kgqr.knn.k": "5"}, body, "base")
 
 
+@pytest.mark.parametrize(
+    ("given", "explain"),
+    [("", True), ("true", True), ("TRUE", True), ("1", True), ("false", False), ("no", False),
+     (True, True), (False, False)],
+)  # fmt: skip
+def test_the_explain_flag_is_read_as_the_engine_reads_flags(given: Any, explain: bool) -> None:
+    body = {"query": {"match": {"text": "heat"}}}
+    in_ext = {**body, "ext": {"kgqr": {"explain": given}}}
+    for params, sent in (({"kgqr.explain": str(given).lower()}, body), ({}, in_ext)):
+        plan = plan_search("kgqr-m-documents", params, sent, "base")
+        assert isinstance(plan, SearchPlan) and plan.explain == explain, (params, sent)
+
+
+def test_an_explain_flag_that_is_neither_true_nor_false_is_a_400() -> None:
+    """`?kgqr.explain=maybe` was a silent no."""
+    body = {"query": {"match": {"text": "heat"}}}
+    for params, sent in (({"kgqr.explain": "maybe"}, body),
+                         ({}, {**body, "ext": {"kgqr": {"explain": ["yes"]}}})):  # fmt: skip
+        with pytest.raises(RewriteRequestError, match=r"only \[true\] or \[false\]") as error:
+            plan_search("kgqr-m-documents", params, sent, "base")
+        assert error.value.status == 400
+
+
 def test_a_bm25_share_becomes_the_requests_own_pipeline_weights() -> None:
     body = hybrid_body({"size": 3}, ParsedQuery("heat"), "heat", np.array([1.0, 0.0]), k=50)
     assert weighted(body, None, (0.25, 0.55, 0.2)) is body  # the shared pipeline applies
