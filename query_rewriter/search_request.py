@@ -229,17 +229,28 @@ def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> boo
 
 
 def _sort_keys(query_params: dict[str, str], body: dict[str, Any]) -> list[str]:
-    """The fields a search sorts by: the body's `sort` and the URL's `sort=f:asc,g`."""
+    """What a search sorts by: the body's `sort` and the URL's `sort=f:asc,g`, `_score`
+    only in its own, descending order (ascending, the rewrite's farthest neighbours came
+    first: `_score:asc`)."""
     given = body.get("sort") or []
     keys: list[str] = []
     for item in given if isinstance(given, list) else [given]:
         if isinstance(item, str):
             keys.append(item)
         elif isinstance(item, dict):
-            keys.extend(str(key) for key in item)
-    url = query_params.get("sort", "")
-    keys.extend(key.split(":")[0] for key in url.split(",") if key)
+            for key, how in item.items():
+                order = how.get("order") if isinstance(how, dict) else how
+                keys.append(_sort_key(str(key), order))
+    for key in query_params.get("sort", "").split(","):
+        if key:
+            name, _, order = key.partition(":")
+            keys.append(_sort_key(name, order))
     return keys
+
+
+def _sort_key(name: str, order: Any) -> str:
+    ascending = name == "_score" and str(order or "desc").lower() != "desc"
+    return "_score:asc" if ascending else name
 
 
 def _pass_through(
@@ -275,8 +286,8 @@ def _pass_through(
         # whatever the text: sorted by a field, they would fill the pages beside the
         # query's own matches, with a total that counts only those.
         return "sort", (
-            "sorted by a field, not by relevance: a rewrite changes relevance, and its "
-            "k-NN neighbours would be sorted in among the query's own matches"
+            "sorted by a field or by ascending score, not by relevance: a rewrite changes "
+            "relevance, and its k-NN neighbours would be sorted in among the query's own matches"
         )
     if "min_score" in body:
         return "min_score", (

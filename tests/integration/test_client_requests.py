@@ -200,6 +200,7 @@ def test_a_search_for_totals_and_facets_alone_is_answered_without_a_rewrite(
     [
         ({"collapse": {"field": "type"}}, {}, "collapse"),
         ({"sort": [{"id": "desc"}]}, {}, "sorted"),
+        ({"sort": [{"_score": "asc"}]}, {}, "sorted"),  # the farthest neighbours came first
         ({"min_score": 0.5}, {}, "min_score"),
         ({}, {"search_pipeline": "kgqr-hybrid"}, "its own search pipeline"),
     ],

@@ -108,8 +108,14 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     own = {"search_pipeline": "mine"}
     assert _passes(index, own, body, "graph") == _passes(index, {}, {**body, **own}, "graph")
     assert _passes(index, own, body, "graph") == "search_pipeline"
-    relevance = {**body, "sort": [{"_score": {"order": "desc"}}]}
-    assert isinstance(plan_search(index, {}, relevance, "graph"), SearchPlan)
+    for relevance in ([{"_score": {"order": "desc"}}], {"_score": "DESC"}, "_score"):
+        plan = plan_search(index, {}, {**body, "sort": relevance}, "graph")
+        assert isinstance(plan, SearchPlan), relevance
+    assert isinstance(plan_search(index, {"sort": "_score:desc"}, body, "graph"), SearchPlan)
+    # Ascending relevance: a rewrite would put its farthest k-NN neighbours first.
+    for ascending in ([{"_score": {"order": "asc"}}], {"_score": "asc"}):
+        assert _passes(index, {}, {**body, "sort": ascending}, "graph") == "sort", ascending
+    assert _passes(index, {"sort": "_score:asc"}, body, "graph") == "sort"
     binary = engine_written({"format": "smile", "kgqr.explain": "true"})
     assert binary is not None and binary.code == "format" and not binary.explain
     assert engine_written({"format": "yaml"}) is None
