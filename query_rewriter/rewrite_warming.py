@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from kgqr_core.text_files import TEXT_ENCODING
 from plugin.schema import QUERY_LOG_INDEX
 
 
@@ -23,7 +24,7 @@ def queries_from_file(path: Path) -> list[str]:
     """One query per line, or JSONL with a `query` (or `text`) field; blanks skipped,
     duplicates once, in file order."""
     queries = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding=TEXT_ENCODING).splitlines():
         line = line.strip()
         if not line:
             continue

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ingest.records import Record
+from ingest.records import Record, Rejected
+from kgqr_core.text_files import TEXT_ENCODING
 from plugin.kb_meta import DocumentStructure
 
 
@@ -43,3 +47,50 @@ class Source(abc.ABC):
             stat = file.stat()
             digest.update(f"|{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
         return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class JsonLine:
+    """One non-blank line of a JSONL file: its value, or why it has none."""
+
+    number: int
+    raw: str  # as read (bytes that are not UTF-8 shown replaced), for the dead letters
+    value: Any = None
+    error: str | None = None
+
+    def rejected(self, file: str, why: str | None = None) -> Rejected:
+        """This line set aside, saying where it is and why (its own error by default)."""
+        return Rejected(
+            reason=f"{file}:{self.number}: {why or self.error}"[:500], raw=self.raw[:4000]
+        )
+
+
+def json_lines(path: Path, limit: int | None = None) -> Iterator[JsonLine]:
+    """Each non-blank line of a JSONL file, parsed, the first `limit` of them.
+
+    A byte-order mark (Windows editors and Excel's "UTF-8" write one) is not part of the
+    first line: it made the first record "Unexpected UTF-8 BOM" and set it aside. A line
+    that is not UTF-8 is an error of its own: decoded with replacements, a Latin-1 export's
+    "Café" was ingested as "Caf\ufffd" and nothing said so."""
+    kept = 0
+    with path.open("rb") as stream:
+        for number, data in enumerate(stream, start=1):
+            error = None
+            try:
+                line = data.decode(TEXT_ENCODING)
+            except UnicodeDecodeError as bad:
+                byte = data[bad.start : bad.start + 1]
+                error = f"not UTF-8 (byte {bad.start} is {byte!r}): save the file as UTF-8"
+                line = data.decode(TEXT_ENCODING, "replace")
+            if not line.strip():
+                continue
+            if limit is not None and kept >= limit:
+                return
+            kept += 1
+            if error is not None:
+                yield JsonLine(number, line, error=error)
+                continue
+            try:
+                yield JsonLine(number, line, json.loads(line))
+            except json.JSONDecodeError as exc:
+                yield JsonLine(number, line, error=str(exc))

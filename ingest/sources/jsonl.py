@@ -16,14 +16,14 @@ structure.json (optional; otherwise inferred from the documents)::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from ingest.records import Document, Record, Rejected, Relation
-from ingest.sources.base import Source
+from ingest.records import Document, Record, Relation
+from ingest.sources.base import Source, json_lines
+from kgqr_core.text_files import TEXT_ENCODING
 from plugin.kb_meta import DocumentStructure
 
 
@@ -42,26 +42,21 @@ class JsonlSource(Source):
     def structure(self) -> DocumentStructure:
         given = self.path / "structure.json"
         if self.path.is_dir() and given.is_file():
-            return DocumentStructure.model_validate_json(given.read_text())
+            return DocumentStructure.model_validate_json(given.read_text(encoding=TEXT_ENCODING))
         return DocumentStructure()
 
     @staticmethod
     def _read(
         path: Path, model: type[Document] | type[Relation], limit: int | None
     ) -> Iterator[Record]:
-        count = 0
-        with path.open(encoding="utf-8", errors="replace") as lines:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                try:
-                    yield model.model_validate(json.loads(line))
-                except (json.JSONDecodeError, ValidationError) as exc:
-                    reason = f"{path.name}:{number}: {_short(exc)}"
-                    yield Rejected(reason=reason, raw=line[:4000])
+        for line in json_lines(path, limit):
+            if line.error is not None:
+                yield line.rejected(path.name)
+                continue
+            try:
+                yield model.model_validate(line.value)
+            except ValidationError as exc:
+                yield line.rejected(path.name, _short(exc))
 
 
 def _short(exc: Exception) -> str:

@@ -6,13 +6,10 @@ Ingest tasks extract (head, relation, tail) triples from each passage with the L
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
-from pydantic import ValidationError
-
-from ingest.records import Document, Record, Rejected
-from ingest.sources.base import Source
+from ingest.records import Document, Record
+from ingest.sources.base import Source, json_lines
 from ingest.sources.corpus_qa import PASSAGE_STRUCTURE
 from plugin.kb_meta import DocumentStructure
 
@@ -25,22 +22,17 @@ class PassagesSource(Source):
         return PASSAGE_STRUCTURE
 
     def records(self) -> Iterator[Record]:
-        with self.path.open(encoding="utf-8", errors="replace") as lines:
-            kept = 0
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                if self.limit is not None and kept >= self.limit:
-                    return
-                kept += 1
-                try:
-                    data = json.loads(line)
-                    yield Document(
-                        id=str(data.get("id") or f"passage-{number}"),
-                        type="passage",
-                        title=str(data.get("title") or ""),
-                        text=data["text"],
-                    )
-                except (json.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
-                    reason = f"{self.path.name}:{number}: {type(exc).__name__}: {exc}"
-                    yield Rejected(reason=reason[:500], raw=line[:4000])
+        for line in json_lines(self.path, self.limit):
+            if line.error is not None:
+                yield line.rejected(self.path.name)
+                continue
+            try:
+                data = line.value
+                yield Document(
+                    id=str(data.get("id") or f"passage-{line.number}"),
+                    type="passage",
+                    title=str(data.get("title") or ""),
+                    text=data["text"],
+                )
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                yield line.rejected(self.path.name, f"{type(exc).__name__}: {exc}")

@@ -25,6 +25,7 @@ from typing import Any
 import ijson
 
 from kgqr_core.ids import passage_id
+from kgqr_core.text_files import TEXT_ENCODING
 
 
 class QuerySetError(ValueError):
@@ -105,8 +106,9 @@ def stark(directory: Path, split: str = "test") -> Iterator[JudgedQuery]:
         )
         if index_file is None:
             raise QuerySetError(f"{directory}: no {split}.index split file")
-        wanted = {line.strip() for line in index_file.read_text().splitlines() if line.strip()}
-    with _existing(rows_file).open(newline="", encoding="utf-8") as stream:
+        lines = index_file.read_text(encoding=TEXT_ENCODING).splitlines()
+        wanted = {line.strip() for line in lines if line.strip()}
+    with _existing(rows_file).open(newline="", encoding=TEXT_ENCODING) as stream:
         for line, row in enumerate(csv.DictReader(stream), start=2):
             if wanted is not None and row["id"] not in wanted:
                 continue
@@ -120,7 +122,7 @@ def stark(directory: Path, split: str = "test") -> Iterator[JudgedQuery]:
 def jsonl(path: Path, split: str | None = None) -> Iterator[JudgedQuery]:
     """``{"id": "q1", "query": "...", "relevant": ["d1", "d2"], "grades": {"d1": 2}}``;
     ``id`` defaults to the line number, ``grades`` to 1 for each relevant id."""
-    with _existing(path).open(encoding="utf-8") as stream:
+    with _existing(path).open(encoding=TEXT_ENCODING) as stream:
         for line_no, line in enumerate(stream, start=1):
             if not line.strip():
                 continue

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from query_rewriter.evaluation.query_sets import QuerySetError, load_query_set
+from query_rewriter.rewrite_warming import queries_from_file
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -88,6 +89,23 @@ def test_jsonl_judgments_with_grades_and_limit(tmp_path: Path) -> None:
         ("a", {"d1": 1.0, "d2": 3.0}),
         ("3", {"d7": 2.0, "d8": 0.0}),
     ]
+
+
+def test_files_saved_by_windows_tools_load(tmp_path: Path) -> None:
+    """A byte-order mark (Excel's "CSV UTF-8", Notepad) made the CSV's first column
+    "\ufeffid" (a KeyError) and the first JSON line "not JSON"; a warm file's first query
+    began with it."""
+    _stark_fixture(tmp_path)
+    for name in ("stark_qa.csv", "test.index"):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    assert [q.id for q in load_query_set(f"stark:{tmp_path}", "test")] == ["7", "9"]
+    judged = tmp_path / "judged.jsonl"
+    judged.write_bytes('\ufeff{"id": "a", "query": "first", "relevant": ["d1"]}\r\n'.encode())
+    assert [q.text for q in load_query_set(f"jsonl:{judged}")] == ["first"]
+    warm = tmp_path / "queries.txt"
+    warm.write_bytes('\ufeffwho directed heat\r\n{"query": "second"}\r\n'.encode())
+    assert queries_from_file(warm) == ["who directed heat", "second"]
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,27 @@ def test_jsonl_source_rejects_bad_lines_with_reasons() -> None:
     assert any("relations.jsonl:3" in r for r in reasons)
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "passages"])
+def test_a_windows_export_lands_and_a_latin1_line_is_set_aside_saying_why(
+    tmp_path: Path, kind: str
+) -> None:
+    """A byte-order mark set the first record aside ("Unexpected UTF-8 BOM"), and a line
+    that is not UTF-8 landed with its letters replaced, unreported."""
+    lines = [
+        '{"id": "a", "type": "note", "title": "Café", "text": "Crème brûlée"}'.encode(),
+        '{"id": "b", "type": "note", "title": "Café", "text": "Latin-1"}'.encode("latin-1"),
+        b'{"id": "c", "type": "note", "title": "Last", "text": "after"}',
+    ]
+    path = tmp_path / "documents.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\r\n".join(lines) + b"\r\n")
+    grouped = _by_kind(list(open_source(f"{kind}:{path}").records()))
+    assert [(d.id, d.title) for d in grouped[Document]] == [("a", "Café"), ("c", "Last")]
+    assert "Crème brûlée" in grouped[Document][0].body()
+    (rejected,) = grouped[Rejected]
+    assert "documents.jsonl:2" in rejected.reason and "not UTF-8 (byte 41" in rejected.reason
+    assert "\ufffd" in rejected.raw
+
+
 def test_limit_caps_documents() -> None:
     records = list(open_source(f"jsonl:{FIXTURES / 'tiny_kb'}", limit=3).records())
     assert sum(isinstance(r, Document) for r in records) == 3
