@@ -8,6 +8,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import httpx
@@ -20,10 +21,10 @@ from starlette.routing import Route
 from kgqr_core import connections
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings, get_settings
-from plugin.schema import hybrid_pipelines, proxy_index_templates
+from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_templates
 from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
-from query_rewriter.caller import IdentityResolver
+from query_rewriter.caller import Caller, IdentityResolver
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.forwarding import Upstream, about_the_request, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
@@ -40,6 +41,7 @@ from query_rewriter.search_request import (
     PassThrough,
     engine_read,
     engine_written,
+    explain_asked,
     plan_search,
     strip_kgqr,
     uri_search_as_body,
@@ -51,6 +53,7 @@ from query_rewriter.search_service import (
     run_plan,
     with_explain,
 )
+from query_rewriter.search_template import TEMPLATE_PATH, rendered_search
 from query_rewriter.tuning.routes import tuning_routes
 
 log = logging.getLogger("kgqr.proxy")
@@ -188,13 +191,18 @@ async def proxy(request: Request) -> Response:
         limit = state.settings.max_body_bytes
         body = await read_body(request.headers.get("content-length"), request.stream(), limit)
         path = request.url.path
-        search = request.method in ("GET", "POST") and SEARCH_PATH.match(path)
-        msearch = request.method in ("GET", "POST") and MSEARCH_PATH.match(path)
-        if search or msearch:  # bodies kgqr reads; passed on decoded
+        reads = request.method in ("GET", "POST")
+        search = reads and SEARCH_PATH.match(path)
+        msearch = reads and MSEARCH_PATH.match(path)
+        template = reads and TEMPLATE_PATH.match(path)
+        if search or msearch or template:  # bodies kgqr reads; passed on decoded
             body = decode_body(body, request.headers.get("content-encoding"), limit)
         if search:
             kind = "search"
             response = await handle_search(state, request, search.group(1), body)
+        elif template:
+            kind = "search"
+            response = await handle_search_template(state, request, template.group(1), body)
         elif msearch:
             kind = "msearch"
             response = await handle_msearch(state, request, msearch.group(1), body)
@@ -225,6 +233,48 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
         return await state.upstream.forward(request, raw, decoded=True)
     payload = json_object(raw, "request body")
     query_params, body = uri_search_as_body(url_params, payload)
+    stripped = strip_kgqr(payload)
+    as_sent = raw if stripped is payload else json.dumps(stripped).encode()
+    return await _search(state, request, index, query_params, body, in_url, as_sent)
+
+
+async def handle_search_template(
+    state: ProxyState, request: Request, index: str, raw: bytes
+) -> Response:
+    """A template search on a knowledge base, planned as the search it renders; anything
+    else (another index, a body only the engine reads, a template it will not render for
+    the caller) is sent on as it came."""
+    if kb_of_documents_index(index) is None or engine_read(request.headers.get("content-type")):
+        return await state.upstream.forward(request, raw, decoded=True)
+    query_params, headers = dict(request.query_params), request_headers(request)
+    caller = Caller.from_headers(headers, state.settings)
+    payload = json_object(raw, "request body")
+    rendered = await rendered_search(state.http, payload, {**headers, **caller.headers})
+    if isinstance(rendered, dict):
+        return await _search(state, request, index, query_params, rendered, False, raw)
+    explain = explain_asked(query_params, {})
+    plan = PassThrough("template", rendered, explain=explain)
+    metrics.PASSED_THROUGH.labels(plan.code).inc()
+    if not explain:
+        return await state.upstream.forward(request, raw, decoded=True)
+    params = json_params(query_params)
+    upstream = await passed_through_search(
+        state, index, payload, params, headers, endpoint="_search/template"
+    )
+    return _explained_pass_through(AnswerFormat.of(query_params), upstream, plan)
+
+
+async def _search(
+    state: ProxyState,
+    request: Request,
+    index: str,
+    query_params: dict[str, str],
+    body: dict[str, Any],
+    in_url: bool,
+    as_sent: bytes,
+) -> Response:
+    """The search `body` rewritten, or passed through: `as_sent` on the request's own path
+    when kgqr need not read the answer."""
     default = state.settings.rewrite_default_strategy
     plan = engine_written(query_params) or plan_search(index, query_params, body, default)
     headers = request_headers(request)
@@ -236,16 +286,8 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
         if plan.explain or in_url:  # kgqr reads the answer to explain it, or sends the
             # body the URL held as a body (forwarded, the URL would still hold it).
             upstream = await passed_through_search(state, index, body, params, headers)
-            explained = with_explain(upstream, plan.explanation() if plan.explain else None)
-            return answer.response(
-                explained,
-                upstream.status_code,
-                explain_at="kgqr" if plan.explain else None,
-                headers=about_the_request(upstream),
-            )
-        stripped = strip_kgqr(payload)
-        content = raw if stripped is payload else json.dumps(stripped).encode()
-        return await state.upstream.forward(request, content, decoded=True)
+            return _explained_pass_through(answer, upstream, plan)
+        return await state.upstream.forward(request, as_sent, decoded=True)
     upstream, explain = await run_plan(state, plan, params, headers)
     response = (
         to_response(upstream)
@@ -260,3 +302,16 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     if fallback := explain.get("fallback"):
         response.headers[FALLBACK_HEADER] = fallback_header(fallback)
     return response
+
+
+def _explained_pass_through(
+    answer: AnswerFormat, upstream: httpx.Response, plan: PassThrough
+) -> Response:
+    """The engine's answer to a search kgqr sent on, in the caller's format, with the
+    explain asked for."""
+    return answer.response(
+        with_explain(upstream, plan.explanation() if plan.explain else None),
+        upstream.status_code,
+        explain_at="kgqr" if plan.explain else None,
+        headers=about_the_request(upstream),
+    )

@@ -133,12 +133,13 @@ async def passed_through_search(
     body: dict[str, Any],
     query_params: dict[str, str],
     headers: dict[str, str],
+    endpoint: str = "_search",
 ) -> httpx.Response:
     """A search kgqr does not rewrite but must read the answer of (to add an explain), as
     the caller: their credentials, their body and parameters less kgqr's own."""
     caller = Caller.from_headers(headers, state.settings)
     return await state.http.post(
-        f"/{index}/_search",
+        f"/{index}/{endpoint}",
         json=strip_kgqr(body),
         params={k: v for k, v in query_params.items() if not k.startswith("kgqr.")},
         headers={**headers, **caller.headers},

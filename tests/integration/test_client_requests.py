@@ -616,3 +616,39 @@ def test_a_bare_explain_flag_explains_and_a_wrong_one_is_refused(
     assert wrong.json()["error"]["reason"] == (
         "Failed to parse value [maybe] as only [true] or [false] are allowed."
     )
+
+
+def test_a_search_template_is_rewritten_like_the_search_it_renders(
+    entry_url: str, movies_kb: str, opensearch: Any, unique_name: str
+) -> None:
+    """Applications keep queries as stored mustache templates; through kgqr a template
+    search on a knowledge base went on as it came, never rewritten. The engine renders it
+    (as the caller) and kgqr plans what it renders; what passes through, or does not
+    render, is the engine's to answer."""
+    stored = {"query": {"match": {"text": "{{q}}"}}, "size": "{{n}}"}
+    opensearch.put_script(id=unique_name, body={"script": {"lang": "mustache", "source": stored}})
+    try:
+        search, explained = f"{entry_url}/{movies_kb}/_search", {"kgqr.strategy": "graph"}
+        explained["kgqr.explain"] = "true"
+        rendered = httpx.post(
+            search, params=explained, json={"query": {"match": {"text": "Pacino"}}, "size": 3}
+        ).json()
+        inline = json.dumps({"query": {"match": {"text": "{{q}}"}}, "size": 3})
+        for template in ({"id": unique_name}, {"source": inline}):
+            request = {**template, "params": {"q": "Pacino", "n": 3}}
+            answer = httpx.post(f"{search}/template", params=explained, json=request).json()
+            assert answer["kgqr"]["strategy"] == "graph" and answer["kgqr"]["fallback"] is None
+            assert _ids(answer) == _ids(rendered), template
+        sorted_by_id = {"source": json.dumps({"query": stored["query"], "sort": ["id"]}),
+                        "params": {"q": "American"}}  # fmt: skip
+        direct = opensearch.search_template(index=movies_kb, body=sorted_by_id)
+        answer = httpx.post(f"{search}/template", params=explained, json=sorted_by_id).json()
+        assert _ids(answer) == _ids(direct) and answer["kgqr"]["passed_through"].startswith(
+            "sorted"
+        )
+        missing = {"id": f"{unique_name}-none", "params": {}}
+        refused = httpx.post(f"{search}/template", params=explained, json=missing)
+        assert refused.status_code == 404
+        assert refused.json()["error"]["type"] == "resource_not_found_exception"
+    finally:
+        opensearch.delete_script(id=unique_name)

@@ -59,9 +59,11 @@ CAST_PLAN = {
         {"id": "ranked", "op": "rank", "from": "cast", "text": "{query}"},
     ]
 }
+RENDER = "indices:data/read/search/template/render"
 ROLES: dict[str, dict[str, Any]] = {
     "kgqr_test_reader": {
-        "cluster_permissions": ["cluster_composite_ops_ro"],
+        # Rendering a search template (`_render/template`) is a cluster permission.
+        "cluster_permissions": ["cluster_composite_ops_ro", RENDER],
         "index_permissions": [{"index_patterns": PATTERNS, "allowed_actions": ["read"]}],
     },
     "kgqr_test_restricted": {
@@ -307,6 +309,33 @@ def test_every_path_runs_as_the_caller(
     restricted = _ids(_search(url, "restricted", users, "base"))
     assert "p2" in reader and "p2" not in restricted  # DLS saw the caller, not kgqr
     assert totals["reader"] == totals["restricted"] + 1 and totals["outsider"] is None
+
+
+def test_a_search_template_is_rendered_and_searched_as_the_caller(
+    proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """kgqr has the engine render a template search with the caller's credentials and
+    searches what it renders as them. `reader` may render: rewritten. `restricted` may
+    not (a cluster permission it lacks): passed through, and the engine's own template
+    search still hides p2. `outsider`: the engine's 403."""
+    inline = json.dumps({"query": {"match": {"text": "{{q}}"}}, "size": 8})
+    template = {"source": inline, "params": {"q": "Heat, the 1995 film about bank robbers"}}
+    answers = {
+        who: httpx.post(
+            f"{proxy[0]}/{INDEX}/_search/template",
+            params={"kgqr.strategy": "base", "kgqr.explain": "true"},
+            json=template,
+            headers={"authorization": users[who]},
+            timeout=60,
+        )
+        for who in ("reader", "restricted", "outsider")
+    }
+    assert answers["reader"].json()["kgqr"]["strategy"] == "base"
+    assert "p2" in _ids(answers["reader"])
+    explain = answers["restricted"].json()["kgqr"]
+    assert "did not render the template for the caller (403)" in explain["passed_through"]
+    assert "p2" not in _ids(answers["restricted"]) and _ids(answers["restricted"])
+    assert answers["outsider"].status_code == 403
 
 
 @pytest.mark.parametrize("entry", ["proxy", "front"])
