@@ -29,7 +29,7 @@ from query_rewriter.errors import RewriteRequestError, error_response, upstream_
 from query_rewriter.forwarding import Upstream, about_the_request, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.graph_snapshots import GraphSnapshots, SnapshotGraph
-from query_rewriter.msearch import handle_msearch
+from query_rewriter.msearch import handle_msearch, handle_msearch_template
 from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import ProxyState, knowledge_base_names, meta_of
 from query_rewriter.query_embedders import QueryEmbedders
@@ -59,6 +59,7 @@ from query_rewriter.tuning.routes import tuning_routes
 log = logging.getLogger("kgqr.proxy")
 SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?$")
 MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?$")
+MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?$")
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
@@ -195,7 +196,8 @@ async def proxy(request: Request) -> Response:
         search = reads and SEARCH_PATH.match(path)
         msearch = reads and MSEARCH_PATH.match(path)
         template = reads and TEMPLATE_PATH.match(path)
-        if search or msearch or template:  # bodies kgqr reads; passed on decoded
+        templates = reads and MSEARCH_TEMPLATE_PATH.match(path)
+        if search or msearch or template or templates:  # bodies kgqr reads; sent decoded
             body = decode_body(body, request.headers.get("content-encoding"), limit)
         if search:
             kind = "search"
@@ -203,6 +205,9 @@ async def proxy(request: Request) -> Response:
         elif template:
             kind = "search"
             response = await handle_search_template(state, request, template.group(1), body)
+        elif templates:
+            kind = "msearch"
+            response = await handle_msearch_template(state, request, templates.group(1), body)
         elif msearch:
             kind = "msearch"
             response = await handle_msearch(state, request, msearch.group(1), body)

@@ -13,6 +13,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from plugin.schema import kb_of_documents_index
 from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
 from query_rewriter.caller import Caller
@@ -35,6 +36,7 @@ from query_rewriter.search_service import (
     run_plan,
     with_explain,
 )
+from query_rewriter.search_template import rendered_search
 
 # What applies to the msearch as a whole, not to each of its searches.
 MSEARCH_ONLY_PARAMS = {"max_concurrent_searches"}
@@ -43,7 +45,8 @@ MSEARCH_ONLY_PARAMS = {"max_concurrent_searches"}
 NOT_ONE_INDEX = PassThrough("msearch_header", "the item's header names more than one index")
 
 
-def _ndjson(raw: bytes) -> list[dict[str, Any]]:
+def _ndjson(raw: bytes, max_items: int) -> list[dict[str, Any]]:
+    """The header and body lines of an msearch, at most `max_items` pairs."""
     lines = [line for line in raw.split(b"\n") if line.strip()]
     if len(lines) % 2:
         raise RewriteRequestError(
@@ -51,22 +54,53 @@ def _ndjson(raw: bytes) -> list[dict[str, Any]]:
             "illegal_argument_exception",
             "msearch body must hold header and body lines in pairs",
         )
-    return [json_object(line, f"msearch line {n}") for n, line in enumerate(lines, start=1)]
-
-
-async def handle_msearch(
-    state: ProxyState, request: Request, path_index: str | None, raw: bytes
-) -> Response:
-    raw, query_params, in_url = body_and_params(raw, request.query_params)
-    lines = _ndjson(raw)
-    items = len(lines) // 2
-    if items > state.settings.msearch_max_items:
+    if len(lines) // 2 > max_items:
         raise RewriteRequestError(
             400,
             "illegal_argument_exception",
-            f"msearch holds {items} searches; at most {state.settings.msearch_max_items} "
-            "are allowed (KGQR_MSEARCH_MAX_ITEMS)",
+            f"msearch holds {len(lines) // 2} searches; at most {max_items} are allowed "
+            "(KGQR_MSEARCH_MAX_ITEMS)",
         )
+    return [json_object(line, f"msearch line {n}") for n, line in enumerate(lines, start=1)]
+
+
+async def handle_msearch_template(
+    state: ProxyState, request: Request, path_index: str | None, raw: bytes
+) -> Response:
+    """`_msearch/template`: when an item searches one knowledge base, every item's template
+    is rendered by the engine as the caller (search_template) and the rendered searches
+    answered as one `_msearch`. Sent on as it came when no item searches a knowledge base,
+    or when the engine does not render one of them for the caller (it answers then)."""
+    lines = _ndjson(raw, state.settings.msearch_max_items)
+    checked = [
+        check_header(header, path_index, line=2 * n + 1) for n, header in enumerate(lines[0::2])
+    ]
+    if not any(kb_of_documents_index(header.single_index or "") for header in checked):
+        return await state.upstream.forward(request, raw, decoded=True)
+    headers = request_headers(request)
+    as_caller = {**headers, **Caller.from_headers(headers, state.settings).headers}
+    rendered = await asyncio.gather(
+        *(rendered_search(state.http, template, as_caller) for template in lines[1::2])
+    )
+    if not all(isinstance(search, dict) for search in rendered):
+        metrics.PASSED_THROUGH.labels("template").inc()
+        return await state.upstream.forward(request, raw, decoded=True)
+    searches = [line for pair in zip(lines[0::2], rendered, strict=True) for line in pair]
+    ndjson = b"".join(json.dumps(line).encode() + b"\n" for line in searches)
+    return await handle_msearch(state, request, path_index, ndjson, as_sent=raw)
+
+
+async def handle_msearch(
+    state: ProxyState,
+    request: Request,
+    path_index: str | None,
+    raw: bytes,
+    as_sent: bytes | None = None,
+) -> Response:
+    """`as_sent`: what to forward on the request's own path when every item passes through
+    (an `_msearch/template`'s own body); by default the lines less kgqr's options."""
+    raw, query_params, in_url = body_and_params(raw, request.query_params)
+    lines = _ndjson(raw, state.settings.msearch_max_items)
     headers = request_headers(request)
     checked = [
         check_header(header, path_index, line=2 * n + 1) for n, header in enumerate(lines[0::2])
@@ -88,7 +122,7 @@ async def handle_msearch(
             metrics.PASSED_THROUGH.labels(plan.code).inc()
     if not in_url and all(isinstance(plan, PassThrough) and not plan.explain for plan in plans):
         cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
-        return await state.upstream.forward(request, cleaned, decoded=True)
+        return await state.upstream.forward(request, as_sent or cleaned, decoded=True)
 
     started = time.perf_counter()
     caller = Caller.from_headers(headers, state.settings)

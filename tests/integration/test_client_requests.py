@@ -28,6 +28,7 @@ from tests.integration.search_helpers import metric_sample
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
 AMERICAN = {"match": {"text": "American"}}  # p1-p3 of 8; k-NN alone would match all 8
+NDJSON = {"content-type": "application/x-ndjson"}
 
 
 def _ids(result: dict[str, Any]) -> list[str]:
@@ -650,5 +651,20 @@ def test_a_search_template_is_rewritten_like_the_search_it_renders(
         refused = httpx.post(f"{search}/template", params=explained, json=missing)
         assert refused.status_code == 404
         assert refused.json()["error"]["type"] == "resource_not_found_exception"
+        # _msearch/template: the KB item rewritten, the other as the engine answers it; an
+        # item the engine will not render sends the whole on as it came.
+        pacino = {"id": unique_name, "params": {"q": "Pacino", "n": 3}}
+        meta = {"source": json.dumps({"query": {"match_all": {}}, "size": 1})}
+        for items, rewritten in (([pacino, meta], True), ([pacino, missing], False)):
+            lines = [{"index": movies_kb}, items[0], {"index": "kgqr-meta"}, items[1]]
+            ndjson = "".join(json.dumps(line) + "\n" for line in lines)
+            multi = httpx.post(f"{entry_url}/_msearch/template", params=explained,
+                               content=ndjson, headers=NDJSON).json()["responses"]  # fmt: skip
+            direct = opensearch.msearch_template(body=lines)["responses"]
+            assert [r["status"] for r in multi] == [r["status"] for r in direct]
+            assert ("kgqr" in multi[0]) == rewritten and _ids(multi[0]) == _ids(
+                rendered if rewritten else direct[0]
+            )
+            assert multi[1].get("hits", {}).get("total") == direct[1].get("hits", {}).get("total")
     finally:
         opensearch.delete_script(id=unique_name)

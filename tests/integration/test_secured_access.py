@@ -336,6 +336,23 @@ def test_a_search_template_is_rendered_and_searched_as_the_caller(
     assert "did not render the template for the caller (403)" in explain["passed_through"]
     assert "p2" not in _ids(answers["restricted"]) and _ids(answers["restricted"])
     assert answers["outsider"].status_code == 403
+    # _msearch/template: rewritten for `reader`; `restricted` may not msearch templates at
+    # all, and the engine's refusal comes back as it would directly.
+    ndjson = json.dumps({"index": INDEX}) + "\n" + json.dumps(template) + "\n"
+    multi = {
+        who: httpx.post(
+            f"{proxy[0]}/_msearch/template",
+            params={"kgqr.strategy": "base", "kgqr.explain": "true"},
+            content=ndjson,
+            headers={"authorization": users[who], "content-type": "application/x-ndjson"},
+            timeout=60,
+        )
+        for who in ("reader", "restricted")
+    }
+    (item,) = multi["reader"].json()["responses"]
+    assert item["kgqr"]["strategy"] == "base" and "p2" in {h["_id"] for h in item["hits"]["hits"]}
+    assert multi["restricted"].status_code == 403
+    assert "indices:data/read/msearch/template" in multi["restricted"].text
 
 
 @pytest.mark.parametrize("entry", ["proxy", "front"])
