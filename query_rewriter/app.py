@@ -24,8 +24,9 @@ from kgqr_core.settings import Settings, get_settings
 from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_templates
 from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
-from query_rewriter.caller import Caller, IdentityResolver
+from query_rewriter.caller import IdentityResolver
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
+from query_rewriter.explain import Explain
 from query_rewriter.forwarding import Upstream, about_the_request, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.graph_snapshots import GraphSnapshots, SnapshotGraph
@@ -252,9 +253,8 @@ async def handle_search_template(
     if kb_of_documents_index(index) is None or engine_read(request.headers.get("content-type")):
         return await state.upstream.forward(request, raw, decoded=True)
     query_params, headers = dict(request.query_params), request_headers(request)
-    caller = Caller.from_headers(headers, state.settings)
     payload = json_object(raw, "request body")
-    rendered = await rendered_search(state.http, payload, {**headers, **caller.headers})
+    rendered = await rendered_search(state, payload, headers)
     if isinstance(rendered, dict):
         return await _search(state, request, index, query_params, rendered, False, raw)
     explain = explain_asked(query_params, {})
@@ -266,7 +266,7 @@ async def handle_search_template(
     upstream = await passed_through_search(
         state, index, payload, params, headers, endpoint="_search/template"
     )
-    return _explained_pass_through(AnswerFormat.of(query_params), upstream, plan)
+    return _written(AnswerFormat.of(query_params), upstream, plan.explanation())
 
 
 async def _search(
@@ -291,32 +291,24 @@ async def _search(
         if plan.explain or in_url:  # kgqr reads the answer to explain it, or sends the
             # body the URL held as a body (forwarded, the URL would still hold it).
             upstream = await passed_through_search(state, index, body, params, headers)
-            return _explained_pass_through(answer, upstream, plan)
+            return _written(answer, upstream, plan.explanation() if plan.explain else None)
         return await state.upstream.forward(request, as_sent, decoded=True)
     upstream, explain = await run_plan(state, plan, params, headers)
     response = (
         to_response(upstream)
         if answer.is_plain_json and not plan.explain
-        else answer.response(
-            with_explain(upstream, explain if plan.explain else None),
-            upstream.status_code,
-            explain_at="kgqr" if plan.explain else None,
-            headers=about_the_request(upstream),
-        )
+        else _written(answer, upstream, explain if plan.explain else None)
     )
     if fallback := explain.get("fallback"):
         response.headers[FALLBACK_HEADER] = fallback_header(fallback)
     return response
 
 
-def _explained_pass_through(
-    answer: AnswerFormat, upstream: httpx.Response, plan: PassThrough
-) -> Response:
-    """The engine's answer to a search kgqr sent on, in the caller's format, with the
-    explain asked for."""
+def _written(answer: AnswerFormat, upstream: httpx.Response, explain: Explain | None) -> Response:
+    """The engine's answer in the caller's format, with kgqr's explain when one was asked."""
     return answer.response(
-        with_explain(upstream, plan.explanation() if plan.explain else None),
+        with_explain(upstream, explain),
         upstream.status_code,
-        explain_at="kgqr" if plan.explain else None,
+        explain_at="kgqr" if explain is not None else None,
         headers=about_the_request(upstream),
     )

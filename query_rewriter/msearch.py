@@ -19,7 +19,7 @@ from query_rewriter.answer_format import AnswerFormat, json_params
 from query_rewriter.caller import Caller
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.forwarding import about_the_request, request_headers
-from query_rewriter.msearch_header import check_header
+from query_rewriter.msearch_header import MsearchHeader, check_header
 from query_rewriter.proxy_state import ProxyState
 from query_rewriter.request_body import body_and_params, json_object
 from query_rewriter.search_request import (
@@ -71,40 +71,54 @@ async def handle_msearch_template(
     is rendered by the engine as the caller (search_template) and the rendered searches
     answered as one `_msearch`. Sent on as it came when no item searches a knowledge base,
     or when the engine does not render one of them for the caller (it answers then)."""
-    lines = _ndjson(raw, state.settings.msearch_max_items)
-    checked = [
-        check_header(header, path_index, line=2 * n + 1) for n, header in enumerate(lines[0::2])
-    ]
+    lines, checked = _items(raw, path_index, state.settings.msearch_max_items)
     if not any(kb_of_documents_index(header.single_index or "") for header in checked):
         return await state.upstream.forward(request, raw, decoded=True)
     headers = request_headers(request)
-    as_caller = {**headers, **Caller.from_headers(headers, state.settings).headers}
     rendered = await asyncio.gather(
-        *(rendered_search(state.http, template, as_caller) for template in lines[1::2])
+        *(rendered_search(state, template, headers) for template in lines[1::2])
     )
-    if not all(isinstance(search, dict) for search in rendered):
+    bodies = [search for search in rendered if isinstance(search, dict)]
+    if len(bodies) < len(rendered):
         metrics.PASSED_THROUGH.labels("template").inc()
         return await state.upstream.forward(request, raw, decoded=True)
-    searches = [line for pair in zip(lines[0::2], rendered, strict=True) for line in pair]
-    ndjson = b"".join(json.dumps(line).encode() + b"\n" for line in searches)
-    return await handle_msearch(state, request, path_index, ndjson, as_sent=raw)
+    searches = [line for pair in zip(lines[0::2], bodies, strict=True) for line in pair]
+    query_params = dict(request.query_params)
+    return await _answer(state, request, query_params, searches, checked, False, as_sent=raw)
 
 
 async def handle_msearch(
-    state: ProxyState,
-    request: Request,
-    path_index: str | None,
-    raw: bytes,
-    as_sent: bytes | None = None,
+    state: ProxyState, request: Request, path_index: str | None, raw: bytes
 ) -> Response:
-    """`as_sent`: what to forward on the request's own path when every item passes through
-    (an `_msearch/template`'s own body); by default the lines less kgqr's options."""
     raw, query_params, in_url = body_and_params(raw, request.query_params)
-    lines = _ndjson(raw, state.settings.msearch_max_items)
-    headers = request_headers(request)
+    lines, checked = _items(raw, path_index, state.settings.msearch_max_items)
+    return await _answer(state, request, query_params, lines, checked, in_url)
+
+
+def _items(
+    raw: bytes, path_index: str | None, max_items: int
+) -> tuple[list[dict[str, Any]], list[MsearchHeader]]:
+    """An msearch's lines and its headers checked."""
+    lines = _ndjson(raw, max_items)
     checked = [
         check_header(header, path_index, line=2 * n + 1) for n, header in enumerate(lines[0::2])
     ]
+    return lines, checked
+
+
+async def _answer(
+    state: ProxyState,
+    request: Request,
+    query_params: dict[str, str],
+    lines: list[dict[str, Any]],
+    checked: list[MsearchHeader],
+    in_url: bool,
+    as_sent: bytes | None = None,
+) -> Response:
+    """Each item rewritten or sent as its header says, answered as one msearch. `as_sent`:
+    what to forward on the request's own path when every item passes through (an
+    `_msearch/template`'s own body); by default the lines less kgqr's options."""
+    headers = request_headers(request)
     plans: list[SearchPlan | PassThrough] = []
     for header, body in zip(checked, lines[1::2], strict=True):
         if header.single_index is not None:

@@ -6,8 +6,8 @@ pattern (`Nol*`); read as words, `film -Nolan` was rewritten into a search for N
 page came first) and `Nol*` into the nearest neighbours of the letters "Nol". Such a search
 is the engine's to read, so it passes through; only plain words (and quoted phrases, which
 like a `match_phrase` are rewritten within their own hits: query_text) are rewritten. So
-does a multi_match of the prefix types
-search UIs send as the user types ("dark kni" found *Kisaan* first, not *The Dark Knight*).
+does a multi_match of the prefix types search UIs send as the user types ("dark kni" found
+*Kisaan* first, not *The Dark Knight*).
 
 Two allowances keep natural questions rewritable: a question mark ending the text or
 followed by a space is punctuation, not the engine's one-letter wildcard; and `-`, `+`

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import httpx
+from query_rewriter.caller import Caller
+from query_rewriter.proxy_state import ProxyState
 
 TEMPLATE_PATH = re.compile(r"^/([^/_][^/]*)/_search/template/?$")
 TEMPLATE_KEYS = ("id", "source", "params")
@@ -22,14 +23,15 @@ SEARCH_SWITCHES = ("explain", "profile")
 
 
 async def rendered_search(
-    http: httpx.AsyncClient, request: dict[str, Any], headers: dict[str, str]
+    state: ProxyState, request: dict[str, Any], headers: dict[str, str]
 ) -> dict[str, Any] | str:
     """The search a template request renders to, rendered by the engine as the caller, or
     why there is none. Rendering is a cluster permission
     (`indices:data/read/search/template/render`) that a role which may only read a
     knowledge base lacks: its 403 here passes its template searches through."""
     template = {key: request[key] for key in TEMPLATE_KEYS if key in request}
-    answer = await http.post("/_render/template", json=template, headers=headers)
+    as_caller = {**headers, **Caller.from_headers(headers, state.settings).headers}
+    answer = await state.http.post("/_render/template", json=template, headers=as_caller)
     output = answer.json().get("template_output") if answer.status_code == 200 else None
     if not isinstance(output, dict):
         return f"the engine did not render the template for the caller ({answer.status_code})"
