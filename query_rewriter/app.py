@@ -25,7 +25,13 @@ from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_t
 from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
 from query_rewriter.caller import IdentityResolver
-from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
+from query_rewriter.errors import (
+    RewriteRequestError,
+    error_response,
+    internal_error,
+    kgqr_failure,
+    upstream_unreachable,
+)
 from query_rewriter.explain import Explain
 from query_rewriter.forwarding import Upstream, about_the_request, request_headers, to_response
 from query_rewriter.front_status import read_fronts, render_fronts, status_folder
@@ -149,6 +155,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/{path:path}", proxy, methods=["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]),
         ],
         lifespan=lifespan,
+        exception_handlers={Exception: internal_error},
     )
 
 
@@ -220,9 +227,7 @@ async def proxy(request: Request) -> Response:
         response = error_response(upstream_unreachable(exc))
     except Exception as exc:  # a kgqr bug: still an error clients can parse, and logged
         log.exception("request failed in kgqr", extra={"kgqr": {"path": request.url.path}})
-        response = error_response(
-            RewriteRequestError(500, "kgqr_exception", f"kgqr failed: {type(exc).__name__}")
-        )
+        response = error_response(kgqr_failure(exc))
     opaque_id = request.headers.get("x-opaque-id")
     if opaque_id is not None and "x-opaque-id" not in response.headers:
         # The engine echoes it on every answer, errors too, for the caller's tracing; an

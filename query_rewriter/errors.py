@@ -6,6 +6,7 @@ import logging
 import re
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 # URLs, and host:port pairs as connection errors print them ("127.0.0.1:9200", "[::1]:7687").
@@ -46,3 +47,16 @@ def upstream_unreachable(exc: Exception) -> RewriteRequestError:
     return RewriteRequestError(
         502, "kgqr_upstream_exception", f"OpenSearch could not be reached: {reason}"
     )
+
+
+def kgqr_failure(exc: Exception) -> RewriteRequestError:
+    """A fault in kgqr itself, as a 500 clients parse like the engine's errors; the body
+    names only the kind of fault, the log keeps the traceback."""
+    return RewriteRequestError(500, "kgqr_exception", f"kgqr failed: {type(exc).__name__}")
+
+
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """The last resort, for endpoints beside the proxy's own (the tune page, metrics):
+    an OpenSearch-shaped 500 where the server would answer plain-text "Internal Server
+    Error". The server still logs the traceback."""
+    return error_response(kgqr_failure(exc))

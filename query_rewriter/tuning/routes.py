@@ -64,6 +64,16 @@ def _field(source: Mapping[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+def _size(body: Mapping[str, Any]) -> int:
+    """How many hits to show: a whole number from 1 to MAX_SIZE (10 when not given)."""
+    size = body.get("size", 10)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_SIZE:
+        raise RewriteRequestError(
+            400, "illegal_argument_exception", f"[size] must be a whole number from 1 to {MAX_SIZE}"
+        )
+    return size
+
+
 def _kb(source: Mapping[str, Any]) -> str:
     return check_kb_name(_field(source, "kb", str))
 
@@ -136,10 +146,9 @@ def search_endpoint(run_plan: RunPlan) -> Callable[[Request], Awaitable[Response
         fuse = body.get("fuse", False)
         if not isinstance(fuse, bool):
             raise RewriteRequestError(400, "illegal_argument_exception", "[fuse] must be a boolean")
-        size = min(int(body.get("size", 10)), MAX_SIZE)
         search_body = {
             "query": {"match": {"text": query}},
-            "size": size,
+            "size": _size(body),
             "_source": ["title", "type", "text", "body"],
         }
         params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}

@@ -134,6 +134,11 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
     unknown = httpx.post(f"{tuning_url}/_kgqr/tune/search",
                          json={"kb": KB, "query": QUERY, "strategy": "magic"})  # fmt: skip
     assert unknown.status_code == 400 and "magic" in unknown.json()["error"]["reason"]
+    for size in (None, [5], "5", 1.5, True, 0, 51):  # null and [5] were a plain-text 500
+        asked = {"kb": KB, "query": QUERY, "strategy": "base", "size": size}
+        sized = httpx.post(f"{tuning_url}/_kgqr/tune/search", json=asked)
+        assert sized.status_code == 400, size
+        assert "[size] must be a whole number from 1 to 50" in sized.json()["error"]["reason"]
     assert httpx.get(f"{tuning_url}/_kgqr/tune/static/routes.py").status_code == 404
     bad_kb = httpx.get(f"{tuning_url}/_kgqr/tune/metrics", params={"kb": "Not A KB!"})
     assert bad_kb.status_code == 400 and "invalid knowledge-base name" in bad_kb.text
