@@ -15,6 +15,7 @@ import click
 from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import get_settings
+from kgqr_ops.cli_options import kb_option
 
 RUN_HELP = """Load SOURCE (KIND:PATH) into knowledge base --kb.
 
@@ -41,7 +42,7 @@ def ingest() -> None:
 
 @ingest.command("run", help=RUN_HELP)
 @click.argument("source")
-@click.option("--kb", required=True, help="Knowledge-base name (lowercase, digits, - and _).")
+@kb_option("Knowledge-base name (lowercase, digits, - and _).")
 @click.option(
     "--wait/--no-wait",
     default=True,
@@ -114,7 +115,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
 
     try:
         enqueued = send(loaded, restart)
-    except ValueError as exc:  # an invalid name, or another model's knowledge base
+    except ValueError as exc:  # another model's vectors, or a re-embed under way
         raise click.ClickException(str(exc)) from exc
     click.echo(
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
@@ -187,16 +188,31 @@ def _print_progress(progress: Any) -> None:
         click.echo(f"  chunk {chunk} RETRYING: {reason}")
 
 
+def _check_known(opensearch: Any, kb: str) -> None:
+    """A mistyped --kb is an error: an empty report would read as "all is well"."""
+    from plugin import kb_meta, schema
+
+    index = schema.documents_index(kb)
+    if kb_meta.load(opensearch, kb) is None and not opensearch.indices.exists(index=index):
+        raise click.ClickException(
+            f"no knowledge base {kb!r}: {schema.META_INDEX} does not list it and there is "
+            f"no index {index} (check the name; ingest it with `kgqr ingest SOURCE --kb {kb}`)"
+        )
+
+
 @ingest.command("verify")
-@click.option("--kb", required=True)
+@kb_option("Knowledge base to check.")
 def verify_command(kb: str) -> None:
     """Compare per-type counts in OpenSearch and Neo4j; exit 1 on any mismatch."""
     from ingest.verify import verify
     from kgqr_core import connections
 
     settings = get_settings()
+    opensearch = connections.opensearch_client(settings)
     with connections.neo4j_driver(settings) as neo4j:
-        report = verify(connections.opensearch_client(settings), neo4j, kb)
+        report = verify(opensearch, neo4j, kb)
+    if report.empty:
+        _check_known(opensearch, kb)
     click.echo(f"{'type':<24} {'opensearch':>10} {'neo4j':>10}")
     for name in sorted(set(report.opensearch_counts) | set(report.neo4j_counts)):
         os_n, neo_n = report.opensearch_counts.get(name, 0), report.neo4j_counts.get(name, 0)
@@ -215,7 +231,7 @@ def verify_command(kb: str) -> None:
 
 
 @ingest.command()
-@click.option("--kb", required=True)
+@kb_option("Knowledge base whose set-aside records to list.")
 @click.option("--limit", default=20, show_default=True)
 def rejected(kb: str, limit: int) -> None:
     """List records set aside in the dead-letter index, with their reasons."""
@@ -225,6 +241,7 @@ def rejected(kb: str, limit: int) -> None:
     client = connections.opensearch_client(get_settings())
     index = schema.deadletter_index(kb)
     if not client.indices.exists(index=index):
+        _check_known(client, kb)
         click.echo("no rejected records")
         return
     body = {"size": limit, "sort": [{"timestamp": "desc"}]}
@@ -237,7 +254,7 @@ def rejected(kb: str, limit: int) -> None:
 
 
 @ingest.command()
-@click.option("--kb", required=True)
+@kb_option("Knowledge base to delete.")
 @click.confirmation_option(prompt="Delete this knowledge base from OpenSearch, Neo4j and Redis?")
 def drop(kb: str) -> None:
     """Delete a knowledge base everywhere: indices, kgqr-meta entry, graph, job records."""
@@ -256,7 +273,7 @@ def drop(kb: str) -> None:
 
 
 @ingest.command()
-@click.option("--kb", required=True, help="The knowledge base to re-embed.")
+@kb_option("The knowledge base to re-embed.")
 @click.option("--model", required=True, help="The embedder its vectors should come from.")
 @click.option("--restart", is_flag=True, help="Drop an unfinished re-embed and start over.")
 def reembed(kb: str, model: str, restart: bool) -> None:

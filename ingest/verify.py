@@ -29,6 +29,18 @@ class VerifyReport:
         }
 
     @property
+    def empty(self) -> bool:
+        """Nothing of the KB in either store: a name never ingested, or one fully dropped."""
+        return not (
+            self.opensearch_counts
+            or self.neo4j_counts
+            or self.relation_counts
+            or self.entities
+            or self.triples_indexed
+            or self.dangling_nodes
+        )
+
+    @property
     def ok(self) -> bool:
         return not self.mismatches and not self.dangling_nodes
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kgqr_core.settings import get_settings
+from kgqr_ops.cli_options import kb_option
 
 
 @click.group("rewrites")
@@ -16,7 +17,7 @@ def rewrites() -> None:
 
 
 @rewrites.command("warm")
-@click.option("--kb", required=True, help="Knowledge base whose documents index is searched.")
+@kb_option("Knowledge base whose documents index is searched.")
 @click.option("--strategy", default="kar", show_default=True, help="Strategy to warm.")
 @click.option(
     "--from-log",

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kgqr_core.settings import get_settings
+from kgqr_ops.cli_options import kb_option
 from query_rewriter.evaluation.query_sets import JudgedQuery
 
 
@@ -19,7 +20,7 @@ def agent() -> None:
 
 
 @agent.command("optimize")
-@click.option("--kb", required=True, help="Knowledge base the plans run on.")
+@kb_option("Knowledge base the plans run on.")
 @click.option(
     "--queries",
     "train_path",
@@ -106,7 +107,7 @@ def optimize(
 
 
 @agent.command("show")
-@click.option("--kb", required=True)
+@kb_option("Knowledge base whose plans to print.")
 def show(kb: str) -> None:
     """Print the KB's stored plan templates with their scores and history, as JSON."""
     from kgqr_core import connections
@@ -120,7 +121,7 @@ def show(kb: str) -> None:
 
 
 @agent.command("clear")
-@click.option("--kb", required=True)
+@kb_option("Knowledge base whose plans to remove.")
 def clear(kb: str) -> None:
     """Remove the KB's stored plan templates: the `agent` strategy answers with `base`
     (and says so in its explain) until `optimize` stores new ones."""

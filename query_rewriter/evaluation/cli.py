@@ -16,6 +16,7 @@ import click
 
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import Settings, get_settings
+from kgqr_ops.cli_options import kb_option
 
 QUERY_SET_HELP = """\b
 QUERY_SET is KIND:PATH:
@@ -214,7 +215,7 @@ def eval_group() -> None:
 
 @eval_group.command("run", help=RUN_HELP)
 @click.argument("query_set")
-@click.option("--kb", required=True, help="Knowledge base the queries are judged against.")
+@kb_option("Knowledge base the queries are judged against.")
 @click.option("--strategies", default="base,prf", show_default=True, help="Comma-separated.")
 @click.option(
     "--samples",

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kgqr_core.settings import get_settings
+from kgqr_ops.cli_options import kb_option
 
 
 @click.group("queries")
@@ -16,7 +17,7 @@ def queries() -> None:
 
 
 @queries.command("synthesize")
-@click.option("--kb", required=True, help="Knowledge base to ask about.")
+@kb_option("Knowledge base to ask about.")
 @click.option(
     "--out",
     "out",

@@ -64,6 +64,9 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
     run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
     refused = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb], input="n\n")
     assert refused.exit_code == 1 and opensearch.indices.exists(index=schema.documents_index(kb))
+    for command in ("verify", "rejected"):
+        there = CliRunner().invoke(main, ["ingest", command, "--kb", kb])
+        assert there.exit_code == 0, (command, there.output)
     result = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb, "--yes"])
     assert result.exit_code == 0, result.output
     assert f"{schema.documents_index(kb)}" in result.output and "1 job records" in result.output
@@ -72,6 +75,11 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
     rows, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
     assert rows[0]["n"] == 0
     assert not [j for j in redis.smembers("kgqr:jobs") if j.decode().startswith(f"{kb}-")]
+    # A dropped (or mistyped) KB is an error to check, not an empty "all is well" report.
+    for command in ("verify", "rejected"):
+        gone = CliRunner().invoke(main, ["ingest", command, "--kb", kb])
+        assert gone.exit_code == 1, (command, gone.output)
+        assert f"no knowledge base {kb!r}" in gone.output, command
 
 
 def test_documents_carry_text_vector_and_fields(stores: Stores, kb: str) -> None:

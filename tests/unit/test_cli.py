@@ -67,3 +67,31 @@ def test_a_sweeps_default_grid_is_what_its_strategy_reads_by_namespaced_name() -
     walk = _parse_grid((), "graph_walk")
     assert {"graph.damping", "graph.weight", "knn.k", "rewrite.alpha"} == set(walk)
     assert _parse_grid(("kar.k=5,10",), "kar") == {"kar.k": [5.0, 10.0]}
+
+
+def _commands_with_kb() -> list[list[str]]:
+    """Every command path whose options include --kb, found by walking the command tree."""
+    import click
+
+    from kgqr_ops.cli import SUBCOMMANDS
+
+    ctx = click.Context(main)
+    found = []
+    for name in SUBCOMMANDS:
+        command = main.get_command(ctx, name)
+        children = getattr(command, "commands", {None: command})
+        for sub, child in children.items():
+            if any("--kb" in getattr(p, "opts", ()) for p in child.params):
+                found.append([name] if sub is None else [name, sub])
+    return found
+
+
+def test_every_kb_option_refuses_a_bad_name_as_a_usage_error() -> None:
+    """A name that cannot be an index name is a usage error, before any connection; it
+    used to be a ValueError traceback from nine commands."""
+    paths = _commands_with_kb()
+    assert len(paths) >= 10, paths
+    for path in paths:
+        result = CliRunner().invoke(main, [*path, "--kb", "Bad_KB"])
+        assert result.exit_code == 2, (path, result.output)
+        assert "Invalid value for '--kb': invalid knowledge-base name 'Bad_KB'" in result.output
