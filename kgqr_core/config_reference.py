@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
+from annotated_types import Ge, Gt, Le, Lt
 from pydantic import SecretStr
+from pydantic.fields import FieldInfo
 
 from kgqr_core.settings import Settings
 
@@ -34,8 +37,13 @@ llm_base_url = "https://api.openai.com/v1"
 llm_model = "gpt-4o-mini"
 ```
 
-| variable | default | what it sets |
-|---|---|---|
+A mistake — a file named by `KGQR_CONFIG` that is not there, a key that is no setting, a
+value outside its range — stops every `kgqr` command with one line naming it.
+`KGQR_REWRITE_DEFAULT_STRATEGY=none` passes searches through unless a request names a
+strategy.
+
+| variable | default | allowed | what it sets |
+|---|---|---|---|
 """
 
 
@@ -50,13 +58,33 @@ def _default(value: Any) -> str:
     return f"`{value}`"
 
 
+def _allowed(field: FieldInfo) -> str:
+    """The range or the choices a value must keep to, as the settings model checks them."""
+    choices = [
+        arg
+        for part in (field.annotation, *typing.get_args(field.annotation))
+        if typing.get_origin(part) is typing.Literal
+        for arg in typing.get_args(part)
+    ]
+    if choices:
+        return ", ".join(f"`{choice}`" for choice in choices)
+    signs = {Ge: ("≥", "ge"), Gt: (">", "gt"), Le: ("≤", "le"), Lt: ("<", "lt")}
+    return ", ".join(
+        f"{sign} {getattr(bound, attribute)}"
+        for bound in field.metadata
+        for kind, (sign, attribute) in signs.items()
+        if isinstance(bound, kind)
+    )
+
+
 def render() -> str:
     rows = []
     prefix = Settings.model_config.get("env_prefix", "")
     for name, field in Settings.model_fields.items():
         default = field.get_default(call_default_factory=True)
         about = " ".join((field.description or "").split()).replace("|", "\\|")
-        rows.append(f"| `{prefix}{name.upper()}` | {_default(default)} | {about} |")
+        allowed = _allowed(field)
+        rows.append(f"| `{prefix}{name.upper()}` | {_default(default)} | {allowed} | {about} |")
     return HEADER + "\n".join(rows) + "\n"
 
 

@@ -9,26 +9,38 @@ no configuration at all.
 
 from __future__ import annotations
 
+import difflib
 import os
+import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
+from kgqr_core.text_files import TEXT_ENCODING
+
 LlmModelName = Literal["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"]
+
+
+class ConfigurationError(ValueError):
+    """Configuration kgqr cannot run with, told in the terms it was written in: the
+    environment variable or the config file's key, not a pydantic traceback."""
 
 
 def config_file_path() -> Path | None:
     """The config file in force, or None when there is none."""
     explicit = os.environ.get("KGQR_CONFIG")
     if explicit:
+        if not Path(explicit).is_file():  # a file named on purpose, not silently skipped
+            raise ConfigurationError(f"KGQR_CONFIG={explicit}: no such file")
         return Path(explicit)
     for candidate in (Path("kgqr.toml"), Path.home() / ".config" / "kgqr" / "config.toml"):
         if candidate.is_file():
@@ -96,6 +108,7 @@ class Settings(BaseSettings):
     )
     redis_maxmemory_mb: int = Field(
         default=512,
+        ge=1,
         description="maxmemory of the local Redis (`kgqr services`), evicting least recently "
         "used keys that have a TTL (the caches), never the broker's queues.",
     )
@@ -116,7 +129,7 @@ class Settings(BaseSettings):
         default=SecretStr("sk-local-no-key"), description="API key sent to the LLM endpoint."
     )
     llm_timeout_s: float = Field(
-        default=120.0, description="Longest one LLM call may take once it has a slot."
+        default=120.0, gt=0, description="Longest one LLM call may take once it has a slot."
     )
     llm_sample: int = Field(
         default=0,
@@ -171,20 +184,24 @@ class Settings(BaseSettings):
 
     # Rewriter (the proxy) -------------------------------------------------------------
     proxy_host: str = Field(default="127.0.0.1", description="Address `kgqr serve` binds.")
-    proxy_port: int = Field(default=9201, description="Port `kgqr serve` listens on.")
+    proxy_port: int = Field(
+        default=9201, ge=1, le=65535, description="Port `kgqr serve` listens on."
+    )
     front_port: int | None = Field(
         default=None,
+        ge=1,
+        le=65535,
         description="With a port, `kgqr serve` also runs nginx there, passing what kgqr does "
         "not rewrite straight to OpenSearch (kgqr_ops/nginx_front.py).",
     )
     rewrite_default_strategy: str | None = Field(
         default="base",
         description="Strategy for searches on kgqr-managed indices (kgqr-KB-documents) that "
-        "name none; None passes them through untouched.",
+        "name none; `none` (or empty) passes them through untouched.",
     )
     rewrite_alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")
     rewrite_expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
-    rewrite_timeout_s: float = Field(default=90.0, description="Whole-rewrite budget.")
+    rewrite_timeout_s: float = Field(default=90.0, gt=0, description="Whole-rewrite budget.")
     rewrite_budget_ms: int | None = Field(
         default=None,
         ge=0,
@@ -223,36 +240,49 @@ class Settings(BaseSettings):
         "whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits falls back.",
     )
     rewrite_cache_ttl_s: int = Field(
-        default=24 * 3600, description="Rewrite cache lifetime; 0 turns the rewrite cache off."
+        default=24 * 3600,
+        ge=0,
+        description="Rewrite cache lifetime; 0 turns the rewrite cache off.",
     )
     rewrite_cache_max_entry_bytes: int = Field(
         default=256 * 1024,
+        ge=1,
         description="A rewrite larger than this (JSON) is not cached: a caller must not fill "
         "Redis with a few huge queries.",
     )
     rewrite_fusion_plain: int = Field(
         default=0,
+        ge=0,
+        le=2,
         description="1: fuse every rewritten ranking with base's (RRF), keeping base's top "
         "KGQR_REWRITE_FUSION_KEEP hits in place (`fusion.plain`); 2: keep those, and the rest "
         "in the rewritten ranking's own order (pin).",
     )
     rewrite_fusion_keep: int = Field(
-        default=1, description="base's top hits that fusion keeps in place."
+        default=1, ge=0, le=10, description="base's top hits that fusion keeps in place."
     )
     rewrite_knn_k: int = Field(
         default=50,
+        ge=1,
+        le=1000,
         description="k of the hybrid query's k-NN clause, and how deep every page reads each "
         "sub-query (at least from + size), so pages of one search join up.",
     )
-    rewrite_prf_docs: int = Field(default=3, description="Initial hits PRF and RAR read.")
-    rewrite_doc_chars: int = Field(default=500, description="Documents are cut to this in prompts.")
+    rewrite_prf_docs: int = Field(
+        default=3, ge=1, le=20, description="Initial hits PRF and RAR read."
+    )
+    rewrite_doc_chars: int = Field(
+        default=500, ge=1, description="Documents are cut to this in prompts."
+    )
     hybrid_weights: tuple[float, float] = Field(
         default=(0.3, 0.7),
-        description="BM25 and k-NN weights of the hybrid normalisation pipeline.",
+        description="BM25 and k-NN weights of the hybrid normalisation pipeline, as JSON "
+        "(`[0.3, 0.7]`); each 0 or more, adding up to 1.",
     )
     hybrid_boost_weights: tuple[float, float, float] = Field(
         default=(0.25, 0.55, 0.2),
-        description="BM25, k-NN and graph-boost weights when kar+boost adds a third sub-query",
+        description="BM25, k-NN and graph-boost weights when kar+boost adds a third "
+        "sub-query; each 0 or more, adding up to 1.",
     )
 
     @property
@@ -262,17 +292,24 @@ class Settings(BaseSettings):
         return bm25 / (bm25 + knn)
 
     kar_hops: int = Field(default=2, ge=1, le=2, description="KAR relation propagation depth h")
-    kar_top_k: int = Field(default=10, description="KAR neighbours kept by DRF (k)")
-    kar_hub_cap: int = Field(default=50, description="Relationships followed per node per hop")
+    kar_top_k: int = Field(default=10, ge=1, le=1000, description="KAR neighbours kept by DRF (k)")
+    kar_hub_cap: int = Field(
+        default=50, ge=1, description="Relationships followed per node per hop"
+    )
     kar_index_seeds: int = Field(
         default=3,
+        ge=1,
+        le=50,
         description="`kar_index`: the plain query's top documents taken as its entities' "
         "documents (instead of the LLM's parse). 3, not 5: the 4th and 5th hits are often "
         "off-topic and their neighbourhoods crowd the prompt (HotpotQA dev R@5 93 vs 82, "
         "higher on both halves; docs/results.md).",
     )
     agent_answers: int = Field(
-        default=20, description="`agent`: how many of its plan's answers join the search."
+        default=20,
+        ge=1,
+        le=200,
+        description="`agent`: how many of its plan's answers join the search.",
     )
     agent_boost_share: float = Field(
         default=0.7,
@@ -282,25 +319,32 @@ class Settings(BaseSettings):
         "the rest): a plan's answer is the ranking, the text sides break its ties.",
     )
     agent_time_budget_ms: int = Field(
-        default=3000, description="`agent`: a plan running longer falls back to `base`."
+        default=3000, ge=1, description="`agent`: a plan running longer falls back to `base`."
     )
     graph_seeds: int = Field(
         default=10,
+        ge=1,
+        le=50,
         description="`graph`, `graph_walk`: top documents of the plain query read: the first "
         "is where `graph` starts; all seed `graph_walk`'s walk.",
     )
     graph_triple_seeds: int = Field(
         default=10,
+        ge=0,
+        le=50,
         description="`graph_walk`: triples nearest the query (corpus graphs) whose entities "
         "seed it.",
     )
     graph_damping: float = Field(
         default=0.5,
+        ge=0.05,
+        le=0.95,
         description="`graph_walk`: Personalized PageRank damping (HippoRAG 2 uses 0.5).",
     )
     graph_hit_weight: float = Field(
         default=0.05,
         ge=0.001,
+        le=10.0,
         description="`graph_walk`: weight of the plain query's hits as seeds beside the "
         "entities of the triples nearest the query (corpus graphs; HippoRAG 2 weighs passages "
         "0.05).",
@@ -336,14 +380,21 @@ class Settings(BaseSettings):
     )
     graph_boosts: int = Field(
         default=20,
+        ge=1,
+        le=100,
         description="`graph`, `graph_walk`: top-scored documents the third sub-query boosts.",
     )
-    kgcqr_top_k: int = Field(default=20, description="KG-CQR triples retrieved before filtering")
-    kgcqr_beam_width: int = Field(default=3, description="KG-CQR completion beam width.")
-    kgcqr_max_path_length: int = Field(default=3, description="KG-CQR completion path length L")
-    kgcqr_completion_k: int = Field(default=20, description="KG-CQR new triples added (K)")
+    kgcqr_top_k: int = Field(
+        default=20, ge=1, le=1000, description="KG-CQR triples retrieved before filtering"
+    )
+    kgcqr_beam_width: int = Field(default=3, ge=1, description="KG-CQR completion beam width.")
+    kgcqr_max_path_length: int = Field(
+        default=3, ge=1, le=5, description="KG-CQR completion path length L"
+    )
+    kgcqr_completion_k: int = Field(default=20, ge=1, description="KG-CQR new triples added (K)")
     kar_triple_chars: int = Field(
         default=200,
+        ge=1,
         description="Each document in a KAR triple is cut to this many characters, "
         "so ten triples fit a 4k-token context with room to write.",
     )
@@ -359,6 +410,7 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(
         default=10 * 1024 * 1024,
+        ge=1,
         description="Largest request body kgqr reads (decoded); more is a 413.",
     )
     msearch_max_items: int = Field(
@@ -386,7 +438,9 @@ class Settings(BaseSettings):
         default="2.19.1.0",
         description="k-NN, neural-search and security plugin version `kgqr services` installs.",
     )
-    opensearch_heap_mb: int = Field(default=1024, description="Heap of each local OpenSearch node.")
+    opensearch_heap_mb: int = Field(
+        default=1024, ge=1, description="Heap of each local OpenSearch node."
+    )
     opensearch_nodes: int = Field(
         default=1,
         ge=1,
@@ -396,7 +450,10 @@ class Settings(BaseSettings):
         "coordinates; node i on port KGQR_OPENSEARCH_EXTRA_NODE_BASE_PORT + i.",
     )
     opensearch_extra_node_base_port: int = Field(
-        default=9260, description="Node i (2..5) of the local cluster answers on this + i."
+        default=9260,
+        ge=1,
+        le=65535,
+        description="Node i (2..5) of the local cluster answers on this + i.",
     )
     kb_shards: int = Field(
         default=1, ge=1, le=64, description="Primary shards of a new knowledge base's indices."
@@ -409,6 +466,8 @@ class Settings(BaseSettings):
     )
     secured_opensearch_port: int = Field(
         default=9250,
+        ge=1,
+        le=65535,
         description="HTTPS port of the optional local node with the security plugin "
         "(`kgqr services up opensearch-secured`); its transport port is this + 100.",
     )
@@ -423,8 +482,8 @@ class Settings(BaseSettings):
     neo4j_version: str = Field(
         default="5.26.30", description="Neo4j version `kgqr services` runs (Maven Central jars)."
     )
-    neo4j_heap_mb: int = Field(default=1024, description="Heap of the local Neo4j.")
-    neo4j_pagecache_mb: int = Field(default=256, description="Page cache of the local Neo4j.")
+    neo4j_heap_mb: int = Field(default=1024, ge=1, description="Heap of the local Neo4j.")
+    neo4j_pagecache_mb: int = Field(default=256, ge=1, description="Page cache of the local Neo4j.")
     llm_local_model: LlmModelName = Field(
         default="qwen2.5-coder-1.5b",
         description="Which packaged GGUF model the local llama.cpp server serves.",
@@ -433,9 +492,9 @@ class Settings(BaseSettings):
         default="0.3.36", description="llama-cpp-python version the local LLM server is built from."
     )
     llm_context_tokens: int = Field(
-        default=4096, description="Context window of the local LLM server."
+        default=4096, ge=1, description="Context window of the local LLM server."
     )
-    llm_threads: int = Field(default=2, description="CPU threads of the local LLM server.")
+    llm_threads: int = Field(default=2, ge=1, description="CPU threads of the local LLM server.")
     llm_omp_wait_policy: Literal["passive", "active"] = Field(
         default="passive",
         description="How the local LLM's OpenMP threads wait for each other (OMP_WAIT_POLICY). "
@@ -443,6 +502,25 @@ class Settings(BaseSettings):
         "busy process (bench/llm_thread_contention.py), where spinning threads starve the "
         "one that has lost its core.",
     )
+
+    @field_validator("rewrite_default_strategy", mode="before")
+    @classmethod
+    def _none_passes_through(cls, value: Any) -> Any:
+        """Environment variables and TOML have no null, and an unset variable means the
+        default (`base`): `none` or an empty value is how a user says "no strategy"."""
+        if isinstance(value, str) and value.strip().lower() in ("", "none"):
+            return None
+        return value
+
+    @field_validator("hybrid_weights", "hybrid_boost_weights")
+    @classmethod
+    def _weights_add_up_to_one(cls, weights: tuple[float, ...]) -> tuple[float, ...]:
+        """Checked here, not at the first search: the engine refuses a normalisation
+        pipeline whose weights do not add up to 1 (within 0.01), and the proxy would run
+        without its pipeline."""
+        if any(weight < 0 for weight in weights) or abs(sum(weights) - 1) > 0.01:
+            raise ValueError(f"weights must be 0 or more and add up to 1, got {list(weights)}")
+        return weights
 
     @classmethod
     def settings_customise_sources(
@@ -456,11 +534,60 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = config_file_path()
         if config_file is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+            sources.append(ConfigFile(settings_cls, toml_file=config_file))
         return tuple(sources)
+
+
+class ConfigFile(TomlConfigSettingsSource):
+    """The TOML file, read as strictly as a hand-written file deserves: a syntax error
+    names the file, and a key that is no setting (a typo, or a [table] kgqr does not
+    have) is an error, where the environment's extra variables are ignored."""
+
+    def __init__(self, settings_cls: type[BaseSettings], toml_file: Path) -> None:
+        super().__init__(settings_cls, toml_file=toml_file)
+        unknown = sorted(set(self.toml_data) - set(settings_cls.model_fields))
+        if unknown:
+            named = "; ".join(
+                _unknown_key(key, self.toml_data[key], settings_cls) for key in unknown
+            )
+            raise ConfigurationError(
+                f"config file {toml_file}: {named} (settings are top-level keys, "
+                "listed in docs/configuration.md)"
+            )
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:  # a byte-order mark (Windows editors) is read away
+            return tomllib.loads(Path(file_path).read_text(encoding=TEXT_ENCODING))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigurationError(f"config file {file_path}: {exc}") from exc
+
+
+def _unknown_key(key: str, value: Any, settings_cls: type[BaseSettings]) -> str:
+    fields = list(settings_cls.model_fields)
+    if isinstance(value, dict):  # [rewrite] default_strategy = ... for rewrite_default_strategy
+        joined = [f"{key}_{inner}" for inner in value if f"{key}_{inner}" in fields]
+        hint = f" (write {joined[0]} = ... at the top level)" if joined else ""
+        return f"unknown table [{key}]{hint}"
+    close = difflib.get_close_matches(key, fields, n=1)
+    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """Settings read once per process; tests build their own ``Settings(...)``."""
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(_problem(error) for error in exc.errors())
+        raise ConfigurationError(f"invalid configuration: {problems}") from exc
+    except SettingsError as exc:  # a JSON-valued variable that is not JSON
+        raise ConfigurationError(f"{exc} (such settings are JSON, e.g. [0.3, 0.7])") from exc
+
+
+def _problem(error: Any) -> str:
+    """One validation error, named as it was set: the variable when the environment sets
+    it, else the config file's key."""
+    name = str(error["loc"][0]) if error["loc"] else "?"
+    variable = f"KGQR_{name.upper()}"
+    where = variable if variable in os.environ else name
+    return f"{where}={error['input']!r}: {error['msg']}"

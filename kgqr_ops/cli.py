@@ -4,8 +4,11 @@ stays fast and `plugin` does not import the read or write path at start-up."""
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+
+from kgqr_core.settings import ConfigurationError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "services": ("kgqr_ops.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
@@ -37,6 +40,14 @@ class LazyGroup(click.Group):
         module = importlib.import_module(module_name)
         command = getattr(module, attribute or cmd_name.replace("-", "_"))
         return command  # type: ignore[no-any-return]
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """A configuration kgqr cannot run with is one line saying what to change, not a
+        traceback from wherever the settings were first read."""
+        try:
+            return super().invoke(ctx)
+        except ConfigurationError as exc:
+            raise click.ClickException(str(exc)) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

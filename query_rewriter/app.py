@@ -61,6 +61,7 @@ from query_rewriter.search_service import (
     with_explain,
 )
 from query_rewriter.search_template import TEMPLATE_PATH, rendered_search
+from query_rewriter.strategies import check_default_strategy
 from query_rewriter.tuning.routes import tuning_routes
 
 log = logging.getLogger("kgqr.proxy")
@@ -71,6 +72,7 @@ MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?$")
 
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or get_settings()
+    check_default_strategy(settings.rewrite_default_strategy)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -9,10 +9,15 @@ from kgqr_core.settings import get_settings
 
 @click.command("serve")
 @click.option("--host", default=None, help="Bind address (default KGQR_PROXY_HOST, 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Port (default KGQR_PROXY_PORT, 9201).")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port (default KGQR_PROXY_PORT, 9201).",
+)
 @click.option(
     "--front-port",
-    type=int,
+    type=click.IntRange(1, 65535),
     default=None,
     help="Also run nginx on HOST:FRONT_PORT (default KGQR_FRONT_PORT, off): it passes what "
     "kgqr does not rewrite straight to OpenSearch, which makes pass-through ~1.05x direct "
@@ -49,9 +54,11 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
 
     from kgqr_ops.nginx_front import running_front
     from query_rewriter.app import create_app
+    from query_rewriter.strategies import check_default_strategy
     from query_rewriter.structured_logging import configure
 
     settings = get_settings()
+    check_default_strategy(settings.rewrite_default_strategy)  # before any worker starts
     log_level = log_level.upper()
     configure(log_level)
     host = host or settings.proxy_host

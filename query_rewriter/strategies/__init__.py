@@ -5,6 +5,7 @@ line here: the same class composed with other stages."""
 
 from __future__ import annotations
 
+from kgqr_core.settings import ConfigurationError
 from query_rewriter.strategies.agent import PlanAgent
 from query_rewriter.strategies.agr import AnalyzeGenerateRefine
 from query_rewriter.strategies.base import Strategy
@@ -48,6 +49,17 @@ ALL_PARAMS: tuple[Param, ...] = tuple(
 
 # `kar+boost` arrives as "kar boost" when a client forgets to URL-encode the "+".
 ALIASES = {"kar boost": "kar+boost", "kar_boost": "kar+boost"}
+
+
+def check_default_strategy(name: str | None) -> None:
+    """Refuse a misspelt KGQR_REWRITE_DEFAULT_STRATEGY when the proxy starts: found at the
+    first search, every search on a knowledge base would be a 400."""
+    if name is not None and ALIASES.get(name, name) not in STRATEGIES:
+        raise ConfigurationError(
+            f"KGQR_REWRITE_DEFAULT_STRATEGY={name!r} is no strategy; valid: "
+            f"{', '.join(STRATEGIES)}, or none to pass searches through"
+        )
+
 
 # Every setting some strategy's rewrite depends on (what an evaluation report records).
 SHAPING_SETTINGS: frozenset[str] = frozenset(

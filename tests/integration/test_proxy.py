@@ -462,3 +462,22 @@ def test_a_requests_bm25_weight_decides_between_the_two_rankings(
     assert weights["normalization-processor"]["combination"]["parameters"]["weights"] == [1.0, 0.0]
     only_knn, _ = ranked(0.0)
     assert only_knn != only_bm25  # the movies no BM25 term matches rank by vector alone
+
+
+def test_default_strategy_none_passes_searches_through(
+    settings: Settings, movies_kb: str, opensearch: Any
+) -> None:
+    """`none` is how a user configures no default (env and TOML have no null; unset means
+    `base`): it used to be read as a strategy named "none", a 400 on every search."""
+    configured = Settings(**{**settings.model_dump(), "rewrite_default_strategy": "none"})
+    direct = opensearch.search(index=movies_kb, body=QUERY)
+    with running_proxy(configured) as url:
+        plain = _search(url, movies_kb, QUERY, **{"kgqr.explain": "true"})
+        asked = _search(url, movies_kb, QUERY, **{"kgqr.strategy": "base"})
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["kgqr"] == {"passed_through": plain.json()["kgqr"]["passed_through"]}
+    assert "no strategy" in plain.json()["kgqr"]["passed_through"]
+    assert [h["_id"] for h in plain.json()["hits"]["hits"]] == [
+        h["_id"] for h in direct["hits"]["hits"]
+    ]
+    assert asked.status_code == 200 and "kgqr" not in asked.json()  # a request still may

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from click.testing import CliRunner
 
 from kgqr_ops.cli import main
@@ -95,3 +98,25 @@ def test_every_kb_option_refuses_a_bad_name_as_a_usage_error() -> None:
         result = CliRunner().invoke(main, [*path, "--kb", "Bad_KB"])
         assert result.exit_code == 2, (path, result.output)
         assert "Invalid value for '--kb': invalid knowledge-base name 'Bad_KB'" in result.output
+
+
+def test_a_configuration_mistake_is_one_line_from_any_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kgqr_core.settings import get_settings
+
+    config = tmp_path / "kgqr.toml"
+    config.write_text('opensearch_ulr = "http://search:9200"\n')
+    monkeypatch.setenv("KGQR_CONFIG", str(config))
+    get_settings.cache_clear()
+    try:
+        for path in (["ingest", "verify"], ["agent", "show"], ["serve"]):
+            args = [*path, "--kb", "movies"] if path[0] != "serve" else path
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 1, (path, result.output)
+            assert result.output.startswith("Error: config file ") and "did you mean" in (
+                result.output
+            ), path
+            assert "Traceback" not in result.output
+    finally:
+        get_settings.cache_clear()

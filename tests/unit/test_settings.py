@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kgqr_core.settings import Settings, config_file_path
+from kgqr_core.settings import ConfigurationError, Settings, config_file_path, get_settings
 
 
-def test_defaults_point_at_the_local_services(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_defaults_point_at_the_local_services(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("KGQR_OPENSEARCH_URL", raising=False)
-    monkeypatch.setenv("KGQR_CONFIG", "/nonexistent/kgqr.toml")
+    (tmp_path / "empty.toml").write_text("")
+    monkeypatch.setenv("KGQR_CONFIG", str(tmp_path / "empty.toml"))
     settings = Settings()
     assert settings.opensearch_url == "http://127.0.0.1:9200"
     assert settings.neo4j_uri == "bolt://127.0.0.1:7687"
@@ -54,3 +58,95 @@ def test_unknown_local_model_is_rejected(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("KGQR_LLM_LOCAL_MODEL", "gpt-17")
     with pytest.raises(ValueError, match="llm_local_model"):
         Settings()
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A config file named by KGQR_CONFIG, for the test to write; caches cleared."""
+    path = tmp_path / "kgqr.toml"
+    path.write_text("")
+    monkeypatch.setenv("KGQR_CONFIG", str(path))
+    get_settings.cache_clear()
+    yield path
+    get_settings.cache_clear()
+
+
+def test_a_config_file_named_but_missing_is_an_error(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KGQR_CONFIG", str(config.with_name("typo.toml")))
+    with pytest.raises(ConfigurationError, match=r"KGQR_CONFIG=.*typo\.toml: no such file"):
+        get_settings()
+
+
+def test_config_file_mistakes_are_named_not_ignored(config: Path) -> None:
+    config.write_text('opensearch_url = "http://search:9200"\nredis_url =\n')
+    with pytest.raises(ConfigurationError, match=r"line 2"):
+        get_settings()
+    config.write_text(
+        'opensearch_ulr = "http://search:9200"\n[rewrite]\ndefault_strategy = "kar"\n'
+    )
+    with pytest.raises(ConfigurationError) as raised:
+        get_settings()
+    assert "unknown key 'opensearch_ulr' (did you mean 'opensearch_url'?)" in str(raised.value)
+    assert "unknown table [rewrite] (write rewrite_default_strategy = ..." in str(raised.value)
+
+
+def test_a_config_file_saved_with_a_byte_order_mark_is_read(config: Path) -> None:
+    config.write_bytes("proxy_port = 9301\n".encode("utf-8-sig"))
+    assert get_settings().proxy_port == 9301
+
+
+def test_invalid_values_name_the_variable_or_the_key_that_set_them(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config.write_text("max_body_bytes = -5\n")
+    monkeypatch.setenv("KGQR_PROXY_PORT", "99999")
+    with pytest.raises(ConfigurationError) as raised:
+        get_settings()
+    assert "KGQR_PROXY_PORT='99999': Input should be less than or equal to 65535" in str(
+        raised.value
+    )
+    assert "max_body_bytes=-5: Input should be greater than or equal to 1" in str(raised.value)
+    monkeypatch.delenv("KGQR_PROXY_PORT")
+    monkeypatch.setenv("KGQR_HYBRID_WEIGHTS", "0.3,0.7")  # not JSON
+    with pytest.raises(ConfigurationError, match=r"such settings are JSON"):
+        get_settings()
+
+
+@pytest.mark.parametrize("weights", ["[0.5, 0.6]", "[1.2, -0.2]"])
+def test_hybrid_weights_the_engine_would_refuse_are_refused(
+    monkeypatch: pytest.MonkeyPatch, weights: str
+) -> None:
+    monkeypatch.setenv("KGQR_HYBRID_WEIGHTS", weights)
+    with pytest.raises(ValueError, match="add up to 1"):
+        Settings()
+
+
+@pytest.mark.parametrize(("given", "read"), [("none", None), ("", None), ("None", None),
+                                             ("kar", "kar")])  # fmt: skip
+def test_no_default_strategy_can_be_configured(
+    monkeypatch: pytest.MonkeyPatch, given: str, read: str | None
+) -> None:
+    monkeypatch.setenv("KGQR_REWRITE_DEFAULT_STRATEGY", given)
+    assert Settings().rewrite_default_strategy == read
+
+
+def test_every_number_setting_has_a_range() -> None:
+    """A negative body limit or a port past 65535 used to be accepted and fail later."""
+    unbounded = [
+        name
+        for name, field in Settings.model_fields.items()
+        if int in _number_types(field.annotation) or float in _number_types(field.annotation)
+        if not field.metadata
+    ]
+    assert unbounded == []
+
+
+def _number_types(annotation: object) -> set[object]:
+    """int and float, alone or optional (tuples of them have their own validators)."""
+    import typing
+
+    if typing.get_origin(annotation) is tuple:
+        return set()
+    return {annotation, *typing.get_args(annotation)} & {int, float}

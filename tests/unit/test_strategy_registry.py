@@ -62,3 +62,33 @@ def test_a_new_strategy_is_one_class_and_one_registry_line(
     )  # fmt: skip
     outcome = asyncio.run(rewrite)
     assert outcome.fallback is None and outcome.explain(None)["expansions"] == ["heat", "heat"]
+
+
+def test_each_parameter_setting_has_the_parameter_range() -> None:
+    """A request may set a parameter only within its range; the setting that gives its
+    default is held to the same range, so a configured default is one a request could ask."""
+    from annotated_types import Ge, Le
+
+    from kgqr_core.settings import Settings
+    from query_rewriter.strategies import ALL_PARAMS
+
+    checked = 0
+    for param in ALL_PARAMS:
+        field = Settings.model_fields.get(param.setting)
+        if field is None:  # derived (hybrid.bm25 from KGQR_HYBRID_WEIGHTS)
+            continue
+        low = [m.ge for m in field.metadata if isinstance(m, Ge)]
+        high = [m.le for m in field.metadata if isinstance(m, Le)]
+        assert (low, high) == ([param.low], [param.high]), param.name
+        checked += 1
+    assert checked >= 10
+
+
+def test_a_misspelt_default_strategy_is_refused_up_front() -> None:
+    from kgqr_core.settings import ConfigurationError
+    from query_rewriter.strategies import check_default_strategy
+
+    for accepted in (None, "base", "kar_boost", "graph"):
+        check_default_strategy(accepted)
+    with pytest.raises(ConfigurationError, match=r"'karr' is no strategy; valid: base, "):
+        check_default_strategy("karr")
