@@ -171,7 +171,10 @@ async def _has_neural_search(http: httpx.AsyncClient) -> bool:
 
 async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipelines: bool) -> None:
     """Install the templates of the indices the proxy writes, and kgqr's hybrid pipelines
-    if missing, so the proxy works before any ingest or `kgqr plugin install`."""
+    as the settings weigh them, so the proxy works before any ingest or `kgqr plugin
+    install`, and a changed KGQR_HYBRID_WEIGHTS takes effect on restart (a pipeline was
+    once installed only when missing: the engine kept the old weights while kgqr's own
+    fusion, for callers under document-level security, used the new ones)."""
     try:
         for name, body in proxy_index_templates().items():
             await http.put(f"/_index_template/{name}", json=body)
@@ -180,11 +183,28 @@ async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipel
         for name, body in hybrid_pipelines(
             settings.hybrid_weights, settings.hybrid_boost_weights
         ).items():
-            path = f"/_search/pipeline/{name}"
-            if (await http.get(path)).status_code == 404:
-                await http.put(path, json=body)
+            await _ensure_pipeline(http, name, body)
     except httpx.HTTPError as exc:
         log.warning("could not install kgqr's definitions", extra={"kgqr": {"error": str(exc)}})
+
+
+async def _ensure_pipeline(http: httpx.AsyncClient, name: str, body: dict[str, Any]) -> None:
+    path = f"/_search/pipeline/{name}"
+    found = await http.get(path)
+    installed = found.json().get(name) if found.status_code == 200 else None
+    if installed == body:
+        return
+    put = await http.put(path, json=body)
+    if put.status_code != 200:
+        log.warning(
+            "could not install a hybrid pipeline; searches use the one there is, if any",
+            extra={"kgqr": {"pipeline": name, "status": put.status_code, "error": put.text}},
+        )
+    elif installed is not None:  # other proxies on this cluster now use these weights too
+        log.warning(
+            "replaced a hybrid pipeline with the configured weights",
+            extra={"kgqr": {"pipeline": name, "was": installed, "now": body}},
+        )
 
 
 async def metrics_endpoint(request: Request) -> Response:

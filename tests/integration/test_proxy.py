@@ -481,3 +481,17 @@ def test_default_strategy_none_passes_searches_through(
         h["_id"] for h in direct["hits"]["hits"]
     ]
     assert asked.status_code == 200 and "kgqr" not in asked.json()  # a request still may
+
+
+def test_the_engine_pipeline_follows_the_weight_setting(
+    settings: Settings, opensearch: Any
+) -> None:
+    """A pipeline left with other weights (an earlier KGQR_HYBRID_WEIGHTS) is replaced
+    when the proxy starts: it used to be installed only when missing, so the engine kept
+    the old weights while kgqr's own fusion used the new ones."""
+    path = f"/_search/pipeline/{schema.HYBRID_PIPELINE}"
+    stale = schema.hybrid_pipeline((0.6, 0.4))
+    opensearch.transport.perform_request("PUT", path, body=stale)
+    with running_proxy(settings):
+        installed = opensearch.transport.perform_request("GET", path)[schema.HYBRID_PIPELINE]
+    assert installed == schema.hybrid_pipeline(settings.hybrid_weights) != stale
