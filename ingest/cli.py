@@ -51,12 +51,15 @@ def ingest() -> None:
 )
 @click.option(
     "--chunk-size",
+    type=click.IntRange(min=1),
     default=DEFAULT_CHUNK_SIZE,
     show_default=True,
     help=f"Documents and triples per Celery task; up to {GRAPH_ONLY_PER_EMBEDDED}x as many "
     "relations and mentions ride along.",
 )
-@click.option("--limit", type=int, default=None, help="Only the first N documents.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="Only the first N documents."
+)
 @click.option("--restart", is_flag=True, help="Forget earlier progress of this job.")
 @click.option(
     "--worker",
@@ -65,7 +68,12 @@ def ingest() -> None:
     show_default=True,
     help="auto: start a temporary worker when none answers.",
 )
-@click.option("--timeout", type=float, default=None, help="Stop waiting after N seconds.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop waiting after N seconds.",
+)
 @click.option(
     "--shards",
     type=click.IntRange(1, 64),
@@ -232,7 +240,8 @@ def verify_command(kb: str) -> None:
 
 @ingest.command()
 @kb_option("Knowledge base whose set-aside records to list.")
-@click.option("--limit", default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="Newest records to list.")  # fmt: skip
 def rejected(kb: str, limit: int) -> None:
     """List records set aside in the dead-letter index, with their reasons."""
     from kgqr_core import connections

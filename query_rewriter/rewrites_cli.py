@@ -22,7 +22,7 @@ def rewrites() -> None:
 @click.option(
     "--from-log",
     "top",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     help="Warm the N most frequent queries of the query log for this KB.",
 )

@@ -35,9 +35,9 @@ def agent() -> None:
     default=None,
     help="Validation questions (default: val.jsonl beside --queries).",
 )
-@click.option("--rounds", default=4, show_default=True,
+@click.option("--rounds", type=click.IntRange(min=0), default=4, show_default=True,
               help="LLM revisions per category (0: store the un-optimised plan).")  # fmt: skip
-@click.option("--batch", default=20, show_default=True,
+@click.option("--batch", type=click.IntRange(min=1), default=20, show_default=True,
               help="Training questions each candidate plan is scored on.")  # fmt: skip
 @click.option("--paths/--no-paths", default=True, show_default=True,
               help="Show the LLM how missed questions reach their answers over the graph, "

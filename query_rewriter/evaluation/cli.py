@@ -182,7 +182,12 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
             click.option(
                 "--split", default=None, help="Query split (dev; STaRK: train/val/test/human)."
             ),
-            click.option("--limit", type=int, default=None, help="Only the first N queries."),
+            click.option(
+                "--limit",
+                type=click.IntRange(min=1),
+                default=None,
+                help="Only the first N queries.",
+            ),
             click.option(
                 "--param",
                 "params",
@@ -190,9 +195,16 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
                 metavar="NAME=VALUE",
                 help="Strategy parameter override, e.g. rewrite.alpha=0.5, knn.k=10, kar.h=1.",
             ),
-            click.option("--size", default=20, show_default=True, help="Hits retrieved per query."),
+            click.option(
+                "--size",
+                type=click.IntRange(1, 10_000),
+                default=20,
+                show_default=True,
+                help="Hits retrieved per query.",
+            ),
             click.option(
                 "--concurrency",
+                type=click.IntRange(min=1),
                 default=1,
                 show_default=True,
                 help="Searches in flight (the local LLM serves one at a time).",

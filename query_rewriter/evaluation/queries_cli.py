@@ -25,8 +25,9 @@ def queries() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder for train.jsonl, val.jsonl, test.jsonl and synthesis.json.",
 )
-@click.option("--count", default=320, show_default=True, help="Questions to make (about).")
-@click.option("--shapes", "n_shapes", default=4, show_default=True,
+@click.option("--count", type=click.IntRange(min=1), default=320, show_default=True,
+              help="Questions to make (about).")  # fmt: skip
+@click.option("--shapes", "n_shapes", type=click.IntRange(min=1), default=4, show_default=True,
               help="Question shapes (relation + condition kinds) to spread them over.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Same KB and seed: same questions.")
 @click.option("--llm-phrasing", is_flag=True,

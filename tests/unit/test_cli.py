@@ -120,3 +120,29 @@ def test_a_configuration_mistake_is_one_line_from_any_command(
             assert "Traceback" not in result.output
     finally:
         get_settings.cache_clear()
+
+
+def test_every_number_option_has_a_range() -> None:
+    """`--concurrency 0`, `--limit -1` or `--size 0` were taken and failed (or did less)
+    later; every count is now refused as a usage error. Seeds may be any number."""
+    import click
+
+    from kgqr_ops.cli import SUBCOMMANDS
+
+    ctx = click.Context(main)
+    unranged = []
+    for name in SUBCOMMANDS:
+        command = main.get_command(ctx, name)
+        for sub, child in getattr(command, "commands", {name: command}).items():
+            unranged += [
+                f"{name} {sub} {param.name}"
+                for param in child.params
+                if isinstance(param.type, click.types.IntParamType | click.types.FloatParamType)
+                and not isinstance(param.type, click.IntRange | click.FloatRange)
+                and param.name != "seed"
+            ]
+    assert unranged == []
+    refused = CliRunner().invoke(
+        main, ["eval", "run", "jsonl:x", "--kb", "m", "--concurrency", "0"]
+    )
+    assert refused.exit_code == 2 and "0 is not in the range x>=1" in refused.output
