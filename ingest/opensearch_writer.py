@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ingest.bulk_requests import bulk_results
 from ingest.records import CorpusTriple, Document
 from plugin import schema
 
@@ -24,28 +26,26 @@ class WriteFailure:
 def _bulk(
     client: Any, index: str, items: Sequence[tuple[str, dict[str, Any], Any]], stage: str
 ) -> list[WriteFailure]:
-    """Index (id, source, record) items in one bulk call; per-item errors become failures."""
-    if not items:
-        return []
-    body: list[dict[str, Any]] = []
-    for doc_id, source, _record in items:
-        body.append({"index": {"_index": index, "_id": doc_id}})
-        body.append(source)
-    response = client.bulk(body=body)
+    """Index (id, source, record) items; per-item errors (a record too large to send
+    among them) become failures."""
+    operations = [
+        ({"index": {"_index": index, "_id": doc_id}}, source) for doc_id, source, _ in items
+    ]
     failures = []
-    if response.get("errors"):
-        for (doc_id, _source, record), item in zip(items, response["items"], strict=True):
-            error = item["index"].get("error")
-            status = item["index"].get("status", 0)
-            if error is not None:
-                if status in (429, 503):
-                    raise TransientBulkError(f"bulk item rejected with {status}: {error}")
-                if error.get("type") == "cluster_block_exception":
-                    # The index, not the record: read-only (a full disk's flood stage, or
-                    # an operator). Retried until lifted; never set aside as a bad record.
-                    raise TransientBulkError(f"{index} is blocked: {error.get('reason')}")
-                reason = f"{error.get('type')}: {error.get('reason')}"
-                failures.append(WriteFailure(record.model_dump(), reason, stage, doc_id))
+    for (doc_id, _source, record), item in zip(
+        items, bulk_results(client, operations), strict=True
+    ):
+        error = item.get("error")
+        status = item.get("status", 0)
+        if error is not None:
+            if status in (429, 503):
+                raise TransientBulkError(f"bulk item rejected with {status}: {error}")
+            if error.get("type") == "cluster_block_exception":
+                # The index, not the record: read-only (a full disk's flood stage, or
+                # an operator). Retried until lifted; never set aside as a bad record.
+                raise TransientBulkError(f"{index} is blocked: {error.get('reason')}")
+            reason = f"{error.get('type')}: {error.get('reason')}"
+            failures.append(WriteFailure(record.model_dump(), reason, stage, doc_id))
     return failures
 
 
@@ -82,6 +82,29 @@ def write_triples(
     return _bulk(client, schema.triples_index(kb), items, "opensearch-triples")
 
 
+# What a dead letter keeps of a record: enough to find and fix it. A record set aside for
+# being too large would be refused again, whole, by the dead-letter index.
+DEAD_LETTER_MAX_CHARS = 64 * 1024
+
+
+def _kept(text: str) -> str:
+    if len(text) <= DEAD_LETTER_MAX_CHARS:
+        return text
+    return (
+        f"{text[:DEAD_LETTER_MAX_CHARS]}... [{len(text) - DEAD_LETTER_MAX_CHARS} more characters]"
+    )
+
+
+def _kept_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record, or its start and identity when it is too large to keep whole."""
+    text = json.dumps(record, ensure_ascii=False, default=str)
+    if len(text) <= DEAD_LETTER_MAX_CHARS:
+        return record
+    kept: dict[str, Any] = {key: record[key] for key in ("kind", "id", "type") if key in record}
+    kept["truncated"] = _kept(text)
+    return kept
+
+
 class DeadLetterWriteError(RuntimeError):
     """Rejected records could not be set aside: the chunk must fail (and be retried by a
     re-run), since completing it would lose them silently."""
@@ -95,28 +118,26 @@ def write_dead_letters(
     if not failures:
         return
     now = dt.datetime.now(dt.UTC).isoformat()
-    body: list[dict[str, Any]] = []
+    operations = []
     for position, failure in enumerate(failures):
         doc_id = f"{job_id}-{chunk}-{position}"
-        body.append({"index": {"_index": schema.deadletter_index(kb), "_id": doc_id}})
-        body.append(
-            {
-                "kb": kb,
-                "job_id": job_id,
-                "chunk": chunk,
-                "stage": failure.stage,
-                "reason": failure.reason,
-                "raw": failure.record.get("raw")
-                if failure.record.get("kind") == "rejected"
-                else None,
-                "record": failure.record,
-                "timestamp": now,
-            }
+        raw = failure.record.get("raw") if failure.record.get("kind") == "rejected" else None
+        letter = {
+            "kb": kb,
+            "job_id": job_id,
+            "chunk": chunk,
+            "stage": failure.stage,
+            "reason": failure.reason,
+            "raw": None if raw is None else _kept(str(raw)),
+            "record": _kept_record(failure.record),
+            "timestamp": now,
+        }
+        operations.append(
+            ({"index": {"_index": schema.deadletter_index(kb), "_id": doc_id}}, letter)
         )
-    response = client.bulk(body=body)
-    if not response.get("errors"):
+    errors = [item for item in bulk_results(client, operations) if item.get("error")]
+    if not errors:
         return
-    errors = [item["index"] for item in response["items"] if item["index"].get("error")]
     if any(error.get("status") in (429, 503) for error in errors):
         raise TransientBulkError(f"dead letters rejected: {errors[0]['error']}")
     first = errors[0]["error"]

@@ -33,15 +33,43 @@ def _nameable(value: str) -> str:
 # A document type or relation name, which becomes a Neo4j label or relationship type.
 GraphName = Annotated[NonEmpty, AfterValidator(_nameable)]
 
+OPENSEARCH_ID_MAX_BYTES = 512
+TITLE_MAX_CHARS = 1024
+
+
+def _fits_an_index_id(value: str) -> str:
+    if len(value.encode()) > OPENSEARCH_ID_MAX_BYTES:
+        raise ValueError(
+            f"is {len(value.encode())} bytes in UTF-8; OpenSearch ids hold at most "
+            f"{OPENSEARCH_ID_MAX_BYTES}"
+        )
+    return value
+
+
+def _short_enough_to_name(value: str) -> str:
+    """A title names its graph node, and Neo4j cannot index a name much over 8 KB: one
+    20,000-character title failed its whole chunk's graph write."""
+    if len(value) > TITLE_MAX_CHARS:
+        raise ValueError(
+            f"is {len(value)} characters; a title names a graph node and may have at most "
+            f"{TITLE_MAX_CHARS} (put long text in `text` or `fields`)"
+        )
+    return value
+
+
+# The id of a document (or of the document a relation, triple or mention points at).
+DocumentId = Annotated[NonEmpty, AfterValidator(_fits_an_index_id)]
+Title = Annotated[str, AfterValidator(_short_enough_to_name)]
+
 
 class Document(BaseModel):
     """A node with text: id, type, named fields, and the text rendered from them."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["document"] = "document"
-    id: NonEmpty
+    id: DocumentId
     type: GraphName
-    title: str = ""
+    title: Title = ""
     fields: dict[str, Any] = Field(default_factory=dict)
     text: str | None = None
 
@@ -66,9 +94,9 @@ class Relation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["relation"] = "relation"
-    source: NonEmpty
+    source: DocumentId
     type: GraphName
-    target: NonEmpty
+    target: DocumentId
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
@@ -80,7 +108,7 @@ class CorpusTriple(BaseModel):
     head: NonEmpty
     relation: NonEmpty
     tail: NonEmpty
-    passage_id: NonEmpty
+    passage_id: DocumentId
     ttr: str | None = None
     ttr_source: Literal["llm", "template", "given"] | None = None
 
@@ -99,7 +127,7 @@ class Mention(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["mention"] = "mention"
-    passage_id: NonEmpty
+    passage_id: DocumentId
     entity: NonEmpty
 
 

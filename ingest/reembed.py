@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest.bulk_requests import bulk_results
 from ingest.job_store import JobStore
 from kgqr_core.embedder import Embedder
 from kgqr_core.embedder_models import document_revision
@@ -184,13 +185,13 @@ def copy_index(
     for hits in _pages(opensearch, copy, batch):
         titles, texts = zip(*(embedded(copy.role, hit["_source"]) for hit in hits), strict=True)
         vectors = embedder.encode(texts, titles)
-        body: list[dict[str, Any]] = []
-        for hit, vector in zip(hits, vectors, strict=True):
-            body.append({"index": {"_index": copy.target, "_id": hit["_id"]}})
-            body.append({**hit["_source"], "vector": vector.tolist()})
-        response = opensearch.bulk(body=body)
-        if response.get("errors"):
-            errors = [i["index"]["error"] for i in response["items"] if "error" in i["index"]]
+        operations = [
+            ({"index": {"_index": copy.target, "_id": hit["_id"]}},
+             {**hit["_source"], "vector": vector.tolist()})
+            for hit, vector in zip(hits, vectors, strict=True)
+        ]  # fmt: skip
+        errors = [item["error"] for item in bulk_results(opensearch, operations) if "error" in item]
+        if errors:
             raise ReembedError(f"{copy.target} refused {len(errors)} documents: {errors[:3]}")
         copy.cursor, copy.copied = hits[-1]["sort"][0], copy.copied + len(hits)
         redis.hset(state_key(plan_.kb), mapping=plan_.copies_state())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,36 @@ def test_broken_records_are_set_aside_and_the_rest_lands(stores: Stores, kb: str
     letters = opensearch.search(index=dead, body={"size": 50})["hits"]["hits"]
     assert len(letters) == 6
     assert all(letter["_source"]["reason"] for letter in letters)
+    assert verify(opensearch, neo4j, kb).ok
+
+
+def test_records_a_store_cannot_hold_are_set_aside_not_their_chunk(
+    stores: Stores, kb: str, tmp_path: Path
+) -> None:
+    """A 9,000-character title (Neo4j cannot index a name that long: the graph write of
+    the whole chunk failed) and a 600-byte id (over OpenSearch's 512) cost only their own
+    records, and the relation pointing at the second."""
+    _, opensearch, neo4j, _ = stores
+    documents = [
+        {"id": "ok1", "type": "note", "title": "Good", "text": "Graphs store relations."},
+        {"id": "long-title", "type": "note", "title": "T" * 9000, "text": "A long title."},
+        {"id": "é" * 300, "type": "note", "title": "Long id", "text": "600 bytes of id."},
+        {"id": "ok2", "type": "note", "title": "Also good", "text": "Engines rank documents."},
+    ]
+    relations = [
+        {"source": "ok1", "type": "see_also", "target": "ok2"},
+        {"source": "ok1", "type": "see_also", "target": "é" * 300},
+    ]
+    for name, rows in (("documents", documents), ("relations", relations)):
+        lines = "".join(json.dumps(row) + "\n" for row in rows)
+        (tmp_path / f"{name}.jsonl").write_text(lines)
+    _, progress = run_to_end(*stores, f"jsonl:{tmp_path}", kb)
+    assert document_ids(opensearch, kb) == ["ok1", "ok2"]
+    assert (progress.counts["relations"], progress.counts["rejected"]) == (1, 3)
+    dead = schema.deadletter_index(kb)
+    opensearch.indices.refresh(index=dead)
+    reasons = sorted(h["_source"]["reason"] for h in opensearch.search(index=dead)["hits"]["hits"])
+    assert "may have at most 1024" in reasons[0] and "OpenSearch ids hold at most 512" in reasons[1]
     assert verify(opensearch, neo4j, kb).ok
 
 

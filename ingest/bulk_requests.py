@@ -1,0 +1,70 @@
+"""Bulk requests the engine will take, so one large record costs itself and not its chunk.
+
+A chunk's documents went to OpenSearch as one bulk request. One 60 MB document (its text
+is indexed twice, as `text` and `body`) made that request larger than the engine's
+`http.max_content_length` (100 MB by default, 10 MB on small managed clusters): the engine
+answered 413 for the whole request and the chunk failed with every good record in it.
+Requests are now cut by size, and one the engine still refuses as too large is halved
+until the record that is too large on its own is found; that record alone gets a 413 item
+result, which the writers set aside like any other refused record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+# The smallest limit common clusters set (managed small instances); 256 ordinary records
+# with their vectors take 3-5 MB, so a normal chunk still goes as one request.
+BULK_MAX_BYTES = 10 * 1024 * 1024
+TOO_LARGE = 413
+
+
+def bulk_results(
+    client: Any,
+    operations: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+    max_bytes: int = BULK_MAX_BYTES,
+) -> list[dict[str, Any]]:
+    """Each (action, source) operation's result in order, as the engine's bulk answer has
+    it (`status`, and `error` when refused); an operation too large to send even alone
+    gets status 413 and an error saying so."""
+    lines = [f"{json.dumps(action)}\n{json.dumps(source)}\n" for action, source in operations]
+    results: list[dict[str, Any]] = []
+    for part in _parts(lines, max_bytes):
+        results += _send(client, part)
+    return results
+
+
+def _parts(lines: list[str], max_bytes: int) -> Iterator[list[str]]:
+    part: list[str] = []
+    size = 0
+    for line in lines:
+        length = len(line.encode())
+        if part and size + length > max_bytes:
+            yield part
+            part, size = [], 0
+        part.append(line)
+        size += length
+    if part:
+        yield part
+
+
+def _send(client: Any, lines: list[str]) -> list[dict[str, Any]]:
+    from opensearchpy.exceptions import TransportError
+
+    try:
+        response = client.bulk(body="".join(lines))
+    except TransportError as exc:
+        if exc.status_code != TOO_LARGE:
+            raise
+        if len(lines) > 1:
+            half = len(lines) // 2
+            return _send(client, lines[:half]) + _send(client, lines[half:])
+        megabytes = len(lines[0].encode()) / 1e6
+        reason = (
+            f"{megabytes:.1f} MB as indexed is more than the engine accepts in one request "
+            "(http.max_content_length): shorten the record, or raise that limit"
+        )
+        return [{"status": TOO_LARGE, "error": {"type": "too_large", "reason": reason}}]
+    return [next(iter(item.values())) for item in response["items"]]
