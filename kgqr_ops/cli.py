@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kgqr_core.settings import ConfigurationError
+from kgqr_ops.services.errors import ServiceError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "services": ("kgqr_ops.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
@@ -42,11 +43,12 @@ class LazyGroup(click.Group):
         return command  # type: ignore[no-any-return]
 
     def invoke(self, ctx: click.Context) -> Any:
-        """A configuration kgqr cannot run with is one line saying what to change, not a
-        traceback from wherever the settings were first read."""
+        """A configuration kgqr cannot run with, or a local service it cannot start (the
+        front's port taken), is one line saying what to change, not a traceback from
+        wherever it was found."""
         try:
             return super().invoke(ctx)
-        except ConfigurationError as exc:
+        except (ConfigurationError, ServiceError) as exc:
             raise click.ClickException(str(exc)) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

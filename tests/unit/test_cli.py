@@ -146,3 +146,18 @@ def test_every_number_option_has_a_range() -> None:
         main, ["eval", "run", "jsonl:x", "--kb", "m", "--concurrency", "0"]
     )
     assert refused.exit_code == 2 and "0 is not in the range x>=1" in refused.output
+
+
+def test_a_front_port_in_use_is_one_line_not_a_traceback() -> None:
+    import socket
+
+    from query_rewriter.background_server import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--port", str(free_port()), "--front-port", str(port)]
+        result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert result.output == f"Error: front: 127.0.0.1:{port} is already in use\n"
