@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kgqr_core.settings import ConfigurationError
+from kgqr_core.settings import ConfigurationError, get_settings
 from kgqr_ops.services.errors import ServiceError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -50,10 +50,40 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except (ConfigurationError, ServiceError) as exc:
             raise click.ClickException(str(exc)) from exc
+        except Exception as exc:
+            unreachable = _unreachable(exc)
+            if unreachable is None:
+                raise
+            raise click.ClickException(
+                f"{unreachable}: is it running? (`kgqr services status` shows the local "
+                "services, `kgqr serve` starts the proxy; KGQR_OPENSEARCH_URL, KGQR_NEO4J_URI "
+                "and KGQR_REDIS_URL say where kgqr looks)"
+            ) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, SUBCOMMANDS[name][1]) for name in sorted(SUBCOMMANDS)])
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """What could not be reached, when a command ended on a refused or timed-out
+    connection to a store: the most common mistake (services not started) deserves a
+    sentence, not a driver's traceback."""
+    import httpx
+    import neo4j.exceptions
+    import opensearchpy.exceptions
+    import redis.exceptions
+
+    settings = get_settings()
+    if isinstance(exc, opensearchpy.exceptions.ConnectionError):
+        return f"OpenSearch could not be reached at {settings.opensearch_url}"
+    if isinstance(exc, neo4j.exceptions.ServiceUnavailable):
+        return f"Neo4j could not be reached at {settings.neo4j_uri}"
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return f"Redis could not be reached ({exc})"
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return f"{exc.request.url.scheme}://{exc.request.url.netloc.decode()} could not be reached"
+    return None
 
 
 @click.group(cls=LazyGroup)

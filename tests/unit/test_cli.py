@@ -161,3 +161,25 @@ def test_a_front_port_in_use_is_one_line_not_a_traceback() -> None:
         result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
     assert result.output == f"Error: front: 127.0.0.1:{port} is already in use\n"
+
+
+def test_a_store_that_is_not_running_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kgqr_core.settings import get_settings
+    from query_rewriter.background_server import free_port
+
+    nowhere = free_port()  # nothing listens there
+    monkeypatch.setenv("KGQR_OPENSEARCH_URL", f"http://127.0.0.1:{nowhere}")
+    monkeypatch.setenv("KGQR_REDIS_URL", f"redis://127.0.0.1:{nowhere}/0")
+    get_settings.cache_clear()
+    try:
+        verify = CliRunner().invoke(main, ["ingest", "verify", "--kb", "movies"])
+        status = CliRunner().invoke(main, ["ingest", "status", "some-job"])
+    finally:
+        get_settings.cache_clear()
+    assert verify.exit_code == status.exit_code == 1
+    assert verify.output.startswith(
+        f"Error: OpenSearch could not be reached at http://127.0.0.1:{nowhere}: is it running?"
+    )
+    assert status.output.startswith("Error: Redis could not be reached (")
