@@ -19,10 +19,32 @@ class Source(abc.ABC):
     kind: str
     # Passages without a graph ask ingest tasks to extract triples with the LLM.
     extract_triples: bool = False
+    # What PATH may be: a folder holding `folder_files`, and/or one file.
+    folder_files: tuple[str, ...] = ()
+    reads_a_folder: bool = True
+    reads_a_file: bool = False
 
     def __init__(self, path: Path, limit: int | None = None) -> None:
         self.path = path
         self.limit = limit
+        self._check_path()
+
+    def _check_path(self) -> None:
+        """Refuse a PATH this source cannot read before any job starts: a folder without
+        its files used to end `kgqr ingest` on a FileNotFoundError traceback."""
+        if self.path.is_dir():
+            if not self.reads_a_folder:
+                raise FileNotFoundError(f"{self.path} is a folder: {self.kind} reads one file")
+            missing = [name for name in self.folder_files if not (self.path / name).is_file()]
+            if missing:
+                raise FileNotFoundError(
+                    f"{self.path} is not a {self.kind} folder: missing {', '.join(missing)}"
+                )
+        elif not self.reads_a_file:
+            raise FileNotFoundError(
+                f"{self.path} is a file: {self.kind} reads a folder holding "
+                f"{', '.join(self.folder_files)}"
+            )
 
     @abc.abstractmethod
     def records(self) -> Iterator[Record]:

@@ -35,6 +35,7 @@ MENTIONS_RELATION = "mentions"
 
 class MusiqueSource(Source):
     kind = "musique"
+    folder_files = ("corpus.json",)
 
     def structure(self) -> DocumentStructure:
         return PASSAGE_STRUCTURE
@@ -122,6 +123,7 @@ class HotpotQaSource(Source):
     another's title (see ingest.title_links); the file is read once per pass, never held."""
 
     kind = "hotpotqa"
+    folder_files = ("corpus.json",)
 
     def structure(self) -> DocumentStructure:
         return PASSAGE_STRUCTURE

@@ -29,6 +29,8 @@ from plugin.kb_meta import DocumentStructure
 
 class JsonlSource(Source):
     kind = "jsonl"
+    folder_files = ("documents.jsonl",)
+    reads_a_file = True  # documents only
 
     def _file(self, name: str) -> Path:
         return self.path / name if self.path.is_dir() else self.path

@@ -17,6 +17,8 @@ from plugin.kb_meta import DocumentStructure
 class PassagesSource(Source):
     kind = "passages"
     extract_triples = True
+    reads_a_folder = False
+    reads_a_file = True
 
     def structure(self) -> DocumentStructure:
         return PASSAGE_STRUCTURE

@@ -78,14 +78,7 @@ def _load_tensor(path: Path) -> list[Any]:
 
 class StarkSource(Source):
     kind = "stark"
-
-    def __init__(self, path: Path, limit: int | None = None) -> None:
-        super().__init__(path, limit)
-        missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
-        if missing:
-            raise FileNotFoundError(
-                f"{path} is not a STaRK processed folder: missing {', '.join(missing)}"
-            )
+    folder_files = REQUIRED_FILES
 
     def structure(self) -> DocumentStructure:
         node_types = _load_pickle(self.path / "node_type_dict.pkl")

@@ -97,6 +97,30 @@ def test_stark_folder_missing_files_is_explained(tmp_path: Path) -> None:
         open_source(f"stark:{tmp_path}")
 
 
+@pytest.mark.parametrize(
+    ("kind", "shape", "said"),
+    [
+        ("musique", "folder", "is not a musique folder: missing corpus.json"),
+        ("hotpotqa", "folder", "is not a hotpotqa folder: missing corpus.json"),
+        ("hotpotqa-kg", "folder", "is not a hotpotqa-kg folder: missing corpus.json"),
+        ("jsonl", "folder", "is not a jsonl folder: missing documents.jsonl"),
+        ("passages", "folder", "is a folder: passages reads one file"),
+        ("musique", "file", "is a file: musique reads a folder holding corpus.json"),
+    ],
+)
+def test_a_path_a_source_cannot_read_is_refused_when_opened(
+    tmp_path: Path, kind: str, shape: str, said: str
+) -> None:
+    """Found only when the job read its records, these ended `kgqr ingest` on a
+    FileNotFoundError or IsADirectoryError traceback."""
+    path = tmp_path
+    if shape == "file":
+        path = tmp_path / "notes.jsonl"
+        path.write_text("{}\n")
+    with pytest.raises(FileNotFoundError, match=said):
+        open_source(f"{kind}:{path}")
+
+
 @pytest.mark.skipif(
     not (SHARED_DATA / "musique100").is_dir(), reason="../shared/data/musique100 is absent"
 )
