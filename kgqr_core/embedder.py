@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kgqr_core.embedder_models import MODELS, EmbedderModel, assemble
+from kgqr_core.settings import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,6 +45,23 @@ def resolve_model_path(name: str) -> str:
     except ImportError:
         return name
     return str(package.get_model_path())
+
+
+def _sentence_transformer(model_name: str) -> SentenceTransformer:
+    """The model, or a ConfigurationError naming what an embedder may be: an unknown name
+    used to end on the Hub's "couldn't connect to 'https://huggingface.co'" traceback."""
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        return SentenceTransformer(resolve_model_path(model_name), device="cpu")
+    except OSError as exc:
+        if model_name in MODELS:
+            raise
+        raise ConfigurationError(
+            f"embedder {model_name!r} is not a registered model ({', '.join(MODELS)}), a "
+            "sentence-transformers folder or an installed package that ships one (a Hugging "
+            f"Face Hub id loads only with HF_HUB_OFFLINE=0 and a network): {exc}"
+        ) from exc
 
 
 def compute_dtype(spec: EmbedderModel, precision: str) -> str:
@@ -96,16 +114,13 @@ class Embedder:
         by torch."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         apply_omp_wait_policy(omp_wait_policy)
-        from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
         self.model_name = model_name
         self.spec = MODELS.get(model_name) or EmbedderModel(model_name, 0)
-        self._model: SentenceTransformer = SentenceTransformer(
-            resolve_model_path(model_name), device="cpu"
-        )
+        self._model: SentenceTransformer = _sentence_transformer(model_name)
         if model_name in MODELS:
             self._model.max_seq_length = self.spec.max_tokens
         self._onnx: OnnxQueryEncoder | None = None

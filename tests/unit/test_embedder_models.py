@@ -257,3 +257,12 @@ def test_a_reembed_reads_back_the_title_and_text_ingest_embedded() -> None:
         "",
         "Heat starred Al Pacino.",
     )
+
+
+def test_an_unknown_embedder_says_what_an_embedder_may_be(tmp_path: Path) -> None:
+    """It used to end on the Hub's "couldn't connect to huggingface.co" traceback."""
+    from kgqr_core.settings import ConfigurationError
+
+    for name in ("nosuch-model", str(tmp_path / "not-a-model-folder")):
+        with pytest.raises(ConfigurationError, match=r"is not a registered model \(gt-all"):
+            Embedder(name)
