@@ -54,11 +54,7 @@ class LazyGroup(click.Group):
             unreachable = _unreachable(exc)
             if unreachable is None:
                 raise
-            raise click.ClickException(
-                f"{unreachable}: is it running? (`kgqr services status` shows the local "
-                "services, `kgqr serve` starts the proxy; KGQR_OPENSEARCH_URL, KGQR_NEO4J_URI "
-                "and KGQR_REDIS_URL say where kgqr looks)"
-            ) from exc
+            raise click.ClickException(unreachable) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
@@ -75,15 +71,28 @@ def _unreachable(exc: BaseException) -> str | None:
     import redis.exceptions
 
     settings = get_settings()
+    if isinstance(exc, opensearchpy.exceptions.SSLError):  # reached, but TLS failed
+        return (
+            f"OpenSearch at {settings.opensearch_url}: TLS failed ({exc.error}); check that "
+            "the URL's scheme is the server's (http or https) and that "
+            "KGQR_OPENSEARCH_CA_CERTS names the CA that signed its certificate"
+        )
     if isinstance(exc, opensearchpy.exceptions.ConnectionError):
-        return f"OpenSearch could not be reached at {settings.opensearch_url}"
-    if isinstance(exc, neo4j.exceptions.ServiceUnavailable):
-        return f"Neo4j could not be reached at {settings.neo4j_uri}"
-    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-        return f"Redis could not be reached ({exc})"
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        return f"{exc.request.url.scheme}://{exc.request.url.netloc.decode()} could not be reached"
-    return None
+        what = f"OpenSearch could not be reached at {settings.opensearch_url}"
+    elif isinstance(exc, neo4j.exceptions.ServiceUnavailable):
+        what = f"Neo4j could not be reached at {settings.neo4j_uri}"
+    elif isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        what = f"Redis could not be reached ({exc})"
+    elif isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        url = exc.request.url
+        what = f"{url.scheme}://{url.netloc.decode()} could not be reached"
+    else:
+        return None
+    return (
+        f"{what}: is it running? (`kgqr services status` shows the local services, "
+        "`kgqr serve` starts the proxy; KGQR_OPENSEARCH_URL, KGQR_NEO4J_URI and "
+        "KGQR_REDIS_URL say where kgqr looks)"
+    )
 
 
 @click.group(cls=LazyGroup)

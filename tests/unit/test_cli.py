@@ -183,3 +183,27 @@ def test_a_store_that_is_not_running_is_one_line_not_a_traceback(
         f"Error: OpenSearch could not be reached at http://127.0.0.1:{nowhere}: is it running?"
     )
     assert status.output.startswith("Error: Redis could not be reached (")
+
+
+def test_a_tls_failure_is_told_apart_from_a_store_that_is_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """https:// to a plain-HTTP server (or a certificate that does not verify) reached
+    the server: "is it running?" would send the user the wrong way."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from kgqr_core.settings import get_settings
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("KGQR_OPENSEARCH_URL", f"https://127.0.0.1:{server.server_port}")
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(main, ["ingest", "verify", "--kb", "movies"])
+    finally:
+        get_settings.cache_clear()
+        server.shutdown()
+    assert result.exit_code == 1
+    assert "TLS failed ([SSL: WRONG_VERSION_NUMBER]" in result.output
+    assert "is it running" not in result.output
