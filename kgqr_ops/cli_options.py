@@ -12,15 +12,36 @@ from plugin.schema import check_kb_name
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _kb_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """Refused as a usage error before any connection: a bad name used to surface as a
-    ValueError traceback from deep inside whichever command first built an index name."""
+def checked_kb_name(value: str, **where: Any) -> str:
+    """`value` as a knowledge-base name, else a usage error (`where`: BadParameter's ctx
+    and param, or param_hint). A bad name used to surface as a ValueError traceback from
+    deep inside whichever command first built an index name."""
     try:
         return check_kb_name(value)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from exc
+        raise click.BadParameter(str(exc), **where) from exc
+
+
+def _kb_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    return checked_kb_name(value, ctx=ctx, param=param)
 
 
 def kb_option(help: str) -> Callable[[F], F]:
     """`--kb NAME`, required, checked as a knowledge-base name."""
     return click.option("--kb", required=True, callback=_kb_name, help=help)
+
+
+def strategy_names(value: str, option: str, single: bool = False) -> list[str]:
+    """Strategy names as typed (comma-separated; `kar boost` or `kar_boost` for
+    `kar+boost`), checked against the registry; `single` asks for exactly one."""
+    from query_rewriter.strategies import ALIASES, STRATEGIES
+
+    names = [ALIASES.get(s.strip(), s.strip()) for s in value.split(",") if s.strip()]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown {unknown}; valid: {', '.join(STRATEGIES)}", param_hint=option
+        )
+    if single and len(names) != 1:
+        raise click.BadParameter(f"one strategy, not {len(names)}", param_hint=option)
+    return names

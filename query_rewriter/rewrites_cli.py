@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from kgqr_core.settings import get_settings
-from kgqr_ops.cli_options import kb_option
+from kgqr_ops.cli_options import kb_option, strategy_names
 
 
 @click.group("rewrites")
@@ -59,6 +59,7 @@ def warm(
         warm_queries,
     )
 
+    [strategy] = strategy_names(strategy, "--strategy", single=True)
     if (top is None) == (path is None):
         raise click.UsageError("give exactly one of --from-log N and --file FILE")
     settings = get_settings()
@@ -67,7 +68,11 @@ def warm(
     else:
         queries = frequent_logged_queries(connections.opensearch_client(settings), kb, top or 0)
     if not queries:
-        raise click.ClickException("no queries to warm (is the query log on and filled?)")
+        raise click.ClickException(
+            f"no queries to warm in {path}"
+            if path is not None
+            else "no queries to warm (is the query log on and filled?)"
+        )
     headers = {}
     if user:
         headers["authorization"] = "Basic " + base64.b64encode(user.encode()).decode()

@@ -16,7 +16,7 @@ import click
 
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import Settings, get_settings
-from kgqr_ops.cli_options import kb_option
+from kgqr_ops.cli_options import checked_kb_name, kb_option, strategy_names
 
 QUERY_SET_HELP = """\b
 QUERY_SET is KIND:PATH:
@@ -128,18 +128,6 @@ def _draws(names: list[str], samples: int, proxy: str | None) -> list[list[str]]
             param_hint="--samples",
         )
     return [names, *([sampled] * (samples - 1))]
-
-
-def _split_strategies(value: str) -> list[str]:
-    from query_rewriter.strategies import ALIASES, STRATEGIES
-
-    names = [ALIASES.get(s.strip(), s.strip()) for s in value.split(",") if s.strip()]
-    unknown = [n for n in names if n not in STRATEGIES]
-    if unknown or not names:
-        raise click.BadParameter(
-            f"unknown {unknown}; valid: {', '.join(STRATEGIES)}", param_hint="--strategies"
-        )
-    return names
 
 
 @dataclass(frozen=True)
@@ -268,7 +256,7 @@ def run(
     )
     from query_rewriter.evaluation.runner import evaluate, merge_samples, run_identity
 
-    names = _split_strategies(strategies)
+    names = strategy_names(strategies, "--strategies")
     draws = _draws(names, samples, options.proxy)
     queries = _load(query_set, options.split, options.limit)
     settings = get_settings()
@@ -342,7 +330,7 @@ def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]
     metavar="KB=QUERY_SET",
     help="A knowledge base and its query set, e.g. musique=musique:../shared/data/musique100",
 )
-@click.option("--strategy", default="kar", show_default=True)
+@click.option("--strategy", default="kar", show_default=True, help="The strategy swept.")
 @click.option(
     "--grid",
     multiple=True,
@@ -366,13 +354,14 @@ def sweep(
 
     from query_rewriter.evaluation.sweep import Dataset, plot_parameter, run_sweep
 
-    [strategy] = _split_strategies(strategy)
+    [strategy] = strategy_names(strategy, "--strategy", single=True)
     values = _parse_grid(grid, strategy)
     loaded = []
     for item in datasets:
         kb, sep, spec = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r}: expected KB=QUERY_SET", param_hint="--dataset")
+        checked_kb_name(kb, param_hint="--dataset")
         loaded.append(Dataset(name=kb, kb=kb, queries=_load(spec, options.split, options.limit)))
     settings = get_settings()
     folder = options.out or Path("eval-results") / f"sweep-{_stamp()}"

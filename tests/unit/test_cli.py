@@ -207,3 +207,24 @@ def test_a_tls_failure_is_told_apart_from_a_store_that_is_down(
     assert result.exit_code == 1
     assert "TLS failed ([SSL: WRONG_VERSION_NUMBER]" in result.output
     assert "is it running" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["eval", "sweep", "--dataset", "m=jsonl:x", "--strategy", "base,kar"],
+         "Invalid value for --strategy: one strategy, not 2"),
+        (["eval", "sweep", "--dataset", "Bad_KB=jsonl:x", "--strategy", "base"],
+         "Invalid value for --dataset: invalid knowledge-base name 'Bad_KB'"),
+        (["rewrites", "warm", "--kb", "m", "--strategy", "karr", "--from-log", "5"],
+         "Invalid value for --strategy: unknown ['karr']; valid: base, "),
+    ],
+)  # fmt: skip
+def test_strategy_and_dataset_names_are_checked_before_anything_runs(
+    args: list[str], said: str
+) -> None:
+    """Two strategies for a sweep ended on "too many values to unpack", a bad KB name in a
+    dataset on a traceback, and warming an unknown strategy sent a search per query."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert said in result.output
