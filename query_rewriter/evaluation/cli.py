@@ -17,6 +17,7 @@ import click
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import Settings, get_settings
 from kgqr_ops.cli_options import checked_kb_name, kb_option, strategy_names
+from query_rewriter.evaluation.metrics import METRIC_NAMES
 
 QUERY_SET_HELP = """\b
 QUERY_SET is KIND:PATH:
@@ -339,7 +340,15 @@ def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]
     "kar.k 3-40, kar.h 1-2, rewrite.n 1-3, graph.damping 0.3-0.7, graph.weight 0.2-0.8 the "
     "strategy reads).",
 )
-@click.option("--metric", "metrics", multiple=True, default=("R@5", "MRR"), show_default=True)
+@click.option(
+    "--metric",
+    "metrics",
+    type=click.Choice(METRIC_NAMES),
+    multiple=True,
+    default=("R@5", "MRR"),
+    show_default=True,
+    help="Metric plotted (repeatable); checked before the sweep runs, not after.",
+)
 @common_options("Output folder (default eval-results/sweep-DATE).")
 def sweep(
     datasets: tuple[str, ...],

@@ -15,6 +15,14 @@ import numpy as np
 RECALL_DEPTHS = (2, 5, 10, 20)
 HIT_DEPTHS = (1, 5)
 NDCG_DEPTH = 10
+# Every metric score_query reports, in the order tables show them.
+METRIC_NAMES = (
+    *(f"Hit@{k}" for k in HIT_DEPTHS),
+    *(f"R@{k}" for k in RECALL_DEPTHS),
+    "MRR",
+    "mAP",
+    f"nDCG@{NDCG_DEPTH}",
+)
 
 
 def relevant_ids(judgments: Mapping[str, float]) -> set[str]:

@@ -6,17 +6,10 @@ import csv
 import json
 from pathlib import Path
 
-from query_rewriter.evaluation.metrics import HIT_DEPTHS, NDCG_DEPTH, RECALL_DEPTHS
+from query_rewriter.evaluation.metrics import METRIC_NAMES
 from query_rewriter.evaluation.runner import EvalReport, sample_spread
 
-METRIC_COLUMNS = [
-    *(f"Hit@{k}" for k in HIT_DEPTHS),
-    *(f"R@{k}" for k in RECALL_DEPTHS),
-    "MRR",
-    "mAP",
-    f"nDCG@{NDCG_DEPTH}",
-]
-COLUMNS = ["strategy", *METRIC_COLUMNS, "p50_ms", "p95_ms", "fallbacks", "llm_calls", "cached"]
+COLUMNS = ["strategy", *METRIC_NAMES, "p50_ms", "p95_ms", "fallbacks", "llm_calls", "cached"]
 SPREAD_COLUMNS = ("Hit@1", "R@2", "R@5", "R@10", "MRR")
 
 
@@ -25,7 +18,7 @@ def rows(report: EvalReport) -> list[dict[str, str | float | int]]:
     return [
         {
             "strategy": s.label,
-            **{name: round(100 * s.metrics.get(name, 0.0), 1) for name in METRIC_COLUMNS},
+            **{name: round(100 * s.metrics.get(name, 0.0), 1) for name in METRIC_NAMES},
             "p50_ms": round(s.latency["p50_ms"], 1),
             "p95_ms": round(s.latency["p95_ms"], 1),
             "fallbacks": s.fallbacks,

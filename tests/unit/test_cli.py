@@ -218,13 +218,16 @@ def test_a_tls_failure_is_told_apart_from_a_store_that_is_down(
          "Invalid value for --dataset: invalid knowledge-base name 'Bad_KB'"),
         (["rewrites", "warm", "--kb", "m", "--strategy", "karr", "--from-log", "5"],
          "Invalid value for --strategy: unknown ['karr']; valid: base, "),
+        (["eval", "sweep", "--dataset", "m=jsonl:x", "--metric", "R@50"],
+         "Invalid value for '--metric': 'R@50' is not one of 'Hit@1', "),
     ],
 )  # fmt: skip
 def test_strategy_and_dataset_names_are_checked_before_anything_runs(
     args: list[str], said: str
 ) -> None:
     """Two strategies for a sweep ended on "too many values to unpack", a bad KB name in a
-    dataset on a traceback, and warming an unknown strategy sent a search per query."""
+    dataset on a traceback, warming an unknown strategy sent a search per query, and a
+    sweep with a metric it does not report ran for hours to fail when plotting."""
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert said in result.output
