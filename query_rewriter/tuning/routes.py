@@ -30,6 +30,13 @@ RunPlan = Callable[
     Awaitable[tuple[httpx.Response, Explain]],
 ]
 STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
+# The page shows documents' titles and text: should one ever reach it as markup, it may
+# run no script but the page's own, and no other site may frame the page to steer a
+# tuner's clicks (their browser sends their credentials with every call it makes).
+PAGE_HEADERS = {
+    "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+}
 MAX_SIZE = 50
 
 
@@ -105,14 +112,14 @@ def _errors_as_opensearch(
 
 
 async def page(request: Request) -> Response:
-    return HTMLResponse(_static("page.html"))
+    return HTMLResponse(_static("page.html"), headers=PAGE_HEADERS)
 
 
 async def static(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in STATIC_TYPES:
         return error_response(RewriteRequestError(404, "not_found", f"no such file [{name}]"))
-    return Response(_static(name), media_type=STATIC_TYPES[name])
+    return Response(_static(name), media_type=STATIC_TYPES[name], headers=PAGE_HEADERS)
 
 
 async def options(request: Request) -> Response:

@@ -140,6 +140,9 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
         assert sized.status_code == 400, size
         assert "[size] must be a whole number from 1 to 50" in sized.json()["error"]["reason"]
     assert httpx.get(f"{tuning_url}/_kgqr/tune/static/routes.py").status_code == 404
+    page = httpx.get(f"{tuning_url}/_kgqr/tune")  # only its own script; framed by no site
+    assert page.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'"
+    assert page.headers["x-content-type-options"] == "nosniff"
     bad_kb = httpx.get(f"{tuning_url}/_kgqr/tune/metrics", params={"kb": "Not A KB!"})
     assert bad_kb.status_code == 400 and "invalid knowledge-base name" in bad_kb.text
     no_query = httpx.get(f"{tuning_url}/_kgqr/tune/judgments", params={"kb": KB})
