@@ -38,7 +38,8 @@ llm_model = "gpt-4o-mini"
 ```
 
 A mistake — a file named by `KGQR_CONFIG` that is not there, a key that is no setting, a
-value outside its range — stops every `kgqr` command with one line naming it.
+value outside its range — stops every `kgqr` command with one line naming it; a `KGQR_`
+variable that is no setting is warned about (with the setting it most resembles).
 `KGQR_REWRITE_DEFAULT_STRATEGY=none` passes searches through unless a request names a
 strategy.
 

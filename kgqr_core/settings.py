@@ -10,8 +10,10 @@ no configuration at all.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -576,12 +578,41 @@ def _unknown_key(key: str, value: Any, settings_cls: type[BaseSettings]) -> str:
 def get_settings() -> Settings:
     """Settings read once per process; tests build their own ``Settings(...)``."""
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as exc:
         problems = "; ".join(_problem(error) for error in exc.errors())
         raise ConfigurationError(f"invalid configuration: {problems}") from exc
     except SettingsError as exc:  # a JSON-valued variable that is not JSON
         raise ConfigurationError(f"{exc} (such settings are JSON, e.g. [0.3, 0.7])") from exc
+    for warning in unknown_variables(os.environ):
+        logging.getLogger("kgqr.settings").warning(warning)
+    return settings
+
+
+# KGQR_ variables that are no setting: the config file's name, and what scripts/bootstrap.sh
+# and the secured node's set-up read.
+NOT_SETTINGS = {"KGQR_CONFIG", "KGQR_VENV", "KGQR_PYTHON", "KGQR_BIN_DIR", "KGQR_COMPAT_VENV"}
+NOT_SETTINGS_PREFIX = "KGQR_SECURITY_"
+
+
+def unknown_variables(environment: Mapping[str, str]) -> list[str]:
+    """A warning per KGQR_ variable that sets nothing: the environment may hold anything,
+    so these are not errors, but KGQR_OPENSEARCH_ULR silently left kgqr on the default
+    OpenSearch."""
+    names = [f"KGQR_{name.upper()}" for name in Settings.model_fields]
+    warnings = []
+    for variable in sorted(environment):
+        if (
+            not variable.startswith("KGQR_")
+            or variable in names
+            or variable in NOT_SETTINGS
+            or variable.startswith(NOT_SETTINGS_PREFIX)
+        ):
+            continue
+        close = difflib.get_close_matches(variable, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        warnings.append(f"{variable} is no kgqr setting and is ignored{hint}")
+    return warnings
 
 
 def _problem(error: Any) -> str:

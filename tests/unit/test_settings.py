@@ -150,3 +150,22 @@ def _number_types(annotation: object) -> set[object]:
     if typing.get_origin(annotation) is tuple:
         return set()
     return {annotation, *typing.get_args(annotation)} & {int, float}
+
+
+def test_a_variable_that_sets_nothing_is_warned_about(
+    config: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Environments hold anything, so not an error; but KGQR_OPENSEARCH_ULR silently left
+    kgqr on the default OpenSearch."""
+    from kgqr_core.settings import unknown_variables
+
+    monkeypatch.setenv("KGQR_OPENSEARCH_ULR", "http://search:9200")
+    with caplog.at_level("WARNING", logger="kgqr.settings"):
+        get_settings()
+    assert caplog.messages == [
+        "KGQR_OPENSEARCH_ULR is no kgqr setting and is ignored (did you mean KGQR_OPENSEARCH_URL?)"
+    ]
+    quiet = {"KGQR_CONFIG": "x", "KGQR_VENV": "x", "KGQR_SECURITY_ADMIN_PASSWORD": "x",
+             "KGQR_PROXY_PORT": "1", "PATH": "x"}  # fmt: skip
+    assert unknown_variables(quiet) == []
+    assert unknown_variables({"KGQR_ZZZ": "1"}) == ["KGQR_ZZZ is no kgqr setting and is ignored"]
