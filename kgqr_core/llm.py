@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from kgqr_core.settings import Settings
 from kgqr_core.single_flight import SingleFlight
+
+log = logging.getLogger("kgqr.llm")
 
 CACHE_PREFIX = "kgqr:llm:"
 CACHE_TTL_S = 30 * 24 * 3600
@@ -107,8 +110,23 @@ class _AnswerCache:
         return request.cache_key(self.model, self.sample)
 
     @staticmethod
-    def _cached(hit: bytes, started: float) -> LlmAnswer:
-        return LlmAnswer(json.loads(hit), True, (time.perf_counter() - started) * 1000)
+    def _cached(hit: bytes | None, started: float) -> LlmAnswer | None:
+        """The cached answer, or None for a miss (a corrupt entry is one too)."""
+        try:
+            texts = json.loads(hit) if hit is not None else None
+        except ValueError:
+            return None
+        if not isinstance(texts, list):
+            return None
+        return LlmAnswer(texts, True, (time.perf_counter() - started) * 1000)
+
+    @staticmethod
+    def _unavailable(exc: Exception) -> None:
+        """The cache saves LLM time: an outage costs that time, never the answer (a Redis
+        outage used to make every LLM rewrite fall back to the plain query)."""
+        log.warning(
+            "LLM answer cache unavailable: asking the LLM", extra={"kgqr": {"error": str(exc)}}
+        )
 
 
 class LlmClient(_AnswerCache):
@@ -124,10 +142,8 @@ class LlmClient(_AnswerCache):
     def complete(self, request: LlmRequest) -> LlmAnswer:
         started = time.perf_counter()
         key = self._key(request)
-        if self._redis is not None:
-            hit = self._redis.get(key)
-            if hit is not None:
-                return self._cached(hit, started)
+        if (cached := self._cached(self._get(key), started)) is not None:
+            return cached
         # Streamed for the same reason as the async client: a timed-out (and retried)
         # request must not leave the server writing an answer nobody reads.
         answer = StreamedAnswer(request.n)
@@ -137,8 +153,20 @@ class LlmClient(_AnswerCache):
                 answer.add(chunk)
         texts = answer.texts(self.model)
         if self._redis is not None:
-            self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
+            try:
+                self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
+            except Exception as exc:
+                self._unavailable(exc)
         return LlmAnswer(texts, False, (time.perf_counter() - started) * 1000)
+
+    def _get(self, key: str) -> bytes | None:
+        if self._redis is None:
+            return None
+        try:
+            return self._redis.get(key)  # type: ignore[no-any-return]
+        except Exception as exc:
+            self._unavailable(exc)
+            return None
 
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
@@ -225,10 +253,8 @@ class AsyncLlmClient(_AnswerCache):
     async def complete(self, request: LlmRequest) -> LlmAnswer:
         started = time.perf_counter()
         key = self._key(request)
-        if self._redis is not None:
-            hit = await self._redis.get(key)
-            if hit is not None:
-                return self._cached(hit, started)
+        if (cached := self._cached(await self._get(key), started)) is not None:
+            return cached
         texts, shared = await self._in_flight.run(key, lambda: self._answer(key, request))
         return LlmAnswer(list(texts), shared, (time.perf_counter() - started) * 1000)
 
@@ -245,8 +271,20 @@ class AsyncLlmClient(_AnswerCache):
         finally:
             self._slots.release()
         if self._redis is not None:
-            await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
+            try:
+                await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)
+            except Exception as exc:
+                self._unavailable(exc)
         return texts
+
+    async def _get(self, key: str) -> bytes | None:
+        if self._redis is None:
+            return None
+        try:
+            return await self._redis.get(key)  # type: ignore[no-any-return]
+        except Exception as exc:
+            self._unavailable(exc)
+            return None
 
     async def _streamed_texts(self, request: LlmRequest) -> list[str]:
         """Streamed so that a caller giving up (a rewrite timeout cancels this coroutine)

@@ -131,3 +131,30 @@ def test_a_caller_giving_up_hangs_up_on_the_endpoint() -> None:
 
     asyncio.run(run())
     assert 0 < endpoint.sent < 200
+
+
+def test_an_answer_cache_that_is_down_costs_the_cache_not_the_answer() -> None:
+    """A Redis outage made every LLM call raise, and every LLM rewrite fall back to the
+    plain query, though the LLM was up: the cache only saves time."""
+    import redis
+    import redis.asyncio as aioredis
+
+    from query_rewriter.background_server import free_port
+
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+
+    async def run() -> tuple[list[str], list[str]]:
+        async with settings_for(ScriptedStream(['{"a": ', '"b"', "}"])) as settings:
+            down = aioredis.Redis.from_url(nowhere)
+            client = AsyncLlmClient(settings, down)
+            try:
+                proxied = (await client.complete(LlmRequest.user("q"))).texts
+            finally:
+                await client.close()
+                await down.aclose()
+        async with settings_for(ScriptedStream(['{"a": ', '"b"', "}"])) as settings:
+            blocking = LlmClient(settings, redis.Redis.from_url(nowhere))
+            answer = await asyncio.to_thread(blocking.complete, LlmRequest.user("q"))
+        return proxied, answer.texts
+
+    assert asyncio.run(run()) == (['{"a": "b"}'], ['{"a": "b"}'])
