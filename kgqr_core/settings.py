@@ -617,8 +617,11 @@ def unknown_variables(environment: Mapping[str, str]) -> list[str]:
 
 def _problem(error: Any) -> str:
     """One validation error, named as it was set: the variable when the environment sets
-    it, else the config file's key."""
+    it, else the config file's key; a secret's value is never repeated."""
     name = str(error["loc"][0]) if error["loc"] else "?"
     variable = f"KGQR_{name.upper()}"
     where = variable if variable in os.environ else name
-    return f"{where}={error['input']!r}: {error['msg']}"
+    field = Settings.model_fields.get(name)
+    secret = field is not None and "SecretStr" in str(field.annotation)
+    value = "'**********'" if secret else repr(error["input"])
+    return f"{where}={value}: {error['msg']}"

@@ -169,3 +169,11 @@ def test_a_variable_that_sets_nothing_is_warned_about(
              "KGQR_PROXY_PORT": "1", "PATH": "x"}  # fmt: skip
     assert unknown_variables(quiet) == []
     assert unknown_variables({"KGQR_ZZZ": "1"}) == ["KGQR_ZZZ is no kgqr setting and is ignored"]
+
+
+def test_a_secret_set_wrongly_is_named_but_never_shown(config: Path) -> None:
+    config.write_text("neo4j_password = 12345678\n")  # a number where a string is due
+    with pytest.raises(ConfigurationError) as raised:
+        get_settings()
+    assert "neo4j_password='**********': Input should be a valid string" in str(raised.value)
+    assert "12345678" not in str(raised.value)
