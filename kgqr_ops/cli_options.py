@@ -45,3 +45,19 @@ def strategy_names(value: str, option: str, single: bool = False) -> list[str]:
     if single and len(names) != 1:
         raise click.BadParameter(f"one strategy, not {len(names)}", param_hint=option)
     return names
+
+
+def judged_queries(
+    spec: str, hint: str, split: str | None = None, limit: int | None = None
+) -> list[Any]:
+    """The judged queries `spec` (KIND:PATH) names, or a usage error naming `hint`: a line
+    that is not JSON, a missing file, or no queries at all."""
+    from query_rewriter.evaluation.query_sets import QuerySetError, load_query_set
+
+    try:
+        queries = load_query_set(spec, split, limit)
+    except QuerySetError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from exc
+    if not queries:
+        raise click.BadParameter(f"{spec}: no queries", param_hint=hint)
+    return queries

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from kgqr_core.settings import get_settings
-from kgqr_ops.cli_options import kb_option
+from kgqr_core.text_files import TEXT_ENCODING
+from kgqr_ops.cli_options import judged_queries, kb_option
 from query_rewriter.evaluation.query_sets import JudgedQuery
 
 
@@ -61,17 +62,19 @@ def optimize(
     from query_rewriter.agent.plan_book import PlanBook, book_of
     from query_rewriter.agent.session import PlanSession
     from query_rewriter.evaluation.kb_snapshot import relation_signatures
-    from query_rewriter.evaluation.query_sets import load_query_set
 
+    val_path = val_path or train_path.with_name("val.jsonl")
+    if not val_path.is_file():
+        raise click.BadParameter(f"{val_path} does not exist", param_hint="--val")
+    train, val = (  # read before anything connects: a bad line is the user's to fix first
+        _by_category(path, judged_queries(f"jsonl:{path}", hint))
+        for path, hint in ((train_path, "--queries"), (val_path, "--val"))
+    )
     settings = get_settings()
     opensearch = connections.opensearch_client(settings)
     meta = kb_meta.load(opensearch, kb)
     if meta is None:
         raise click.ClickException(f"no knowledge base {kb!r}: ingest it first")
-    val_path = val_path or train_path.with_name("val.jsonl")
-    if not val_path.is_file():
-        raise click.BadParameter(f"{val_path} does not exist", param_hint="--val")
-    train, val = (_by_category(p, load_query_set(f"jsonl:{p}")) for p in (train_path, val_path))
     with connections.neo4j_driver(settings) as neo4j:
         signatures = relation_signatures(neo4j, kb, meta.structure.relations)
     relations = "\n".join(f"- {s} -{r}-> {t} ({n} edges)" for s, r, t, n in signatures)
@@ -137,7 +140,7 @@ def clear(kb: str) -> None:
 def _by_category(path: Path, judged: list[JudgedQuery]) -> dict[str, list[JudgedQuery]]:
     """The questions grouped by the `category` of their JSONL line ("all" without one)."""
     categories = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_text(encoding=TEXT_ENCODING).splitlines(), start=1):
         if line.strip():
             record = json.loads(line)
             categories[str(record.get("id", number))] = str(record.get("category", "all"))

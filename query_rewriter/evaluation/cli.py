@@ -16,7 +16,7 @@ import click
 
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import Settings, get_settings
-from kgqr_ops.cli_options import checked_kb_name, kb_option, strategy_names
+from kgqr_ops.cli_options import checked_kb_name, judged_queries, kb_option, strategy_names
 from query_rewriter.evaluation.metrics import METRIC_NAMES
 
 QUERY_SET_HELP = """\b
@@ -70,18 +70,6 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
                 except RewriteRequestError as exc:
                     raise click.BadParameter(exc.reason, param_hint="--param") from None
     return params
-
-
-def _load(spec: str, split: str | None, limit: int | None) -> list[Any]:
-    from query_rewriter.evaluation.query_sets import QuerySetError, load_query_set
-
-    try:
-        queries = load_query_set(spec, split, limit)
-    except QuerySetError as exc:
-        raise click.BadParameter(str(exc), param_hint="QUERY_SET") from exc
-    if not queries:
-        raise click.BadParameter(f"{spec}: no queries", param_hint="QUERY_SET")
-    return queries
 
 
 @contextlib.contextmanager
@@ -266,7 +254,7 @@ def run(
 
     names = strategy_names(strategies, "--strategies")
     draws = _draws(names, samples, options.proxy)
-    queries = _load(query_set, options.split, options.limit)
+    queries = judged_queries(query_set, "QUERY_SET", options.split, options.limit)
     settings = get_settings()
     config = run_config(settings, query_set=query_set, split=options.split, limit=options.limit)
     matching = run_identity(kb, options.params, options.size, config)
@@ -378,7 +366,13 @@ def sweep(
         if not sep:
             raise click.BadParameter(f"{item!r}: expected KB=QUERY_SET", param_hint="--dataset")
         checked_kb_name(kb, param_hint="--dataset")
-        loaded.append(Dataset(name=kb, kb=kb, queries=_load(spec, options.split, options.limit)))
+        loaded.append(
+            Dataset(
+                name=kb,
+                kb=kb,
+                queries=judged_queries(spec, "--dataset", options.split, options.limit),
+            )
+        )
     settings = get_settings()
     folder = options.out or Path("eval-results") / f"sweep-{_stamp()}"
     steps = sum(len(v) for v in values.values()) * len(loaded)

@@ -235,3 +235,13 @@ def test_strategy_and_dataset_names_are_checked_before_anything_runs(
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert said in result.output
+
+
+def test_a_bad_line_in_the_agents_questions_is_a_usage_error(tmp_path: Path) -> None:
+    """It was a QuerySetError traceback, after connecting to OpenSearch."""
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"query": "q", "relevant": ["d"]}\nnot json\n')
+    (tmp_path / "val.jsonl").write_text('{"query": "q", "relevant": ["d"]}\n')
+    result = CliRunner().invoke(main, ["agent", "optimize", "--kb", "m", "--queries", str(train)])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for --queries: {train}:2: not JSON" in result.output
