@@ -22,14 +22,20 @@ from plugin.schema import QUERY_LOG_INDEX
 
 def queries_from_file(path: Path) -> list[str]:
     """One query per line, or JSONL with a `query` (or `text`) field; blanks skipped,
-    duplicates once, in file order."""
+    duplicates once, in file order. A line that starts as JSON but is not is a ValueError
+    naming it."""
     queries = []
-    for line in path.read_text(encoding=TEXT_ENCODING).splitlines():
+    for number, line in enumerate(path.read_text(encoding=TEXT_ENCODING).splitlines(), 1):
         line = line.strip()
         if not line:
             continue
         if line.startswith("{"):
-            record = json.loads(line)
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number}: not a JSON object")
             line = str(record.get("query") or record.get("text") or "").strip()
         if line:
             queries.append(line)

@@ -64,7 +64,10 @@ def warm(
         raise click.UsageError("give exactly one of --from-log N and --file FILE")
     settings = get_settings()
     if path is not None:
-        queries = queries_from_file(path)
+        try:
+            queries = queries_from_file(path)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--file") from exc
     else:
         queries = frequent_logged_queries(connections.opensearch_client(settings), kb, top or 0)
     if not queries:

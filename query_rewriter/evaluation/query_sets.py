@@ -48,8 +48,8 @@ def _existing(path: Path) -> Path:
 def _read_json(path: Path) -> Any:
     _existing(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        return json.loads(path.read_text(encoding=TEXT_ENCODING))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise QuerySetError(f"{path}: not JSON ({exc})") from exc
 
 

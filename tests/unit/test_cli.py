@@ -245,3 +245,14 @@ def test_a_bad_line_in_the_agents_questions_is_a_usage_error(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["agent", "optimize", "--kb", "m", "--queries", str(train)])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for --queries: {train}:2: not JSON" in result.output
+
+
+def test_a_warm_file_line_that_starts_as_json_but_is_not_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    queries = tmp_path / "queries.txt"
+    queries.write_text('films with Al Pacino\n{"query": "heat"\n')
+    args = ["rewrites", "warm", "--kb", "m", "--strategy", "kar", "--file", str(queries)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for --file: {queries}:2: not JSON" in result.output
