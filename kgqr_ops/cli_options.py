@@ -1,4 +1,6 @@
-"""Options shared by the `kgqr` subcommands."""
+"""Options and argument checks shared by the `kgqr` subcommands: each turns a bad value
+(a KB name, a strategy, a query file) into a usage error before anything connects, where
+each command once met it as a traceback of its own."""
 
 from __future__ import annotations
 
