@@ -64,6 +64,11 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     host = host or settings.proxy_host
     port = port or settings.proxy_port
     front_port = front_port or settings.front_port
+    if front_port == port:
+        raise click.BadParameter(
+            f"{port} is the proxy's port too: the front needs one of its own",
+            param_hint="--front-port",
+        )
     front = (
         running_front(settings, host, front_port, port) if front_port else contextlib.nullcontext()
     )

@@ -256,3 +256,10 @@ def test_a_warm_file_line_that_starts_as_json_but_is_not_is_a_usage_error(
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert f"Invalid value for --file: {queries}:2: not JSON" in result.output
+
+
+def test_the_front_and_the_proxy_cannot_share_a_port() -> None:
+    """nginx took the port, then the proxy failed to bind it, after both had started."""
+    result = CliRunner().invoke(main, ["serve", "--port", "9299", "--front-port", "9299"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --front-port: 9299 is the proxy's port too" in result.output
