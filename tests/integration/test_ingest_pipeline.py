@@ -141,6 +141,18 @@ def test_records_a_store_cannot_hold_are_set_aside_not_their_chunk(
     assert verify(opensearch, neo4j, kb).ok
 
 
+def test_an_empty_source_is_said_to_hold_no_records(kb: str, tmp_path: Path) -> None:
+    """It ran a job of 0 chunks that ended "[done]", as if something had landed."""
+    from click.testing import CliRunner
+
+    from kgqr_ops.cli import main
+
+    (tmp_path / "documents.jsonl").write_text("")
+    result = CliRunner().invoke(main, ["ingest", f"jsonl:{tmp_path}", "--kb", kb, "--no-wait"])
+    assert result.exit_code == 0, result.output
+    assert f"warning: jsonl:{tmp_path} held no records; nothing was ingested" in result.output
+
+
 def test_second_run_sends_nothing_and_changes_nothing(stores: Stores, kb: str) -> None:
     _, opensearch, neo4j, _ = stores
     spec = f"jsonl:{FIXTURES / 'tiny_kb'}"
