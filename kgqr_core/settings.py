@@ -371,8 +371,9 @@ class Settings(BaseSettings):
         description="Knowledge bases whose in-memory graph copy `kgqr serve` starts reading "
         "as it starts, so their first `graph` and KAR searches do not expand in Neo4j (the "
         "first of those, on a cold Neo4j, took ~250 ms): a comma-separated list, or `*` for "
-        "every knowledge base kgqr-meta lists (read with kgqr's own account). Empty: a copy "
-        "is read on its knowledge base's first search.",
+        "every knowledge base kgqr-meta lists (read with kgqr's own account; a listed name it "
+        "does not hold is warned about and skipped). Empty: a copy is read on its knowledge "
+        "base's first search.",
     )
     graph_snapshot_check_s: float = Field(
         default=2.0,

@@ -100,12 +100,25 @@ class GraphSnapshots:
         first use, as it would without preloading. (A dropped KB keeps its graph version, so
         `*` is the KBs that exist, not the versions Redis holds.)"""
         wanted = {name.strip() for name in names.split(",")} - {""}
-        if "*" in wanted:
-            try:
-                wanted = set(await every_kb())
-            except Exception as exc:
+        if not wanted:
+            return []
+        try:
+            listed: set[str] | None = set(await every_kb())
+        except Exception as exc:
+            if "*" in wanted:
                 log.warning("graph copies not preloaded (%s): each is read on first use", exc)
                 return []
+            listed = None  # the names given are read as given
+        if "*" in wanted:
+            wanted = listed or set()
+        elif listed is not None and (unknown := sorted(wanted - listed)):
+            # A typo would copy an empty graph in silence and leave the KB meant unread.
+            log.warning(
+                "KGQR_GRAPH_SNAPSHOT_PRELOAD names %s, which kgqr-meta does not list: "
+                "not preloaded",
+                ", ".join(unknown),
+            )
+            wanted -= set(unknown)
         started = []
         for kb in sorted(wanted):
             if await self.version(kb) is None:  # Redis down: one timeout, not one per KB

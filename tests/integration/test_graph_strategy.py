@@ -268,6 +268,13 @@ def test_preloading_every_knowledge_base_reads_what_kgqr_meta_lists_or_nothing(
             snapshots = GraphSnapshots(small, redis)
             started = await snapshots.preload("*", lambda: knowledge_base_names(service_http))
             await snapshots.wait_for_loads()
+            # A name kgqr-meta does not list (a typo) is not copied as an empty graph.
+            named = GraphSnapshots(small, redis)
+            typo = await named.preload(
+                f"{kb},no-such-kb", lambda: knowledge_base_names(service_http)
+            )
+            await named.wait_for_loads()
+            assert typo == [kb]
             unlisted = GraphSnapshots(settings, redis)
 
             async def unreadable() -> list[str]:
