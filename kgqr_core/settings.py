@@ -414,7 +414,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=10 * 1024 * 1024,
         ge=1,
-        description="Largest request body kgqr reads (decoded); more is a 413.",
+        description="Largest request body kgqr reads (searches, msearch, templates; "
+        "decoded); more is a 413. Other bodies stream to OpenSearch unread.",
     )
     msearch_max_items: int = Field(
         default=100,

@@ -3,12 +3,14 @@
 Verbatim traffic goes through `Upstream`, a bare aiohttp session, rather than the httpx
 client kgqr uses for its own searches: pass-through is most of a proxy's traffic, and
 httpx's request building (URL merging, cookies, decoding) cost about as much as a small
-search itself (bench/proxy_latency.py). Bodies travel as bytes both ways, compressed
-answers stay compressed, and nothing is re-encoded.
+search itself (bench/proxy_latency.py). Bodies travel as bytes both ways (a request body
+kgqr does not read streams through as it arrives), compressed answers stay compressed,
+and nothing is re-encoded.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -104,14 +106,24 @@ class Upstream:
         )
 
     async def send(
-        self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: list[tuple[str, str]],
+        body: bytes | AsyncIterator[bytes],
+        length: str | None = None,
     ) -> Response:
         """Send as given (path and query already encoded) and answer with OpenSearch's
         status, headers and bytes. The caller's credentials are the only ones sent (see
-        caller.Caller for the opt-in that lends anonymous callers kgqr's account)."""
+        caller.Caller for the opt-in that lends anonymous callers kgqr's account). A
+        streamed body keeps the caller's `length` when it declared one (else it is sent
+        chunked)."""
         outgoing = CIMultiDict(
             (k, v) for k, v in headers if k.lower() not in DROPPED_VERBATIM_REQUEST_HEADERS
         )
+        if length is not None and not isinstance(body, bytes):
+            outgoing["content-length"] = length
         if self._settings.anonymous_uses_service_account:  # else only the caller's are sent
             for name, value in Caller.from_headers(outgoing, self._settings).credentials:
                 outgoing.setdefault(name, value)
@@ -137,22 +149,28 @@ class Upstream:
         response.raw_headers = kept
         return response
 
-    async def forward(self, request: Request, body: bytes, decoded: bool = False) -> Response:
+    async def forward(
+        self, request: Request, body: bytes | None = None, decoded: bool = False
+    ) -> Response:
         """The request as the client sent it (method, path, query, headers, body), less
-        kgqr's own `kgqr.*` parameters, which OpenSearch would reject. `decoded`: kgqr
-        undid the body's Content-Encoding (request_body.decode_body), so it is not sent."""
+        kgqr's own `kgqr.*` parameters, which OpenSearch would reject. `body`: the one kgqr
+        read, else the caller's streamed through unread. `decoded`: kgqr undid the body's
+        Content-Encoding (request_body.decode_body), so it is not sent."""
         query = request.scope.get("query_string", b"").decode("latin-1")
         if "kgqr." in query:
             query = urlencode(
                 [(k, v) for k, v in request.query_params.multi_items() if not k.startswith("kgqr.")]
             )
-        return await self.send(
-            request.method,
-            request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
-            query,
-            [(k, v) for k, v in request.headers.items() if not decoded or k != "content-encoding"],
-            body,
-        )
+        headers = [
+            (k, v) for k, v in request.headers.items() if not decoded or k != "content-encoding"
+        ]
+        path = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")
+        if body is not None:
+            return await self.send(request.method, path, query, headers, body)
+        length = request.headers.get("content-length")
+        if length in (None, "0") and "transfer-encoding" not in request.headers:
+            return await self.send(request.method, path, query, headers, b"")
+        return await self.send(request.method, path, query, headers, request.stream(), length)
 
     async def close(self) -> None:
         await self._session.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -495,3 +496,30 @@ def test_the_engine_pipeline_follows_the_weight_setting(
     with running_proxy(settings):
         installed = opensearch.transport.perform_request("GET", path)[schema.HYBRID_PIPELINE]
     assert installed == schema.hybrid_pipeline(settings.hybrid_weights) != stale
+
+
+def test_a_passed_through_body_is_bounded_by_the_engine_not_by_kgqr(
+    settings: Settings, opensearch: Any, unique_name: str, movies_kb: str
+) -> None:
+    """KGQR_MAX_BODY_BYTES bounds the bodies kgqr reads (searches); a `_bulk` over it was
+    kgqr's 413 where the engine (and the front) took it. Other bodies now stream through."""
+    small = settings.model_copy(update={"max_body_bytes": 2000})
+    lines = [
+        line
+        for i in range(10)
+        for line in (json.dumps({"index": {"_index": unique_name, "_id": str(i)}}),
+                     json.dumps({"text": "x" * 500}))
+    ]  # fmt: skip
+    bulk = ("\n".join(lines) + "\n").encode()
+    assert len(bulk) > 5000
+    try:
+        with running_proxy(small) as url:
+            written = httpx.post(f"{url}/_bulk?refresh=true", content=bulk,
+                                 headers={"content-type": "application/x-ndjson"})  # fmt: skip
+            search = {"query": {"match": {"text": "x " * 1500}}}
+            refused = httpx.post(f"{url}/{movies_kb}/_search", json=search)
+        assert written.status_code == 200 and written.json()["errors"] is False
+        assert opensearch.count(index=unique_name)["count"] == 10
+        assert refused.status_code == 413  # a body kgqr reads keeps its bound
+    finally:
+        opensearch.indices.delete(index=unique_name, ignore_unavailable=True)
