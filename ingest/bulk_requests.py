@@ -29,39 +29,40 @@ def bulk_results(
     """Each (action, source) operation's result in order, as the engine's bulk answer has
     it (`status`, and `error` when refused); an operation too large to send even alone
     gets status 413 and an error saying so."""
-    lines = [f"{json.dumps(action)}\n{json.dumps(source)}\n" for action, source in operations]
+    lines = [
+        f"{json.dumps(action)}\n{json.dumps(source)}\n".encode() for action, source in operations
+    ]
     results: list[dict[str, Any]] = []
     for part in _parts(lines, max_bytes):
         results += _send(client, part)
     return results
 
 
-def _parts(lines: list[str], max_bytes: int) -> Iterator[list[str]]:
-    part: list[str] = []
+def _parts(lines: list[bytes], max_bytes: int) -> Iterator[list[bytes]]:
+    part: list[bytes] = []
     size = 0
     for line in lines:
-        length = len(line.encode())
-        if part and size + length > max_bytes:
+        if part and size + len(line) > max_bytes:
             yield part
             part, size = [], 0
         part.append(line)
-        size += length
+        size += len(line)
     if part:
         yield part
 
 
-def _send(client: Any, lines: list[str]) -> list[dict[str, Any]]:
+def _send(client: Any, lines: list[bytes]) -> list[dict[str, Any]]:
     from opensearchpy.exceptions import TransportError
 
     try:
-        response = client.bulk(body="".join(lines))
+        response = client.bulk(body=b"".join(lines))
     except TransportError as exc:
         if exc.status_code != TOO_LARGE:
             raise
         if len(lines) > 1:
             half = len(lines) // 2
             return _send(client, lines[:half]) + _send(client, lines[half:])
-        megabytes = len(lines[0].encode()) / 1e6
+        megabytes = len(lines[0]) / 1e6
         reason = (
             f"{megabytes:.1f} MB as indexed is more than the engine accepts in one request "
             "(http.max_content_length): shorten the record, or raise that limit"

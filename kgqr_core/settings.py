@@ -13,7 +13,7 @@ import difflib
 import logging
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -572,8 +572,13 @@ def _unknown_key(key: str, value: Any, settings_cls: type[BaseSettings]) -> str:
         joined = [f"{key}_{inner}" for inner in value if f"{key}_{inner}" in fields]
         hint = f" (write {joined[0]} = ... at the top level)" if joined else ""
         return f"unknown table [{key}]{hint}"
-    close = difflib.get_close_matches(key, fields, n=1)
-    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    return f"unknown key {key!r}{_did_you_mean(key, fields, repr)}"
+
+
+def _did_you_mean(name: str, known: list[str], shown: Callable[[str], str] = str) -> str:
+    """` (did you mean X?)` for the known name closest to a mistyped one, else nothing."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {shown(close[0])}?)" if close else ""
 
 
 @lru_cache(maxsize=1)
@@ -611,8 +616,7 @@ def unknown_variables(environment: Mapping[str, str]) -> list[str]:
             or variable.startswith(NOT_SETTINGS_PREFIX)
         ):
             continue
-        close = difflib.get_close_matches(variable, names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = _did_you_mean(variable, names)
         warnings.append(f"{variable} is no kgqr setting and is ignored{hint}")
     return warnings
 

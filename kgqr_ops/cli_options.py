@@ -36,10 +36,12 @@ def kb_option(help: str) -> Callable[[F], F]:
 def strategy_names(value: str, option: str, single: bool = False) -> list[str]:
     """Strategy names as typed (comma-separated; `kar boost` or `kar_boost` for
     `kar+boost`), checked against the registry; `single` asks for exactly one."""
-    from query_rewriter.strategies import ALIASES, STRATEGIES
+    from query_rewriter.strategies import STRATEGIES, known_strategy
 
-    names = [ALIASES.get(s.strip(), s.strip()) for s in value.split(",") if s.strip()]
-    unknown = [n for n in names if n not in STRATEGIES]
+    typed = [name.strip() for name in value.split(",") if name.strip()]
+    resolved = [known_strategy(name) for name in typed]
+    unknown = [name for name, known in zip(typed, resolved, strict=True) if known is None]
+    names = [known for known in resolved if known is not None]
     if unknown or not names:
         raise click.BadParameter(
             f"unknown {unknown}; valid: {', '.join(STRATEGIES)}", param_hint=option

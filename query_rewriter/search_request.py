@@ -17,7 +17,7 @@ from query_rewriter.answer_format import binary_format, opensearch_flag
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.explain import Explain
 from query_rewriter.query_text import ParsedQuery, parse_query
-from query_rewriter.strategies import ALIASES, ALL_PARAMS, STRATEGIES
+from query_rewriter.strategies import ALL_PARAMS, STRATEGIES, known_strategy
 from query_rewriter.strategies.params import request_params
 
 
@@ -327,13 +327,15 @@ def plan_search(
     """The rewrite to do, or why the search passes through (after strip_kgqr)."""
     options = _strategy_options(query_params, body)
     strategy = options.get("strategy", default_strategy)
-    strategy = ALIASES.get(strategy, strategy) if isinstance(strategy, str) else strategy
-    if strategy is not None and strategy not in STRATEGIES:
-        raise RewriteRequestError(
-            400,
-            "illegal_argument_exception",
-            f"unknown kgqr strategy [{strategy}]; valid strategies: {', '.join(STRATEGIES)}",
-        )
+    if strategy is not None:
+        known = known_strategy(strategy) if isinstance(strategy, str) else None
+        if known is None:
+            raise RewriteRequestError(
+                400,
+                "illegal_argument_exception",
+                f"unknown kgqr strategy [{strategy}]; valid strategies: {', '.join(STRATEGIES)}",
+            )
+        strategy = known
     declared = STRATEGIES[strategy].params if strategy is not None else ALL_PARAMS
     given = request_params(declared, options["params"])
     explain = _flag(options.get("explain", False))

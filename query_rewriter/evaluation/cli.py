@@ -46,6 +46,7 @@ and range over them; strategies without an LLM run once.
 def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
     from query_rewriter.errors import RewriteRequestError
     from query_rewriter.strategies import ALL_PARAMS
+    from query_rewriter.strategies.params import request_params
 
     known = {param.name for param in ALL_PARAMS} | {str(param.legacy) for param in ALL_PARAMS}
     params = {}
@@ -63,12 +64,10 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
             raise click.BadParameter(
                 f"{item!r}: {value!r} is not a number", param_hint="--param"
             ) from None
-        for param in ALL_PARAMS:  # out of range: refused now, not by the first search
-            if name in (param.name, param.legacy):
-                try:
-                    param.check(params[name])
-                except RewriteRequestError as exc:
-                    raise click.BadParameter(exc.reason, param_hint="--param") from None
+        try:  # out of range: refused now, as a request would be, not by the first search
+            request_params(ALL_PARAMS, {name: params[name]})
+        except RewriteRequestError as exc:
+            raise click.BadParameter(exc.reason, param_hint="--param") from None
     return params
 
 

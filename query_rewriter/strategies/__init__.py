@@ -51,10 +51,17 @@ ALL_PARAMS: tuple[Param, ...] = tuple(
 ALIASES = {"kar boost": "kar+boost", "kar_boost": "kar+boost"}
 
 
+def known_strategy(name: str) -> str | None:
+    """The registered strategy `name` stands for (an alias resolved), else None: what a
+    request, a command-line option and the default strategy setting are all checked by."""
+    name = ALIASES.get(name, name)
+    return name if name in STRATEGIES else None
+
+
 def check_default_strategy(name: str | None) -> None:
     """Refuse a misspelt KGQR_REWRITE_DEFAULT_STRATEGY when the proxy starts: found at the
     first search, every search on a knowledge base would be a 400."""
-    if name is not None and ALIASES.get(name, name) not in STRATEGIES:
+    if name is not None and known_strategy(name) is None:
         raise ConfigurationError(
             f"KGQR_REWRITE_DEFAULT_STRATEGY={name!r} is no strategy; valid: "
             f"{', '.join(STRATEGIES)}, or none to pass searches through"
