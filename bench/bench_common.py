@@ -94,7 +94,7 @@ def proxy_process(env: dict[str, str] | None = None, workers: int = 1) -> Iterat
     try:
         for _ in range(600):
             try:
-                httpx.get(f"{url}/metrics", timeout=1).raise_for_status()
+                httpx.get(f"{url}/_kgqr/metrics", timeout=1).raise_for_status()
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)

@@ -49,7 +49,7 @@ def search(
 
 
 def background_done(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    text = httpx.get(f"{url}/_kgqr/metrics", timeout=10).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

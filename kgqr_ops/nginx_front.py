@@ -3,7 +3,7 @@
 Every request through the Python proxy pays for an HTTP parse and a second HTTP request
 (~1.5 ms on a 2-core machine, 1.4x a small search); nginx forwards in ~0.2 ms. The front
 sends kgqr only what concerns it (see ``kgqr_ops/nginx/nginx.conf``) and the rest straight to
-OpenSearch; kgqr's /metrics still counts the front's requests (``front_status.py``). What
+OpenSearch; kgqr's /_kgqr/metrics still counts the front's requests (``front_status.py``). What
 it cannot see: an ``ext.kgqr`` object in the body of a search on an index kgqr does not
 manage reaches OpenSearch as sent, where `kgqr serve` alone would drop it.
 """

@@ -152,7 +152,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            Route(metrics.PATH, metrics_endpoint, methods=["GET"]),
             *tuning_routes(run_plan),
             Route("/{path:path}", proxy, methods=["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]),
         ],

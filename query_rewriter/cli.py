@@ -45,7 +45,7 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     kgqr-KB-documents indices are rewritten with the default strategy
     (KGQR_REWRITE_DEFAULT_STRATEGY, `base`) or the one a request names with
     `?kgqr.strategy=hyde` or `"ext": {"kgqr": {"strategy": "hyde"}}`; add
-    `kgqr.explain=true` to see the rewrite in the response. Metrics: GET /metrics.
+    `kgqr.explain=true` to see the rewrite in the response. Metrics: GET /_kgqr/metrics.
     """
     import contextlib
     import signal

@@ -1,8 +1,8 @@
-"""The nginx front's own counters in kgqr's /metrics.
+"""The nginx front's own counters in kgqr's /_kgqr/metrics.
 
 With the front, requests kgqr does not rewrite go straight to OpenSearch and never reach
 kgqr's counters. nginx's stub_status still sees every request, so each front serves it on
-a unix socket in a folder named after the kgqr port it forwards to, and /metrics reads
+a unix socket in a folder named after the kgqr port it forwards to, and /_kgqr/metrics reads
 every socket there. Nothing is exposed on the network; a front that has gone away leaves
 at most a dead socket, which is skipped.
 """
@@ -114,7 +114,7 @@ class _FrontCollector(Collector):
 
 
 def render_fronts(fronts: dict[str, FrontCounters]) -> bytes:
-    """Prometheus text for the fronts; empty when there are none, so /metrics is unchanged."""
+    """Prometheus text for the fronts; empty when there are none, so /_kgqr/metrics is unchanged."""
     if not fronts:
         return b""
     registry = CollectorRegistry()

@@ -29,7 +29,7 @@ KGQR_GRAPH_SNAPSHOT_PRELOAD='*' kgqr serve --port 9201 --front-port 9202 --log-l
 proxy_pid=$!
 trap 'kill $proxy_pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do
-  curl -fs http://127.0.0.1:9201/metrics >/dev/null 2>&1 && break
+  curl -fs http://127.0.0.1:9201/_kgqr/metrics >/dev/null 2>&1 && break
   sleep 0.5
 done
 python scripts/rewrite_demo.py --proxy http://127.0.0.1:9202

@@ -22,6 +22,7 @@ from opensearchpy.helpers.search import Search
 
 from kgqr_core.settings import Settings
 from kgqr_ops.services.process import port_is_open
+from query_rewriter import metrics
 from query_rewriter.background_server import free_port
 from query_rewriter.filter_path import filtered
 from tests.integration.search_helpers import metric_sample
@@ -668,3 +669,20 @@ def test_a_search_template_is_rewritten_like_the_search_it_renders(
             assert multi[1].get("hits", {}).get("total") == direct[1].get("hits", {}).get("total")
     finally:
         opensearch.delete_script(id=unique_name)
+
+
+def test_an_index_named_metrics_is_the_engines_not_kgqrs_counters(
+    entry_url: str, opensearch: Any
+) -> None:
+    """kgqr's counters once sat at `/metrics`, so a client asking whether an index named
+    `metrics` existed was told yes, and reading it got Prometheus text."""
+    client = OpenSearch(hosts=[entry_url])
+    assert httpx.head(f"{entry_url}/metrics").status_code == 404
+    assert not client.indices.exists(index="metrics")
+    client.indices.create(index="metrics")
+    try:
+        assert client.indices.exists(index="metrics")
+        assert client.indices.get(index="metrics") == opensearch.indices.get(index="metrics")
+    finally:
+        opensearch.indices.delete(index="metrics")
+    assert "kgqr_requests_total" in httpx.get(f"{entry_url}{metrics.PATH}").text

@@ -14,6 +14,7 @@ from kgqr_core.settings import Settings
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.local_service import port_of
 from plugin import schema
+from query_rewriter import metrics
 from query_rewriter.background_server import free_port, running_proxy
 
 QUERY: dict[str, Any] = {
@@ -74,9 +75,9 @@ def test_unmanaged_apis_behave_exactly_as_direct(
 
 
 def _samples(proxy_url: str) -> dict[str, float]:
-    """Every series (name and labels, as written) in kgqr's /metrics, read in one request."""
+    """Every series (name and labels, as written) in kgqr's metrics, read in one request."""
     samples = {}
-    for line in httpx.get(f"{proxy_url}/metrics").text.splitlines():
+    for line in httpx.get(f"{proxy_url}{metrics.PATH}").text.splitlines():
         if line and not line.startswith("#"):
             series, _, value = line.rpartition(" ")
             samples[series] = float(value)
@@ -98,7 +99,7 @@ def test_the_front_sends_only_kgqr_traffic_through_kgqr(
         before = _passthrough_count(proxy_url)
         assert httpx.get(f"{front}/_cluster/health").json()["status"] in ("green", "yellow")
         assert _passthrough_count(proxy_url) == before, "a plain request went through kgqr"
-        assert "kgqr_requests_total" in httpx.get(f"{front}/metrics").text
+        assert "kgqr_requests_total" in httpx.get(f"{front}{metrics.PATH}").text
         assert httpx.get(f"{front}/_kgqr/tune").status_code == 200
         explained = _search(front, movies_kb, QUERY, **{"kgqr.explain": "true"}).json()
         assert explained["kgqr"]["strategy"] == "base"
@@ -112,7 +113,7 @@ def test_the_front_sends_only_kgqr_traffic_through_kgqr(
 
 def _front_requests(proxy_url: str, front_port: int) -> float:
     value = _sample(proxy_url, f'kgqr_front_requests_total{{front_port="{front_port}"}}')
-    assert value is not None, f"no counters for the front on port {front_port} in /metrics"
+    assert value is not None, f"no counters for the front on port {front_port} in {metrics.PATH}"
     return value
 
 
@@ -126,7 +127,7 @@ def test_kgqr_metrics_count_what_the_front_passes_straight_through(
             assert httpx.get(f"{front}/_cluster/health").status_code == 200
         # One more: reading the counters is itself a request to the front.
         assert _front_requests(proxy_url, front_port) == before + 4
-    assert f'front_port="{front_port}"' not in httpx.get(f"{proxy_url}/metrics").text
+    assert f'front_port="{front_port}"' not in httpx.get(f"{proxy_url}{metrics.PATH}").text
 
 
 def test_opensearch_errors_pass_through_unchanged(entry_url: str, settings: Settings) -> None:

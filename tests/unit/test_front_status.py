@@ -1,4 +1,4 @@
-"""The nginx front's stub_status, parsed and rendered for kgqr's /metrics."""
+"""The nginx front's stub_status, parsed and rendered for kgqr's /_kgqr/metrics."""
 
 from __future__ import annotations
 

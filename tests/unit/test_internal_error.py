@@ -6,6 +6,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from kgqr_core.settings import Settings
+from query_rewriter import metrics
 from query_rewriter.app import create_app
 
 pytestmark = pytest.mark.unit
@@ -15,7 +16,7 @@ def test_a_fault_in_kgqr_answers_an_opensearch_shaped_500() -> None:
     # Without its lifespan the app has no state, so the metrics endpoint faults
     # (AttributeError): a stand-in for any bug that escapes a handler.
     client = TestClient(create_app(Settings()), raise_server_exceptions=False)
-    answer = client.get("/metrics")
+    answer = client.get(metrics.PATH)
     assert answer.status_code == 500
     error = answer.json()["error"]
     assert error["type"] == error["root_cause"][0]["type"] == "kgqr_exception"
