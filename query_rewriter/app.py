@@ -154,11 +154,17 @@ def create_app(settings: Settings | None = None) -> Starlette:
         routes=[
             Route(metrics.PATH, metrics_endpoint, methods=["GET"]),
             *tuning_routes(run_plan),
-            Route("/{path:path}", proxy, methods=["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]),
+            Route("/{path:path}", proxy, methods=ENGINE_METHODS),
         ],
         lifespan=lifespan,
         exception_handlers={Exception: internal_error},
     )
+
+
+# Every method OpenSearch's REST layer knows (RestRequest.Method), so the engine answers
+# each as it would directly: OPTIONS is a browser's CORS preflight (kgqr's 405 to it
+# stopped every browser app), TRACE and CONNECT get the engine's own 405.
+ENGINE_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS", "TRACE", "CONNECT"]
 
 
 async def _has_neural_search(http: httpx.AsyncClient) -> bool:

@@ -50,7 +50,8 @@ DROPPED_VERBATIM_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length"}
 
 def about_the_request(*answers: httpx.Response) -> dict[str, str]:
     """The headers of the engine's answers that are about the caller's request rather than
-    its body: `Warning` (deprecations) and CORS's `Access-Control-*`. An answer kgqr
+    its body: `Warning` (deprecations), CORS's `Access-Control-*` and the `Vary: origin`
+    that keeps a shared cache from giving one site's answer to another. An answer kgqr
     writes itself carries them as the engine's would. From several answers (a rewritten
     search's hybrid and totals requests, an msearch's items) each value comes once: a
     deprecated aggregation warns only on the totals request, the only one aggregating."""
@@ -58,7 +59,7 @@ def about_the_request(*answers: httpx.Response) -> dict[str, str]:
     for answer in answers:
         for name, value in answer.headers.multi_items():
             name = name.lower()
-            if name == "warning" or name.startswith("access-control-"):
+            if name in ("warning", "vary") or name.startswith("access-control-"):
                 found = values.setdefault(name, [])
                 if value not in found:
                     found.append(value)

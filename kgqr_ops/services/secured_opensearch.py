@@ -37,6 +37,8 @@ from kgqr_ops.services.service_user import hand_over, running_as_root
 SECURITY_SHA256 = {
     "2.19.1.0": "94a04f12ac6033902209fac1e4e512618d45beee604bbf0e42c3ed79c55220cf",
 }
+# The one site whose pages may call the secured node from a browser (CORS).
+BROWSER_APP_ORIGIN = "https://search-app.example"
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,15 @@ class SecuredOpenSearchNode(OpenSearchNode):
         return self._credentials()
 
     def node_options(self) -> list[str]:
-        return ["-E", f"transport.port={self.port + 100}"]
+        """Its own transport port, and CORS on for one origin, as a cluster that serves a
+        browser search app is set up (what kgqr must not break: the browser's preflight)."""
+        return [
+            "-E", f"transport.port={self.port + 100}",
+            "-E", "http.cors.enabled=true",
+            "-E", f"http.cors.allow-origin={BROWSER_APP_ORIGIN}",
+            "-E", "http.cors.allow-credentials=true",
+            "-E", "http.cors.allow-headers=Authorization,Content-Type,X-Opaque-Id",
+        ]  # fmt: skip
 
     def node_environment(self) -> dict[str, str]:
         return {"OPENSEARCH_PATH_CONF": str(self.config_dir)}

@@ -33,7 +33,11 @@ from kgqr_core import connections
 from kgqr_core.connections import basic_authorization
 from kgqr_core.settings import Settings
 from kgqr_ops.nginx_front import running_front
-from kgqr_ops.services.secured_opensearch import SecuredCredentials, SecuredOpenSearchNode
+from kgqr_ops.services.secured_opensearch import (
+    BROWSER_APP_ORIGIN,
+    SecuredCredentials,
+    SecuredOpenSearchNode,
+)
 from plugin import kb_meta, schema
 from query_rewriter.agent.plan_book import PlanBook, PlanEntry
 from query_rewriter.background_server import free_port, running_proxy
@@ -513,3 +517,56 @@ def test_the_tuning_page_searches_and_judges_as_the_caller(
     assert tune("tuner", "judgments", judgment).status_code == 200
     assert tune("outsider").status_code == 403
     assert tune(None).status_code == 401
+
+
+def _cors(answer: httpx.Response) -> dict[str, list[str]]:
+    """The CORS headers of an answer, each with its values in order (the engine repeats
+    `access-control-allow-methods` once per method)."""
+    found: dict[str, list[str]] = {}
+    for name, value in answer.headers.multi_items():
+        if name.lower().startswith("access-control-") or name.lower() == "vary":
+            found.setdefault(name.lower(), []).append(value)
+    return found
+
+
+@pytest.mark.parametrize("entry", ["proxy", "front"])
+def test_a_browser_app_calls_through_kgqr_as_cors_lets_it_call_the_engine(
+    entry: str,
+    proxy: tuple[str, list[str]],
+    front: str,
+    secured: SecuredCredentials,
+    users: dict[str, str],
+) -> None:
+    """A page on an origin the cluster allows first sends a preflight (OPTIONS, no
+    credentials), then its search; the browser reads an answer only with the engine's
+    Access-Control headers. kgqr refused OPTIONS (405), so no browser app worked."""
+    url = proxy[0] if entry == "proxy" else front
+
+    def both(method: str, path: str, kgqr: dict[str, str], **kwargs: Any) -> list[httpx.Response]:
+        """The engine's answer and kgqr's (given kgqr's own parameters `kgqr`)."""
+        direct = httpx.request(method, secured.url + path, verify=_trusting(secured), **kwargs)
+        return [direct, httpx.request(method, url + path, params=kgqr, timeout=120, **kwargs)]
+
+    for origin, allowed in ((BROWSER_APP_ORIGIN, True), ("https://elsewhere.example", False)):
+        preflight = {
+            "origin": origin,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization,content-type",
+        }
+        asked = {"origin": origin, "authorization": users["reader"]}
+        for method, path, kgqr, kwargs in (
+            ("OPTIONS", f"/{INDEX}/_search", {}, {"headers": preflight}),
+            ("GET", f"/{INDEX}/_count", {}, {"headers": asked}),  # passed through
+            (
+                "POST",
+                f"/{INDEX}/_search",
+                {"kgqr.strategy": "base"},
+                {"headers": asked, "json": QUERY},
+            ),
+        ):
+            direct, through = both(method, path, kgqr, **kwargs)
+            assert through.status_code == direct.status_code, (method, through.text)
+            assert _cors(through) == _cors(direct), method
+            # The premise: the engine answers the site it allows and refuses the other.
+            assert ("access-control-allow-origin" in _cors(direct)) is allowed
+            assert direct.status_code == (200 if allowed else 403)
