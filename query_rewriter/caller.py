@@ -20,9 +20,14 @@ import httpx
 from kgqr_core.connections import basic_authorization, opensearch_basic_auth
 from kgqr_core.settings import Settings
 
-# Headers by which OpenSearch's security plugin (or a proxy in front of it) authenticates a
-# request: HTTP basic / bearer, session cookies, client certificates forwarded by a TLS
-# terminator, proxy authentication, and the tenant a Dashboards user acts in.
+# The security plugin's REST impersonation: who the request runs as, when the credentials'
+# user may act as them.
+IMPERSONATION_HEADER = "opendistro_security_impersonate_as"
+# Headers by which OpenSearch's security plugin (or a proxy in front of it) decides who a
+# request runs as: HTTP basic / bearer, session cookies, client certificates forwarded by a
+# TLS terminator, proxy authentication, the tenant a Dashboards user acts in, and the user
+# impersonated (without it, a rewrite's identity and graph evidence were the
+# impersonator's while its searches ran as the user impersonated).
 CREDENTIAL_HEADERS = frozenset(
     {
         "authorization",
@@ -36,6 +41,7 @@ CREDENTIAL_HEADERS = frozenset(
         "x-forwarded-user",
         "securitytenant",
         "security_tenant",
+        IMPERSONATION_HEADER,
     }
 )
 AUTHINFO_PATH = "/_plugins/_security/authinfo"

@@ -39,6 +39,10 @@ SECURITY_SHA256 = {
 }
 # The one site whose pages may call the secured node from a browser (CORS).
 BROWSER_APP_ORIGIN = "https://search-app.example"
+# REST impersonation (header `opendistro_security_impersonate_as`): this user may act as
+# that one, as a support desk checks what a customer sees. Test users of these names are
+# made by the tests.
+IMPERSONATOR, IMPERSONATED = "reader", "restricted"
 
 
 @dataclass(frozen=True)
@@ -158,14 +162,16 @@ class SecuredOpenSearchNode(OpenSearchNode):
         return self._credentials()
 
     def node_options(self) -> list[str]:
-        """Its own transport port, and CORS on for one origin, as a cluster that serves a
-        browser search app is set up (what kgqr must not break: the browser's preflight)."""
+        """Its own transport port; CORS on for one origin, as a cluster that serves a
+        browser search app is set up (what kgqr must not break: the browser's preflight);
+        one user allowed to impersonate another."""
         return [
             "-E", f"transport.port={self.port + 100}",
             "-E", "http.cors.enabled=true",
             "-E", f"http.cors.allow-origin={BROWSER_APP_ORIGIN}",
             "-E", "http.cors.allow-credentials=true",
             "-E", "http.cors.allow-headers=Authorization,Content-Type,X-Opaque-Id",
+            "-E", f"plugins.security.authcz.rest_impersonation_user.{IMPERSONATOR}={IMPERSONATED}",
         ]  # fmt: skip
 
     def node_environment(self) -> dict[str, str]:

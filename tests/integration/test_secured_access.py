@@ -35,12 +35,15 @@ from kgqr_core.settings import Settings
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.secured_opensearch import (
     BROWSER_APP_ORIGIN,
+    IMPERSONATED,
+    IMPERSONATOR,
     SecuredCredentials,
     SecuredOpenSearchNode,
 )
 from plugin import kb_meta, schema
 from query_rewriter.agent.plan_book import PlanBook, PlanEntry
 from query_rewriter.background_server import free_port, running_proxy
+from query_rewriter.caller import IMPERSONATION_HEADER
 from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import knowledge_base_names
 from tests.integration.ingest_helpers import TINY_KB
@@ -570,3 +573,43 @@ def test_a_browser_app_calls_through_kgqr_as_cors_lets_it_call_the_engine(
             # The premise: the engine answers the site it allows and refuses the other.
             assert ("access-control-allow-origin" in _cors(direct)) is allowed
             assert direct.status_code == (200 if allowed else 403)
+
+
+@pytest.mark.parametrize("entry", ["proxy", "front"])
+def test_a_caller_acting_as_another_user_sees_what_that_user_sees(
+    entry: str,
+    proxy: tuple[str, list[str]],
+    front: str,
+    secured: SecuredCredentials,
+    users: dict[str, str],
+) -> None:
+    """With REST impersonation the engine runs a request as the user the header names; kgqr
+    resolved its rewrite's identity and checked its graph evidence with the credentials
+    alone, so the impersonated user was shown the reader's evidence (and cached rewrite),
+    and the front dropped the header (nginx drops names with underscores)."""
+    url, prompts = (proxy[0] if entry == "proxy" else front), proxy[1]
+    acting = {"authorization": users[IMPERSONATOR], IMPERSONATION_HEADER: IMPERSONATED}
+    whoami = httpx.get(f"{secured.url}/_plugins/_security/authinfo", headers=acting,
+                       verify=_trusting(secured)).json()  # fmt: skip
+    assert whoami["user_name"] == IMPERSONATED  # the premise: the engine honours it
+    body = {**QUERY, "query": {"match": {"text": f"Heat, the 1995 film (as, {entry})"}}}
+    seen = {}
+    for who, headers in (("itself", {"authorization": users[IMPERSONATOR]}), ("as", acting)):
+        before = len(prompts)
+        answer = httpx.post(
+            f"{url}/{INDEX}/_search",
+            params={"kgqr.strategy": "kar", "kgqr.explain": "true"},
+            json=body,
+            headers=headers,
+            timeout=120,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["kgqr"]["details"]["neighbours"], "no graph evidence to check"
+        seen[who] = answer.text + "\n".join(prompts[before:])
+    assert HIDDEN in seen["itself"]
+    assert HIDDEN not in seen["as"]
+    counted = {
+        who: httpx.get(f"{url}/{INDEX}/_count", headers=headers, timeout=60).json()["count"]
+        for who, headers in (("itself", {"authorization": users[IMPERSONATOR]}), ("as", acting))
+    }
+    assert counted["as"] == counted["itself"] - 1  # passed through, as the user impersonated
