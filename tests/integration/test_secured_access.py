@@ -255,6 +255,12 @@ def front(
         yield url
 
 
+@pytest.fixture(params=["proxy", "front"])
+def entry(request: pytest.FixtureRequest, proxy: tuple[str, list[str]], front: str) -> str:
+    """Where a caller points: `kgqr serve` itself, or its nginx front."""
+    return proxy[0] if request.param == "proxy" else front
+
+
 def _search(url: str, who: str | None, users: dict[str, str], strategy: str) -> httpx.Response:
     headers = {"authorization": users[who]} if who else {}
     params = {"kgqr.strategy": strategy}
@@ -279,11 +285,8 @@ def test_kgqrs_own_account_cannot_read_the_knowledge_base(
     assert answer.status_code == 403
 
 
-@pytest.mark.parametrize("entry", ["proxy", "front"])
-def test_every_path_runs_as_the_caller(
-    entry: str, proxy: tuple[str, list[str]], front: str, users: dict[str, str]
-) -> None:
-    url = proxy[0] if entry == "proxy" else front
+def test_every_path_runs_as_the_caller(entry: str, users: dict[str, str]) -> None:
+    url = entry
     # Pass-through (a strategy-less count; a size-0 search kgqr reads to explain), a
     # rewritten search, and a rewritten msearch item.
     totals = {}
@@ -362,11 +365,10 @@ def test_a_search_template_is_rendered_and_searched_as_the_caller(
     assert "indices:data/read/msearch/template" in multi["restricted"].text
 
 
-@pytest.mark.parametrize("entry", ["proxy", "front"])
 def test_no_credentials_get_opensearchs_401_and_no_rewrite(
-    entry: str, proxy: tuple[str, list[str]], front: str, users: dict[str, str]
+    entry: str, proxy: tuple[str, list[str]], users: dict[str, str]
 ) -> None:
-    url, prompts = proxy[0] if entry == "proxy" else front, proxy[1]
+    url, prompts = entry, proxy[1]
     before = len(prompts)
     assert httpx.get(f"{url}/{INDEX}/_count").status_code == 401
     assert httpx.delete(f"{url}/{INDEX}").status_code == 401
@@ -532,18 +534,13 @@ def _cors(answer: httpx.Response) -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize("entry", ["proxy", "front"])
 def test_a_browser_app_calls_through_kgqr_as_cors_lets_it_call_the_engine(
-    entry: str,
-    proxy: tuple[str, list[str]],
-    front: str,
-    secured: SecuredCredentials,
-    users: dict[str, str],
+    entry: str, secured: SecuredCredentials, users: dict[str, str]
 ) -> None:
     """A page on an origin the cluster allows first sends a preflight (OPTIONS, no
     credentials), then its search; the browser reads an answer only with the engine's
     Access-Control headers. kgqr refused OPTIONS (405), so no browser app worked."""
-    url = proxy[0] if entry == "proxy" else front
+    url = entry
 
     def both(method: str, path: str, kgqr: dict[str, str], **kwargs: Any) -> list[httpx.Response]:
         """The engine's answer and kgqr's (given kgqr's own parameters `kgqr`)."""
@@ -575,24 +572,19 @@ def test_a_browser_app_calls_through_kgqr_as_cors_lets_it_call_the_engine(
             assert direct.status_code == (200 if allowed else 403)
 
 
-@pytest.mark.parametrize("entry", ["proxy", "front"])
 def test_a_caller_acting_as_another_user_sees_what_that_user_sees(
-    entry: str,
-    proxy: tuple[str, list[str]],
-    front: str,
-    secured: SecuredCredentials,
-    users: dict[str, str],
+    entry: str, proxy: tuple[str, list[str]], secured: SecuredCredentials, users: dict[str, str]
 ) -> None:
     """With REST impersonation the engine runs a request as the user the header names; kgqr
     resolved its rewrite's identity and checked its graph evidence with the credentials
     alone, so the impersonated user was shown the reader's evidence (and cached rewrite),
     and the front dropped the header (nginx drops names with underscores)."""
-    url, prompts = (proxy[0] if entry == "proxy" else front), proxy[1]
+    url, prompts = entry, proxy[1]
     acting = {"authorization": users[IMPERSONATOR], IMPERSONATION_HEADER: IMPERSONATED}
     whoami = httpx.get(f"{secured.url}/_plugins/_security/authinfo", headers=acting,
                        verify=_trusting(secured)).json()  # fmt: skip
     assert whoami["user_name"] == IMPERSONATED  # the premise: the engine honours it
-    body = {**QUERY, "query": {"match": {"text": f"Heat, the 1995 film (as, {entry})"}}}
+    body = {**QUERY, "query": {"match": {"text": f"Heat, the 1995 film (as, {url})"}}}
     seen = {}
     for who, headers in (("itself", {"authorization": users[IMPERSONATOR]}), ("as", acting)):
         before = len(prompts)
