@@ -1,5 +1,6 @@
-"""Who a request is for: the credential headers kgqr must send on the caller's behalf, and
-the identity OpenSearch resolves for them (what the rewrite cache is keyed by).
+"""Who a request is for: the credential headers kgqr must send on the caller's behalf, the
+identity OpenSearch resolves for them (what the rewrite cache is keyed by), and whether
+OpenSearch would run their search of an index at all.
 
 kgqr never lends its own account to a caller: every request made for a caller carries the
 caller's own credential headers, and a caller without any reaches OpenSearch without any
@@ -12,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -86,8 +88,9 @@ class Caller:
 
 
 class IdentityResolver:
-    """The identity OpenSearch's security plugin resolves for a caller (user, backend roles,
-    mapped roles, tenant), asked with the caller's credentials and kept for a short while.
+    """What OpenSearch's security plugin says of a caller, asked with the caller's
+    credentials and kept for a short while: the identity it resolves (user, backend roles,
+    mapped roles, tenant), and whether it lets the caller search an index.
 
     Two callers share a rewrite only when OpenSearch sees them as the same user with the
     same roles. Without the security plugin (authinfo 404s) or when it cannot be asked,
@@ -99,22 +102,53 @@ class IdentityResolver:
     def __init__(self, http: httpx.AsyncClient, ttl_s: float = IDENTITY_TTL_S) -> None:
         self._http = http
         self._ttl_s = ttl_s
-        self._known: dict[str, tuple[float, str | None]] = {}
+        self._known: dict[str, tuple[float, Any]] = {}
 
     async def identity(self, caller: Caller) -> str | None:
         fingerprint = caller.fingerprint()
-        cached = self._known.get(fingerprint)
+
+        async def resolved() -> str | None:
+            found = await self._resolve(caller)
+            return None if found == REFUSED else found or f"headers:{fingerprint}"
+
+        identity: str | None = await self._remembered(fingerprint, resolved)
+        return identity
+
+    async def search_refused(self, caller: Caller, index: str) -> int | None:
+        """The status with which OpenSearch refuses the caller's searches of `index` (403:
+        no permission, 404: no such index), else None. A rewrite is work done for the
+        caller (LLM calls, graph reads with kgqr's account, an explain of what they found),
+        so it is done only for a search the engine would run: an authenticated caller who
+        may not read the index got the LLM's expansion of their query beside the 403. An
+        answer that says neither (an overloaded engine) lets the rewrite go on; its searches
+        still run as the caller."""
+
+        async def probed() -> int | None:
+            try:
+                response = await self._http.post(
+                    f"/{index}/_search",
+                    json={"size": 0, "track_total_hits": False, "query": {"match_none": {}}},
+                    headers=caller.headers,
+                )
+            except httpx.HTTPError:
+                return None
+            return response.status_code if response.status_code in (401, 403, 404) else None
+
+        refused: int | None = await self._remembered(f"{caller.fingerprint()} {index}", probed)
+        return refused
+
+    async def _remembered(self, key: str, ask: Callable[[], Awaitable[Any]]) -> Any:
+        cached = self._known.get(key)
         now = time.monotonic()
         if cached and cached[0] > now:
             return cached[1]
-        resolved = await self._resolve(caller)
-        identity = None if resolved == REFUSED else resolved or f"headers:{fingerprint}"
+        answer = await ask()
         if len(self._known) >= MAX_IDENTITIES:
             self._known = {k: v for k, v in self._known.items() if v[0] > now}
             if len(self._known) >= MAX_IDENTITIES:
                 self._known.clear()
-        self._known[fingerprint] = (now + self._ttl_s, identity)
-        return identity
+        self._known[key] = (now + self._ttl_s, answer)
+        return answer
 
     async def _resolve(self, caller: Caller) -> str | None:
         try:

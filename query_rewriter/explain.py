@@ -45,5 +45,7 @@ class Explain(TypedDict, total=False):
     # [match_phrase]"): the query then filters every side, and hits are its hits.
     kept_as_filter: str
     warnings: list[str]  # deprecated parameter spellings the request used
-    refused: int  # OpenSearch refused the caller's credentials: its status, no rewrite
+    # OpenSearch refused the caller's credentials or their search of the index (no such
+    # index, no permission): its status, and no rewrite
+    refused: int
     passed_through: str  # why kgqr sent the search on as it came (then the only key)

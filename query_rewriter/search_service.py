@@ -72,7 +72,8 @@ async def run_plan(
     headers = {**headers, **caller.headers}
     original = {k: v for k, v in query_params.items() if not k.startswith("kgqr.")}
     identity = await state.identities.identity(caller)
-    if identity is None:  # OpenSearch refuses these credentials: its own answer, no rewrite
+    if identity is None or await state.identities.search_refused(caller, plan.index):
+        # OpenSearch refuses these credentials, or this search: its own answer, no rewrite
         refused = await _original_search(state, plan, original, headers)
         return refused, {"strategy": plan.strategy, "refused": refused.status_code}
     outcome: RewriteOutcome = await state.rewriter.rewrite(

@@ -385,6 +385,32 @@ def test_no_credentials_get_opensearchs_401_and_no_rewrite(
     assert len(prompts) == before  # refused callers cost no LLM call
 
 
+@pytest.mark.parametrize("strategy", ["hyde", "kar", "graph"])
+def test_a_caller_who_may_not_search_the_index_gets_no_rewrite(
+    strategy: str, proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """An outsider (signed in, no read on the KB) got the engine's 403 with an explain
+    holding what kgqr's LLM wrote for its query: the use of kgqr's LLM and graph that the
+    index's permissions deny. A KB index that does not exist costs nothing either."""
+    url, prompts = proxy
+    body = {**QUERY, "query": {"match": {"text": f"a film about bank robbers ({strategy})"}}}
+    for who, index, status in (
+        ("outsider", INDEX, 403),
+        ("reader", schema.documents_index(f"{KB}-x"), 404),
+    ):
+        before = len(prompts)
+        answer = httpx.post(
+            f"{url}/{index}/_search",
+            params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
+            json=body,
+            headers={"authorization": users[who]},
+            timeout=120,
+        )
+        assert answer.status_code == status, answer.text
+        assert answer.json()["kgqr"] == {"strategy": strategy, "refused": status}
+        assert len(prompts) == before, (who, prompts[before:])
+
+
 def _what_each_saw(
     proxy: tuple[str, list[str]],
     users: dict[str, str],

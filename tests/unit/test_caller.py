@@ -112,6 +112,26 @@ def test_without_the_security_plugin_the_identity_is_the_credential_hash() -> No
     assert a and b and a != b and a.startswith("headers:")
 
 
+def test_a_search_the_engine_refuses_is_known_per_caller_and_index_for_a_while() -> None:
+    resolver, asked = _resolver(
+        {
+            "Basic reader": httpx.Response(200, json={"hits": {"hits": []}}),
+            "Basic outsider": httpx.Response(403, json={}),
+            "Basic busy": httpx.Response(429, json={}),  # says nothing of permission
+        }
+    )
+
+    async def refusals() -> list[int | None]:
+        return [
+            await resolver.search_refused(Caller.from_headers({"authorization": a}, SERVICE), i)
+            for a, i in (("Basic reader", "kb"), ("Basic outsider", "kb"), ("Basic busy", "kb"),
+                         ("Basic reader", "kb"), ("Basic reader", "other"))
+        ]  # fmt: skip
+
+    assert asyncio.run(refusals()) == [None, 403, None, None, None]
+    assert asked.count("Basic reader") == 2  # once per index, then remembered
+
+
 @pytest.mark.parametrize(
     "text",
     [
