@@ -269,6 +269,15 @@ def _search(url: str, who: str | None, users: dict[str, str], strategy: str) -> 
     )
 
 
+def _explained(
+    url: str, index: str, strategy: str, body: dict[str, Any], headers: dict[str, str]
+) -> httpx.Response:
+    """A search of `index` through kgqr with `strategy`, explained."""
+    params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+    return httpx.post(f"{url}/{index}/_search", params=params, json=body, headers=headers,
+                      timeout=120)  # fmt: skip
+
+
 def _ids(response: httpx.Response) -> set[str]:
     assert response.status_code == 200, response.text
     return {hit["_id"] for hit in response.json()["hits"]["hits"]}
@@ -399,13 +408,7 @@ def test_a_caller_who_may_not_search_the_index_gets_no_rewrite(
         ("reader", schema.documents_index(f"{KB}-x"), 404),
     ):
         before = len(prompts)
-        answer = httpx.post(
-            f"{url}/{index}/_search",
-            params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
-            json=body,
-            headers={"authorization": users[who]},
-            timeout=120,
-        )
+        answer = _explained(url, index, strategy, body, {"authorization": users[who]})
         assert answer.status_code == status, answer.text
         assert answer.json()["kgqr"] == {"strategy": strategy, "refused": status}
         assert len(prompts) == before, (who, prompts[before:])
@@ -425,13 +428,7 @@ def _what_each_saw(
     seen = {}
     for who in ("restricted", "reader"):
         before = len(prompts)
-        answer = httpx.post(
-            f"{url}/{index}/_search",
-            params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
-            json=body,
-            headers={"authorization": users[who]},
-            timeout=120,
-        )
+        answer = _explained(url, index, strategy, body, {"authorization": users[who]})
         assert answer.status_code == 200, answer.text
         explain = answer.json()["kgqr"]
         assert explain["fallback"] is None, explain["fallback"]
@@ -614,13 +611,7 @@ def test_a_caller_acting_as_another_user_sees_what_that_user_sees(
     seen = {}
     for who, headers in (("itself", {"authorization": users[IMPERSONATOR]}), ("as", acting)):
         before = len(prompts)
-        answer = httpx.post(
-            f"{url}/{INDEX}/_search",
-            params={"kgqr.strategy": "kar", "kgqr.explain": "true"},
-            json=body,
-            headers=headers,
-            timeout=120,
-        )
+        answer = _explained(url, INDEX, "kar", body, headers)
         assert answer.status_code == 200, answer.text
         assert answer.json()["kgqr"]["details"]["neighbours"], "no graph evidence to check"
         seen[who] = answer.text + "\n".join(prompts[before:])
