@@ -146,16 +146,15 @@ class JobStore:
             retrying=retrying,
         )
 
+    def jobs_of(self, kb: str) -> list[JobProgress]:
+        """The knowledge base's jobs, by the KB each records: a job id begins with its KB's
+        name, but `movies-x-jsonl-...` begins with `movies-` too."""
+        ids = sorted(j.decode() for j in self.redis.smembers("kgqr:jobs"))
+        return [p for job_id in ids if (p := self.progress(job_id)) is not None and p.kb == kb]
+
     def unfinished(self, kb: str) -> list[str]:
         """The knowledge base's jobs that still have chunks to write."""
-        ids = sorted(j.decode() for j in self.redis.smembers("kgqr:jobs"))
-        return [
-            job_id
-            for job_id in ids
-            if (progress := self.progress(job_id)) is not None
-            and progress.kb == kb
-            and not progress.finished
-        ]
+        return [progress.job_id for progress in self.jobs_of(kb) if not progress.finished]
 
     def forget(self, job_id: str) -> None:
         key = self._key(job_id)

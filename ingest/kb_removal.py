@@ -46,7 +46,7 @@ def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> Rem
             break
     graph_version.bump(redis, kb)
     jobs = JobStore(redis)
-    mine = [j.decode() for j in redis.smembers("kgqr:jobs") if j.decode().startswith(f"{kb}-")]
-    for job_id in mine:
-        jobs.forget(job_id)
+    mine = jobs.jobs_of(kb)
+    for job in mine:
+        jobs.forget(job.job_id)
     return RemovedKnowledgeBase(indices, nodes, len(mine))

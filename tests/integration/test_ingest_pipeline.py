@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ingest.job_store import JobStore
 from ingest.kb_removal import drop_knowledge_base
 from ingest.verify import verify
 from kgqr_core.settings import Settings
@@ -75,12 +76,30 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
     assert kb_meta.load(opensearch, kb) is None
     rows, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
     assert rows[0]["n"] == 0
-    assert not [j for j in redis.smembers("kgqr:jobs") if j.decode().startswith(f"{kb}-")]
+    assert not JobStore(redis).jobs_of(kb)
     # A dropped (or mistyped) KB is an error to check, not an empty "all is well" report.
     for command in ("verify", "rejected"):
         gone = CliRunner().invoke(main, ["ingest", command, "--kb", kb])
         assert gone.exit_code == 1, (command, gone.output)
         assert f"no knowledge base {kb!r}" in gone.output, command
+
+
+def test_dropping_a_knowledge_base_leaves_one_whose_name_it_begins(stores: Stores, kb: str) -> None:
+    """Job ids begin with their KB's name, and drop forgot every job whose id began with
+    `KB-`: dropping `movies` forgot the jobs of `movies-x`, whose next ingest then ran
+    from scratch and whose status was gone."""
+    _, opensearch, neo4j, redis = stores
+    longer = f"{kb}-x"
+    try:
+        run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
+        kept, _ = run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", longer)
+        removed = drop_knowledge_base(opensearch, neo4j, redis, kb)
+        assert removed.jobs == 1
+        progress = JobStore(redis).progress(kept.job_id)
+        assert progress is not None and progress.kb == longer and progress.finished
+        assert verify(opensearch, neo4j, longer).ok
+    finally:
+        drop_knowledge_base(opensearch, neo4j, redis, longer)
 
 
 def test_documents_carry_text_vector_and_fields(stores: Stores, kb: str) -> None:
