@@ -15,12 +15,18 @@ def request_json(
     headers: dict[str, str] | None = None,
     context: ssl.SSLContext | None = None,
     timeout_s: float = 2.0,
+    body: Any | None = None,
 ) -> Any | None:
-    """The JSON body of a 200 answer, or None for anything else."""
-    request = urllib.request.Request(url, method=method, headers=headers or {})
+    """The JSON body of a 2xx answer, or None for anything else. `body` is sent as JSON."""
+    headers = dict(headers or {})
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
-            if response.status != 200:
+            if not 200 <= response.status < 300:
                 return None
             return json.loads(response.read())
     except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError, ssl.SSLError):

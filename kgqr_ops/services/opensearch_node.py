@@ -176,7 +176,7 @@ class OpenSearchNode(LocalService):
         return argv, env
 
     def call(self, method: str, path: str, timeout_s: float = 2.0) -> Any | None:
-        """The JSON of a 200 answer, else None (probes and repairs)."""
+        """The JSON of a 2xx answer, else None (probes and repairs)."""
         return request_json(method, f"http://{self.host}:{self.port}{path}", timeout_s=timeout_s)
 
     def get(self, path: str) -> Any | None:

@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kgqr_core.connections import basic_authorization
 from kgqr_core.settings import Settings
 from kgqr_ops.services import maven
@@ -177,7 +179,23 @@ class SecuredOpenSearchNode(OpenSearchNode):
     def node_environment(self) -> dict[str, str]:
         return {"OPENSEARCH_PATH_CONF": str(self.config_dir)}
 
-    def call(self, method: str, path: str, timeout_s: float = 3.0) -> Any | None:
+    def up(self) -> str:
+        what = super().up()
+        self._apply_kgqr_roles()
+        return what
+
+    def _apply_kgqr_roles(self) -> None:
+        """kgqr's roles as kgqr-roles.yml has them now. The file reaches the security index
+        only when a node is first set up, so a role kgqr narrows later (kgqr_service once
+        covered any knowledge base named `query-log-...`) kept its old reach on a node set
+        up before; operators of their own clusters re-apply it the same way."""
+        for name, role in kgqr_roles().items():
+            if self.call("PUT", f"/_plugins/_security/api/roles/{name}", body=role) is None:
+                raise ServiceError(self.name, f"could not apply kgqr's role {name}")
+
+    def call(
+        self, method: str, path: str, timeout_s: float = 3.0, body: Any | None = None
+    ) -> Any | None:
         """As the admin, over TLS checked against the node's own CA."""
         if not self.credentials_file.is_file():
             return None
@@ -188,7 +206,15 @@ class SecuredOpenSearchNode(OpenSearchNode):
             headers={"Authorization": credentials.admin_authorization},
             context=ssl.create_default_context(cafile=str(credentials.ca_file)),
             timeout_s=timeout_s,
+            body=body,
         )
+
+
+def kgqr_roles() -> dict[str, Any]:
+    """kgqr's roles (plugin/opensearch/security/kgqr-roles.yml), by name."""
+    text = resources.files("plugin.opensearch.security").joinpath("kgqr-roles.yml").read_text()
+    roles: dict[str, Any] = yaml.safe_load(text)
+    return roles
 
 
 def _password() -> str:

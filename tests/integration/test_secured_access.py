@@ -294,6 +294,31 @@ def test_kgqrs_own_account_cannot_read_the_knowledge_base(
     assert answer.status_code == 403
 
 
+@pytest.mark.parametrize("kb", ["query-log-archive", "judgments-2026", "tune-runs-x"])
+def test_kgqrs_own_account_reads_no_knowledge_base_named_like_its_bookkeeping(
+    kb: str, secured: SecuredCredentials, users: dict[str, str]
+) -> None:
+    """kgqr's role once covered `kgqr-query-log*` (and judgments, tune runs), so it could
+    read, write and delete a knowledge base named `query-log-...`."""
+    index = schema.documents_index(kb)
+    with httpx.Client(base_url=secured.url, verify=_trusting(secured)) as client:
+        admin = {"authorization": secured.admin_authorization}
+        as_kgqr = {"authorization": users["kgqr"]}
+        client.put(f"/{index}/_doc/1", params={"refresh": "true"}, json={"id": "1"},
+                   headers=admin).raise_for_status()  # fmt: skip
+        try:
+            assert client.get(f"/{index}/_doc/1", headers=as_kgqr).status_code == 403
+            assert client.delete(f"/{index}", headers=as_kgqr).status_code == 403
+            # Its bookkeeping it still keeps.
+            logged = client.post(f"/{schema.QUERY_LOG_INDEX}/_doc", json={"kb": kb},
+                                 params={"refresh": "true"}, headers=as_kgqr)  # fmt: skip
+            assert logged.status_code == 201, logged.text
+            client.delete(f"/{schema.QUERY_LOG_INDEX}/_doc/{logged.json()['_id']}",
+                          headers=as_kgqr).raise_for_status()  # fmt: skip
+        finally:
+            client.delete(f"/{index}", headers=admin)
+
+
 def test_every_path_runs_as_the_caller(entry: str, users: dict[str, str]) -> None:
     url = entry
     # Pass-through (a strategy-less count; a size-0 search kgqr reads to explain), a
