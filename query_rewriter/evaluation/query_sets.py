@@ -38,6 +38,11 @@ class JudgedQuery:
     text: str
     judgments: dict[str, float] = field(default_factory=dict)  # doc id -> grade (> 0 relevant)
 
+    def as_jsonl_line(self) -> str:
+        """The line `jsonl` reads back as this query (every grade written, 0 included)."""
+        record = {"id": self.id, "query": self.text, "grades": dict(sorted(self.judgments.items()))}
+        return json.dumps(record, ensure_ascii=False) + "\n"
+
 
 def _existing(path: Path) -> Path:
     if not path.is_file():

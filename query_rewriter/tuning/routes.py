@@ -3,6 +3,7 @@ what the page shows is exactly what a client of the proxy gets for that strategy
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -16,6 +17,7 @@ from starlette.routing import Route
 
 from plugin.schema import TUNE_RUNS_INDEX, check_kb_name, documents_index
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
+from query_rewriter.evaluation.query_sets import JudgedQuery
 from query_rewriter.explain import Explain
 from query_rewriter.forwarding import request_headers
 from query_rewriter.proxy_state import knowledge_base_names
@@ -221,6 +223,29 @@ async def judgments(request: Request) -> Response:
     return JSONResponse({"judgments": {j.doc_id: j.grade for j in found}})
 
 
+async def judgments_file(request: Request) -> Response:
+    """Every judgment saved for a KB as a `kgqr eval` query set (`jsonl:FILE`, one query a
+    line), so what a team judged here also scores strategies and sweeps there. Ids are
+    hashes of the query: a later download names the same query alike."""
+    kb = _kb(request.query_params)
+    grades: dict[str, dict[str, float]] = {}
+    for judgment in await _store(request).judgments(kb):
+        grades.setdefault(judgment.query, {})[judgment.doc_id] = judgment.grade
+    lines = (
+        JudgedQuery(_query_id(query), query, grades[query]).as_jsonl_line()
+        for query in sorted(grades)
+    )
+    return Response(
+        "".join(lines).encode(),
+        media_type="application/x-ndjson",
+        headers={"content-disposition": f'attachment; filename="{kb}-judgments.jsonl"'},
+    )
+
+
+def _query_id(query: str) -> str:
+    return "q" + hashlib.sha256(query.encode()).hexdigest()[:12]
+
+
 async def metrics_over_judgments(request: Request) -> Response:
     kb = _kb(request.query_params)
     store = _store(request)
@@ -241,6 +266,9 @@ def tuning_routes(run_plan: RunPlan) -> list[Route]:
         ),
         Route("/_kgqr/tune/judgments", _errors_as_opensearch(judge), methods=["POST"]),
         Route("/_kgqr/tune/judgments", _errors_as_opensearch(judgments), methods=["GET"]),
+        Route(
+            "/_kgqr/tune/judgments.jsonl", _errors_as_opensearch(judgments_file), methods=["GET"]
+        ),
         Route(
             "/_kgqr/tune/metrics", _errors_as_opensearch(metrics_over_judgments), methods=["GET"]
         ),

@@ -11,10 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from kgqr_core.settings import Settings
+from kgqr_ops.cli import main
 from plugin import schema
 from query_rewriter.background_server import running_proxy
+from query_rewriter.evaluation import query_sets
 from tests.integration.ingest_helpers import TINY_KB, ingested
 
 KB = "tune-movies"
@@ -122,6 +125,21 @@ def test_judging_a_hit_updates_each_strategys_metrics(
     saved = httpx.get(f"{tuning_url}/_kgqr/tune/judgments",
                       params={"kb": KB, "query": QUERY}).json()["judgments"]  # fmt: skip
     assert saved == {"m1": 0.0, second.get_attribute("data-doc"): 1.0}
+
+    # ... and the page's download is a query set `kgqr eval` scores with them.
+    link = browser.find_element(By.ID, "download-judgments").get_attribute("href")
+    download = httpx.get(link)
+    assert download.headers["content-type"] == "application/x-ndjson"
+    judged = tmp_path / "judged.jsonl"
+    judged.write_bytes(download.content)
+    (loaded,) = query_sets.jsonl(judged)
+    assert (loaded.text, loaded.judgments) == (QUERY, saved)
+    out = tmp_path / "eval"
+    args = ["--kb", KB, "--strategies", "base", "--proxy", tuning_url, "--out", str(out)]
+    result = CliRunner().invoke(main, ["eval", f"jsonl:{judged}", *args])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.with_suffix(".json").read_text())["strategies"]
+    assert row["metrics"]["MRR"] == pytest.approx(0.5)  # the relevant hit was base's second
 
 
 def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> None:

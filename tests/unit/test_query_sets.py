@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from query_rewriter.evaluation.query_sets import QuerySetError, load_query_set
+from query_rewriter.evaluation.query_sets import JudgedQuery, QuerySetError, load_query_set
 from query_rewriter.rewrite_warming import queries_from_file
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -89,6 +89,17 @@ def test_jsonl_judgments_with_grades_and_limit(tmp_path: Path) -> None:
         ("a", {"d1": 1.0, "d2": 3.0}),
         ("3", {"d7": 2.0, "d8": 0.0}),
     ]
+
+
+def test_a_judged_query_written_as_a_line_reads_back_the_same(tmp_path: Path) -> None:
+    """The tune page's download writes these lines; `kgqr eval jsonl:` reads them."""
+    written = [
+        JudgedQuery("q1", "films by Michael Mann — «Heat»", {"m1": 1.0, "m3": 0.0}),
+        JudgedQuery("q2", 'a "quoted" query\nover two lines', {"d": 2.0}),
+    ]
+    path = tmp_path / "judged.jsonl"
+    path.write_text("".join(query.as_jsonl_line() for query in written), encoding="utf-8")
+    assert list(load_query_set(f"jsonl:{path}")) == written
 
 
 def test_files_saved_by_windows_tools_load(tmp_path: Path) -> None:

@@ -145,6 +145,7 @@ async function compare(event) {
 async function refreshScoreboard() {
   const kb = $("kb").value;
   if (!kb) return;
+  $("download-judgments").href = `/_kgqr/tune/judgments.jsonl?kb=${encodeURIComponent(kb)}`;
   const board = await call("GET", `/_kgqr/tune/metrics?kb=${encodeURIComponent(kb)}`);
   const scored = board.strategies.filter((row) => row.queries > 0);
   $("scoreboard-note").textContent = scored.length
