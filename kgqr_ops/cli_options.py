@@ -33,6 +33,35 @@ def kb_option(help: str) -> Callable[[F], F]:
     return click.option("--kb", required=True, callback=_kb_name, help=help)
 
 
+def _caller_headers(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> dict[str, str]:
+    if value is None:
+        return {}
+    from kgqr_core.connections import basic_authorization
+
+    user, colon, password = value.partition(":")
+    if not user:
+        raise click.BadParameter("expected USER or USER:PASSWORD", ctx=ctx, param=param)
+    if not colon:
+        password = click.prompt(f"Password of {user}", hide_input=True)
+    return {"authorization": basic_authorization(user, password)}
+
+
+def caller_option(help: str) -> Callable[[F], F]:
+    """`--user USER[:PASSWORD]`: the OpenSearch user a command searches as, through the
+    proxy (which never lends kgqr's own account), passed on as the `caller` headers. On a
+    secured cluster a command without it searches anonymously and is refused."""
+    return click.option(
+        "--user",
+        "caller",
+        default=None,
+        metavar="USER[:PASSWORD]",
+        callback=_caller_headers,
+        help=f"{help} Without :PASSWORD it is asked for (hidden).",
+    )
+
+
 def strategy_names(value: str, option: str, single: bool = False) -> list[str]:
     """Strategy names as typed (comma-separated; `kar boost` or `kar_boost` for
     `kar+boost`), checked against the registry; `single` asks for exactly one."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 
 import click
 
 from kgqr_core.settings import get_settings
-from kgqr_ops.cli_options import kb_option, strategy_names
+from kgqr_ops.cli_options import caller_option, kb_option, strategy_names
 
 
 @click.group("rewrites")
@@ -38,13 +37,14 @@ def rewrites() -> None:
     default=None,
     help="The running kgqr proxy (default http://KGQR_PROXY_HOST:KGQR_PROXY_PORT).",
 )
-@click.option(
-    "--user",
-    default=None,
-    help="USER:PASSWORD of the caller who will search: rewrites are cached per caller.",
-)
+@caller_option("The user who will search: rewrites are cached per caller.")
 def warm(
-    kb: str, strategy: str, top: int | None, path: Path | None, proxy: str | None, user: str | None
+    kb: str,
+    strategy: str,
+    top: int | None,
+    path: Path | None,
+    proxy: str | None,
+    caller: dict[str, str],
 ) -> None:
     """Precompute STRATEGY's rewrites for frequent queries, through a running proxy, so
     that a budgeted LLM strategy (KGQR_REWRITE_BUDGET_MS) serves them in full at once.
@@ -76,12 +76,9 @@ def warm(
             if path is not None
             else "no queries to warm (is the query log on and filled?)"
         )
-    headers = {}
-    if user:
-        headers["authorization"] = "Basic " + base64.b64encode(user.encode()).decode()
     url = proxy or f"http://{settings.proxy_host}:{settings.proxy_port}"
     with tqdm(total=len(queries), unit="query", desc=f"warming {strategy}") as bar:
-        report = warm_queries(url, documents_index(kb), strategy, queries, headers, bar.update)
+        report = warm_queries(url, documents_index(kb), strategy, queries, caller, bar.update)
     click.echo(
         f"{report.computed} rewritten and cached, {report.already_cached} already cached, "
         f"{report.pending} queued in the proxy's background, {len(report.fell_back)} fell back"

@@ -16,7 +16,13 @@ import click
 
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import Settings, get_settings
-from kgqr_ops.cli_options import checked_kb_name, judged_queries, kb_option, strategy_names
+from kgqr_ops.cli_options import (
+    caller_option,
+    checked_kb_name,
+    judged_queries,
+    kb_option,
+    strategy_names,
+)
 from query_rewriter.evaluation.metrics import METRIC_NAMES
 
 QUERY_SET_HELP = """\b
@@ -136,11 +142,13 @@ class EvalOptions:
     concurrency: int
     proxy: str | None
     out: Path | None
+    caller: dict[str, str]  # the credential headers searches carry (--user)
 
     @property
-    def pacing(self) -> dict[str, int]:
-        """What each search asks for and how many are in flight, as evaluate() takes them."""
-        return {"size": self.size, "concurrency": self.concurrency}
+    def pacing(self) -> dict[str, Any]:
+        """What each search asks for, how many are in flight and as whom, as evaluate()
+        takes them."""
+        return {"size": self.size, "concurrency": self.concurrency, "headers": self.caller}
 
 
 def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -150,11 +158,11 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
         @functools.wraps(function)
         def command(*args: Any, split: str | None, limit: int | None, params: tuple[str, ...],
                     size: int, concurrency: int, proxy: str | None, out: Path | None,
-                    **kwargs: Any) -> None:  # fmt: skip
+                    caller: dict[str, str], **kwargs: Any) -> None:  # fmt: skip
             from query_rewriter.evaluation.runner import EvalError
 
             options = EvalOptions(
-                split, limit, _parse_params(params), size, concurrency, proxy, out
+                split, limit, _parse_params(params), size, concurrency, proxy, out, caller
             )
             try:
                 function(*args, options=options, **kwargs)
@@ -194,6 +202,10 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
             ),
             click.option("--proxy", default=None, help="Evaluate through this running kgqr proxy."),
             click.option("--out", type=click.Path(path_type=Path), default=None, help=out_help),
+            caller_option(
+                "The OpenSearch user to search as, whose judged queries these are (needed on a "
+                "secured cluster)."
+            ),
         ]
         for decorator in reversed(decorators):
             command = decorator(command)

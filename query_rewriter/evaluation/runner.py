@@ -189,11 +189,13 @@ async def evaluate(
     config: dict[str, Any] | None = None,
     reuse: Mapping[tuple[str, int, str], QueryResult] | None = None,
     sample: int = 0,
+    headers: Mapping[str, str] | None = None,
 ) -> EvalReport:
     """Every (strategy, query) pair, `concurrency` searches at a time; strategies run one
     after another so their latencies do not inflate each other. Pairs found in `reuse`
     (keyed by strategy, sample and query id: an earlier run's results) are not searched
-    again. `sample` is the proxy's KGQR_LLM_SAMPLE, recorded with each result."""
+    again. `sample` is the proxy's KGQR_LLM_SAMPLE, recorded with each result. `headers`:
+    the credentials of the user searching (the proxy searches as them)."""
     params = dict(params or {})
     reuse = reuse or {}
     index = documents_index(kb)
@@ -204,7 +206,9 @@ async def evaluate(
     failed = asyncio.Event()
     all_results: list[QueryResult] = []
     reports = []
-    async with httpx.AsyncClient(base_url=proxy_url, timeout=timeout_s) as client:
+    async with httpx.AsyncClient(
+        base_url=proxy_url, timeout=timeout_s, headers=dict(headers or {})
+    ) as client:
 
         async def one(query: JudgedQuery, strategy: str) -> QueryResult:
             result = reuse.get((strategy, sample, query.id))

@@ -7,7 +7,7 @@ cartesian search. Cached LLM answers make repeated points cost no LLM time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,7 @@ async def run_sweep(
     *,
     size: int,
     concurrency: int,
+    headers: Mapping[str, str] | None = None,
     on_point: Callable[[SweepPoint], None] | None = None,
 ) -> list[SweepPoint]:
     points = []
@@ -64,6 +65,7 @@ async def run_sweep(
                     {**base_params, param: value},
                     size=size,
                     concurrency=concurrency,
+                    headers=headers,
                 )
                 point = SweepPoint(dataset.name, param, value, report.strategies[0])
                 points.append(point)

@@ -11,16 +11,19 @@ instead of as the caller would show up as a 403 for `reader`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import secrets
 import ssl
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from pydantic import SecretStr
 
 from ingest import job_runner
@@ -32,6 +35,7 @@ from ingest.worker_resources import WorkerResources
 from kgqr_core import connections
 from kgqr_core.connections import basic_authorization
 from kgqr_core.settings import Settings
+from kgqr_ops.cli import main
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.secured_opensearch import (
     BROWSER_APP_ORIGIN,
@@ -647,3 +651,25 @@ def test_a_caller_acting_as_another_user_sees_what_that_user_sees(
         for who, headers in (("itself", {"authorization": users[IMPERSONATOR]}), ("as", acting))
     }
     assert counted["as"] == counted["itself"] - 1  # passed through, as the user impersonated
+
+
+def test_kgqr_eval_scores_judged_queries_as_the_user_it_is_given(
+    proxy: tuple[str, list[str]], users: dict[str, str], tmp_path: Path
+) -> None:
+    """`kgqr eval` searched anonymously, so on a secured cluster every search was a 401
+    and no team could score strategies on its own judgments."""
+    judged = tmp_path / "judged.jsonl"
+    judged.write_text(
+        json.dumps({"query": "Heat, the 1995 film about bank robbers", "relevant": ["m1"]})
+    )
+    args = ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies", "base", "--proxy", proxy[0]]
+    anonymous = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "anonymous")])
+    assert anonymous.exit_code == 1 and "HTTP 401" in anonymous.output, anonymous.output
+    reader = base64.b64decode(users["reader"].removeprefix("Basic ")).decode()
+    user, password = reader.split(":", 1)
+    for given, typed in ((reader, None), (user, password + "\n")):  # the password asked for
+        out = tmp_path / f"as-{len(given)}"
+        scored = CliRunner().invoke(main, [*args, "--user", given, "--out", str(out)], typed)
+        assert scored.exit_code == 0, scored.output
+        (row,) = json.loads(out.with_suffix(".json").read_text())["strategies"]
+        assert row["metrics"]["Hit@1"] == 1.0
