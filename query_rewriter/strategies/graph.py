@@ -152,7 +152,6 @@ class GraphWalk(Strategy):
                 {"id": node, "score": round(ranked[node] / top, 4), "path": lifted_by.get(node)}
                 for node in kept
             ],
-            "reached": len(reach.nodes),
             "graph_source": hood.source,
         }
         return rewrite

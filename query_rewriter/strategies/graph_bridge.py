@@ -74,7 +74,9 @@ class GraphBridge(Strategy):
         rewrite.details = {
             "seeds": [first],
             "kept_first": first,
-            "candidates": len(candidates),
+            # Those the caller may read (the engine scored only those), up to graph.boosts:
+            # a count of every document bridged to would tell a caller of hidden ones.
+            "candidates": len(cosines),
             "graph_nodes": [
                 {"id": node, "score": round(cosines[node], 4), "path": lifted_by.get(node)}
                 for node in ranked

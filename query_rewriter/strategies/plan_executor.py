@@ -38,7 +38,9 @@ FOLLOW_CAP = 500  # per source node
 class StepReport:
     id: str
     op: str
-    rows: int
+    # None for a step whose rows were not read as the caller (a `follow`'s come from
+    # Neo4j): its count would tell a caller of documents hidden from them.
+    rows: int | None
     ms: float
 
 
@@ -58,6 +60,7 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
     time. Bounded: MAX_ROWS per step, the plan's own k's; the caller bounds the time."""
     results: dict[str, Ranked] = {}
     run = PlanRun(answer=[])
+    read = read_as_caller(plan)
     for step in plan.steps:
         started = time.perf_counter()
         with ctx.timer.stage("plan"):
@@ -66,19 +69,20 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
         if isinstance(step, Search):
             run.searched.extend(results[step.id])
         elapsed = round((time.perf_counter() - started) * 1000, 1)
-        run.steps.append(StepReport(step.id, step.op, len(results[step.id]), elapsed))
+        rows = len(results[step.id]) if read[step.id] else None
+        run.steps.append(StepReport(step.id, step.op, rows, elapsed))
     answer = list(results[plan.answer_step])
-    if needs_reading_back(plan):
+    if not read[plan.answer_step]:
         allowed = await readable_ids(ctx, ctx.index, set(answer))
         answer = [node for node in answer if node in allowed]
     run.answer = answer
     return run
 
 
-def needs_reading_back(plan: Plan) -> bool:
-    """Whether the answer holds documents that did not come from OpenSearch as the caller
-    (a `follow`'s come from Neo4j): those are read back before they are shown. A search,
-    filter or rank is itself a request with the caller's credentials."""
+def read_as_caller(plan: Plan) -> dict[str, bool]:
+    """Whether each step's rows all came from OpenSearch as the caller. A `follow`'s come
+    from Neo4j: an answer holding them is read back before it is shown. A search, filter
+    or rank is itself a request with the caller's credentials."""
     read: dict[str, bool] = {}
     for step in plan.steps:
         if isinstance(step, Search | Filter | Rank):
@@ -90,7 +94,7 @@ def needs_reading_back(plan: Plan) -> bool:
             read[step.id] = read[step.from_]
         else:
             read[step.id] = False
-    return not read[plan.answer_step]
+    return read
 
 
 async def _run(step: Step, given: list[Ranked], query: str, ctx: StrategyContext) -> Ranked:

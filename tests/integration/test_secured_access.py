@@ -520,6 +520,21 @@ def test_the_graph_boosts_and_shows_only_documents_the_caller_may_read(
     shown = json.loads(response)["kgqr"]
     assert "p2" in {node["id"] for node in shown["details"]["graph_nodes"]}
     assert "p2" in json.dumps(shown["final_query"]["query"]["hybrid"]["queries"][2])
+    # Not even a count says p2 exists: `graph` counted every document the first hit
+    # bridges to and `graph_walk` every node it reached, readable or not.
+    counted = {who: _counts(json.loads(seen[who][0])["kgqr"]["details"]) for who in seen}
+    assert counted["restricted"] == {
+        name: count - 1 for name, count in counted["reader"].items()
+    }, counted
+
+
+def _counts(explained: dict[str, Any]) -> dict[str, int]:
+    """The numbers of documents an explain's details state, by name."""
+    return {
+        name: value if isinstance(value, int) else len(value)
+        for name, value in explained.items()
+        if name in ("candidates", "reached", "graph_nodes")
+    }
 
 
 def test_the_agents_plan_answers_only_with_documents_the_caller_may_read(
@@ -535,6 +550,14 @@ def test_the_agents_plan_answers_only_with_documents_the_caller_may_read(
     assert HIDDEN not in response and '"p2"' not in response and prompt == ""
     response, _ = seen["reader"]
     assert {"p2", "p4"} <= set(json.loads(response)["kgqr"]["details"]["answers"])
+    # The `follow` step's count of what it reached in Neo4j said p2 was there: only the
+    # steps read as the caller (the search, the rank) are counted.
+    reader, restricted = (
+        [step["rows"] for step in json.loads(seen[who][0])["kgqr"]["details"]["steps"]]
+        for who in ("reader", "restricted")
+    )
+    assert reader[:2] == restricted[:2] == [1, None]
+    assert restricted[2] == reader[2] - 1
 
 
 def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(

@@ -11,7 +11,7 @@ import pytest
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.agent.plan import MAX_K, MAX_STEPS, PlanError, fill, parse, repair, validate
 from query_rewriter.evaluation.question_phrasing import keeps_facts
-from query_rewriter.strategies.plan_executor import matches, needs_reading_back
+from query_rewriter.strategies.plan_executor import matches, read_as_caller
 
 STRUCTURE = DocumentStructure(
     types={"movie": ["year", "genre"], "person": []}, relations=["directed_by", "starring"]
@@ -152,7 +152,7 @@ def test_a_plan_whose_answer_comes_from_neo4j_is_read_back_as_the_caller(
 ) -> None:
     steps = [dict(s) for s in GOOD["steps"][:2]]
     plan = validate(parse({"steps": [*steps, last]}), STRUCTURE)
-    assert needs_reading_back(plan) is read_back
+    assert read_as_caller(plan)[plan.answer_step] is not read_back
 
 
 @pytest.mark.parametrize(
