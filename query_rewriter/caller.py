@@ -134,15 +134,25 @@ class IdentityResolver:
                 return None
             return response.status_code if response.status_code in (401, 403, 404) else None
 
-        refused: int | None = await self._remembered(f"{caller.fingerprint()} {index}", probed)
+        # A missing index is asked about again: one made a moment later is rewritten at once.
+        refused: int | None = await self._remembered(
+            f"{caller.fingerprint()} {index}", probed, keep=lambda status: status != 404
+        )
         return refused
 
-    async def _remembered(self, key: str, ask: Callable[[], Awaitable[Any]]) -> Any:
+    async def _remembered(
+        self,
+        key: str,
+        ask: Callable[[], Awaitable[Any]],
+        keep: Callable[[Any], bool] = lambda _: True,
+    ) -> Any:
         cached = self._known.get(key)
         now = time.monotonic()
         if cached and cached[0] > now:
             return cached[1]
         answer = await ask()
+        if not keep(answer):
+            return answer
         if len(self._known) >= MAX_IDENTITIES:
             self._known = {k: v for k, v in self._known.items() if v[0] > now}
             if len(self._known) >= MAX_IDENTITIES:

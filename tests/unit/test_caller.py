@@ -118,6 +118,7 @@ def test_a_search_the_engine_refuses_is_known_per_caller_and_index_for_a_while()
             "Basic reader": httpx.Response(200, json={"hits": {"hits": []}}),
             "Basic outsider": httpx.Response(403, json={}),
             "Basic busy": httpx.Response(429, json={}),  # says nothing of permission
+            "Basic early": httpx.Response(404, json={}),  # the KB is not ingested yet
         }
     )
 
@@ -125,11 +126,13 @@ def test_a_search_the_engine_refuses_is_known_per_caller_and_index_for_a_while()
         return [
             await resolver.search_refused(Caller.from_headers({"authorization": a}, SERVICE), i)
             for a, i in (("Basic reader", "kb"), ("Basic outsider", "kb"), ("Basic busy", "kb"),
-                         ("Basic reader", "kb"), ("Basic reader", "other"))
+                         ("Basic reader", "kb"), ("Basic reader", "other"),
+                         ("Basic early", "kb"), ("Basic early", "kb"))
         ]  # fmt: skip
 
-    assert asyncio.run(refusals()) == [None, 403, None, None, None]
+    assert asyncio.run(refusals()) == [None, 403, None, None, None, 404, 404]
     assert asked.count("Basic reader") == 2  # once per index, then remembered
+    assert asked.count("Basic early") == 2  # a missing index is asked about again
 
 
 @pytest.mark.parametrize(
