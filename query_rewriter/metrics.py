@@ -33,7 +33,8 @@ PASSED_THROUGH = Counter(
     "no_hits (size 0), sort (by a field or ascending score), min_score, search_pipeline "
     "(the caller's own), collapse, query_shape (a query kgqr does not rewrite), query_syntax "
     "(a query_string's operators, fields or wildcards, a prefix multi_match), msearch_header, "
-    "template (a search template the engine did not render for the caller)",
+    "template (a search template the engine did not render for the caller), refused (the "
+    "engine refused the caller's credentials or their search of the index: no rewrite)",
     ["reason"],
     registry=REGISTRY,
 )

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from query_rewriter import metrics
 from query_rewriter.caller import Caller
 from query_rewriter.client_fusion import client_side_hybrid
 from query_rewriter.explain import Explain, Fallback
@@ -75,6 +76,11 @@ async def run_plan(
     if identity is None or await state.identities.search_refused(caller, plan.index):
         # OpenSearch refuses these credentials, or this search: its own answer, no rewrite
         refused = await _original_search(state, plan, original, headers)
+        metrics.PASSED_THROUGH.labels("refused").inc()
+        log.info(
+            "no rewrite: OpenSearch refuses this search",
+            extra={"kgqr": {"index": plan.index, "status": refused.status_code}},
+        )
         return refused, {"strategy": plan.strategy, "refused": refused.status_code}
     outcome: RewriteOutcome = await state.rewriter.rewrite(
         index=plan.index,

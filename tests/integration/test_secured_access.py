@@ -52,6 +52,7 @@ from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import knowledge_base_names
 from tests.integration.ingest_helpers import TINY_KB
 from tests.integration.recording_llm import recording_llm
+from tests.integration.search_helpers import metric_sample
 
 KB = "sec-movies"
 INDEX = schema.documents_index(KB)
@@ -432,6 +433,7 @@ def test_a_caller_who_may_not_search_the_index_gets_no_rewrite(
     index's permissions deny. A KB index that does not exist costs nothing either."""
     url, prompts = proxy
     body = {**QUERY, "query": {"match": {"text": f"a film about bank robbers ({strategy})"}}}
+    counted = metric_sample("kgqr_searches_passed_through_total", reason="refused")
     for who, index, status in (
         ("outsider", INDEX, 403),
         ("reader", schema.documents_index(f"{KB}-x"), 404),
@@ -441,6 +443,7 @@ def test_a_caller_who_may_not_search_the_index_gets_no_rewrite(
         assert answer.status_code == status, answer.text
         assert answer.json()["kgqr"] == {"strategy": strategy, "refused": status}
         assert len(prompts) == before, (who, prompts[before:])
+    assert metric_sample("kgqr_searches_passed_through_total", reason="refused") == counted + 2
 
 
 def _what_each_saw(
