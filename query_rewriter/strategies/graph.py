@@ -71,6 +71,11 @@ def personalized_pagerank(reach: Reach, weights: Sequence[float], damping: float
     return score
 
 
+# How many times graph.boosts documents the walk ranks and checks readable (in one ids
+# query), so that hidden ones inside the cut are replaced by the next readable ones.
+READ_DEPTH = 3
+
+
 def top_documents(
     nodes: Sequence[str], scores: np.ndarray, documents: np.ndarray, k: int
 ) -> dict[str, float]:
@@ -126,13 +131,16 @@ class GraphWalk(Strategy):
             scores = personalized_pagerank(reach, list(seeds.values()), ctx.param(DAMPING))
             documents = reach.documents.copy()
             documents[:seeded_by_hits] = True  # the hits seed first, and are documents
-            ranked = top_documents(reach.nodes, scores, documents, int(ctx.param(BOOSTS)))
+            boosts = int(ctx.param(BOOSTS))
+            ranked = top_documents(reach.nodes, scores, documents, READ_DEPTH * boosts)
         with ctx.timer.stage("readable"):
             # A path names its middle node: shown only where the caller may read it too.
             near = hood.around(ranked)
             vias = near.vias(ranked)
             allowed = await readable_ids(ctx, ctx.index, set(ranked) | vias)
-        kept = [node for node in ranked if node in allowed]
+        # Cut among the readable: cut first, a hidden document inside the cut left the
+        # caller a shorter list, which told of it.
+        kept = [node for node in ranked if node in allowed][:boosts]
         top = ranked[kept[0]] if kept else 1.0
         rewrite.boost_ids = {node: ranked[node] / top for node in kept}
         # The walk adds what the query's evidence reaches but never displaces its best

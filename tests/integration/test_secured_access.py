@@ -531,6 +531,33 @@ def test_the_graph_boosts_and_shows_only_documents_the_caller_may_read(
     }, counted
 
 
+def test_the_walks_cut_off_is_made_among_the_documents_the_caller_may_read(
+    proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """`graph_walk` kept its best graph.boosts documents and then dropped the hidden ones,
+    so with p2 inside the cut the restricted caller got one boost fewer than the cut
+    allows: a short list that tells of a hidden document. The cut is now made after."""
+    url, _ = proxy
+    body = {**QUERY, "query": {"match": {"text": "Heat, the 1995 film (the walk's cut)"}}}
+
+    def walked(who: str, boosts: int) -> list[str]:
+        params = {"kgqr.param.graph.boosts": str(boosts)}
+        answer = httpx.post(
+            f"{url}/{INDEX}/_search",
+            params={"kgqr.strategy": "graph_walk", "kgqr.explain": "true", **params},
+            json=body,
+            headers={"authorization": users[who]},
+            timeout=120,
+        )
+        assert answer.status_code == 200, answer.text
+        return [node["id"] for node in answer.json()["kgqr"]["details"]["graph_nodes"]]
+
+    assert "p2" in walked("reader", 100)  # the walk reaches the hidden document
+    uncut = walked("restricted", 100)
+    for cut in range(1, len(uncut) + 1):  # each cut is a prefix of the whole ranking
+        assert walked("restricted", cut) == uncut[:cut], cut
+
+
 def _counts(explained: dict[str, Any]) -> dict[str, int]:
     """The numbers of documents an explain's details state, by name."""
     return {
