@@ -25,7 +25,7 @@ from query_rewriter.search_request import PassThrough, SearchPlan, plan_search
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.params import FUSE_PLAIN
 from query_rewriter.tuning.judgment_store import JudgmentStore
-from query_rewriter.tuning.scoreboard import scoreboard
+from query_rewriter.tuning.scoreboard import grades_by_query, scoreboard
 
 RunPlan = Callable[
     [Any, SearchPlan, dict[str, str], dict[str, str]],
@@ -228,9 +228,7 @@ async def judgments_file(request: Request) -> Response:
     line), so what a team judged here also scores strategies and sweeps there. Ids are
     hashes of the query: a later download names the same query alike."""
     kb = _kb(request.query_params)
-    grades: dict[str, dict[str, float]] = {}
-    for judgment in await _store(request).judgments(kb):
-        grades.setdefault(judgment.query, {})[judgment.doc_id] = judgment.grade
+    grades = grades_by_query(await _store(request).judgments(kb))
     lines = (
         JudgedQuery(_query_id(query), query, grades[query]).as_jsonl_line()
         for query in sorted(grades)

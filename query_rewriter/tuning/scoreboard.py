@@ -24,6 +24,14 @@ class ShownRanking:
     ranked: list[str]
 
 
+def grades_by_query(judgments: Iterable[Judgment]) -> dict[str, dict[str, float]]:
+    """query -> document id -> grade (a later judgment of the same pair wins)."""
+    by_query: dict[str, dict[str, float]] = defaultdict(dict)
+    for judgment in judgments:
+        by_query[judgment.query][judgment.doc_id] = judgment.grade
+    return by_query
+
+
 def scoreboard(
     judgments: Iterable[Judgment], rankings: Iterable[ShownRanking]
 ) -> list[dict[str, object]]:
@@ -32,9 +40,7 @@ def scoreboard(
     A query counts once it has at least one relevant judgment (recall and AP are undefined
     without one); documents judged non-relevant and unjudged ones both count as misses.
     """
-    by_query: dict[str, dict[str, float]] = defaultdict(dict)
-    for judgment in judgments:
-        by_query[judgment.query][judgment.doc_id] = judgment.grade
+    by_query = grades_by_query(judgments)
     scored = {query: graded for query, graded in by_query.items() if relevant_ids(graded)}
     per_strategy: dict[str, list[dict[str, float]]] = defaultdict(list)
     for ranking in rankings:

@@ -275,11 +275,16 @@ def _search(url: str, who: str | None, users: dict[str, str], strategy: str) -> 
 
 
 def _explained(
-    url: str, index: str, strategy: str, body: dict[str, Any], headers: dict[str, str]
+    url: str,
+    index: str,
+    strategy: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    params: dict[str, str] | None = None,
 ) -> httpx.Response:
-    """A search of `index` through kgqr with `strategy`, explained."""
-    params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
-    return httpx.post(f"{url}/{index}/_search", params=params, json=body, headers=headers,
+    """A search of `index` through kgqr with `strategy` (and kgqr `params`), explained."""
+    asked = {"kgqr.strategy": strategy, "kgqr.explain": "true", **(params or {})}
+    return httpx.post(f"{url}/{index}/_search", params=asked, json=body, headers=headers,
                       timeout=120)  # fmt: skip
 
 
@@ -541,14 +546,8 @@ def test_the_walks_cut_off_is_made_among_the_documents_the_caller_may_read(
     body = {**QUERY, "query": {"match": {"text": "Heat, the 1995 film (the walk's cut)"}}}
 
     def walked(who: str, boosts: int) -> list[str]:
-        params = {"kgqr.param.graph.boosts": str(boosts)}
-        answer = httpx.post(
-            f"{url}/{INDEX}/_search",
-            params={"kgqr.strategy": "graph_walk", "kgqr.explain": "true", **params},
-            json=body,
-            headers={"authorization": users[who]},
-            timeout=120,
-        )
+        answer = _explained(url, INDEX, "graph_walk", body, {"authorization": users[who]},
+                            {"kgqr.param.graph.boosts": str(boosts)})  # fmt: skip
         assert answer.status_code == 200, answer.text
         return [node["id"] for node in answer.json()["kgqr"]["details"]["graph_nodes"]]
 
