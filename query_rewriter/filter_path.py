@@ -33,19 +33,24 @@ def filtered(answer: Any, filter_path: Sequence[str]) -> Any:
 
 
 def _below(paths: Sequence[Path], key: str) -> list[Path]:
-    """What is left of each path under `key`; an empty one matches the whole value."""
-    left: list[Path] = []
+    """What is left of each path under `key`; an empty one matches the whole value.
+
+    Each path left is kept once: a `**` path both stays and yields its rest at every
+    level, so kept with repeats the list doubled with each level of nesting (2.8 s for
+    an answer 16 levels deep). Once each, it never holds more than the suffixes of the
+    caller's paths, and filtering stays linear in the answer's size."""
+    left: dict[Path, None] = {}
     for path in paths:
         head, rest = path[0], path[1:]
         if head == "**":
-            left.append(path)  # `**` may match this key and more below it
+            left[path] = None  # `**` may match this key and more below it
             if not rest:
-                left.append(())
+                left[()] = None
             elif fnmatchcase(key, rest[0]):
-                left.append(rest[1:])  # or match no key at all
+                left[rest[1:]] = None  # or match no key at all
         elif fnmatchcase(key, head):
-            left.append(rest)
-    return left
+            left[rest] = None
+    return list(left)
 
 
 def _include(value: Any, paths: Sequence[Path]) -> Any:

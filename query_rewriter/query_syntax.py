@@ -19,24 +19,29 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# The Lucene classic syntax OpenSearch's query_string reads, outside quoted phrases.
+# The Lucene classic syntax OpenSearch's query_string reads, outside quoted phrases. Each
+# pattern that scans a word (`\S*`) is anchored at the word's start (`(?<!\S)`): unanchored,
+# a search retried from every letter of a long word and scanned to its end each time, so a
+# 16 KB word took seconds of the event loop; anchored, each word is scanned a bounded
+# number of times (tests/unit/test_hostile_input.py measures it).
+WORD = r"(?<!\S)"
 QUERY_STRING_SYNTAX = (
     (re.compile(r"(?:^|[\s(])([+\-!]\S*)"), "a +, - or ! operator"),
     (re.compile(r"(?<!\S)(AND|OR|NOT)(?!\S)|(&&|\|\|)"), "a boolean operator"),
-    (re.compile(r"(\S*[^\s\\]:\S*)"), "a field name"),
-    (re.compile(r"(\S*(?:\*|\?(?=\S))\S*)"), "a wildcard"),
-    (re.compile(r"(\S*[~^]\S*)"), "fuzziness, proximity or a boost"),
+    (re.compile(WORD + r"(\S*[^\s\\]:\S*)"), "a field name"),
+    (re.compile(WORD + r"(\S*(?:\*|\?(?=\S))\S*)"), "a wildcard"),
+    (re.compile(WORD + r"(\S*[~^]\S*)"), "fuzziness, proximity or a boost"),
     (
-        re.compile(r"(\S*[()\[\]{}/\\<>=!]\S*)"),
+        re.compile(WORD + r"(\S*[()\[\]{}/\\<>=!]\S*)"),
         "grouping, a range, a regular expression or an escape",
     ),
 )
 # simple_query_string's operators (its `flags` may switch them off: then all is words).
 SIMPLE_QUERY_STRING_SYNTAX = (
     (re.compile(r"(?:^|[\s(])([+\-]\S*)"), "a + or - operator"),
-    (re.compile(r"(\S*\|\S*)"), "a | operator"),
-    (re.compile(r"(\S*\*(?!\S)\S*)"), "a prefix wildcard"),
-    (re.compile(r"(\S*[~()\\]\S*)"), "fuzziness, slop, grouping or an escape"),
+    (re.compile(WORD + r"(\S*\|\S*)"), "a | operator"),
+    (re.compile(WORD + r"(\S*\*(?!\S)\S*)"), "a prefix wildcard"),
+    (re.compile(WORD + r"(\S*[~()\\]\S*)"), "fuzziness, slop, grouping or an escape"),
 )
 # Search-as-you-type: the last word is a prefix ("dark kni"), which no rewrite reads.
 PREFIX_TYPES = ("phrase_prefix", "bool_prefix")

@@ -1,0 +1,185 @@
+"""What a caller sends never reaches code worse than linear in its size.
+
+The proxy plans every search on its event loop, so one request that costs quadratic time
+stalls every other caller's search (a 16 KB query_string word once held the loop 3.9 s).
+Costs are compared as ratios measured in the same run, never as absolute times: per byte
+(or per level), a large input may cost at most 2x what one 16 times smaller costs, where
+quadratic code costs 16x. The properties (Hypothesis) check that any input is planned,
+filtered or scrubbed without an error other than kgqr's own 400s.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from query_rewriter.errors import RewriteRequestError, redact_addresses
+from query_rewriter.filter_path import filtered
+from query_rewriter.msearch import _items
+from query_rewriter.query_syntax import syntax_used
+from query_rewriter.request_body import json_object
+from query_rewriter.search_request import PassThrough, SearchPlan, plan_search, uri_search_as_body
+
+pytestmark = pytest.mark.unit
+INDEX = "kgqr-movies-documents"
+SMALL, LARGE = 64 * 1024, 1024 * 1024  # the issue's sizes: 1 MB against 64 KB
+
+
+def plan(raw: bytes) -> SearchPlan | PassThrough:
+    """A search body planned as the proxy plans it (app.handle_search, less the I/O)."""
+    payload = json_object(raw, "request body")
+    query_params, body = uri_search_as_body({}, payload)
+    return plan_search(INDEX, query_params, body, "graph")
+
+
+def query_string(text: str) -> bytes:
+    return json.dumps({"query": {"query_string": {"query": text}}}).encode()
+
+
+def seconds(work: Callable[[], Any], repeats: int = 5) -> float:
+    """The fastest of a few runs: the least disturbed by the machine's other work."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def per_unit_ratio(work: Callable[[int], Any], small: int, large: int) -> float:
+    """Cost per unit of size at `large` over that at `small` (1.0 for linear code)."""
+    work(small)  # warm caches (compiled patterns, imports) before timing either
+    return (seconds(lambda: work(large)) / large) / (seconds(lambda: work(small)) / small)
+
+
+@pytest.mark.parametrize(
+    "word",
+    [
+        "a",  # a plain word: every syntax pattern is tried on it and fails
+        "a:",  # a field-name pattern that backtracks through the word
+        "a?",
+        "a~",
+        "a\\",
+    ],
+)
+def test_planning_a_single_huge_word_costs_linear_time(word: str) -> None:
+    def planned(size: int) -> None:
+        plan(query_string(word * (size // len(word))))
+
+    assert per_unit_ratio(planned, SMALL, LARGE) <= 2.0
+
+
+@pytest.mark.parametrize("kind", ["query_string", "simple_query_string"])
+def test_syntax_detection_costs_linear_time_in_many_short_words(kind: str) -> None:
+    def detected(size: int) -> None:
+        syntax_used(kind, {"query": "ab " * (size // 3)})
+
+    assert per_unit_ratio(detected, SMALL, LARGE) <= 2.0
+
+
+def test_an_msearch_of_hostile_items_costs_linear_time_in_its_size() -> None:
+    def items(size: int) -> None:
+        count = 100
+        body = query_string("x" * (size // count)).decode()
+        raw = ("\n".join(f'{{"index": "{INDEX}"}}\n{body}' for _ in range(count)) + "\n").encode()
+        lines, checked = _items(raw, None, count)
+        for header, search in zip(checked, lines[1::2], strict=True):
+            plan_search(str(header.single_index), {}, search, "graph")
+
+    assert per_unit_ratio(items, SMALL, LARGE) <= 2.0
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    answer: dict[str, Any] = {"x": 1, "y": [1, 2]}
+    for level in range(depth):
+        answer = {"a": answer if level % 2 else [answer], "b": level}
+    return answer
+
+
+@pytest.mark.parametrize("paths", [["**.x"], ["**.**.x"], ["**", "-**.y"], ["a.**.a.**.x"]])
+def test_filter_path_costs_linear_time_in_the_answers_depth(paths: list[str]) -> None:
+    # `**` paths once doubled at every level: 2.8 s at depth 16, twice that at 17.
+    # (A real answer is far shallower; 256 keeps below Python's recursion limit.)
+    answers = {depth: _nested(depth) for depth in (16, 256)}
+    assert per_unit_ratio(lambda depth: filtered(answers[depth], paths), 16, 256) <= 2.0
+
+
+@pytest.mark.parametrize("run", ["a", "1", "a.", "a:1", "a-", "[a"])
+def test_scrubbing_an_upstream_error_costs_linear_time(run: str) -> None:
+    def scrubbed(size: int) -> None:
+        redact_addresses(run * (size // len(run)))
+
+    assert per_unit_ratio(scrubbed, SMALL, LARGE) <= 2.0
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from(list('ab :?*~^()[]{}/\\<>=!+-"|&')), max_size=60).map(
+        lambda text: text.replace("a ", " AND ").replace("b ", " NOT ")
+    ),
+    kind=st.sampled_from(["query_string", "simple_query_string", "match", "multi_match"]),
+)
+def test_any_text_query_is_planned_or_passed_through(text: str, kind: str) -> None:
+    body = {"query": {kind: {"query": text} if kind != "match" else {"title": text}}}
+    planned = plan(json.dumps(body).encode())
+    assert isinstance(planned, SearchPlan | PassThrough)
+    if isinstance(planned, SearchPlan) and kind == "query_string":
+        # Rewritten means read as words: no operator the engine would have obeyed.
+        assert syntax_used(kind, {"query": text}) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raw=st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.sampled_from(["query", "size", "from", "sort", "kgqr"]), inner)
+            ),
+            max_leaves=12,
+        ).map(lambda value: json.dumps(value).encode()),
+    )
+)
+def test_any_body_is_planned_or_refused_with_a_400(raw: bytes) -> None:
+    try:
+        plan(raw)
+    except RewriteRequestError as exc:
+        assert exc.status == 400
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    paths=st.lists(
+        st.lists(st.sampled_from(["**", "*", "a", "b*", "x"]), min_size=1, max_size=4).map(
+            ".".join
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    excluded=st.booleans(),
+)
+def test_filter_path_keeps_only_what_a_path_names(paths: list[str], excluded: bool) -> None:
+    answer = _nested(6)
+    result = filtered(answer, ["-" + path for path in paths] if excluded else paths)
+    assert isinstance(result, dict)
+    assert len(json.dumps(result)) <= len(json.dumps(answer))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=st.text(max_size=40),
+    after=st.text(max_size=40),
+    address=st.sampled_from(
+        ["http://10.1.2.3:9200/x", "127.0.0.1:9200", "[::1]:7687", "bolt://neo4j:7687"]
+    ),
+)
+def test_an_address_in_any_text_is_scrubbed(before: str, after: str, address: str) -> None:
+    assert address not in redact_addresses(f"{before} {address} {after}")
