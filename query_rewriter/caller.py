@@ -25,12 +25,15 @@ from kgqr_core.settings import Settings
 # The security plugin's REST impersonation: who the request runs as, when the credentials'
 # user may act as them.
 IMPERSONATION_HEADER = "opendistro_security_impersonate_as"
-# Headers by which OpenSearch's security plugin (or a proxy in front of it) decides who a
-# request runs as: HTTP basic / bearer, session cookies, client certificates forwarded by a
-# TLS terminator, proxy authentication, the tenant a Dashboards user acts in, and the user
-# impersonated (without it, a rewrite's identity and graph evidence were the
-# impersonator's while its searches ran as the user impersonated).
-CREDENTIAL_HEADERS = frozenset(
+# Headers by which OpenSearch's security plugin (or a proxy in front of it) commonly decides
+# who a request runs as: HTTP basic / bearer, session cookies, client certificates
+# forwarded by a TLS terminator, proxy authentication, the tenant a Dashboards user acts
+# in, and the user impersonated. Only `KGQR_ANONYMOUS_USES_SERVICE_ACCOUNT` reads this
+# list: a request with none of them is anonymous there. Who a caller *is* is decided by
+# every header (below), because the engine's authentication is configurable: a JWT in a
+# header of the operator's naming, proxy auth's `x-proxy-ext-*` attributes, an
+# X-Forwarded-For it trusts.
+KNOWN_CREDENTIAL_HEADERS = frozenset(
     {
         "authorization",
         "cookie",
@@ -44,6 +47,50 @@ CREDENTIAL_HEADERS = frozenset(
         "securitytenant",
         "security_tenant",
         IMPERSONATION_HEADER,
+    }
+)
+# Headers that never decide who a request runs as: the body's framing and format, what
+# the client accepts, tracing ids (new on every request: counted as identity, each would
+# cost an identity lookup), and hop-by-hop ones. Every other header the caller sent is
+# sent with each request kgqr makes for them and is part of their identity, exactly as
+# the engine sees the search itself.
+NOT_IDENTITY_HEADERS = frozenset(
+    {
+        "host",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "accept-charset",
+        "user-agent",
+        "cache-control",
+        "pragma",
+        "origin",
+        "referer",
+        "x-opaque-id",
+        "traceparent",
+        "tracestate",
+        "baggage",
+        "x-request-id",
+        "x-correlation-id",
+        "x-amzn-trace-id",
+        "x-b3-traceid",
+        "x-b3-spanid",
+        "x-b3-parentspanid",
+        "x-b3-sampled",
+        "x-b3-flags",
+        "b3",
+        "x-elastic-client-meta",
     }
 )
 AUTHINFO_PATH = "/_plugins/_security/authinfo"
@@ -60,7 +107,9 @@ def service_authorization(settings: Settings) -> str | None:
 
 @dataclass(frozen=True)
 class Caller:
-    """The credential-bearing headers of one request, as the caller sent them."""
+    """The headers of one request that may decide who it runs as, as the caller sent
+    them: every header but NOT_IDENTITY_HEADERS (a fixed list of credential headers left
+    a custom JWT header out: such callers were resolved as anonymous and shared rewrites)."""
 
     credentials: tuple[tuple[str, str], ...]
 
@@ -69,12 +118,13 @@ class Caller:
         found = sorted(
             (name.lower(), value)
             for name, value in headers.items()
-            if name.lower() in CREDENTIAL_HEADERS
+            if name.lower() not in NOT_IDENTITY_HEADERS
         )
-        if not found and settings.anonymous_uses_service_account:
+        anonymous = not any(name in KNOWN_CREDENTIAL_HEADERS for name, _ in found)
+        if anonymous and settings.anonymous_uses_service_account:
             authorization = service_authorization(settings)
             if authorization:
-                found = [("authorization", authorization)]
+                found = sorted([*found, ("authorization", authorization)])
         return cls(tuple(found))
 
     @property
@@ -82,7 +132,7 @@ class Caller:
         return dict(self.credentials)
 
     def fingerprint(self) -> str:
-        """A hash of every credential header: the identity where OpenSearch resolves none."""
+        """A hash of every identity header: the identity where OpenSearch resolves none."""
         raw = json.dumps(self.credentials or "anonymous").encode()
         return hashlib.sha256(raw).hexdigest()[:32]
 
@@ -178,5 +228,11 @@ class IdentityResolver:
             "roles": sorted(info.get("roles") or []),
             "tenant": info.get("user_requested_tenant"),
         }
+        if info.get("custom_attribute_names"):
+            # Document-level security may read the user's attributes (`${attr.jwt.dept}`),
+            # whose values authinfo does not tell: two JWTs of one user with different
+            # claims are two identities, so neither is served the other's rewrite.
+            who["attributes"] = sorted(info["custom_attribute_names"])
+            who["credentials"] = caller.fingerprint()
         digest = hashlib.sha256(json.dumps(who, sort_keys=True).encode()).hexdigest()[:32]
         return f"user:{digest}"

@@ -149,3 +149,67 @@ def test_addresses_are_redacted_from_client_visible_reasons(text: str) -> None:
     for secret in ("10.1.2.3", "opensearch.internal", "::1", "search.example.com", "9200"):
         assert secret not in redacted
     assert "<address>" in redacted
+
+
+def test_identity_is_resolved_with_every_header_the_engine_sees() -> None:
+    """A JWT in a header of the operator's naming, proxy auth's attributes and a trusted
+    X-Forwarded-For decide who a request runs as: each is sent and counted; the body's
+    framing and tracing ids are not (a new trace id would cost an identity lookup)."""
+    caller = Caller.from_headers(
+        {
+            "X-Kgqr-Jwt": "eyJ.a.b",
+            "X-Proxy-Ext-Dept": "sales",
+            "X-Forwarded-For": "10.0.0.7",
+            "Content-Type": "application/json",
+            "Traceparent": "00-1-2-01",
+            "X-Opaque-Id": "trace-1",
+            "User-Agent": "opensearch-py",
+        },
+        SERVICE,
+    )
+    assert caller.headers == {
+        "x-kgqr-jwt": "eyJ.a.b",
+        "x-proxy-ext-dept": "sales",
+        "x-forwarded-for": "10.0.0.7",
+    }
+    other_token = Caller.from_headers({"X-Kgqr-Jwt": "eyJ.c.d"}, SERVICE)
+    assert other_token.fingerprint() != caller.fingerprint()
+    traced = Caller.from_headers({"X-Kgqr-Jwt": "eyJ.c.d", "Traceparent": "00-9-9-01"}, SERVICE)
+    assert traced.fingerprint() == other_token.fingerprint()
+
+
+def test_a_custom_token_header_is_not_anonymous_to_the_service_account_opt_in() -> None:
+    lending = SERVICE.model_copy(update={"anonymous_uses_service_account": True})
+    assert "authorization" not in Caller.from_headers({"cookie": "s=1"}, lending).headers
+    lent = Caller.from_headers({"x-forwarded-for": "10.0.0.7"}, lending).headers
+    assert lent["x-forwarded-for"] == "10.0.0.7" and lent["authorization"].startswith("Basic ")
+
+
+def test_two_tokens_of_one_user_with_attributes_are_two_identities() -> None:
+    """DLS may read a JWT's claims (`${attr.jwt.dept}`), which authinfo names but does
+    not show: one user's two tokens must not share rewrites, a user without attributes
+    keeps one identity across credentials."""
+
+    def info(attributes: list[str]) -> httpx.Response:
+        return httpx.Response(
+            200, json={"user_name": "ann", "roles": ["r"], "custom_attribute_names": attributes}
+        )
+
+    resolver, _ = _resolver(
+        {
+            "Bearer sales": info(["attr.jwt.dept"]),
+            "Bearer hr": info(["attr.jwt.dept"]),
+            "Basic one": info([]),
+            "Basic two": info([]),
+        }
+    )
+
+    async def identities() -> list[str | None]:
+        return [
+            await resolver.identity(Caller.from_headers({"authorization": a}, SERVICE))
+            for a in ("Bearer sales", "Bearer hr", "Basic one", "Basic two")
+        ]
+
+    sales, hr, one, two = asyncio.run(identities())
+    assert sales != hr
+    assert one == two
