@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
-KB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+KB_NAME = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,63}\Z")  # \Z: `$` let a trailing newline in
 META_INDEX = "kgqr-meta"
 HYBRID_PIPELINE = "kgqr-hybrid"
 # Three sub-queries: BM25, k-NN, and the documents the knowledge graph links to the query.

@@ -39,7 +39,7 @@ HEADER_KEYS = frozenset(
 # An index name, alias or pattern as a search may name it: OpenSearch's forbidden
 # characters out (\ / ? " < > | space , #), wildcards and a leading "-" (exclusion) and a
 # "cluster:" prefix in.
-INDEX_NAME = re.compile(r'^[^\\/?"<>| ,#\x00-\x1f]+$')
+INDEX_NAME = re.compile(r'^[^\\/?"<>| ,#\x00-\x1f]+\Z')
 
 
 @dataclass(frozen=True)

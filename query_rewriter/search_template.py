@@ -16,7 +16,7 @@ from typing import Any
 from query_rewriter.caller import Caller
 from query_rewriter.proxy_state import ProxyState
 
-TEMPLATE_PATH = re.compile(r"^/([^/_][^/]*)/_search/template/?$")
+TEMPLATE_PATH = re.compile(r"^/([^/_][^/]*)/_search/template/?\Z")
 TEMPLATE_KEYS = ("id", "source", "params")
 # A template request's own switches, which the search it renders takes as its options.
 SEARCH_SWITCHES = ("explain", "profile")

@@ -59,3 +59,9 @@ def test_neo4j_statements_are_split_without_comments() -> None:
     statements = schema.neo4j_statements()
     assert statements[0].startswith("CREATE CONSTRAINT kgqr_node_key")
     assert all("//" not in statement for statement in statements)
+
+
+def test_a_kb_name_with_a_trailing_newline_is_refused() -> None:
+    # `$` matches before a final newline: `kb=a%0A` passed the check and was a 500.
+    with pytest.raises(ValueError):
+        schema.documents_index("a\n")
