@@ -250,9 +250,15 @@ class AsyncLlmClient(_AnswerCache):
         self._slots = asyncio.Semaphore(settings.llm_max_concurrent)
         self.waiting = 0
 
-    async def complete(self, request: LlmRequest) -> LlmAnswer:
+    async def complete(self, request: LlmRequest, scope: str | None = None) -> LlmAnswer:
+        """`scope`: whose answer this is (the caller's identity). Answers are cached and
+        shared in flight only within a scope: a shared answer told a caller, through its
+        explain's `cached_llm_calls` and its speed, that someone else had just asked the
+        same thing."""
         started = time.perf_counter()
         key = self._key(request)
+        if scope is not None:
+            key = f"{key}:{hashlib.sha256(scope.encode()).hexdigest()[:32]}"
         if (cached := self._cached(await self._get(key), started)) is not None:
             return cached
         texts, shared = await self._in_flight.run(key, lambda: self._answer(key, request))
@@ -300,3 +306,14 @@ class AsyncLlmClient(_AnswerCache):
 
     async def close(self) -> None:
         await self._client.close()
+
+
+@dataclass(frozen=True)
+class CallerLlm:
+    """The proxy's LLM as one caller uses it: every answer cached in that caller's scope."""
+
+    client: AsyncLlmClient
+    caller: str
+
+    async def complete(self, request: LlmRequest) -> LlmAnswer:
+        return await self.client.complete(request, scope=self.caller)

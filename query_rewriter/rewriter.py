@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kgqr_core.llm import AsyncLlmClient
+from kgqr_core.llm import AsyncLlmClient, CallerLlm
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
@@ -186,7 +186,7 @@ class Rewriter:
             metrics.REWRITES_RUNNING.inc()
             try:
                 outcome = await self._compute(
-                    index, kb, strategy, query, params, gateway, timeout_s
+                    index, kb, strategy, query, params, gateway, caller, timeout_s
                 )
             finally:
                 self._running -= 1
@@ -249,6 +249,7 @@ class Rewriter:
         query: str,
         params: dict[str, float],
         gateway: OpenSearchGateway,
+        caller: str,
         timeout_s: float | None = None,
     ) -> RewriteOutcome:
         started = time.perf_counter()
@@ -277,7 +278,7 @@ class Rewriter:
                 index,
                 kb,
                 structure,
-                self.llm,
+                CallerLlm(self.llm, caller),
                 gateway,
                 embed,
                 timer,

@@ -29,7 +29,7 @@ class GatedLlm:
         self.release = asyncio.Event()
         self.calls = 0
 
-    async def complete(self, request: object) -> SimpleNamespace:
+    async def complete(self, request: object, scope: str | None = None) -> SimpleNamespace:
         self.calls += 1
         await self.release.wait()
         return SimpleNamespace(texts=[HYDE_ANSWER], cached=False, elapsed_ms=1.0)

@@ -297,7 +297,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
     from query_rewriter.rewriter import Rewriter
 
     class EchoingLlm:  # answers, from its cache, only with the structure block's own words
-        async def complete(self, request: object) -> SimpleNamespace:
+        async def complete(self, request: object, scope: str | None = None) -> SimpleNamespace:
             return SimpleNamespace(texts=['{"documents": ["fields title text"]}'], cached=True)
 
     async def embed(texts: list[str]) -> np.ndarray:
@@ -309,7 +309,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
                                  dimension=4)  # fmt: skip
 
     rewriter = Rewriter(Settings(), EchoingLlm(), None, QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
-    outcome = asyncio.run(rewriter._compute("i", "kb", "hyde", "q", {}, None))  # type: ignore[arg-type]
+    outcome = asyncio.run(rewriter._compute("i", "kb", "hyde", "q", {}, None, "u"))  # type: ignore[arg-type]
     explain = outcome.explain(None)
     assert explain["fallback"] is not None
     assert explain["fallback"]["reason"] == "ValueError: the LLM returned no usable documents"
