@@ -411,6 +411,11 @@ class Settings(BaseSettings):
         description="pipeline: OpenSearch's hybrid query + normalisation pipeline; client: two "
         "searches fused by RRF in kgqr; auto: pipeline when neural-search is installed.",
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="A bearer token that opens /_kgqr/metrics (Authorization: Bearer TOKEN). "
+        "Unset, the metrics are shown to callers OpenSearch shows its own node stats to.",
+    )
     max_body_bytes: int = Field(
         default=10 * 1024 * 1024,
         ge=1,

@@ -3,6 +3,7 @@ indices rewritten and sent as hybrid searches; every other request passes throug
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import re
@@ -24,7 +25,7 @@ from kgqr_core.settings import Settings, get_settings
 from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_templates
 from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
-from query_rewriter.caller import IdentityResolver
+from query_rewriter.caller import Caller, IdentityResolver
 from query_rewriter.errors import (
     RewriteRequestError,
     error_response,
@@ -65,9 +66,11 @@ from query_rewriter.strategies import check_default_strategy
 from query_rewriter.tuning.routes import tuning_routes
 
 log = logging.getLogger("kgqr.proxy")
-SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?$")
-MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?$")
-MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?$")
+SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?\Z")
+MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?\Z")
+# What the engine asks of a caller for its own node stats (cluster:monitor/nodes/stats).
+NODE_STATS_PROBE = "/_nodes/_local/stats/process"
+MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?\Z")
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
@@ -214,42 +217,42 @@ async def _ensure_pipeline(http: httpx.AsyncClient, name: str, body: dict[str, A
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    """kgqr's own metrics, then those of any nginx front forwarding to this port."""
+    """kgqr's own metrics, then those of any nginx front forwarding to this port, for the
+    callers who may read the engine's own node stats (or who hold KGQR_METRICS_TOKEN):
+    open to anyone, they told of every KB's searches, strategies and fallbacks."""
     state: ProxyState = request.app.state.kgqr
+    if (refused := await _metrics_refused(state, request)) is not None:
+        return refused
     fronts = await read_fronts(status_folder(state.settings, request.scope["server"][1]))
     body = generate_latest(metrics.REGISTRY) + render_fronts(fronts)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+async def _metrics_refused(state: ProxyState, request: Request) -> Response | None:
+    """The answer that refuses the request its metrics, or None when it may read them."""
+    token = state.settings.metrics_token
+    if token is not None:
+        sent = request.headers.get("authorization", "")
+        if hmac.compare_digest(sent.encode(), f"Bearer {token.get_secret_value()}".encode()):
+            return None
+        return error_response(
+            RewriteRequestError(401, "security_exception", "a valid metrics token is required")
+        )
+    caller = Caller.from_headers(request.headers, state.settings)
+    try:
+        stats = await state.http.get(
+            NODE_STATS_PROBE, params={"filter_path": "_nodes"}, headers=caller.headers
+        )
+    except httpx.HTTPError as exc:
+        return error_response(upstream_unreachable(exc))
+    return None if stats.status_code == 200 else to_response(stats)
 
 
 async def proxy(request: Request) -> Response:
     state: ProxyState = request.app.state.kgqr
     kind = "passthrough"
     try:
-        limit = state.settings.max_body_bytes
-        path = request.url.path
-        reads = request.method in ("GET", "POST")
-        search = reads and SEARCH_PATH.match(path)
-        msearch = reads and MSEARCH_PATH.match(path)
-        template = reads and TEMPLATE_PATH.match(path)
-        templates = reads and MSEARCH_TEMPLATE_PATH.match(path)
-        if search or msearch or template or templates:  # bodies kgqr reads; sent decoded
-            body = await read_body(request.headers.get("content-length"), request.stream(), limit)
-            body = decode_body(body, request.headers.get("content-encoding"), limit)
-        if search:
-            kind = "search"
-            response = await handle_search(state, request, search.group(1), body)
-        elif template:
-            kind = "search"
-            response = await handle_search_template(state, request, template.group(1), body)
-        elif templates:
-            kind = "msearch"
-            response = await handle_msearch_template(state, request, templates.group(1), body)
-        elif msearch:
-            kind = "msearch"
-            response = await handle_msearch(state, request, msearch.group(1), body)
-        else:  # streamed as it arrives: only the engine's own limit applies (a 12 MB
-            # _bulk was kgqr's 413, where the engine and the front take it)
-            response = await state.upstream.forward(request)
+        kind, response = await _dispatch(state, request)
     except RewriteRequestError as exc:
         response = error_response(exc)
     except httpx.HTTPError as exc:
@@ -264,6 +267,45 @@ async def proxy(request: Request) -> Response:
         response.headers["x-opaque-id"] = opaque_id
     metrics.REQUESTS.labels(kind, str(response.status_code)).inc()
     return response
+
+
+async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]:
+    """The request's kind (for the metrics) and its answer: the searches kgqr reads are
+    planned, everything else is streamed to the engine as it arrives (only the engine's
+    own limit applies: a 12 MB _bulk was kgqr's 413, where the engine and the front take
+    it)."""
+    path = request.url.path
+    reads = request.method in ("GET", "POST")
+    search = reads and SEARCH_PATH.match(path)
+    msearch = reads and MSEARCH_PATH.match(path)
+    template = reads and TEMPLATE_PATH.match(path)
+    templates = reads and MSEARCH_TEMPLATE_PATH.match(path)
+    kind = "msearch" if msearch or templates else "search"
+    if not (search or msearch or template or templates):
+        return "passthrough", await state.upstream.forward(request)
+    if await _unauthenticated(state, request):
+        # The engine's 401, the body streamed to it unread: a caller it does not know
+        # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
+        metrics.PASSED_THROUGH.labels("refused").inc()
+        return kind, await state.upstream.forward(request)
+    limit = state.settings.max_body_bytes
+    body = await read_body(request.headers.get("content-length"), request.stream(), limit)
+    body = decode_body(body, request.headers.get("content-encoding"), limit)
+    if search:
+        return kind, await handle_search(state, request, search.group(1), body)
+    if template:
+        return kind, await handle_search_template(state, request, template.group(1), body)
+    if templates:
+        return kind, await handle_msearch_template(state, request, templates.group(1), body)
+    assert msearch
+    return kind, await handle_msearch(state, request, msearch.group(1), body)
+
+
+async def _unauthenticated(state: ProxyState, request: Request) -> bool:
+    """Whether the engine refuses the credentials the request carries (a 401 from the
+    security plugin); False where it has no security or cannot be asked."""
+    caller = Caller.from_headers(request.headers, state.settings)
+    return await state.identities.identity(caller) is None
 
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:

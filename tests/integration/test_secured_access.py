@@ -429,6 +429,60 @@ def test_no_credentials_get_opensearchs_401_and_no_rewrite(
     assert len(prompts) == before  # refused callers cost no LLM call
 
 
+def test_a_request_without_valid_credentials_is_not_read_before_the_engines_401(
+    entry: str, proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """kgqr once parsed and planned a search before anyone was authenticated, so an
+    anonymous caller could make it run a 16 KB query_string word's quadratic parse (or a
+    hundred of them in an msearch). A body kgqr would refuse with its own 400 proves the
+    order: a caller the engine does not know gets the engine's 401, the body unread."""
+    counted = metric_sample("kgqr_searches_passed_through_total", reason="refused")
+    hostile = json.dumps({"query": {"query_string": {"query": "x" * 65536}}})
+    too_many = "".join(f'{{"index": "{INDEX}"}}\n{hostile}\n' for _ in range(101))
+    ndjson = {"content-type": "application/x-ndjson"}
+    for headers in ({}, {"authorization": basic_authorization("reader", "wrong")}):
+        for path, body, kind in (
+            (f"{INDEX}/_search", b"{not json", {"content-type": "application/json"}),
+            (f"{INDEX}/_search", hostile.encode(), {"content-type": "application/json"}),
+            ("_msearch", too_many.encode(), ndjson),  # kgqr's own limit is 100 items
+            (f"{INDEX}/_search/template", b"{not json", {"content-type": "application/json"}),
+        ):
+            answer = httpx.post(f"{entry}/{path}", content=body, headers={**headers, **kind})
+            assert answer.status_code == 401, (path, answer.text[:200])
+    # The same malformed body from a known caller is read, and refused by kgqr as before.
+    reader = {"authorization": users["reader"], "content-type": "application/json"}
+    assert httpx.post(f"{entry}/{INDEX}/_search", content=b"{x", headers=reader).status_code == 400
+    assert metric_sample("kgqr_searches_passed_through_total", reason="refused") >= counted + 8
+
+
+def test_kgqrs_metrics_need_the_rights_the_engine_asks_for_its_node_stats(
+    entry: str, secured: SecuredCredentials, users: dict[str, str]
+) -> None:
+    """Open to anyone, /_kgqr/metrics told of every KB's searches, strategies and
+    fallbacks; the engine shows its own node stats only to monitors."""
+    path = f"{entry}/_kgqr/metrics"
+    admin = {"authorization": secured.admin_authorization}
+    for headers in ({}, {"authorization": users["reader"]}, admin):
+        direct = httpx.get(
+            f"{secured.url}/_nodes/_local/stats/process", headers=headers, verify=_trusting(secured)
+        )
+        answer = httpx.get(path, headers=headers)
+        assert answer.status_code == direct.status_code, answer.text[:200]
+        assert ("kgqr_requests_total" in answer.text) == (direct.status_code == 200)
+    assert httpx.get(path, headers={"authorization": users["reader"]}).status_code == 403
+
+
+def test_a_kb_name_ending_in_a_newline_is_a_400_not_a_500(
+    proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    answer = httpx.get(
+        f"{proxy[0]}/_kgqr/tune/judgments.jsonl",
+        params={"kb": f"{KB}\n"},
+        headers={"authorization": users["tuner"]},
+    )
+    assert answer.status_code == 400, answer.text
+
+
 @pytest.mark.parametrize("strategy", ["hyde", "kar", "graph"])
 def test_a_caller_who_may_not_search_the_index_gets_no_rewrite(
     strategy: str, proxy: tuple[str, list[str]], users: dict[str, str]
