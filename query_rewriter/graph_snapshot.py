@@ -23,7 +23,8 @@ COUNT_RELATIONS = "MATCH (:Node {kb: $kb})-[r]->() RETURN count(r) AS relations"
 NODES = "MATCH (n:Node {kb: $kb}) RETURN n.id AS id, n.type AS type, n.name AS name"
 RELATIONSHIPS = """
 MATCH (a:Node {kb: $kb})-[r]->(b:Node {kb: $kb})
-RETURN a.id AS source, b.id AS target, coalesce(r.relation, toLower(type(r))) AS relation
+RETURN a.id AS source, b.id AS target, coalesce(r.relation, toLower(type(r))) AS relation,
+       r.passage_id AS passage
 """
 
 
@@ -43,8 +44,9 @@ def _slices(
 @dataclass(frozen=True)
 class GraphSnapshot:
     """Node i's edges are positions offsets[i]..offsets[i+1] of `neighbour` (the node at
-    the other end), `relation` (a number into `relations`) and `outgoing` (node i is the
-    relationship's start), in the order they were read."""
+    the other end), `relation` (a number into `relations`), `outgoing` (node i is the
+    relationship's start) and `source` (the node of the passage a triple edge was read
+    from, -1 for other edges), in the order they were read."""
 
     version: int
     ids: list[str]
@@ -56,6 +58,7 @@ class GraphSnapshot:
     neighbour: np.ndarray
     relation: np.ndarray
     outgoing: np.ndarray
+    source: np.ndarray
     relations: list[str]
 
     @classmethod
@@ -63,11 +66,11 @@ class GraphSnapshot:
         cls,
         version: int,
         nodes: Iterable[tuple[str, str | None, str | None]],
-        relationships: Iterable[tuple[str, str, str]],
+        relationships: Iterable[tuple[str, ...]],
     ) -> GraphSnapshot:
-        """From (id, type, name) nodes and (start id, end id, relation) relationships; a
-        relationship whose end is not among the nodes (written between the two reads) is
-        left out."""
+        """From (id, type, name) nodes and (start id, end id, relation[, source passage id])
+        relationships; a relationship whose end or source is not among the nodes (written
+        between the two reads) is left out, since no caller's right to it could be checked."""
         ids: list[str] = []
         types: list[str | None] = []
         names: list[str | None] = []
@@ -77,12 +80,14 @@ class GraphSnapshot:
             names.append(name)
         position = {node_id: number for number, node_id in enumerate(ids)}
         numbered: dict[str, int] = {}
-        starts, ends, kinds = [], [], []
-        for start, end, relation in relationships:
-            if start in position and end in position:
+        starts, ends, kinds, sources = [], [], [], []
+        for start, end, relation, *passage in relationships:
+            read_from = passage[0] if passage else None
+            if start in position and end in position and (read_from in position or not read_from):
                 starts.append(position[start])
                 ends.append(position[end])
                 kinds.append(numbered.setdefault(relation, len(numbered)))
+                sources.append(position[read_from] if read_from else -1)
         start_numbers, end_numbers = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
         owner = np.concatenate([start_numbers, end_numbers])
         other = np.concatenate([end_numbers, start_numbers])
@@ -94,6 +99,7 @@ class GraphSnapshot:
         offsets[1:] = np.cumsum(np.bincount(owner, minlength=len(ids)))
         outgoing = np.concatenate([np.ones(len(starts), bool), np.zeros(len(starts), bool)])
         kind = np.asarray(kinds, np.int32)
+        source = np.asarray(sources, np.int32)
         return cls(
             version=version,
             ids=ids,
@@ -105,6 +111,7 @@ class GraphSnapshot:
             neighbour=other[order].astype(np.int32),
             relation=np.concatenate([kind, kind])[order],
             outgoing=outgoing[order],
+            source=np.concatenate([source, source])[order],
             relations=list(numbered),
         )
 
@@ -155,6 +162,37 @@ class SnapshotNeighbourhood:
         first_node = self.graph.neighbour[self.first_edge]
         starts = np.concatenate([self.first_seed, first_node[self.second_row]])
         return starts, np.concatenate([first_node, self.graph.neighbour[self.second_edge]])
+
+    def evidence_ids(self) -> set[str]:
+        graph = self.graph
+        edges = np.concatenate([self.first_edge, self.second_edge])
+        nodes = np.unique(graph.neighbour[edges])
+        sources = np.unique(graph.source[edges])
+        numbers = np.union1d(nodes[graph.has_document[nodes]], sources[sources >= 0])
+        return {graph.ids[n] for n in numbers.tolist()} - self.seeds
+
+    def without(self, hidden: Collection[str]) -> SnapshotNeighbourhood:
+        graph = self.graph
+        blocked = np.asarray([graph.position[i] for i in hidden if i in graph.position], np.int64)
+        if not len(blocked):
+            return self
+
+        def open_steps(edges: np.ndarray) -> np.ndarray:
+            return ~(
+                np.isin(graph.neighbour[edges], blocked) | np.isin(graph.source[edges], blocked)
+            )
+
+        first_kept = open_steps(self.first_edge)
+        second_kept = first_kept[self.second_row] & open_steps(self.second_edge)
+        renumbered = np.cumsum(first_kept) - 1  # a kept first hop's number among the kept
+        return SnapshotNeighbourhood(
+            graph,
+            self.seeds,
+            self.first_seed[first_kept],
+            self.first_edge[first_kept],
+            renumbered[self.second_row[second_kept]],
+            self.second_edge[second_kept],
+        )
 
     def reach(self, seeds: Sequence[str]) -> Reach:
         starts, ends = self._ends()
@@ -219,6 +257,7 @@ class SnapshotNeighbourhood:
             rows.append([
                 graph.ids[seed], graph.relations[graph.relation[edge]], bool(graph.outgoing[edge]),
                 graph.ids[node], graph.names[node], graph.types[node], onward.get(int(row), []),
+                self._source_of(edge),
             ])  # fmt: skip
         return Neighbourhood(self.seeds, rows, self.source)
 
@@ -226,7 +265,11 @@ class SnapshotNeighbourhood:
         graph, node = self.graph, int(self.graph.neighbour[edge])
         relation = graph.relations[graph.relation[edge]]
         return [graph.ids[node], graph.types[node], relation, bool(graph.outgoing[edge]),
-                graph.names[node]]  # fmt: skip
+                graph.names[node], self._source_of(edge)]  # fmt: skip
+
+    def _source_of(self, edge: int) -> str | None:
+        source = int(self.graph.source[edge])
+        return self.graph.ids[source] if source >= 0 else None
 
     def names(self) -> dict[str, str]:
         return self.around(None).names()

@@ -15,8 +15,11 @@ from neo4j import AsyncDriver
 
 from plugin.schema import relation_type
 
-# A second hop is [id, type, relation, outgoing, name]; the name only when asked for, since
-# reading thousands of names costs Neo4j a third of the query and only `kar_no_drf` uses them.
+# A row is [seed, relation, outgoing, id, name, type, second hops, source passage]; a second
+# hop is [id, type, relation, outgoing, name, source passage]. The name only when asked for,
+# since reading thousands of names costs Neo4j a third of the query and only `kar_no_drf`
+# uses them. The source passage is the one a triple (an entity-to-entity RELATION) was read
+# from, null for other relationships: a caller may use the edge only if they may read it.
 NEIGHBOURS = """
 UNWIND $seeds AS seed
 MATCH (s:Node {kb: $kb, id: seed})
@@ -30,11 +33,11 @@ CALL (s, n1) {
   WITH r2, n2 LIMIT $cap
   RETURN collect(CASE WHEN n2 IS NULL THEN null ELSE [
     n2.id, n2.type, coalesce(r2.relation, toLower(type(r2))), startNode(r2) = n1,
-    CASE WHEN $names THEN n2.name END
+    CASE WHEN $names THEN n2.name END, r2.passage_id
   ] END) AS second
 }
 RETURN collect([seed, coalesce(r1.relation, toLower(type(r1))), startNode(r1) = s,
-                n1.id, n1.name, n1.type, second]) AS rows
+                n1.id, n1.name, n1.type, second, r1.passage_id]) AS rows
 """
 
 
@@ -98,7 +101,7 @@ class Neighbourhood:
         position = {seed: number for number, seed in enumerate(seeds)}
         kinds: dict[str, str | None] = {}
         ends = []
-        for seed, _relation, _outgoing, first, _name, first_type, second in self.rows:
+        for seed, _relation, _outgoing, first, _name, first_type, second, _ in self.rows:
             kinds.setdefault(first, first_type)
             ends.append((seed, first))
             for hop in second:
@@ -120,6 +123,35 @@ class Neighbourhood:
     def around(self, ids: Collection[str] | None) -> Neighbourhood:
         """The part that paths to `ids` run through (all of it: rows are already read)."""
         return self
+
+    def evidence_ids(self) -> set[str]:
+        """What a caller must be able to read for this neighbourhood to be theirs: every
+        reached node with a document and every passage a triple edge was read from."""
+        found: set[str] = set()
+        for row in self.rows:
+            if has_document(row[5]):
+                found.add(row[3])
+            if row[7] is not None:
+                found.add(row[7])
+            for hop in row[6]:
+                if has_document(hop[1]):
+                    found.add(hop[0])
+                if hop[5] is not None:
+                    found.add(hop[5])
+        return found - self.seeds
+
+    def without(self, hidden: Collection[str]) -> Neighbourhood:
+        """The neighbourhood less every step into a `hidden` node or along an edge read
+        from a `hidden` passage (a first step's second hops go with it)."""
+        blocked = set(hidden)
+        if not blocked:
+            return self
+        rows = [
+            [*row[:6], [hop for hop in row[6] if not blocked & {hop[0], hop[5]}], row[7]]
+            for row in self.rows
+            if not blocked & {row[3], row[7]}
+        ]
+        return Neighbourhood(self.seeds, rows, self.source)
 
     def document_ids(self) -> set[str]:
         """Every reached node that has a document, seeds excluded: what DRF scores."""
@@ -182,16 +214,16 @@ class Neighbourhood:
                 or (seed, node_id) in found
             )
 
-        for seed, relation, outgoing, node_id, name, node_type, _ in self.rows:
+        for seed, relation, outgoing, node_id, name, node_type, _, _ in self.rows:
             if node_id not in blocked and not skip(seed, node_id):
                 found[seed, node_id] = Neighbour(
                     seed, node_id, name or node_id, node_type, (relation, outgoing)
                 )
         # Second hops only after every first hop, so a node one hop away keeps its short path.
-        for seed, relation, outgoing, via_id, via_name, _, second in self.rows:
+        for seed, relation, outgoing, via_id, via_name, _, second, _ in self.rows:
             if via_id in blocked:
                 continue
-            for next_id, next_type, next_relation, next_outgoing, next_name in second:
+            for next_id, next_type, next_relation, next_outgoing, next_name, _ in second:
                 if next_id not in blocked and not skip(seed, next_id):
                     found[seed, next_id] = Neighbour(
                         seed,
@@ -216,6 +248,10 @@ class Neighbours(Protocol):
     def reach(self, seeds: Sequence[str]) -> Reach: ...
 
     def around(self, ids: Collection[str] | None) -> Neighbourhood: ...
+
+    def evidence_ids(self) -> set[str]: ...
+
+    def without(self, hidden: Collection[str]) -> Neighbours: ...
 
     def document_ids(self) -> set[str]: ...
 

@@ -17,7 +17,7 @@ its first hit, lead to the answer, and for comparison.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,11 +71,6 @@ def personalized_pagerank(reach: Reach, weights: Sequence[float], damping: float
     return score
 
 
-# How many times graph.boosts documents the walk ranks and checks readable (in one ids
-# query), so that hidden ones inside the cut are replaced by the next readable ones.
-READ_DEPTH = 3
-
-
 def top_documents(
     nodes: Sequence[str], scores: np.ndarray, documents: np.ndarray, k: int
 ) -> dict[str, float]:
@@ -86,7 +81,7 @@ def top_documents(
 
 
 def strongest_paths(
-    hood: Neighbourhood, nodes: list[str], seeds: dict[str, float], hidden: set[str]
+    hood: Neighbourhood, nodes: list[str], seeds: dict[str, float], hidden: Collection[str] = ()
 ) -> dict[str, str]:
     """For each node, the path that lifted it most: the shortest from the heaviest other
     seed, as "seed --relation--> node" (two hops name the node between)."""
@@ -126,21 +121,22 @@ class GraphWalk(Strategy):
             hood = await ctx.knowledge_graph().neighbours(
                 ctx.kb, list(seeds), hops=2, cap=ctx.setting("kar_hub_cap")
             )
+        with ctx.timer.stage("readable"):
+            # Before the walk, not after it: an edge read from a passage the caller may not
+            # read, or a step through a document hidden from them, must not carry score
+            # either (checked after the walk, only the boosted documents and the middles
+            # of their paths were, and a hidden passage's triple still lifted and showed).
+            evidence = hood.evidence_ids()
+            hood = hood.without(evidence - await readable_ids(ctx, ctx.index, evidence))
         with ctx.timer.stage("walk"):
             reach = hood.reach(list(seeds))
             scores = personalized_pagerank(reach, list(seeds.values()), ctx.param(DAMPING))
             documents = reach.documents.copy()
             documents[:seeded_by_hits] = True  # the hits seed first, and are documents
             boosts = int(ctx.param(BOOSTS))
-            ranked = top_documents(reach.nodes, scores, documents, READ_DEPTH * boosts)
-        with ctx.timer.stage("readable"):
-            # A path names its middle node: shown only where the caller may read it too.
-            near = hood.around(ranked)
-            vias = near.vias(ranked)
-            allowed = await readable_ids(ctx, ctx.index, set(ranked) | vias)
-        # Cut among the readable: cut first, a hidden document inside the cut left the
-        # caller a shorter list, which told of it.
-        kept = [node for node in ranked if node in allowed][:boosts]
+            ranked = top_documents(reach.nodes, scores, documents, boosts)
+        kept = list(ranked)
+        near = hood.around(kept)
         top = ranked[kept[0]] if kept else 1.0
         rewrite.boost_ids = {node: ranked[node] / top for node in kept}
         # The walk adds what the query's evidence reaches but never displaces its best
@@ -151,7 +147,7 @@ class GraphWalk(Strategy):
         if hits:
             rewrite.boost_ids[hits[0]["id"]] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
-        lifted_by = strongest_paths(near, kept, seeds, hidden=vias - allowed)
+        lifted_by = strongest_paths(near, kept, seeds)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],
             "kept_first": hits[0]["id"] if hits else None,  # boosted as the walk's top

@@ -30,6 +30,7 @@ from ingest import job_runner
 from ingest.chunk_ingest import ingest_chunk
 from ingest.job_store import JobStore
 from ingest.kb_removal import drop_knowledge_base
+from ingest.records import CorpusTriple, Document
 from ingest.sources import open_source
 from ingest.worker_resources import WorkerResources
 from kgqr_core import connections
@@ -62,7 +63,28 @@ QUERY = {"query": {"match": {"text": "Heat, the 1995 film about bank robbers"}},
 # stay readable in the triples index: kgqr itself must keep them from the restricted user.
 CHAIN_KB = "sec-chain"
 CHAIN_HIDDEN = "Delta Labs"
-PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*"]
+# A corpus graph whose hidden passage (p2, a leaked memo) is the only source of one edge
+# between two entities; the report d9 is reached from Acme only along that edge.
+OWNERS_KB = "sec-owners"
+OWNERS_RECORDS = [
+    record.model_dump(mode="json")
+    for record in [
+        Document(id="p1", type="passage", title="Acme history", text="Acme is based in Oslo."),
+        Document(id="p2", type="passage", title="A leaked memo",
+                 text="Acme is secretly owned by Evilcorp."),
+        Document(id="d9", type="passage", title="Annual report",
+                 text="Evilcorp reported record profits."),
+        CorpusTriple(head="Acme", relation="is based in", tail="Oslo",
+                     ttr="Acme is based in Oslo.", ttr_source="given", passage_id="p1"),
+        CorpusTriple(head="Acme", relation="is secretly owned by", tail="Evilcorp",
+                     ttr="Acme is secretly owned by Evilcorp.", ttr_source="given",
+                     passage_id="p2"),
+        CorpusTriple(head="Evilcorp", relation="reported", tail="record profits",
+                     ttr="Evilcorp reported record profits.", ttr_source="given",
+                     passage_id="d9"),
+    ]
+]  # fmt: skip
+PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*", f"kgqr-{OWNERS_KB}-*"]
 # The agent's stored plan for the movie KB: the film a question names, then its cast.
 CAST_PLAN = {
     "steps": [
@@ -228,6 +250,19 @@ def secured_chain_kb(
         assert outcome.counts["documents"] == 2 and outcome.counts["triples"] > 0
 
     with _ingested(settings, secured, neo4j_driver, redis_client, CHAIN_KB, write) as index:
+        yield index
+
+
+@pytest.fixture(scope="module")
+def secured_owners_kb(
+    settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
+) -> Iterator[str]:
+    def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
+        job = f"{OWNERS_KB}-{uuid.uuid4().hex[:8]}"
+        outcome = ingest_chunk(resources, job, OWNERS_KB, 0, OWNERS_RECORDS)
+        assert outcome.counts["documents"] == 3 and outcome.counts["triples"] == 3
+
+    with _ingested(settings, secured, neo4j_driver, redis_client, OWNERS_KB, write) as index:
         yield index
 
 
@@ -641,6 +676,29 @@ def test_the_agents_plan_answers_only_with_documents_the_caller_may_read(
     )
     assert reader[:2] == restricted[:2] == [1, None]
     assert restricted[2] == reader[2] - 1
+
+
+def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
+    proxy: tuple[str, list[str]], users: dict[str, str], secured_owners_kb: str
+) -> None:
+    """The walk once scored, lifted and showed `entity:acme --is secretly owned by->
+    [evilcorp]` to a caller DLS hides the memo from: an edge carries the passage it was
+    read from, and counts only where the caller may read that passage."""
+    body = {"query": {"match": {"text": "Where is Acme based?"}}, "size": 5}
+    params = {"graph.seeds": "1", "graph.triple_seeds": "1"}
+    walked = {}
+    for who in ("reader", "restricted"):
+        answer = _explained(
+            proxy[0], secured_owners_kb, "graph_walk", body, {"authorization": users[who]},
+            {f"kgqr.param.{name}": value for name, value in params.items()},
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        walked[who] = answer.json()["kgqr"]
+    paths = {node["id"]: node["path"] for node in walked["reader"]["details"]["graph_nodes"]}
+    assert "is secretly owned by" in str(paths.get("d9")), paths  # the reader may read p2
+    restricted = walked["restricted"]
+    assert "secretly" not in json.dumps(restricted)
+    assert {node["id"] for node in restricted["details"]["graph_nodes"]} <= {"p1"}
 
 
 def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(

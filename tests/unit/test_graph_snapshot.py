@@ -88,3 +88,49 @@ def test_the_bridge_through_a_hub_takes_its_first_cap_documents() -> None:
     graph = GraphSnapshot.build(1, nodes, [(f"d{i}", "hub", "mentions") for i in range(6)])
     hood = graph.neighbours(["d0"], hops=2, cap=3)
     assert hood.bridged_documents() == {"d1", "d2", "d3"}
+
+
+# A corpus graph: triples between entities carry the passage they were read from.
+PASSAGE_NODES = [
+    ("p1", "passage", "Acme history"),
+    ("p2", "passage", "A leaked memo"),  # hidden from the caller below
+    ("d9", "passage", "Evilcorp's annual report"),
+    ("entity:acme", "entity", "acme"),
+    ("entity:evilcorp", "entity", "evilcorp"),
+    ("entity:oslo", "entity", "oslo"),
+]
+PASSAGE_RELATIONSHIPS = [
+    ("p1", "entity:acme", "mentions"),
+    ("p1", "entity:oslo", "mentions"),
+    ("entity:acme", "entity:oslo", "is based in", "p1"),
+    ("entity:acme", "entity:evilcorp", "is secretly owned by", "p2"),
+    ("p2", "entity:acme", "mentions"),
+    ("p2", "entity:evilcorp", "mentions"),
+    ("d9", "entity:evilcorp", "mentions"),
+    ("entity:oslo", "entity:evilcorp", "hosts", "gone"),  # its passage was deleted
+]
+
+
+def test_the_evidence_of_a_neighbourhood_is_its_documents_and_its_edges_passages() -> None:
+    hood = GraphSnapshot.build(1, PASSAGE_NODES, PASSAGE_RELATIONSHIPS).neighbours(
+        ["entity:acme"], hops=2, cap=50
+    )
+    assert hood.evidence_ids() == {"p1", "p2", "d9"}
+    assert hood.around(None).evidence_ids() == {"p1", "p2", "d9"}  # Neo4j-shaped rows too
+
+
+def test_without_a_hidden_passage_its_edges_and_what_only_they_reach_are_gone() -> None:
+    """The walk, its paths and its explain see only steps the caller may read: the edge
+    read from the hidden memo, the memo itself and the report reached only through them."""
+    hood = GraphSnapshot.build(1, PASSAGE_NODES, PASSAGE_RELATIONSHIPS).neighbours(
+        ["entity:acme"], hops=2, cap=50
+    )
+    seen = {path.id: path.relation_text() for path in hood.paths()}
+    assert seen["entity:evilcorp"] == "is secretly owned by"  # what a hidden passage says
+    for shown in (hood.without({"p2"}), hood.around(None).without({"p2"})):
+        paths = {path.id: path.relation_text() for path in shown.paths()}
+        assert set(paths) == {"p1", "entity:oslo"}
+        assert paths["entity:oslo"] == "is based in"
+        reach = shown.reach(["entity:acme"])
+        assert not {"p2", "d9", "entity:evilcorp"} & set(reach.nodes)
+    assert hood.without(set()) is hood
