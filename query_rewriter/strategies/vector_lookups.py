@@ -1,8 +1,10 @@
-"""OpenSearch reads the KG strategies share: exact cosine for a set of ids, and fetching
-documents or triples by id — each one request, however many ids."""
+"""OpenSearch reads the KG strategies share: exact cosine for a set of ids, fetching
+documents or triples by id, and which ids the caller may read — each one request, but for
+readability checks larger than the engine's result window."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
@@ -81,10 +83,19 @@ async def by_ids(
     return {hit["_id"]: hit["_source"] for hit in hits}
 
 
+# The engine's default index.max_result_window: an ids query asks for every id it names.
+IDS_PER_QUERY = 10_000
+
+
 async def readable_ids(ctx: StrategyContext, index: str, ids: set[str]) -> set[str]:
-    """The ids the caller may read: one ids query sent with the caller's credentials, which
-    document-level security filters like any search of theirs."""
-    if not ids:
-        return set()
-    body = {"size": len(ids), "_source": False, "query": {"ids": {"values": sorted(ids)}}}
-    return {hit["_id"] for hit in (await ctx.opensearch.search(index, body))["hits"]["hits"]}
+    """The ids the caller may read: ids queries sent with the caller's credentials, which
+    document-level security filters like any search of theirs (one per IDS_PER_QUERY ids,
+    concurrent: a walk's whole neighbourhood can name more than one query may return)."""
+    ordered = sorted(ids)
+    chunks = [ordered[at : at + IDS_PER_QUERY] for at in range(0, len(ordered), IDS_PER_QUERY)]
+
+    async def readable(chunk: list[str]) -> set[str]:
+        body = {"size": len(chunk), "_source": False, "query": {"ids": {"values": chunk}}}
+        return {hit["_id"] for hit in (await ctx.opensearch.search(index, body))["hits"]["hits"]}
+
+    return set().union(*await asyncio.gather(*map(readable, chunks)))
