@@ -50,6 +50,22 @@ def has_document(node_type: str | None) -> bool:
     return node_type not in (None, "entity")
 
 
+class FollowedEdge(NamedTuple):
+    """One relationship a plan's `follow` took: where from, where to, the target's type,
+    and the passage a triple edge was read from (None for other edges)."""
+
+    source: str
+    target: str
+    target_type: str | None
+    passage: str | None
+
+    def evidence(self) -> set[str]:
+        """What a caller must be able to read to use this edge: its target's document and
+        its source passage."""
+        needed = {self.target} if has_document(self.target_type) else set()
+        return needed | ({self.passage} if self.passage else set())
+
+
 class Neighbour(NamedTuple):
     """A node reached from a seed, with the path that reached it, kept raw until rendered."""
 
@@ -286,9 +302,9 @@ MATCH (s:Node {kb: $kb, id: source})
 CALL (s) {
   MATCH (s)PATTERN(t:Node)
   WHERE $type IS NULL OR t.type = $type
-  RETURN t.id AS target LIMIT $cap
+  RETURN t.id AS target, t.type AS target_type, r.passage_id AS passage LIMIT $cap
 }
-RETURN collect([source, target]) AS pairs
+RETURN collect([source, target, target_type, passage]) AS pairs
 """
 # Paths of up to two hops from a document to the nodes a question names (their names occur
 # in its lower-cased text): how the question's words reach its true answers.
@@ -304,7 +320,7 @@ CALL (a) {
 }
 RETURN collect([answer, hops, nodes]) AS paths
 """
-FOLLOW_PATTERNS = {"out": "-[:`{0}`]->", "in": "<-[:`{0}`]-", "both": "-[:`{0}`]-"}
+FOLLOW_PATTERNS = {"out": "-[r:`{0}`]->", "in": "<-[r:`{0}`]-", "both": "-[r:`{0}`]-"}
 
 
 class Neo4jGraph:
@@ -361,13 +377,13 @@ class Neo4jGraph:
         direction: str,
         node_type: str | None = None,
         cap: int = 500,
-    ) -> list[tuple[str, str]]:
-        """(source, target) pairs one `relation` away, at most `cap` per source. The
-        relationship type is interpolated (Cypher cannot take it as a parameter) only as
+    ) -> list[FollowedEdge]:
+        """The steps one `relation` away, at most `cap` per source. The relationship type
+        is interpolated (Cypher cannot take it as a parameter) only as
         `plugin.schema.relation_type` spells it: letters, digits and underscores."""
         pattern = FOLLOW_PATTERNS[direction].format(relation_type(relation))
         records, _, _ = await self._driver.execute_query(
             FOLLOW.replace("PATTERN", pattern),
             kb=kb, sources=sources, type=node_type, cap=cap, routing_="r",
         )  # fmt: skip
-        return [(source, target) for source, target in records[0]["pairs"]]
+        return [FollowedEdge(*pair) for pair in records[0]["pairs"]]

@@ -2,9 +2,9 @@
 
 Every OpenSearch request goes out with the caller's credentials (the strategy context's
 search endpoint), so a step only ever sees documents the caller may read; a `follow`
-reads Neo4j with kgqr's account, and what it reaches is read back from OpenSearch as the
-caller (fields for a filter, the search for a rank, or the answer itself) before any of it
-is shown or used to rank.
+reads Neo4j with kgqr's account, and keeps only the steps whose target document and
+source passage the caller may read (one ids query as the caller) before any step uses,
+ranks or shows them.
 """
 
 from __future__ import annotations
@@ -116,12 +116,18 @@ async def _run(step: Step, given: list[Ranked], query: str, ctx: StrategyContext
 async def _follow(step: Follow, sources: Ranked, ctx: StrategyContext) -> Ranked:
     if not sources:
         return {}
-    pairs = await ctx.knowledge_graph().follow(
+    edges = await ctx.knowledge_graph().follow(
         ctx.kb, list(sources), step.relation, step.direction, step.type, FOLLOW_CAP
     )
+    # Read as the caller before anything goes on: a chain of follows once went on from
+    # documents hidden from the caller (only the plan's answer was read back), and a
+    # limit after a follow cut before the hidden ones were dropped.
+    evidence = set().union(*(edge.evidence() for edge in edges))
+    allowed = await readable_ids(ctx, ctx.index, evidence)
     reached: Ranked = {}
-    for source, target in pairs:
-        reached[target] = max(reached.get(target, 0.0), sources[source])
+    for edge in edges:
+        if edge.evidence() <= allowed:
+            reached[edge.target] = max(reached.get(edge.target, 0.0), sources[edge.source])
     return dict(sorted(reached.items(), key=lambda item: -item[1]))
 
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kgqr_core.llm import LlmAnswer, LlmRequest
-from query_rewriter.graph_store import Neighbours
+from query_rewriter.graph_store import FollowedEdge, Neighbours
 
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 
@@ -55,4 +55,4 @@ class Graph(Protocol):
         direction: str,
         node_type: str | None = None,
         cap: int = 500,
-    ) -> list[tuple[str, str]]: ...
+    ) -> list[FollowedEdge]: ...

@@ -35,6 +35,7 @@ from ingest.sources import open_source
 from ingest.worker_resources import WorkerResources
 from kgqr_core import connections
 from kgqr_core.connections import basic_authorization
+from kgqr_core.embedder import get_embedder
 from kgqr_core.settings import Settings
 from kgqr_ops.cli import main
 from kgqr_ops.nginx_front import running_front
@@ -46,11 +47,16 @@ from kgqr_ops.services.secured_opensearch import (
     SecuredOpenSearchNode,
 )
 from plugin import kb_meta, schema
+from plugin.kb_meta import DocumentStructure
+from query_rewriter.agent.plan import Plan
 from query_rewriter.agent.plan_book import PlanBook, PlanEntry
 from query_rewriter.background_server import free_port, running_proxy
 from query_rewriter.caller import IMPERSONATION_HEADER
-from query_rewriter.opensearch_gateway import opensearch_http_client
+from query_rewriter.graph_store import Neo4jGraph
+from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
 from query_rewriter.proxy_state import knowledge_base_names
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.plan_executor import execute
 from tests.integration.ingest_helpers import TINY_KB
 from tests.integration.recording_llm import recording_llm
 from tests.integration.search_helpers import metric_sample
@@ -699,6 +705,43 @@ def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
     restricted = walked["restricted"]
     assert "secretly" not in json.dumps(restricted)
     assert {node["id"] for node in restricted["details"]["graph_nodes"]} <= {"p1"}
+
+
+def test_a_chain_of_follows_goes_on_only_from_documents_the_caller_may_read(
+    settings: Settings,
+    secured: SecuredCredentials,
+    secured_kb: str,
+    users: dict[str, str],
+) -> None:
+    """Heat's cast, then their other films: through Al Pacino (hidden from `restricted`)
+    the chain reached The Insider, and a limit after the first follow cut before p2 was
+    dropped. Each follow now keeps only what the caller may read before going on."""
+    costars = Plan.model_validate({"steps": [
+        {"id": "film", "op": "search", "text": "Heat", "type": "movie", "k": 1},
+        {"id": "cast", "op": "follow", "from": "film", "relation": "starring", "type": "person"},
+        {"id": "first", "op": "limit", "from": "cast", "k": 1},
+        {"id": "films", "op": "follow", "from": "first", "relation": "starring",
+         "direction": "in", "type": "movie"},
+    ]})  # fmt: skip
+    embedder = get_embedder(settings.embedder_model)
+
+    async def embed(texts: list[str]) -> Any:
+        return embedder.encode(texts)
+
+    async def run(who: str) -> dict[str, list[str]]:
+        as_caller = _as(settings, secured, "kgqr", secured.kgqr_password)
+        async with opensearch_http_client(as_caller) as http, connections.async_neo4j_driver(
+            settings
+        ) as driver:  # fmt: skip
+            gateway = OpenSearchGateway(http, {"authorization": users[who]})
+            ctx = StrategyContext(as_caller, secured_kb, KB, DocumentStructure(), None,  # type: ignore[arg-type]
+                                  gateway, embed, graph=Neo4jGraph(driver))  # fmt: skip
+            ran = await execute(costars, "Heat", ctx)
+            return {"answer": ran.answer}
+
+    reader, restricted = asyncio.run(run("reader")), asyncio.run(run("restricted"))
+    assert "m3" in reader["answer"] or "m1" in reader["answer"], reader  # via p2 (Al Pacino)
+    assert restricted["answer"] == [], restricted  # Heat's only other readable star: none
 
 
 def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(
