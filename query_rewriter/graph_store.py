@@ -290,9 +290,9 @@ UNWIND $frontier AS source
 MATCH (e:Node {kb: $kb, id: source})
 CALL (e) {
   MATCH (e)-[r:RELATION]-(n:Node)
-  RETURN r.triple_id AS triple_id, n.id AS target LIMIT $cap
+  RETURN r.triple_id AS triple_id, n.id AS target, r.passage_id AS passage LIMIT $cap
 }
-RETURN collect([source, triple_id, target]) AS edges
+RETURN collect([source, triple_id, target, passage]) AS edges
 """
 
 
@@ -351,13 +351,14 @@ class Neo4jGraph:
 
     async def entity_edges(
         self, kb: str, frontier: list[str], cap: int = 50
-    ) -> list[tuple[str, str, str]]:
-        """(source entity, triple id, other entity) for RELATION edges of the frontier,
-        capped per node; one round trip for the whole frontier."""
+    ) -> list[tuple[str, str, str, str | None]]:
+        """(source entity, triple id, other entity, source passage) for RELATION edges of
+        the frontier, capped per node; one round trip for the whole frontier."""
         records, _, _ = await self._driver.execute_query(
             ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
         )
-        return [(source, triple_id, target) for source, triple_id, target in records[0]["edges"]]
+        return [(source, triple_id, target, passage) for source, triple_id, target, passage
+                in records[0]["edges"]]  # fmt: skip
 
     async def named_paths(
         self, kb: str, answers: list[str], text: str, cap: int = 3

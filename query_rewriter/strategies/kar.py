@@ -132,20 +132,22 @@ class KnowledgeAwareRewrite(Strategy):
                 ctx.setting("kar_hub_cap"),
                 with_names=ranker.needs_names,
             )
+        with ctx.timer.stage("readable"):
+            # Graph evidence obeys document permissions, before anything is ranked: a step
+            # into a document, or along an edge read from a passage, that the caller may
+            # not read is gone. (Checked after the cut, only a path's middle was, and a
+            # ranked document whose paths all ran through hidden ones left a short list.)
+            evidence = found.evidence_ids()
+            found = found.without(evidence - await readable_ids(ctx, ctx.index, evidence))
         if not found.document_ids():
             return []
         with ctx.timer.stage("drf"):
             ranked = await ranker.rank(
                 await ctx.query_vector(query), found, int(ctx.param(KAR_K)), ctx
             )
-            # Graph evidence obeys document permissions: the ends of a path are documents the
-            # caller's own searches returned; its middle node must be readable too, or the
-            # path (which names it) is not shown.
-            near = found.around(ranked)  # the paths' rows, made once for vias and paths
-            unchecked = near.vias(ranked) - set(ranked)
-            hidden = unchecked - await readable_ids(ctx, ctx.index, unchecked)
+            near = found.around(ranked)  # the paths' rows, made once
         best: dict[str, RankedNeighbour] = {}
-        for path in near.paths(ranked, hidden=hidden):
+        for path in near.paths(ranked):
             if path.id not in ranked:
                 continue
             score, document = ranked[path.id]

@@ -29,6 +29,9 @@ from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
 from query_rewriter.strategies.vector_lookups import exact_cosine, readable_ids
 
 TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", "passage_id"]
+# How deep the triple search may go to find k readable triples for a caller from whom
+# document-level security hides many: bounded, like every search kgqr makes for a caller.
+MAX_TRIPLE_DEPTH = 1_000
 
 
 @dataclass
@@ -61,7 +64,7 @@ class ContextualQueryRetrieval(Strategy):
         index = triples_index(ctx.kb)
         with ctx.timer.stage("triple_retrieval"):
             query_vector = await ctx.query_vector(query)
-            top = await self.readable(ctx, await self.top_triples(ctx, index, query, query_vector))
+            top = await self.top_triples(ctx, index, query, query_vector)
         if not top:
             raise ValueError(f"no triples in {index}: ingest a corpus graph first")
         kept = await self.llm_filter(ctx, query, top)
@@ -70,9 +73,7 @@ class ContextualQueryRetrieval(Strategy):
         added: list[dict[str, Any]] = []
         if self.complete:
             with ctx.timer.stage("completion"):
-                added = await self.readable(
-                    ctx, await self.completion(ctx, index, query_vector, kept)
-                )
+                added = await self.completion(ctx, index, query_vector, kept)
             rewrite.details["completion_triples"] = [self.fact(t) for t in added]
         facts = "\n".join(f"- {self.fact(t)}" for t in [*kept, *added])
         answer = await ctx.llm_json(
@@ -103,15 +104,27 @@ class ContextualQueryRetrieval(Strategy):
     async def top_triples(
         self, ctx: StrategyContext, index: str, query: str, query_vector: np.ndarray
     ) -> list[dict[str, Any]]:
+        """The k triples nearest the query among those the caller may read. Cut before the
+        check, a hidden passage's triple among the k left a shorter list, which told of it;
+        the k-NN search goes deeper only while hidden ones fill its top, so a caller who
+        may read them all gets exactly the first search's k."""
         k = int(ctx.param(KGCQR_K))
         if self.use_ttr:
-            body = {
-                "size": k,
-                "_source": TRIPLE_FIELDS,
-                "query": {"knn": {"vector": {"vector": [float(x) for x in query_vector], "k": k}}},
-            }
-            hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-            return [{**h["_source"], "similarity": 2 * h["_score"] - 1} for h in hits]
+            depth = k
+            while True:
+                body = {
+                    "size": depth,
+                    "_source": TRIPLE_FIELDS,
+                    "query": {
+                        "knn": {"vector": {"vector": [float(x) for x in query_vector], "k": depth}}
+                    },
+                }
+                hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+                found = [{**h["_source"], "similarity": 2 * h["_score"] - 1} for h in hits]
+                readable = await self.readable(ctx, found)
+                if len(readable) >= k or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
+                    return readable[:k]
+                depth = min(4 * depth, MAX_TRIPLE_DEPTH)
         # No TTR: the index holds vectors of TTRs only, so embed the bare triples of a BM25
         # candidate pool and rank by cosine. The pool reads the analysed head/relation/tail
         # sub-fields, never the TTR text, or the ablation would still select through TTRs.
@@ -121,7 +134,8 @@ class ContextualQueryRetrieval(Strategy):
             "_source": TRIPLE_FIELDS,
             "query": {"multi_match": {"query": query, "fields": fields}},
         }
-        pool = [h["_source"] for h in (await ctx.opensearch.search(index, body))["hits"]["hits"]]
+        hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+        pool = await self.readable(ctx, [h["_source"] for h in hits])
         if not pool:
             return []
         vectors = await ctx.embed([self.fact(t) for t in pool])
@@ -164,10 +178,15 @@ class ContextualQueryRetrieval(Strategy):
                 sorted({p.at for p in paths}),
                 ctx.setting("kar_hub_cap"),
             )
-            new_ids = {tid for _, tid, _ in edges if tid and tid not in similarity_of}
+            # Only edges read from passages the caller may read take part in a path: a
+            # hidden one ranked in the beam pushed readable paths out of it.
+            passages = {str(passage) for *_, passage in edges if passage}
+            allowed = await readable_ids(ctx, ctx.index, passages)
+            open_edges = [edge[:3] for edge in edges if edge[3] in allowed]
+            new_ids = {tid for _, tid, _ in open_edges if tid and tid not in similarity_of}
             similarity_of.update(await exact_cosine(ctx, index, query_vector, new_ids))
             by_source: dict[str, list[tuple[str, str]]] = {}
-            for source, triple_id, target in edges:
+            for source, triple_id, target in open_edges:
                 by_source.setdefault(source, []).append((triple_id, target))
             grown: list[Path] = []
             for path in paths:

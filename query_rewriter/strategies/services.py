@@ -45,7 +45,7 @@ class Graph(Protocol):
 
     async def entity_edges(
         self, kb: str, frontier: list[str], cap: int = 50
-    ) -> list[tuple[str, str, str]]: ...
+    ) -> list[tuple[str, str, str, str | None]]: ...
 
     async def follow(
         self,

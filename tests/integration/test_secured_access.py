@@ -707,6 +707,29 @@ def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
     assert {node["id"] for node in restricted["details"]["graph_nodes"]} <= {"p1"}
 
 
+def test_kgcqrs_triples_are_cut_among_those_the_caller_may_read(
+    proxy: tuple[str, list[str]], users: dict[str, str], secured_chain_kb: str
+) -> None:
+    """KG-CQR took its top kgcqr.k triples and then dropped those of hidden passages, so
+    a caller who knew k could tell that a hidden passage's triple was among them. Its
+    list for each k is now the first k of its whole readable ranking."""
+    body = {"query": {"match": {"text": "What does Delta Labs research, and who bought it?"}}}
+
+    def retrieved(who: str, k: int) -> list[str]:
+        asked = {"kgqr.param.kgcqr.k": str(k)}
+        answer = _explained(
+            proxy[0], secured_chain_kb, "kgcqr", body, {"authorization": users[who]}, asked
+        )
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["kgqr"]["details"]["retrieved_triples"])
+
+    assert any(CHAIN_HIDDEN in fact for fact in retrieved("reader", 2))  # hidden ones rank high
+    uncut = retrieved("restricted", 20)
+    assert uncut and not any(CHAIN_HIDDEN in fact for fact in uncut)
+    for k in range(1, len(uncut) + 1):
+        assert retrieved("restricted", k) == uncut[:k], k
+
+
 def test_a_chain_of_follows_goes_on_only_from_documents_the_caller_may_read(
     settings: Settings,
     secured: SecuredCredentials,
