@@ -28,10 +28,11 @@ from query_rewriter.opensearch_gateway import OpenSearchGateway
 from query_rewriter.query_embedders import EmbedderRefused, QueryEmbedders
 from query_rewriter.rewrite import LlmUsage, Rewrite, StageTimer
 from query_rewriter.rewrite_cache import RewriteCache, rewrite_key
+from query_rewriter.rewrite_evidence import RecordingSearch, still_readable
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
-from query_rewriter.strategies.services import Embed, Graph
+from query_rewriter.strategies.services import Embed, Graph, Search
 
 log = logging.getLogger("kgqr.rewrite")
 
@@ -46,6 +47,8 @@ class RewriteOutcome:
     cached: bool = False
     llm: LlmUsage = field(default_factory=LlmUsage)
     budget: Budget | None = None
+    # The KB documents its searches returned as the caller (rewrite_evidence.py).
+    evidence: list[str] = field(default_factory=list)
 
     def explain(self, final_query: dict[str, Any] | None) -> Explain:
         return {
@@ -72,6 +75,7 @@ class RewriteOutcome:
             "alpha": self.alpha,
             "stages_ms": self.stages_ms,
             "llm": self.llm.__dict__,
+            "evidence": self.evidence,
         }
 
     @classmethod
@@ -84,6 +88,7 @@ class RewriteOutcome:
             None,
             cached=True,
             llm=LlmUsage(**data["llm"]),
+            evidence=list(data["evidence"]),
         )
 
 
@@ -165,8 +170,14 @@ class Rewriter:
             except (KeyError, TypeError, ValueError):
                 log.warning("a corrupt cached rewrite was ignored", extra={"kgqr": {"key": key}})
             else:
-                metrics.CACHE.labels("hit").inc()
-                return outcome
+                if await self._still_readable(gateway, index, outcome.evidence):
+                    metrics.CACHE.labels("hit").inc()
+                    return outcome
+                metrics.CACHE.labels("stale").inc()  # made afresh below, and replaced
+                log.info(
+                    "a cached rewrite quotes documents the caller may no longer read",
+                    extra={"kgqr": {"index": index, "strategy": strategy}},
+                )
         metrics.CACHE.labels("miss").inc()
 
         budget_ms = self.settings.rewrite_budget_ms
@@ -184,13 +195,15 @@ class Rewriter:
                 return self._refused(strategy, query, params)
             self._running += 1
             metrics.REWRITES_RUNNING.inc()
+            recorded = RecordingSearch(gateway, index)
             try:
                 outcome = await self._compute(
-                    index, kb, strategy, query, params, gateway, caller, timeout_s
+                    index, kb, strategy, query, params, recorded, caller, timeout_s
                 )
             finally:
                 self._running -= 1
                 metrics.REWRITES_RUNNING.dec()
+            outcome.evidence = sorted(recorded.read)
             if outcome.fallback is None:
                 await self.cache.put(key, outcome.to_cache())
             return outcome
@@ -224,6 +237,15 @@ class Rewriter:
         pending = strategy if task is not None else None
         return replace(served, budget={"served": fast, "pending": pending, "budget_ms": budget_ms})
 
+    @staticmethod
+    async def _still_readable(gateway: Search, index: str, evidence: list[str]) -> bool:
+        """A rewrite whose evidence cannot be checked now (the engine answers an error) is
+        not served: it is made afresh, with the caller's own searches."""
+        try:
+            return await still_readable(gateway, index, evidence)
+        except Exception:
+            return False
+
     def _background_done(
         self, key: str, strategy: str, task: asyncio.Task[tuple[RewriteOutcome, bool]]
     ) -> None:
@@ -248,7 +270,7 @@ class Rewriter:
         strategy_name: str,
         query: str,
         params: dict[str, float],
-        gateway: OpenSearchGateway,
+        gateway: Search,
         caller: str,
         timeout_s: float | None = None,
     ) -> RewriteOutcome:

@@ -707,6 +707,47 @@ def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
     assert {node["id"] for node in restricted["details"]["graph_nodes"]} <= {"p1"}
 
 
+def _restricted_role(secured: SecuredCredentials, hidden: list[str]) -> None:
+    """Set the restricted role's document-level security to hide `hidden`."""
+    dls = json.dumps({"bool": {"must_not": {"terms": {"id": hidden}}}})
+    index_permissions = [{**ROLES["kgqr_test_restricted"]["index_permissions"][0], "dls": dls}]
+    answer = httpx.put(
+        f"{secured.url}/_plugins/_security/api/roles/kgqr_test_restricted",
+        json={**ROLES["kgqr_test_restricted"], "index_permissions": index_permissions},
+        headers={"authorization": secured.admin_authorization},
+        verify=_trusting(secured),
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_cached_rewrite_is_not_served_once_its_evidence_is_hidden_from_the_caller(
+    proxy: tuple[str, list[str]], users: dict[str, str], secured: SecuredCredentials
+) -> None:
+    """Rewrites are cached for a day: narrowing a role's document-level security (or an
+    ACL change, or a deletion) kept serving the old evidence. A cached rewrite is served
+    only while the caller may still read every document it was built from."""
+    body = {**QUERY, "query": {"match": {"text": "Heat, bank robbers (a cached rewrite)"}}}
+    restricted = {"authorization": users["restricted"]}
+
+    def feedback() -> tuple[list[str], bool]:
+        answer = _explained(proxy[0], INDEX, "prf", body, restricted)
+        assert answer.status_code == 200, answer.text
+        explained = answer.json()["kgqr"]
+        return explained["details"]["feedback_documents"], explained["cached"]
+
+    first, _ = feedback()
+    assert "m1" in first  # Heat, which the role is about to hide
+    assert feedback() == (first, True)  # served from the cache while nothing changed
+    stale = metric_sample("kgqr_rewrite_cache_total", result="stale")
+    _restricted_role(secured, ["p2", "m1"])
+    try:
+        after, cached = feedback()
+        assert "m1" not in after and not cached
+        assert metric_sample("kgqr_rewrite_cache_total", result="stale") == stale + 1
+    finally:
+        _restricted_role(secured, ["p2"])
+
+
 def test_kgcqrs_triples_are_cut_among_those_the_caller_may_read(
     proxy: tuple[str, list[str]], users: dict[str, str], secured_chain_kb: str
 ) -> None:

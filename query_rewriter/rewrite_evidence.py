@@ -1,0 +1,59 @@
+"""What a rewrite was built from, so that serving it again from the cache shows the caller
+nothing they may no longer read.
+
+A cached rewrite quotes documents (PRF hits, KAR's neighbours, KG-CQR's facts, the walk's
+paths) as they were readable when it was made. Permissions change under it: a role's
+document-level security narrows, a document's ACL field changes, a document is deleted.
+Every document id the rewrite's searches returned as the caller is kept with it, and a
+cached rewrite is served only if the caller may still read them all (one count as the
+caller); otherwise it is made afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from typing import Any
+
+from query_rewriter.strategies.services import Search
+from query_rewriter.strategies.vector_lookups import IDS_PER_QUERY
+
+
+class RecordingSearch:
+    """The caller's search endpoint for one rewrite, keeping the ids of every document of
+    `index` (the KB's documents) that its answers held."""
+
+    def __init__(self, inner: Search, index: str) -> None:
+        self._inner = inner
+        self._index = index
+        self.read: set[str] = set()
+
+    async def search(
+        self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        answer = await self._inner.search(index, body, params)
+        self._keep(index, answer)
+        return answer
+
+    async def msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        answers = await self._inner.msearch(index, bodies)
+        for answer in answers:
+            self._keep(index, answer)
+        return answers
+
+    def _keep(self, index: str, answer: dict[str, Any]) -> None:
+        if index == self._index:
+            self.read.update(hit["_id"] for hit in answer.get("hits", {}).get("hits", []))
+
+
+async def still_readable(search: Search, index: str, ids: Collection[str]) -> bool:
+    """Whether the caller may still read every one of `ids`: counted, not fetched, by ids
+    queries sent with the caller's credentials."""
+    ordered = sorted(ids)
+    chunks = [ordered[at : at + IDS_PER_QUERY] for at in range(0, len(ordered), IDS_PER_QUERY)]
+
+    async def counted(chunk: list[str]) -> int:
+        body = {"size": 0, "track_total_hits": True, "query": {"ids": {"values": chunk}}}
+        return int((await search.search(index, body))["hits"]["total"]["value"])
+
+    return sum(await asyncio.gather(*map(counted, chunks))) == len(ordered)
