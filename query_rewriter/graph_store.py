@@ -6,7 +6,7 @@ costs the same as one of degree ``cap``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -75,16 +75,34 @@ class Neighbour(NamedTuple):
     type: str | None
     # (relation, outgoing) for one hop; (relation, outgoing, via name, relation, outgoing) for two
     path: tuple[Any, ...]
+    via: str | None = None  # the node between, on a two-hop path
+    via_type: str | None = None
 
     @property
     def hops(self) -> int:
         return 1 if len(self.path) == 2 else 2
 
-    def relation_text(self) -> str:
+    @property
+    def via_document(self) -> str | None:
+        """The node between when it has a document: its name is that document's title."""
+        return self.via if has_document(self.via_type) else None
+
+    def relation_text(self, titles: Mapping[str, str] | None = None) -> str:
+        """The path as text. `titles`: the titles of the documents between as the caller's
+        own fetch returned them; a document between is named only from them (the graph's
+        copy of a title ignores field-level security), by its id where they lack it."""
         first = _render_hop(self.path[0], self.path[1])
         if len(self.path) == 2:
             return first
-        return f"{first} -> [{self.path[2]}] -> {_render_hop(self.path[3], self.path[4])}"
+        name = self.path[2]
+        if titles is not None and self.via_document is not None:
+            name = titles.get(self.via_document, self.via_document)
+        return f"{first} -> [{name}] -> {_render_hop(self.path[3], self.path[4])}"
+
+
+def documents_between(paths: Iterable[Neighbour]) -> set[str]:
+    """The documents in the middle of `paths`: the ones their texts name by title."""
+    return {path.via_document for path in paths if path.via_document is not None}
 
 
 @dataclass(frozen=True)
@@ -236,7 +254,7 @@ class Neighbourhood:
                     seed, node_id, name or node_id, node_type, (relation, outgoing)
                 )
         # Second hops only after every first hop, so a node one hop away keeps its short path.
-        for seed, relation, outgoing, via_id, via_name, _, second, _ in self.rows:
+        for seed, relation, outgoing, via_id, via_name, via_type, second, _ in self.rows:
             if via_id in blocked:
                 continue
             for next_id, next_type, next_relation, next_outgoing, next_name, _ in second:
@@ -247,6 +265,8 @@ class Neighbourhood:
                         next_name or next_id,
                         next_type,
                         (relation, outgoing, via_name or via_id, next_relation, next_outgoing),
+                        via_id,
+                        via_type,
                     )
         return list(found.values())
 

@@ -24,12 +24,12 @@ import numpy as np
 
 from kgqr_core.ids import entity_id
 from plugin.schema import triples_index
-from query_rewriter.graph_store import Neighbour, Neighbourhood, Reach
+from query_rewriter.graph_store import Neighbour, Neighbourhood, Reach, documents_between
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import Param
-from query_rewriter.strategies.vector_lookups import readable_ids
+from query_rewriter.strategies.vector_lookups import readable_ids, titles_as_read
 
 SEEDS = Param("graph.seeds", "graph_seeds", 1, 50, integer=True)
 TRIPLE_SEEDS = Param("graph.triple_seeds", "graph_triple_seeds", 0, 50, integer=True)
@@ -80,11 +80,16 @@ def top_documents(
     return {nodes[number]: float(scores[number]) for number in best}
 
 
-def strongest_paths(
-    hood: Neighbourhood, nodes: list[str], seeds: dict[str, float], hidden: Collection[str] = ()
+async def strongest_paths(
+    ctx: StrategyContext,
+    hood: Neighbourhood,
+    nodes: list[str],
+    seeds: dict[str, float],
+    hidden: Collection[str] = (),
 ) -> dict[str, str]:
     """For each node, the path that lifted it most: the shortest from the heaviest other
-    seed, as "seed --relation--> node" (two hops name the node between)."""
+    seed, as "seed --relation--> node" (two hops name the node between, a document by
+    its title as the caller's own fetch returns it)."""
 
     def strength(path: Neighbour) -> tuple[int, float, str]:
         return path.hops, -seeds.get(path.seed, 0.0), path.seed
@@ -93,7 +98,8 @@ def strongest_paths(
     for path in hood.paths(nodes, hidden=hidden, between_seeds=True):
         if path.id not in chosen or strength(path) < strength(chosen[path.id]):
             chosen[path.id] = path
-    return {node: f"{p.seed} --{p.relation_text()}--> {node}" for node, p in chosen.items()}
+    titles = await titles_as_read(ctx, ctx.index, documents_between(chosen.values()))
+    return {node: f"{p.seed} --{p.relation_text(titles)}--> {node}" for node, p in chosen.items()}
 
 
 class GraphWalk(Strategy):
@@ -147,7 +153,7 @@ class GraphWalk(Strategy):
         if hits:
             rewrite.boost_ids[hits[0]["id"]] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
-        lifted_by = strongest_paths(near, kept, seeds)
+        lifted_by = await strongest_paths(ctx, near, kept, seeds)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],
             "kept_first": hits[0]["id"] if hits else None,  # boosted as the walk's top

@@ -70,7 +70,7 @@ class GraphBridge(Strategy):
         # it (it scored), as with every path an explain shows.
         near = hood.around(ranked)
         hidden = near.vias(ranked) - set(ranked)
-        lifted_by = strongest_paths(near, ranked, {first: 1.0}, hidden=hidden)
+        lifted_by = await strongest_paths(ctx, near, ranked, {first: 1.0}, hidden=hidden)
         rewrite.details = {
             "seeds": [first],
             "kept_first": first,

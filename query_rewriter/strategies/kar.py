@@ -21,6 +21,7 @@ index instead of the LLM (steps 1-2 without an LLM call).
 
 from __future__ import annotations
 
+from query_rewriter.graph_store import Neighbour, documents_between
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -35,7 +36,7 @@ from query_rewriter.strategies.kar_stages import (
     RankedNeighbour,
 )
 from query_rewriter.strategies.params import EXPANSIONS, KAR_HOPS, KAR_K
-from query_rewriter.strategies.vector_lookups import readable_ids
+from query_rewriter.strategies.vector_lookups import readable_ids, titles_as_read
 
 
 class KnowledgeAwareRewrite(Strategy):
@@ -146,12 +147,18 @@ class KnowledgeAwareRewrite(Strategy):
                 await ctx.query_vector(query), found, int(ctx.param(KAR_K)), ctx
             )
             near = found.around(ranked)  # the paths' rows, made once
-        best: dict[str, RankedNeighbour] = {}
+        shortest: dict[str, Neighbour] = {}
         for path in near.paths(ranked):
-            if path.id not in ranked:
-                continue
-            score, document = ranked[path.id]
-            row = RankedNeighbour(document, path.seed, path.relation_text(), score)
-            if path.id not in best or len(row.relation) < len(best[path.id].relation):
-                best[path.id] = row
-        return sorted(best.values(), key=lambda r: -r.score)[: int(ctx.param(KAR_K))]
+            known = shortest.get(path.id)
+            if path.id in ranked and (
+                known is None or len(path.relation_text()) < len(known.relation_text())
+            ):
+                shortest[path.id] = path
+        # The prompt and the explain name a document between by its title as the caller's
+        # own fetch returns it: the graph's copy of a title ignores field-level security.
+        titles = await titles_as_read(ctx, ctx.index, documents_between(shortest.values()))
+        best = [
+            RankedNeighbour(ranked[node][1], path.seed, path.relation_text(titles), ranked[node][0])
+            for node, path in shortest.items()
+        ]
+        return sorted(best, key=lambda r: -r.score)[: int(ctx.param(KAR_K))]

@@ -99,3 +99,13 @@ async def readable_ids(ctx: StrategyContext, index: str, ids: set[str]) -> set[s
         return {hit["_id"] for hit in (await ctx.opensearch.search(index, body))["hits"]["hits"]}
 
     return set().union(*await asyncio.gather(*map(readable, chunks)))
+
+
+async def titles_as_read(ctx: StrategyContext, index: str, ids: set[str]) -> dict[str, str]:
+    """The titles of `ids` as the caller's own fetch returns them: field-level security
+    may hide or mask `title`, and one the fetch lacks is named by its id, saying so."""
+    found = await by_ids(ctx, index, sorted(ids), ["title"])
+    return {
+        node: str(source["title"]) if source.get("title") else f"{node} (no title you may read)"
+        for node, source in found.items()
+    }

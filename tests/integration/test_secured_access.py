@@ -117,6 +117,13 @@ ROLES: dict[str, dict[str, Any]] = {
         ],
     },
     "kgqr_test_outsider": {"cluster_permissions": ["cluster_composite_ops_ro"]},
+    # Reads every document, but not its title (field-level security).
+    "kgqr_test_untitled": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~title"]}
+        ],
+    },
     # Searches the KB and keeps the tuning page's judgments and rankings.
     "kgqr_test_tuner": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
@@ -718,6 +725,35 @@ def _restricted_role(secured: SecuredCredentials, hidden: list[str]) -> None:
         verify=_trusting(secured),
     )
     assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params", "shown"),
+    [
+        ("kar", {}, lambda kgqr: [n["relation"] for n in kgqr["details"]["neighbours"]]),
+        ("graph_walk", {"kgqr.param.graph.seeds": "1"},
+         lambda kgqr: [n["path"] for n in kgqr["details"]["graph_nodes"]]),
+    ],
+)  # fmt: skip
+def test_a_path_names_a_document_only_as_the_callers_own_fetch_shows_it(
+    proxy: tuple[str, list[str]],
+    users: dict[str, str],
+    strategy: str,
+    params: dict[str, str],
+    shown: Callable[[dict[str, Any]], list[str]],
+) -> None:
+    """Paths named the document between by the graph's copy of its title, which
+    field-level security does not reach: a caller whose role hides `title` read
+    "[Michael Mann]" in Heat's path to Collateral."""
+    body = {**QUERY, "query": {"match": {"text": f"Heat, the 1995 film ({strategy} paths)"}}}
+    texts = {}
+    for who in ("reader", "untitled"):
+        answer = _explained(proxy[0], INDEX, strategy, body, {"authorization": users[who]}, params)
+        assert answer.status_code == 200, answer.text
+        texts[who] = " ".join(str(text) for text in shown(answer.json()["kgqr"]))
+    assert "[Michael Mann]" in texts["reader"]
+    assert "Michael Mann" not in texts["untitled"]
+    assert "[p1 (no title you may read)]" in texts["untitled"]
 
 
 def test_a_cached_rewrite_is_not_served_once_its_evidence_is_hidden_from_the_caller(
