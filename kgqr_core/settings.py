@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,6 +28,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from kgqr_core.layout import ServiceLayout
 from kgqr_core.text_files import TEXT_ENCODING
 
 LlmModelName = Literal["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"]
@@ -101,6 +103,12 @@ class Settings(BaseSettings):
         description="Where the proxy caches rewrites and LLM answers: a logical database of "
         "its own, apart from the Celery broker's (redis_url), so one can be flushed or sized "
         "without the other.",
+    )
+    redis_password: SecretStr | None = Field(
+        default=None,
+        description="Password of Redis (broker, job records and caches), added to "
+        "redis_url and cache_redis_url when they carry none. Unset: the local service's own "
+        "(made by `kgqr services up redis` under `home`) for a Redis on this machine.",
     )
     redis_timeout_s: float = Field(
         default=1.0,
@@ -512,6 +520,22 @@ class Settings(BaseSettings):
         "one that has lost its core.",
     )
 
+    @model_validator(mode="after")
+    def _redis_with_password(self) -> Settings:
+        """Redis answers only with its password: without one, anyone who reached it could
+        queue ingest tasks that write any KB with kgqr-ingest's rights, or poison the
+        rewrite and LLM caches. Every client reads these URLs, so the password goes in
+        them once, here."""
+        password = self.redis_password.get_secret_value() if self.redis_password else None
+        for name in ("redis_url", "cache_redis_url"):
+            url = getattr(self, name)
+            parts = urlsplit(url)
+            known = password or (local_redis_password(self.home) if _is_local(parts) else None)
+            if known and parts.password is None and "@" not in parts.netloc:
+                netloc = f":{quote(known, safe='')}@{parts.netloc}"
+                object.__setattr__(self, name, urlunsplit(parts._replace(netloc=netloc)))
+        return self
+
     @field_validator("rewrite_default_strategy", mode="before")
     @classmethod
     def _none_passes_through(cls, value: Any) -> Any:
@@ -584,6 +608,23 @@ def _did_you_mean(name: str, known: list[str], shown: Callable[[str], str] = str
     """` (did you mean X?)` for the known name closest to a mistyped one, else nothing."""
     close = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {shown(close[0])}?)" if close else ""
+
+
+def local_redis_password_file(home: Path) -> Path:
+    """Where `kgqr services up redis` keeps the password it made (readable by its owner
+    only); beside the services' other data, never in the repository."""
+    return ServiceLayout(home).data("redis") / "password"
+
+
+def local_redis_password(home: Path) -> str | None:
+    try:
+        return local_redis_password_file(home).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _is_local(url: SplitResult) -> bool:
+    return url.hostname in ("127.0.0.1", "localhost", "::1")
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,18 @@
-"""Redis from the OS packages: Celery's broker and result backend, and the rewrite cache."""
+"""Redis from the OS packages: Celery's broker and result backend, and the rewrite cache.
+
+It answers only with a password, made on first start and kept readable by its owner only
+(kgqr_core.settings.local_redis_password_file); every kgqr client on this machine reads
+it from there. The password reaches redis-server through a config file, never its command
+line, where any local user's `ps` would show it.
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
+from pathlib import Path
+
+from kgqr_core.settings import local_redis_password, local_redis_password_file
 from kgqr_ops.services.local_service import LocalService, port_of
 from kgqr_ops.services.os_packages import ensure_installed
 
@@ -14,26 +25,48 @@ class RedisServer(LocalService):
     def port(self) -> int:
         return port_of(self.settings.redis_url, 6379)
 
+    @property
+    def config_file(self) -> Path:
+        return self.layout.data(self.name) / "redis.conf"
+
+    @property
+    def password(self) -> str:
+        """The configured password, else the local one (made now if there is none yet)."""
+        if self.settings.redis_password is not None:
+            return self.settings.redis_password.get_secret_value()
+        known = local_redis_password(self.settings.home)
+        if known:
+            return known
+        made = secrets.token_urlsafe(24)
+        _private_file(local_redis_password_file(self.settings.home), made)
+        return made
+
     def prepare(self) -> None:
         ensure_installed(self.name, "redis-server", "redis-server")
+        # Its snapshot holds the queued ingest tasks and the cached rewrites: its owner's.
         self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
+        self.layout.data(self.name).chmod(0o700)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        argv = [
-            "redis-server",
-            "--bind", self.host, "--port", str(self.port),
-            "--dir", str(self.layout.data(self.name)),
-            "--daemonize", "no", "--save", "300 10", "--appendonly", "no",
+        config = [
+            f"bind {self.host}",
+            f"port {self.port}",
+            f"dir {self.layout.data(self.name)}",
+            "daemonize no",
+            "save 300 10",
+            "appendonly no",
             # Bounded: the caches (every key with a TTL) give way; queues never do.
-            "--maxmemory", f"{self.settings.redis_maxmemory_mb}mb",
-            "--maxmemory-policy", "volatile-lru",
-        ]  # fmt: skip
-        return argv, {}
+            f"maxmemory {self.settings.redis_maxmemory_mb}mb",
+            "maxmemory-policy volatile-lru",
+            f'requirepass "{self.password}"',
+        ]
+        _private_file(self.config_file, "\n".join(config) + "\n")
+        return ["redis-server", str(self.config_file)], {}
 
     def _client(self):  # type: ignore[no-untyped-def]
         import redis
 
-        return redis.Redis(host=self.host, port=self.port, socket_timeout=2)
+        return redis.Redis(host=self.host, port=self.port, password=self.password, socket_timeout=2)
 
     def is_healthy(self) -> bool:
         import redis
@@ -50,3 +83,12 @@ class RedisServer(LocalService):
             return str(self._client().info("server")["redis_version"])
         except (redis.RedisError, OSError, KeyError):
             return None
+
+
+def _private_file(path: Path, text: str) -> None:
+    """`text` in a file only its owner may read, never readable by others in between."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    os.chmod(path, 0o600)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
 
 from kgqr_core.settings import Settings
 from kgqr_ops.services import smoke_checks
@@ -90,3 +93,15 @@ def test_kgqr_plugin_install_installs_the_definitions(settings: Any) -> None:
     assert result.exit_code == 0, result.output
     assert "opensearch: index template kgqr-documents" in result.output
     assert "opensearch: search pipeline" in result.output and "neo4j:" in result.output
+
+
+def test_redis_refuses_a_client_without_its_password(settings: Settings) -> None:
+    import redis
+
+    from kgqr_core.connections import redis_client
+
+    assert redis_client(settings).ping()  # kgqr's own clients carry the password
+    address = urlsplit(settings.redis_url)
+    anonymous = redis.Redis(host=address.hostname or "127.0.0.1", port=address.port or 6379)
+    with pytest.raises(redis.AuthenticationError):
+        anonymous.set("kgqr-anonymous-write", "x")

@@ -116,3 +116,38 @@ def test_the_image_copies_every_package_kgqr_installs() -> None:
     dockerfile = (DOCKER_DIR / "Dockerfile").read_text()
     for package in packages:
         assert f"COPY {package} ./{package}" in dockerfile, package
+
+
+def test_redis_and_the_llm_are_on_the_compose_network_only_and_need_their_secret(
+    compose: dict[str, Any],
+) -> None:
+    """Whoever reached Redis could queue ingest tasks writing any KB as kgqr-ingest, or
+    poison the caches; the LLM answered anyone. Neither is published, and both ask for
+    the secret kgqr's containers send."""
+    services = compose["services"]
+    for name in ("redis", "llm"):
+        assert "ports" not in services[name], name
+    assert "${KGQR_REDIS_PASSWORD:?" in services["redis"]["environment"]["REDIS_PASSWORD"]
+    assert "requirepass" in " ".join(services["redis"]["command"])
+    assert services["llm"]["environment"]["API_KEY"].startswith("${KGQR_LLM_API_KEY")
+    for name in ("rewriter", "worker"):
+        assert services[name]["environment"]["KGQR_REDIS_PASSWORD"].startswith("${KGQR_REDIS")
+
+
+def test_no_secret_is_put_on_a_command_line(compose: dict[str, Any]) -> None:
+    """Arguments are in every host user's `ps`: a secret is referred to by its variable
+    inside a shell (expanded by the shell's own printf into a pipe or a file), never
+    written into a command's arguments."""
+    import re
+
+    for name, service in compose["services"].items():
+        commands = [service.get("command") or [], service.get("entrypoint") or []]
+        commands.append((service.get("healthcheck") or {}).get("test") or [])
+        for argv in commands:
+            text = " ".join(argv) if isinstance(argv, list) else argv
+            # Compose expands ${...} into the arguments themselves.
+            assert not re.search(r"\$\{\w*(?:PASSWORD|AUTH|KEY)", text), (name, text)
+            for secret in re.findall(r"\$\$(\w*(?:PASSWORD|AUTH|KEY)\w*)", text):
+                assert re.search(rf"printf [^|>]*\"\$\${secret}\" *[|>]", text), (name, text)
+    script = (DOCKER_DIR.parent / "plugin/opensearch/security/configure.sh").read_text()
+    assert 'hash.sh" -p' not in script and "-env" in script

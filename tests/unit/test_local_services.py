@@ -197,3 +197,25 @@ def test_registry_selects_services_by_name(tmp_path: Path) -> None:
     assert [s.name for s in local_services(settings, ("llm", "redis"))] == ["redis", "llm"]
     with pytest.raises(ValueError, match="unknown services"):
         local_services(settings, ("elasticsearch",))
+
+
+def test_redis_gets_a_password_that_no_command_line_shows(tmp_path: Path) -> None:
+    """Anyone who reached a password-less Redis could queue ingest tasks that write any KB
+    with kgqr-ingest's rights, or poison the caches; a password on redis-server's command
+    line would be in every local user's `ps`."""
+    from kgqr_core.settings import local_redis_password_file
+    from kgqr_ops.services.redis_server import RedisServer
+
+    settings = Settings(home=tmp_path)
+    argv, _ = RedisServer(settings).command()
+    password = local_redis_password_file(tmp_path).read_text()
+    assert len(password) >= 24 and not any(password in arg for arg in argv)
+    config = Path(argv[1])
+    assert f'requirepass "{password}"' in config.read_text()
+    for secret in (config, local_redis_password_file(tmp_path)):
+        assert secret.stat().st_mode & 0o077 == 0  # its owner's alone
+    assert RedisServer(settings).command()[0] == argv  # made once, then kept
+    # Every kgqr client of this machine's Redis reads it; another host's URL is left alone.
+    mine = Settings(home=tmp_path, cache_redis_url="redis://cache.example:6379/1")
+    assert mine.redis_url == f"redis://:{password}@127.0.0.1:6379/0"
+    assert mine.cache_redis_url == "redis://cache.example:6379/1"

@@ -55,9 +55,11 @@ if [ -n "${KGQR_SECURITY_CA_OUT:-}" ]; then
   mkdir -p "$KGQR_SECURITY_CA_OUT" && cp root-ca.pem "$KGQR_SECURITY_CA_OUT/"
 fi
 
+# By the variable's name (-env), never the password itself: an argument is in every local
+# user's `ps` while the hashing JVM starts.
 hash() {
   local hashed
-  hashed=$(bash "$home/plugins/opensearch-security/tools/hash.sh" -p "$1" | tail -n 1)
+  hashed=$(bash "$home/plugins/opensearch-security/tools/hash.sh" -env "$1" | tail -n 1)
   case $hashed in
     '$2'*) echo "$hashed" ;;
     *) echo "kgqr security: hash.sh gave no bcrypt hash: $hashed" >&2; exit 1 ;;
@@ -65,10 +67,10 @@ hash() {
 }
 security=$config/opensearch-security
 # Hashed first: a failing command inside the here-document below would not stop the script.
-admin_hash=$(hash "$KGQR_SECURITY_ADMIN_PASSWORD")
-kgqr_hash=$(hash "$KGQR_SECURITY_KGQR_PASSWORD")
-ingest_hash=$(hash "$KGQR_SECURITY_INGEST_PASSWORD")
-dashboards_hash=$(hash "$KGQR_SECURITY_DASHBOARDS_PASSWORD")
+admin_hash=$(hash KGQR_SECURITY_ADMIN_PASSWORD)
+kgqr_hash=$(hash KGQR_SECURITY_KGQR_PASSWORD)
+ingest_hash=$(hash KGQR_SECURITY_INGEST_PASSWORD)
+dashboards_hash=$(hash KGQR_SECURITY_DASHBOARDS_PASSWORD)
 cat > "$security/internal_users.yml" <<USERS
 _meta: {type: "internalusers", config_version: 2}
 admin: {hash: "$admin_hash", reserved: true, backend_roles: ["admin"]}
