@@ -42,7 +42,13 @@ from query_rewriter.opensearch_gateway import opensearch_http_client
 from query_rewriter.proxy_state import ProxyState, knowledge_base_names, meta_of
 from query_rewriter.query_embedders import QueryEmbedders
 from query_rewriter.query_log import QueryLog
-from query_rewriter.request_body import body_and_params, decode_body, json_object, read_body
+from query_rewriter.request_body import (
+    body_and_params,
+    decode_body,
+    json_object,
+    off_the_loop_if_large,
+    read_body,
+)
 from query_rewriter.rewrite_cache import RewriteCache, code_version
 from query_rewriter.rewriter import Rewriter
 from query_rewriter.search_request import (
@@ -313,7 +319,7 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     if not in_url and (foreign := engine_read(request.headers.get("content-type"))):
         metrics.PASSED_THROUGH.labels(foreign.code).inc()
         return await state.upstream.forward(request, raw, decoded=True)
-    payload = json_object(raw, "request body")
+    payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     query_params, body = uri_search_as_body(url_params, payload)
     stripped = strip_kgqr(payload)
     as_sent = raw if stripped is payload else json.dumps(stripped).encode()
@@ -329,7 +335,7 @@ async def handle_search_template(
     if kb_of_documents_index(index) is None or engine_read(request.headers.get("content-type")):
         return await state.upstream.forward(request, raw, decoded=True)
     query_params, headers = dict(request.query_params), request_headers(request)
-    payload = json_object(raw, "request body")
+    payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     rendered = await rendered_search(state, payload, headers)
     if isinstance(rendered, dict):
         return await _search(state, request, index, query_params, rendered, False, raw)

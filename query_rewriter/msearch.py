@@ -21,7 +21,7 @@ from query_rewriter.errors import RewriteRequestError
 from query_rewriter.forwarding import about_the_request, request_headers
 from query_rewriter.msearch_header import MsearchHeader, check_header
 from query_rewriter.proxy_state import ProxyState
-from query_rewriter.request_body import body_and_params, json_object
+from query_rewriter.request_body import body_and_params, json_object, off_the_loop_if_large
 from query_rewriter.search_request import (
     PassThrough,
     SearchPlan,
@@ -71,7 +71,7 @@ async def handle_msearch_template(
     is rendered by the engine as the caller (search_template) and the rendered searches
     answered as one `_msearch`. Sent on as it came when no item searches a knowledge base,
     or when the engine does not render one of them for the caller (it answers then)."""
-    lines, checked = _items(raw, path_index, state.settings.msearch_max_items)
+    lines, checked = await _read_items(raw, path_index, state.settings.msearch_max_items)
     if not any(kb_of_documents_index(header.single_index or "") for header in checked):
         return await state.upstream.forward(request, raw, decoded=True)
     headers = request_headers(request)
@@ -91,8 +91,14 @@ async def handle_msearch(
     state: ProxyState, request: Request, path_index: str | None, raw: bytes
 ) -> Response:
     raw, query_params, in_url = body_and_params(raw, request.query_params)
-    lines, checked = _items(raw, path_index, state.settings.msearch_max_items)
+    lines, checked = await _read_items(raw, path_index, state.settings.msearch_max_items)
     return await _answer(state, request, query_params, lines, checked, in_url)
+
+
+async def _read_items(
+    raw: bytes, path_index: str | None, max_items: int
+) -> tuple[list[dict[str, Any]], list[MsearchHeader]]:
+    return await off_the_loop_if_large(raw, lambda: _items(raw, path_index, max_items))
 
 
 def _items(

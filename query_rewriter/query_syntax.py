@@ -55,10 +55,17 @@ def _outside_phrases(text: str) -> str | None:
     return None if '"' in blanked else blanked
 
 
+# Texts longer than this are never rewritten (search_request passes them through), so
+# they are not scanned either: linear or not, a 10 MB text held the event loop for a second.
+MAX_QUERY_CHARS = 4096
+
+
 def _syntax_text(kind: str, body: dict[str, Any]) -> str | None:
     """The text of a query the engine reads as its query language, or None."""
     text = body.get("query")
     if kind not in ("query_string", "simple_query_string") or not isinstance(text, str):
+        return None
+    if len(text) > MAX_QUERY_CHARS:
         return None
     if kind == "simple_query_string" and str(body.get("flags", "ALL")).upper() == "NONE":
         return None  # every operator off: all is words

@@ -16,6 +16,7 @@ from plugin.schema import kb_of_documents_index
 from query_rewriter.answer_format import binary_format, opensearch_flag
 from query_rewriter.errors import RewriteRequestError
 from query_rewriter.explain import Explain
+from query_rewriter.query_syntax import MAX_QUERY_CHARS
 from query_rewriter.query_text import ParsedQuery, parse_query
 from query_rewriter.strategies import ALL_PARAMS, STRATEGIES, known_strategy
 from query_rewriter.strategies.params import request_params
@@ -310,6 +311,12 @@ def _pass_through(
             "kgqr rewrites match, match_phrase, multi_match, query_string and "
             "simple_query_string queries (alone or in a bool's must/should) and URL q= "
             "searches; this query is sent as it is"
+        )
+    if len(parsed.text) > MAX_QUERY_CHARS:
+        return "query_length", (
+            f"a query text of {len(parsed.text)} characters, longer than kgqr rewrites "
+            f"({MAX_QUERY_CHARS}): an embedder reads its first few hundred words, and "
+            "an LLM prompt could not hold it, so it is sent as it is"
         )
     if parsed.syntax is not None:
         # Read as words, `film -Nolan` became a search for Nolan and `Nol*` one for the
