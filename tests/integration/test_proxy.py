@@ -536,3 +536,37 @@ def test_a_metrics_token_opens_the_metrics_to_its_holder_alone(settings: Setting
         assert wrong.status_code == 401 and wrong.json()["status"] == 401
         right = httpx.get(f"{url}{metrics.PATH}", headers={"authorization": "Bearer scrape-me"})
         assert right.status_code == 200 and "kgqr_requests_total" in right.text
+
+
+def test_the_front_appends_the_callers_address_to_x_forwarded_for(settings: Settings) -> None:
+    """What kgqr and the engine see of where a request came from: the front adds the
+    connecting address to what the caller sent, as a reverse proxy does."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("x-forwarded-for"))
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    stand_in = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)  # kgqr's place
+    threading.Thread(target=stand_in.serve_forever, daemon=True).start()
+    try:
+        kgqr_port = stand_in.server_address[1]
+        with running_front(settings, "127.0.0.1", free_port(), kgqr_port) as front:
+            path = f"{front}/{schema.documents_index('xff')}/_search"  # routed to kgqr
+            httpx.post(path, json={})
+            httpx.post(path, json={}, headers={"x-forwarded-for": "10.9.8.7"})
+    finally:
+        stand_in.shutdown()
+    assert seen == ["127.0.0.1", "10.9.8.7, 127.0.0.1"]
