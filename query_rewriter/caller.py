@@ -21,6 +21,7 @@ import httpx
 
 from kgqr_core.connections import basic_authorization, opensearch_basic_auth
 from kgqr_core.settings import Settings
+from query_rewriter.http_headers import HOP_BY_HOP
 
 # The security plugin's REST impersonation: who the request runs as, when the credentials'
 # user may act as them.
@@ -54,16 +55,9 @@ KNOWN_CREDENTIAL_HEADERS = frozenset(
 # cost an identity lookup), and hop-by-hop ones. Every other header the caller sent is
 # sent with each request kgqr makes for them and is part of their identity, exactly as
 # the engine sees the search itself.
-NOT_IDENTITY_HEADERS = frozenset(
+NOT_IDENTITY_HEADERS = HOP_BY_HOP | frozenset(
     {
         "host",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
         "expect",
         "content-length",
         "content-type",

@@ -24,17 +24,9 @@ from yarl import URL
 from kgqr_core.connections import opensearch_ssl_context
 from kgqr_core.settings import Settings
 from query_rewriter.caller import Caller
+from query_rewriter.http_headers import HOP_BY_HOP
 
-# Hop-by-hop headers (RFC 9110 7.6.1) and ones the HTTP client recomputes must not be copied.
-HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-}
+# Hop-by-hop headers and ones the HTTP client recomputes must not be copied.
 # kgqr's own searches send JSON it encoded itself, so the caller's body encoding is dropped.
 DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {
     "host",

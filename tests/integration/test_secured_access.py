@@ -250,33 +250,37 @@ def secured_kb(
         yield index
 
 
+def _corpus_kb(
+    settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any,
+    kb: str, records: list[dict[str, Any]], documents: int,
+) -> Iterator[str]:  # fmt: skip
+    """A corpus graph (passages and their triples) written in one chunk."""
+
+    def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
+        outcome = ingest_chunk(resources, f"{kb}-{uuid.uuid4().hex[:8]}", kb, 0, records)
+        assert outcome.counts["documents"] == documents and outcome.counts["triples"] > 0
+
+    with _ingested(settings, secured, neo4j_driver, redis_client, kb, write) as index:
+        yield index
+
+
 @pytest.fixture(scope="module")
 def secured_chain_kb(
     settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
 ) -> Iterator[str]:
-    """test_kgcqr's chain corpus graph (passages and triples), in one chunk."""
+    """test_kgcqr's chain corpus graph."""
     from tests.integration.test_kgcqr import CHAIN_RECORDS
 
-    def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
-        job = f"{CHAIN_KB}-{uuid.uuid4().hex[:8]}"
-        outcome = ingest_chunk(resources, job, CHAIN_KB, 0, CHAIN_RECORDS)
-        assert outcome.counts["documents"] == 2 and outcome.counts["triples"] > 0
-
-    with _ingested(settings, secured, neo4j_driver, redis_client, CHAIN_KB, write) as index:
-        yield index
+    yield from _corpus_kb(settings, secured, neo4j_driver, redis_client, CHAIN_KB, CHAIN_RECORDS, 2)
 
 
 @pytest.fixture(scope="module")
 def secured_owners_kb(
     settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any
 ) -> Iterator[str]:
-    def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
-        job = f"{OWNERS_KB}-{uuid.uuid4().hex[:8]}"
-        outcome = ingest_chunk(resources, job, OWNERS_KB, 0, OWNERS_RECORDS)
-        assert outcome.counts["documents"] == 3 and outcome.counts["triples"] == 3
-
-    with _ingested(settings, secured, neo4j_driver, redis_client, OWNERS_KB, write) as index:
-        yield index
+    yield from _corpus_kb(
+        settings, secured, neo4j_driver, redis_client, OWNERS_KB, OWNERS_RECORDS, 3
+    )
 
 
 @pytest.fixture(scope="module")
