@@ -32,7 +32,8 @@ PASSED_THROUGH = Counter(
     "scroll, format (cbor, smile), paging (a body from/size the engine refuses), "
     "no_hits (size 0), sort (by a field or ascending score), min_score, search_pipeline "
     "(the caller's own), collapse, query_shape (a query kgqr does not rewrite), query_syntax "
-    "(a query_string's operators, fields or wildcards, a prefix multi_match), msearch_header, "
+    "(a query_string's operators, fields or wildcards, a prefix multi_match, or one too long "
+    "to read), query_length (a query text over 4,096 characters), msearch_header, "
     "template (a search template the engine did not render for the caller), refused (the "
     "engine refused the caller's credentials or their search of the index: no rewrite)",
     ["reason"],

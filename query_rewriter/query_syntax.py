@@ -55,8 +55,9 @@ def _outside_phrases(text: str) -> str | None:
     return None if '"' in blanked else blanked
 
 
-# Texts longer than this are never rewritten (search_request passes them through), so
-# they are not scanned either: linear or not, a 10 MB text held the event loop for a second.
+# Texts longer than this are never rewritten (they pass through, as syntax here and by
+# length in search_request), so they are not scanned either: linear or not, a 10 MB text
+# held the event loop for a second.
 MAX_QUERY_CHARS = 4096
 
 
@@ -64,8 +65,6 @@ def _syntax_text(kind: str, body: dict[str, Any]) -> str | None:
     """The text of a query the engine reads as its query language, or None."""
     text = body.get("query")
     if kind not in ("query_string", "simple_query_string") or not isinstance(text, str):
-        return None
-    if len(text) > MAX_QUERY_CHARS:
         return None
     if kind == "simple_query_string" and str(body.get("flags", "ALL")).upper() == "NONE":
         return None  # every operator off: all is words
@@ -80,6 +79,8 @@ def syntax_used(kind: str, body: dict[str, Any]) -> str | None:
     text = _syntax_text(kind, body)
     if text is None:
         return None
+    if len(text) > MAX_QUERY_CHARS:  # measured as sent: padding must not hide syntax
+        return f"{kind} of {len(text)} characters, longer than kgqr reads ({MAX_QUERY_CHARS})"
     outside = _outside_phrases(text)
     if outside is None:
         return f'{kind} syntax, an unclosed quote ["]'
@@ -96,6 +97,6 @@ def quoted_phrase(kind: str, body: dict[str, Any]) -> str | None:
     """The first quoted phrase of several words in a query_string / simple_query_string
     text: a hit must hold those words together, not any one of them."""
     text = _syntax_text(kind, body)
-    if text is None:
+    if text is None or len(text) > MAX_QUERY_CHARS:  # such a text passes through anyway
         return None
     return next((found for found in PHRASE.findall(text) if len(found.split()) > 1), None)
