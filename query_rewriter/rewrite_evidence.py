@@ -4,9 +4,10 @@ nothing they may no longer read.
 A cached rewrite quotes documents (PRF hits, KAR's neighbours, KG-CQR's facts, the walk's
 paths) as they were readable when it was made. Permissions change under it: a role's
 document-level security narrows, a document's ACL field changes, a document is deleted.
-Every document id the rewrite's searches returned as the caller is kept with it, and a
-cached rewrite is served only if the caller may still read them all (one count as the
-caller); otherwise it is made afresh.
+What it serves is kept with it — the documents its searches fetched as the caller, its
+boosts and the passages behind its facts (Rewrite.sources), not its readability probes,
+which can name a whole neighbourhood — and a cached rewrite is served only if the caller
+may still read them all (one count as the caller); otherwise it is made afresh.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class RecordingSearch:
         self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
     ) -> dict[str, Any]:
         answer = await self._inner.search(index, body, params)
-        self._keep(index, answer)
+        if body.get("_source") is not False and body.get("size") != 0:
+            self._keep(index, answer)  # a readability probe fetches nothing to show
         return answer
 
     async def msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:

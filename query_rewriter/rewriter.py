@@ -164,6 +164,7 @@ class Rewriter:
             config["agent_plans"] = book.version if book else None
         key = rewrite_key(caller, index, strategy, config, query)
         cached = await self.cache.get(key)
+        stale = False
         if cached is not None:
             try:
                 outcome = RewriteOutcome.from_cache(cached)
@@ -173,12 +174,13 @@ class Rewriter:
                 if await self._still_readable(gateway, index, outcome.evidence):
                     metrics.CACHE.labels("hit").inc()
                     return outcome
-                metrics.CACHE.labels("stale").inc()  # made afresh below, and replaced
+                stale = True
                 log.info(
                     "a cached rewrite quotes documents the caller may no longer read",
                     extra={"kgqr": {"index": index, "strategy": strategy}},
                 )
-        metrics.CACHE.labels("miss").inc()
+        # A stale entry (evidence no longer readable) is made afresh below, and replaced.
+        metrics.CACHE.labels("stale" if stale else "miss").inc()
 
         budget_ms = self.settings.rewrite_budget_ms
         budgeted = budget_ms is not None and STRATEGIES[strategy].uses_llm
@@ -203,7 +205,8 @@ class Rewriter:
             finally:
                 self._running -= 1
                 metrics.REWRITES_RUNNING.dec()
-            outcome.evidence = sorted(recorded.read)
+            served = outcome.rewrite
+            outcome.evidence = sorted(recorded.read | set(served.boost_ids) | set(served.sources))
             if outcome.fallback is None:
                 await self.cache.put(key, outcome.to_cache())
             return outcome

@@ -18,18 +18,20 @@ its first hit, lead to the answer, and for comparison.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 import numpy as np
 
 from kgqr_core.ids import entity_id
-from plugin.schema import triples_index
 from query_rewriter.graph_store import Neighbour, Neighbourhood, Reach, documents_between
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import Param
-from query_rewriter.strategies.vector_lookups import readable_ids, titles_as_read
+from query_rewriter.strategies.vector_lookups import (
+    nearest_readable_triples,
+    readable_ids,
+    titles_as_read,
+)
 
 SEEDS = Param("graph.seeds", "graph_seeds", 1, 50, integer=True)
 TRIPLE_SEEDS = Param("graph.triple_seeds", "graph_triple_seeds", 0, 50, integer=True)
@@ -118,7 +120,10 @@ class GraphWalk(Strategy):
         hit_weight = ctx.param(HIT_WEIGHT)
         seeds = {hit["id"]: hit_weight / (rank + 1) for rank, hit in enumerate(hits)}
         seeded_by_hits = len(seeds)
-        entity_seeds = await self._triple_entities(ctx, query, int(ctx.param(TRIPLE_SEEDS)))
+        entity_seeds, passages = await self._triple_entities(
+            ctx, query, int(ctx.param(TRIPLE_SEEDS))
+        )
+        rewrite.sources = sorted(passages)
         for node, weight in entity_seeds.items():
             seeds[node] = seeds.get(node, 0.0) + weight
         if not seeds:
@@ -166,33 +171,27 @@ class GraphWalk(Strategy):
         }
         return rewrite
 
-    async def _triple_entities(self, ctx: StrategyContext, query: str, k: int) -> dict[str, float]:
-        """The entities of the k triples nearest the query (TTR vectors), weighted by their
-        similarity, when the knowledge base has a corpus graph; else none."""
+    async def _triple_entities(
+        self, ctx: StrategyContext, query: str, k: int
+    ) -> tuple[dict[str, float], set[str]]:
+        """The entities of the k readable triples nearest the query (TTR vectors), weighted
+        by their similarity, when the knowledge base has a corpus graph; and the passages
+        those triples come from."""
         if k == 0:
-            return {}
+            return {}, set()
         with ctx.timer.stage("triple_seeds"):
             vector = await ctx.query_vector(query)
-            body = {
-                "size": k,
-                "_source": ["head", "tail", "passage_id"],
-                "query": {"knn": {"vector": {"vector": [float(x) for x in vector], "k": k}}},
-            }
             try:
-                found = await ctx.opensearch.search(triples_index(ctx.kb), body)
+                hits = await nearest_readable_triples(
+                    ctx, vector, k, ["head", "tail", "passage_id"]
+                )
             except Exception:  # no triples index: an entity-centric knowledge base
-                return {}
-            hits: list[dict[str, Any]] = found["hits"]["hits"]
-            passages = {str(h["_source"].get("passage_id")) for h in hits}
-            allowed = await readable_ids(ctx, ctx.index, passages - {"None"})
+                return {}, set()
         weights: dict[str, float] = {}
         for hit in hits:
-            source = hit["_source"]
-            if source.get("passage_id") not in allowed:
-                continue  # a triple says what its passage says: only readable ones seed
             similarity = max(2 * float(hit["_score"]) - 1, 0.0)
-            for name in (source.get("head"), source.get("tail")):
+            for name in (hit["_source"].get("head"), hit["_source"].get("tail")):
                 if name:
                     node = entity_id(str(name))
                     weights[node] = max(weights.get(node, 0.0), similarity)
-        return weights
+        return weights, {str(hit["_source"]["passage_id"]) for hit in hits}

@@ -26,12 +26,13 @@ from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
-from query_rewriter.strategies.vector_lookups import exact_cosine, readable_ids
+from query_rewriter.strategies.vector_lookups import (
+    exact_cosine,
+    nearest_readable_triples,
+    readable_ids,
+)
 
 TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", "passage_id"]
-# How deep the triple search may go to find k readable triples for a caller from whom
-# document-level security hides many: bounded, like every search kgqr makes for a caller.
-MAX_TRIPLE_DEPTH = 1_000
 
 
 @dataclass
@@ -75,6 +76,7 @@ class ContextualQueryRetrieval(Strategy):
             with ctx.timer.stage("completion"):
                 added = await self.completion(ctx, index, query_vector, kept)
             rewrite.details["completion_triples"] = [self.fact(t) for t in added]
+        rewrite.sources = sorted({str(t["passage_id"]) for t in [*top, *added]})
         facts = "\n".join(f"- {self.fact(t)}" for t in [*kept, *added])
         answer = await ctx.llm_json(
             "context", "kgcqr_context", query=query, facts=facts, max_tokens=400
@@ -104,27 +106,12 @@ class ContextualQueryRetrieval(Strategy):
     async def top_triples(
         self, ctx: StrategyContext, index: str, query: str, query_vector: np.ndarray
     ) -> list[dict[str, Any]]:
-        """The k triples nearest the query among those the caller may read. Cut before the
-        check, a hidden passage's triple among the k left a shorter list, which told of it;
-        the k-NN search goes deeper only while hidden ones fill its top, so a caller who
-        may read them all gets exactly the first search's k."""
+        """The k triples nearest the query among those the caller may read (cut among the
+        readable, as vector_lookups.nearest_readable_triples says)."""
         k = int(ctx.param(KGCQR_K))
         if self.use_ttr:
-            depth = k
-            while True:
-                body = {
-                    "size": depth,
-                    "_source": TRIPLE_FIELDS,
-                    "query": {
-                        "knn": {"vector": {"vector": [float(x) for x in query_vector], "k": depth}}
-                    },
-                }
-                hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-                found = [{**h["_source"], "similarity": 2 * h["_score"] - 1} for h in hits]
-                readable = await self.readable(ctx, found)
-                if len(readable) >= k or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
-                    return readable[:k]
-                depth = min(4 * depth, MAX_TRIPLE_DEPTH)
+            hits = await nearest_readable_triples(ctx, query_vector, k, TRIPLE_FIELDS)
+            return [{**h["_source"], "similarity": 2 * h["_score"] - 1} for h in hits]
         # No TTR: the index holds vectors of TTRs only, so embed the bare triples of a BM25
         # candidate pool and rank by cosine. The pool reads the analysed head/relation/tail
         # sub-fields, never the TTR text, or the ablation would still select through TTRs.

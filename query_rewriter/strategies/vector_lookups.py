@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from plugin.schema import triples_index
 from query_rewriter.strategies.context import StrategyContext
 
 
@@ -85,20 +86,59 @@ async def by_ids(
 
 # The engine's default index.max_result_window: an ids query asks for every id it names.
 IDS_PER_QUERY = 10_000
+CHECKS_AT_ONCE = 4  # ids queries one readability check keeps in flight
+# How deep a triple search may go to find k readable triples for a caller from whom
+# document-level security hides many: bounded, like every search kgqr makes for a caller.
+MAX_TRIPLE_DEPTH = 1_000
 
 
 async def readable_ids(ctx: StrategyContext, index: str, ids: set[str]) -> set[str]:
-    """The ids the caller may read: ids queries sent with the caller's credentials, which
-    document-level security filters like any search of theirs (one per IDS_PER_QUERY ids,
-    concurrent: a walk's whole neighbourhood can name more than one query may return)."""
+    """The ids the caller may read, asked with the caller's credentials, which
+    document-level security filters like any search of theirs. Each chunk of
+    IDS_PER_QUERY is counted first: a caller who may read all of it (most callers) costs
+    one count, and only a chunk with hidden ids is fetched. (These probes say what may be
+    read; they are not what a rewrite shows: rewrite_evidence leaves them out.)"""
     ordered = sorted(ids)
     chunks = [ordered[at : at + IDS_PER_QUERY] for at in range(0, len(ordered), IDS_PER_QUERY)]
+    slots = asyncio.Semaphore(CHECKS_AT_ONCE)
 
     async def readable(chunk: list[str]) -> set[str]:
-        body = {"size": len(chunk), "_source": False, "query": {"ids": {"values": chunk}}}
-        return {hit["_id"] for hit in (await ctx.opensearch.search(index, body))["hits"]["hits"]}
+        query = {"ids": {"values": chunk}}
+        async with slots:
+            counted = await ctx.opensearch.search(
+                index, {"size": 0, "track_total_hits": True, "query": query}
+            )
+            if counted["hits"]["total"]["value"] == len(chunk):
+                return set(chunk)
+            body = {"size": len(chunk), "_source": False, "query": query}
+            return {
+                hit["_id"] for hit in (await ctx.opensearch.search(index, body))["hits"]["hits"]
+            }
 
     return set().union(*await asyncio.gather(*map(readable, chunks)))
+
+
+async def nearest_readable_triples(
+    ctx: StrategyContext, query_vector: np.ndarray, k: int, fields: list[str]
+) -> list[dict[str, Any]]:
+    """The k triples nearest the query (TTR vectors) among those whose source passage the
+    caller may read, as the engine's hits. A triple states what its passage says; cut
+    before the check, a hidden passage's triple among the k left a shorter list, which
+    told of it. The search goes deeper only while hidden ones fill its top, so a caller
+    who may read them all gets exactly the first search's k."""
+    index = triples_index(ctx.kb)
+    depth = k
+    while True:
+        vector = [float(x) for x in query_vector]
+        body = {"size": depth, "_source": fields,
+                "query": {"knn": {"vector": {"vector": vector, "k": depth}}}}  # fmt: skip
+        hits: list[dict[str, Any]] = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+        passages = {str(h["_source"]["passage_id"]) for h in hits if h["_source"].get("passage_id")}
+        allowed = await readable_ids(ctx, ctx.index, passages)
+        readable = [h for h in hits if h["_source"].get("passage_id") in allowed]
+        if len(readable) >= k or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
+            return readable[:k]
+        depth = min(4 * depth, MAX_TRIPLE_DEPTH)
 
 
 async def titles_as_read(ctx: StrategyContext, index: str, ids: set[str]) -> dict[str, str]:
