@@ -21,7 +21,7 @@ index instead of the LLM (steps 1-2 without an LLM call).
 
 from __future__ import annotations
 
-from query_rewriter.graph_store import Neighbour, documents_between
+from query_rewriter.graph_store import documents_between
 from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -147,18 +147,18 @@ class KnowledgeAwareRewrite(Strategy):
                 await ctx.query_vector(query), found, int(ctx.param(KAR_K)), ctx
             )
             near = found.around(ranked)  # the paths' rows, made once
-        shortest: dict[str, Neighbour] = {}
-        for path in near.paths(ranked):
-            known = shortest.get(path.id)
-            if path.id in ranked and (
-                known is None or len(path.relation_text()) < len(known.relation_text())
-            ):
-                shortest[path.id] = path
         # The prompt and the explain name a document between by its title as the caller's
-        # own fetch returns it: the graph's copy of a title ignores field-level security.
-        titles = await titles_as_read(ctx, ctx.index, documents_between(shortest.values()))
+        # own fetch returns it (the graph's copy of a title ignores field-level security),
+        # and the shortest path is chosen by that text too, so its length tells nothing.
+        paths = [path for path in near.paths(ranked) if path.id in ranked]
+        titles = await titles_as_read(ctx, ctx.index, documents_between(paths))
+        shortest: dict[str, tuple[str, str]] = {}  # node -> (seed, path text)
+        for path in paths:
+            text = path.relation_text(titles)
+            if path.id not in shortest or len(text) < len(shortest[path.id][1]):
+                shortest[path.id] = (path.seed, text)
         best = [
-            RankedNeighbour(ranked[node][1], path.seed, path.relation_text(titles), ranked[node][0])
-            for node, path in shortest.items()
+            RankedNeighbour(ranked[node][1], seed, text, ranked[node][0])
+            for node, (seed, text) in shortest.items()
         ]
         return sorted(best, key=lambda r: -r.score)[: int(ctx.param(KAR_K))]

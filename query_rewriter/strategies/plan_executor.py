@@ -32,6 +32,7 @@ from query_rewriter.strategies.vector_lookups import by_ids, readable_ids
 Ranked = dict[str, float]
 MAX_ROWS = 2_000  # per step: a follow from a hub stops here
 FOLLOW_CAP = 500  # per source node
+FOLLOW_CHECK_BATCH = 5_000  # edges whose readability one round of ids queries checks
 
 
 @dataclass
@@ -81,8 +82,10 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
 
 def read_as_caller(plan: Plan) -> dict[str, bool]:
     """Whether each step's rows all came from OpenSearch as the caller. A `follow`'s come
-    from Neo4j: an answer holding them is read back before it is shown. A search, filter
-    or rank is itself a request with the caller's credentials."""
+    from Neo4j: it keeps only targets the caller may read (or entities, which have no
+    document), and an answer holding them is still read back before it is shown, which
+    leaves out the entities. A search, filter or rank is itself a request with the
+    caller's credentials."""
     read: dict[str, bool] = {}
     for step in plan.steps:
         if isinstance(step, Search | Filter | Rank):
@@ -121,13 +124,19 @@ async def _follow(step: Follow, sources: Ranked, ctx: StrategyContext) -> Ranked
     )
     # Read as the caller before anything goes on: a chain of follows once went on from
     # documents hidden from the caller (only the plan's answer was read back), and a
-    # limit after a follow cut before the hidden ones were dropped.
-    evidence = set().union(*(edge.evidence() for edge in edges))
-    allowed = await readable_ids(ctx, ctx.index, evidence)
+    # limit after a follow cut before the hidden ones were dropped. Best sources first,
+    # until the step has the MAX_ROWS it keeps: a target scores its best source's score,
+    # so later edges could only add targets that rank below those.
+    edges = sorted(edges, key=lambda edge: -sources[edge.source])
     reached: Ranked = {}
-    for edge in edges:
-        if edge.evidence() <= allowed:
-            reached[edge.target] = max(reached.get(edge.target, 0.0), sources[edge.source])
+    for at in range(0, len(edges), FOLLOW_CHECK_BATCH):
+        batch = edges[at : at + FOLLOW_CHECK_BATCH]
+        allowed = await readable_ids(ctx, ctx.index, set().union(*(e.evidence() for e in batch)))
+        for edge in batch:
+            if edge.evidence() <= allowed:
+                reached[edge.target] = max(reached.get(edge.target, 0.0), sources[edge.source])
+        if len(reached) >= MAX_ROWS:
+            break
     return dict(sorted(reached.items(), key=lambda item: -item[1]))
 
 
