@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,15 +78,21 @@ NOT_IDENTITY_HEADERS = HOP_BY_HOP | frozenset(
         "x-request-id",
         "x-correlation-id",
         "x-amzn-trace-id",
-        "x-b3-traceid",
-        "x-b3-spanid",
-        "x-b3-parentspanid",
-        "x-b3-sampled",
-        "x-b3-flags",
         "b3",
         "x-elastic-client-meta",
+        "x-request-start",
+        "newrelic",
     }
 )
+# Tracing systems' families of headers, new on every request.
+NOT_IDENTITY_PREFIXES = ("x-b3-", "x-datadog-", "x-envoy-", "sentry-", "uber-trace-",
+                         "uberctx-", "x-cloud-trace-", "x-newrelic-")  # fmt: skip
+
+
+def counts_for_identity(name: str) -> bool:
+    return name not in NOT_IDENTITY_HEADERS and not name.startswith(NOT_IDENTITY_PREFIXES)
+
+
 AUTHINFO_PATH = "/_plugins/_security/authinfo"
 IDENTITY_TTL_S = 30.0
 MAX_IDENTITIES = 10_000
@@ -112,7 +118,7 @@ class Caller:
         found = sorted(
             (name.lower(), value)
             for name, value in headers.items()
-            if name.lower() not in NOT_IDENTITY_HEADERS
+            if counts_for_identity(name.lower())
         )
         anonymous = not any(name in KNOWN_CREDENTIAL_HEADERS for name, _ in found)
         if anonymous and settings.anonymous_uses_service_account:
@@ -125,10 +131,17 @@ class Caller:
     def headers(self) -> dict[str, str]:
         return dict(self.credentials)
 
-    def fingerprint(self) -> str:
-        """A hash of every identity header: the identity where OpenSearch resolves none."""
-        raw = json.dumps(self.credentials or "anonymous").encode()
+    def fingerprint(self, only: Collection[str] | None = None) -> str:
+        """A hash of the identity headers (`only` those named, when given)."""
+        kept = [(k, v) for k, v in self.credentials if only is None or k in only]
+        raw = json.dumps(kept or "anonymous").encode()
         return hashlib.sha256(raw).hexdigest()[:32]
+
+    def credential_fingerprint(self) -> str:
+        """The identity where OpenSearch resolves none (no security plugin): what the usual
+        credential headers say. Every header would key rewrites by client address too
+        (X-Forwarded-For), on a cluster where every caller sees the same documents."""
+        return self.fingerprint(KNOWN_CREDENTIAL_HEADERS)
 
 
 class IdentityResolver:
@@ -153,7 +166,9 @@ class IdentityResolver:
 
         async def resolved() -> str | None:
             found = await self._resolve(caller)
-            return None if found == REFUSED else found or f"headers:{fingerprint}"
+            if found == REFUSED:
+                return None
+            return found or f"headers:{caller.credential_fingerprint()}"
 
         identity: str | None = await self._remembered(fingerprint, resolved)
         return identity
@@ -198,9 +213,11 @@ class IdentityResolver:
         if not keep(answer):
             return answer
         if len(self._known) >= MAX_IDENTITIES:
+            # The expired go first, then the oldest half: clearing them all let one caller
+            # sending junk headers (each a new fingerprint) evict every other caller.
             self._known = {k: v for k, v in self._known.items() if v[0] > now}
             if len(self._known) >= MAX_IDENTITIES:
-                self._known.clear()
+                self._known = dict(list(self._known.items())[MAX_IDENTITIES // 2 :])
         self._known[key] = (now + self._ttl_s, answer)
         return answer
 
@@ -227,6 +244,16 @@ class IdentityResolver:
             # whose values authinfo does not tell: two JWTs of one user with different
             # claims are two identities, so neither is served the other's rewrite.
             who["attributes"] = sorted(info["custom_attribute_names"])
-            who["credentials"] = caller.fingerprint()
+            who["credentials"] = caller.fingerprint(
+                {name for name, _ in caller.credentials} - {"x-forwarded-for"}
+            )
         digest = hashlib.sha256(json.dumps(who, sort_keys=True).encode()).hexdigest()[:32]
         return f"user:{digest}"
+
+
+async def credentials_refused(
+    identities: IdentityResolver, headers: Mapping[str, str], settings: Settings
+) -> bool:
+    """Whether the engine refuses the credentials in `headers` (the security plugin's
+    401); False where it has no security or cannot be asked."""
+    return await identities.identity(Caller.from_headers(headers, settings)) is None

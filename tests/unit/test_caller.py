@@ -213,3 +213,43 @@ def test_two_tokens_of_one_user_with_attributes_are_two_identities() -> None:
     sales, hr, one, two = asyncio.run(identities())
     assert sales != hr
     assert one == two
+
+
+def test_without_the_security_plugin_a_callers_address_does_not_split_their_identity() -> None:
+    """Every caller sees the same documents there: keyed by X-Forwarded-For (which kgqr
+    now always writes), rewrites warmed from one address served no other."""
+    resolver, _ = _resolver({"Basic a": httpx.Response(404, json={})})
+
+    async def identities() -> list[str | None]:
+        return [
+            await resolver.identity(
+                Caller.from_headers({"authorization": "Basic a", "x-forwarded-for": ip}, SERVICE)
+            )
+            for ip in ("10.0.0.1", "10.0.0.2")
+        ]
+
+    first, second = asyncio.run(identities())
+    assert first == second and first is not None and first.startswith("headers:")
+    traced = Caller.from_headers({"authorization": "Basic a", "x-datadog-trace-id": "1"}, SERVICE)
+    assert traced.headers == {"authorization": "Basic a"}
+
+
+def test_a_flood_of_new_callers_does_not_evict_every_known_one() -> None:
+    """One caller sending junk headers makes a new fingerprint per request: the identity
+    memory once cleared itself when full, and every other caller's lookups with it."""
+    from query_rewriter import caller as caller_module
+
+    resolver, asked = _resolver(
+        {"Basic known": httpx.Response(200, json={"user_name": "k", "roles": []})}
+    )
+
+    async def flood() -> None:
+        known = Caller.from_headers({"authorization": "Basic known"}, SERVICE)
+        for n in range(caller_module.MAX_IDENTITIES - 1):
+            await resolver.identity(Caller.from_headers({"x-junk": str(n)}, SERVICE))
+        await resolver.identity(known)  # the last one in before the memory is full
+        await resolver.identity(Caller.from_headers({"x-junk": "one more"}, SERVICE))
+        await resolver.identity(known)
+
+    asyncio.run(flood())
+    assert asked.count("Basic known") == 1
