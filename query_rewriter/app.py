@@ -25,7 +25,7 @@ from kgqr_core.settings import Settings, get_settings
 from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_templates
 from query_rewriter import metrics
 from query_rewriter.answer_format import AnswerFormat, json_params
-from query_rewriter.caller import Caller, IdentityResolver
+from query_rewriter.caller import Caller, IdentityResolver, credentials_refused
 from query_rewriter.errors import (
     RewriteRequestError,
     error_response,
@@ -237,14 +237,12 @@ async def metrics_endpoint(request: Request) -> Response:
 async def _metrics_refused(state: ProxyState, request: Request) -> Response | None:
     """The answer that refuses the request its metrics, or None when it may read them."""
     token = state.settings.metrics_token
-    if token is not None:
-        sent = request.headers.get("authorization", "")
-        if hmac.compare_digest(sent.encode(), f"Bearer {token.get_secret_value()}".encode()):
-            return None
-        return error_response(
-            RewriteRequestError(401, "security_exception", "a valid metrics token is required")
-        )
-    caller = Caller.from_headers(request.headers, state.settings)
+    sent = request.headers.get("authorization", "")
+    if token is not None and hmac.compare_digest(
+        sent.encode(), f"Bearer {token.get_secret_value()}".encode()
+    ):
+        return None
+    caller = Caller.from_headers(request_headers(request), state.settings)
     try:
         stats = await state.http.get(
             NODE_STATS_PROBE, params={"filter_path": "_nodes"}, headers=caller.headers
@@ -289,7 +287,7 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
     kind = "msearch" if msearch or templates else "search"
     if not (search or msearch or template or templates):
         return "passthrough", await state.upstream.forward(request)
-    if await _unauthenticated(state, request):
+    if await credentials_refused(state.identities, request_headers(request), state.settings):
         # The engine's 401, the body streamed to it unread: a caller it does not know
         # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
         metrics.PASSED_THROUGH.labels("refused").inc()
@@ -305,13 +303,6 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
         return kind, await handle_msearch_template(state, request, templates.group(1), body)
     assert msearch
     return kind, await handle_msearch(state, request, msearch.group(1), body)
-
-
-async def _unauthenticated(state: ProxyState, request: Request) -> bool:
-    """Whether the engine refuses the credentials the request carries (a 401 from the
-    security plugin); False where it has no security or cannot be asked."""
-    caller = Caller.from_headers(request.headers, state.settings)
-    return await state.identities.identity(caller) is None
 
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:

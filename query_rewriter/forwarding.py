@@ -67,7 +67,18 @@ def json_answer(content: dict[str, Any], *answers: httpx.Response) -> httpx.Resp
 
 def request_headers(request: Request) -> dict[str, str]:
     """The caller's headers for a search kgqr sends itself (httpx, decoded answers)."""
-    return {k: v for k, v in request.headers.items() if k.lower() not in DROPPED_REQUEST_HEADERS}
+    kept = {k: v for k, v in request.headers.items() if k.lower() not in DROPPED_REQUEST_HEADERS}
+    return {**kept, **forwarded_for(request)}
+
+
+def forwarded_for(request: Request) -> dict[str, str]:
+    """X-Forwarded-For with the address this request came from appended, as a reverse
+    proxy writes it: the engine's TCP peer is kgqr, so an engine that trusts kgqr
+    (xff.internalProxies) would otherwise take whatever address a client put there."""
+    sent = [v for k, v in request.headers.items() if k.lower() == "x-forwarded-for"]
+    peer = request.client.host if request.client else None
+    chain = [*sent, peer] if peer else sent
+    return {"x-forwarded-for": ", ".join(chain)} if chain else {}
 
 
 def to_response(upstream: httpx.Response, content: bytes | None = None) -> Response:
@@ -155,8 +166,11 @@ class Upstream:
                 [(k, v) for k, v in request.query_params.multi_items() if not k.startswith("kgqr.")]
             )
         headers = [
-            (k, v) for k, v in request.headers.items() if not decoded or k != "content-encoding"
+            (k, v)
+            for k, v in request.headers.items()
+            if (not decoded or k != "content-encoding") and k.lower() != "x-forwarded-for"
         ]
+        headers.extend(forwarded_for(request).items())
         path = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")
         if body is not None:
             return await self.send(request.method, path, query, headers, body)

@@ -9,7 +9,6 @@ import httpx
 import pytest
 from opensearchpy import OpenSearch
 from opensearchpy.exceptions import NotFoundError
-from pydantic import SecretStr
 
 from kgqr_core.settings import Settings
 from kgqr_ops.nginx_front import running_front
@@ -525,17 +524,6 @@ def test_a_passed_through_body_is_bounded_by_the_engine_not_by_kgqr(
         assert refused.status_code == 413  # a body kgqr reads keeps its bound
     finally:
         opensearch.indices.delete(index=unique_name, ignore_unavailable=True)
-
-
-def test_a_metrics_token_opens_the_metrics_to_its_holder_alone(settings: Settings) -> None:
-    """For a Prometheus that cannot sign in to OpenSearch: KGQR_METRICS_TOKEN."""
-    token = SecretStr("scrape-me")
-    with running_proxy(settings.model_copy(update={"metrics_token": token})) as url:
-        assert httpx.get(f"{url}{metrics.PATH}").status_code == 401
-        wrong = httpx.get(f"{url}{metrics.PATH}", headers={"authorization": "Bearer nope"})
-        assert wrong.status_code == 401 and wrong.json()["status"] == 401
-        right = httpx.get(f"{url}{metrics.PATH}", headers={"authorization": "Bearer scrape-me"})
-        assert right.status_code == 200 and "kgqr_requests_total" in right.text
 
 
 def test_the_front_appends_the_callers_address_to_x_forwarded_for(settings: Settings) -> None:
