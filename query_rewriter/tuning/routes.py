@@ -16,11 +16,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from plugin.schema import TUNE_RUNS_INDEX, check_kb_name, documents_index
+from query_rewriter.caller import credentials_refused
 from query_rewriter.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.evaluation.query_sets import JudgedQuery
 from query_rewriter.explain import Explain
 from query_rewriter.forwarding import request_headers
 from query_rewriter.proxy_state import knowledge_base_names
+from query_rewriter.request_body import off_the_loop_if_large, read_body
 from query_rewriter.search_request import PassThrough, SearchPlan, plan_search
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.params import FUSE_PLAIN
@@ -48,16 +50,27 @@ def _static(name: str) -> str:
 
 async def _json_body(request: Request) -> dict[str, Any]:
     """A JSON object body. Anything not sent as application/json is refused: a browser
-    posts text/plain or form data from any other site without asking, JSON it does not."""
+    posts text/plain or form data from any other site without asking, JSON it does not.
+    Read as the proxy reads a search: from a caller the engine knows (else its 401, the
+    body unread), at most KGQR_MAX_BODY_BYTES, and parsed off the event loop when large."""
+    state = request.app.state.kgqr
+    if await credentials_refused(state.identities, request_headers(request), state.settings):
+        raise RewriteRequestError(401, "security_exception", "missing or invalid credentials")
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise RewriteRequestError(
             415, "media_type_header_exception", "kgqr's POST endpoints accept application/json only"
         )
+    limit = state.settings.max_body_bytes
+    raw = await read_body(request.headers.get("content-length"), request.stream(), limit)
+    return await off_the_loop_if_large(raw, lambda: _object(raw))
+
+
+def _object(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(await request.body() or b"{}")
-    except json.JSONDecodeError as exc:
-        raise RewriteRequestError(400, "parsing_exception", f"request body: {exc.msg}") from exc
+        body = json.loads(raw or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RewriteRequestError(400, "parsing_exception", f"request body: {exc}") from exc
     if not isinstance(body, dict):
         raise RewriteRequestError(400, "parsing_exception", "request body must be an object")
     return body

@@ -498,6 +498,7 @@ def test_a_request_without_valid_credentials_is_not_read_before_the_engines_401(
             (f"{INDEX}/_search", hostile.encode(), {"content-type": "application/json"}),
             ("_msearch", too_many.encode(), ndjson),  # kgqr's own limit is 100 items
             (f"{INDEX}/_search/template", b"{not json", {"content-type": "application/json"}),
+            ("_kgqr/tune/judgments", b"{not json", {"content-type": "application/json"}),
         ):
             answer = httpx.post(f"{entry}/{path}", content=body, headers={**headers, **kind})
             assert answer.status_code == 401, (path, answer.text[:200])
@@ -505,6 +506,8 @@ def test_a_request_without_valid_credentials_is_not_read_before_the_engines_401(
     reader = {"authorization": users["reader"], "content-type": "application/json"}
     assert httpx.post(f"{entry}/{INDEX}/_search", content=b"{x", headers=reader).status_code == 400
     assert metric_sample("kgqr_searches_passed_through_total", reason="refused") >= counted + 8
+    tune = httpx.post(f"{entry}/_kgqr/tune/judgments", content=b"{x", headers=reader)
+    assert tune.status_code == 400 and tune.json()["error"]["type"] == "parsing_exception"
 
 
 def test_kgqrs_metrics_need_the_rights_the_engine_asks_for_its_node_stats(
@@ -522,6 +525,24 @@ def test_kgqrs_metrics_need_the_rights_the_engine_asks_for_its_node_stats(
         assert answer.status_code == direct.status_code, answer.text[:200]
         assert ("kgqr_requests_total" in answer.text) == (direct.status_code == 200)
     assert httpx.get(path, headers={"authorization": users["reader"]}).status_code == 403
+
+
+def test_a_metrics_token_opens_the_metrics_to_its_holder_too(
+    settings: Settings, secured: SecuredCredentials, users: dict[str, str]
+) -> None:
+    """For a Prometheus that cannot sign in to OpenSearch: KGQR_METRICS_TOKEN, beside the
+    monitors the engine itself lets read its node stats."""
+    token = SecretStr("scrape-" + secrets.token_urlsafe(8))
+    proxied = _as(settings, secured, "kgqr", secured.kgqr_password)
+    with running_proxy(proxied.model_copy(update={"metrics_token": token})) as url:
+        path = f"{url}/_kgqr/metrics"
+        assert httpx.get(path).status_code == 401
+        assert httpx.get(path, headers={"authorization": "Bearer nope"}).status_code == 401
+        bearer = {"authorization": f"Bearer {token.get_secret_value()}"}
+        assert "kgqr_requests_total" in httpx.get(path, headers=bearer).text
+        assert httpx.get(path, headers={"authorization": users["reader"]}).status_code == 403
+        admin = {"authorization": secured.admin_authorization}
+        assert httpx.get(path, headers=admin).status_code == 200
 
 
 def test_a_kb_name_ending_in_a_newline_is_a_400_not_a_500(
@@ -716,6 +737,26 @@ def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
     restricted = walked["restricted"]
     assert "secretly" not in json.dumps(restricted)
     assert {node["id"] for node in restricted["details"]["graph_nodes"]} <= {"p1"}
+
+
+def test_an_llm_answer_made_for_one_caller_is_not_served_to_another(
+    proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """The LLM's answers were cached for everyone: a second user's explain said
+    `cached_llm_calls: 1` (and answered faster), telling them someone had just asked the
+    same thing. Answers are now kept per caller, like the rewrites."""
+    url, prompts = proxy
+    body = {**QUERY, "query": {"match": {"text": f"bank robbers ({uuid.uuid4().hex[:8]})"}}}
+    calls = []
+    for who in ("reader", "tuner", "reader"):
+        before = len(prompts)
+        answer = _explained(url, INDEX, "hyde", body, {"authorization": users[who]})
+        assert answer.status_code == 200, answer.text
+        explained = answer.json()["kgqr"]
+        calls.append((explained["cached"], explained["cached_llm_calls"], len(prompts) - before))
+    assert calls[0] == (False, 0, 1)  # the first caller's own LLM call
+    assert calls[1] == (False, 0, 1)  # another caller's: a call of its own, nothing shared
+    assert calls[2][0] is True  # the first caller again: its own cached rewrite
 
 
 def _restricted_role(secured: SecuredCredentials, hidden: list[str]) -> None:
