@@ -48,20 +48,19 @@ class RedisServer(LocalService):
         self.layout.data(self.name).chmod(0o700)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        config = [
-            f"bind {self.host}",
-            f"port {self.port}",
-            f"dir {self.layout.data(self.name)}",
-            "daemonize no",
-            "save 300 10",
-            "appendonly no",
+        # Only the password goes through the file: the options stay in the command, whose
+        # change is what makes `kgqr services up` restart the server.
+        _private_file(self.config_file, f'requirepass "{self.password}"\n')
+        argv = [
+            "redis-server", str(self.config_file),
+            "--bind", self.host, "--port", str(self.port),
+            "--dir", str(self.layout.data(self.name)),
+            "--daemonize", "no", "--save", "300 10", "--appendonly", "no",
             # Bounded: the caches (every key with a TTL) give way; queues never do.
-            f"maxmemory {self.settings.redis_maxmemory_mb}mb",
-            "maxmemory-policy volatile-lru",
-            f'requirepass "{self.password}"',
-        ]
-        _private_file(self.config_file, "\n".join(config) + "\n")
-        return ["redis-server", str(self.config_file)], {}
+            "--maxmemory", f"{self.settings.redis_maxmemory_mb}mb",
+            "--maxmemory-policy", "volatile-lru",
+        ]  # fmt: skip
+        return argv, {}
 
     def _client(self):  # type: ignore[no-untyped-def]
         import redis

@@ -796,9 +796,13 @@ def test_a_path_names_a_document_only_as_the_callers_own_fetch_shows_it(
         answer = _explained(proxy[0], INDEX, strategy, body, {"authorization": users[who]}, params)
         assert answer.status_code == 200, answer.text
         texts[who] = " ".join(str(text) for text in shown(answer.json()["kgqr"]))
-    assert "[Michael Mann]" in texts["reader"]
-    assert "Michael Mann" not in texts["untitled"]
-    assert "[p1 (no title you may read)]" in texts["untitled"]
+    # Which document a tied two-hop path runs through (Michael Mann, Al Pacino, Crime
+    # film) is the graph's storage order: any of them shows its title to the reader only.
+    documents = Path(__file__).parents[1] / "fixtures" / "tiny_kb" / "documents.jsonl"
+    titles = [json.loads(line)["title"] for line in documents.read_text().splitlines()]
+    assert any(f"[{title}]" in texts["reader"] for title in titles), texts["reader"]
+    assert not any(f"[{title}]" in texts["untitled"] for title in titles), texts["untitled"]
+    assert "(no title you may read)]" in texts["untitled"]
 
 
 def test_a_cached_rewrite_is_not_served_once_its_evidence_is_hidden_from_the_caller(
