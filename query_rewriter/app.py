@@ -74,9 +74,9 @@ from query_rewriter.tuning.routes import tuning_routes
 log = logging.getLogger("kgqr.proxy")
 SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?\Z")
 MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?\Z")
+MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?\Z")
 # What the engine asks of a caller for its own node stats (cluster:monitor/nodes/stats).
 NODE_STATS_PROBE = "/_nodes/_local/stats/process"
-MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?\Z")
 
 
 def create_app(settings: Settings | None = None) -> Starlette:

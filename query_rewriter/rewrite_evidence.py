@@ -12,12 +12,11 @@ may still read them all (one count as the caller); otherwise it is made afresh.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection
 from typing import Any
 
 from query_rewriter.strategies.services import Search
-from query_rewriter.strategies.vector_lookups import IDS_PER_QUERY
+from query_rewriter.strategies.vector_lookups import readable_among
 
 
 class RecordingSearch:
@@ -49,13 +48,6 @@ class RecordingSearch:
 
 
 async def still_readable(search: Search, index: str, ids: Collection[str]) -> bool:
-    """Whether the caller may still read every one of `ids`: counted, not fetched, by ids
-    queries sent with the caller's credentials."""
-    ordered = sorted(ids)
-    chunks = [ordered[at : at + IDS_PER_QUERY] for at in range(0, len(ordered), IDS_PER_QUERY)]
-
-    async def counted(chunk: list[str]) -> int:
-        body = {"size": 0, "track_total_hits": True, "query": {"ids": {"values": chunk}}}
-        return int((await search.search(index, body))["hits"]["total"]["value"])
-
-    return sum(await asyncio.gather(*map(counted, chunks))) == len(ordered)
+    """Whether the caller may still read every one of `ids` (counted as the caller, the
+    way every readability check is)."""
+    return await readable_among(search, index, ids) == set(ids)

@@ -29,7 +29,7 @@ from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
 from query_rewriter.strategies.vector_lookups import (
     exact_cosine,
     nearest_readable_triples,
-    readable_ids,
+    with_readable_passage,
 )
 
 TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", "passage_id"]
@@ -88,16 +88,6 @@ class ContextualQueryRetrieval(Strategy):
         rewrite.expansions = [context]
         return rewrite
 
-    async def readable(
-        self, ctx: StrategyContext, triples: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """The triples whose source passage the caller may read. A triple states what its
-        passage says, so it reaches a prompt or an explain only with that permission,
-        whatever the triples index's own roles allow."""
-        passages = {str(t["passage_id"]) for t in triples if t.get("passage_id")}
-        allowed = await readable_ids(ctx, ctx.index, passages)
-        return [t for t in triples if t.get("passage_id") in allowed]
-
     def fact(self, triple: dict[str, Any]) -> str:
         if self.use_ttr and triple.get("ttr"):
             return str(triple["ttr"])
@@ -122,7 +112,9 @@ class ContextualQueryRetrieval(Strategy):
             "query": {"multi_match": {"query": query, "fields": fields}},
         }
         hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-        pool = await self.readable(ctx, [h["_source"] for h in hits])
+        pool = await with_readable_passage(
+            ctx, [h["_source"] for h in hits], lambda t: t.get("passage_id")
+        )
         if not pool:
             return []
         vectors = await ctx.embed([self.fact(t) for t in pool])
@@ -167,9 +159,8 @@ class ContextualQueryRetrieval(Strategy):
             )
             # Only edges read from passages the caller may read take part in a path: a
             # hidden one ranked in the beam pushed readable paths out of it.
-            passages = {str(passage) for *_, passage in edges if passage}
-            allowed = await readable_ids(ctx, ctx.index, passages)
-            open_edges = [edge[:3] for edge in edges if edge[3] in allowed]
+            readable = await with_readable_passage(ctx, edges, lambda edge: edge[3])
+            open_edges = [edge[:3] for edge in readable]
             new_ids = {tid for _, tid, _ in open_edges if tid and tid not in similarity_of}
             similarity_of.update(await exact_cosine(ctx, index, query_vector, new_ids))
             by_source: dict[str, list[tuple[str, str]]] = {}

@@ -5,12 +5,16 @@ readability checks larger than the engine's result window."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
 
 import numpy as np
 
 from plugin.schema import triples_index
 from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.services import Search
+
+T = TypeVar("T")
 
 
 async def _cosine_hits(
@@ -93,6 +97,11 @@ MAX_TRIPLE_DEPTH = 1_000
 
 
 async def readable_ids(ctx: StrategyContext, index: str, ids: set[str]) -> set[str]:
+    """The ids the caller may read (readable_among, through the strategy's search)."""
+    return await readable_among(ctx.opensearch, index, ids)
+
+
+async def readable_among(search: Search, index: str, ids: Collection[str]) -> set[str]:
     """The ids the caller may read, asked with the caller's credentials, which
     document-level security filters like any search of theirs. Each chunk of
     IDS_PER_QUERY is counted first: a caller who may read all of it (most callers) costs
@@ -105,17 +114,26 @@ async def readable_ids(ctx: StrategyContext, index: str, ids: set[str]) -> set[s
     async def readable(chunk: list[str]) -> set[str]:
         query = {"ids": {"values": chunk}}
         async with slots:
-            counted = await ctx.opensearch.search(
+            counted = await search.search(
                 index, {"size": 0, "track_total_hits": True, "query": query}
             )
             if counted["hits"]["total"]["value"] == len(chunk):
                 return set(chunk)
             body = {"size": len(chunk), "_source": False, "query": query}
-            return {
-                hit["_id"] for hit in (await ctx.opensearch.search(index, body))["hits"]["hits"]
-            }
+            return {hit["_id"] for hit in (await search.search(index, body))["hits"]["hits"]}
 
     return set().union(*await asyncio.gather(*map(readable, chunks)))
+
+
+async def with_readable_passage(
+    ctx: StrategyContext, items: list[T], passage_of: Callable[[T], Any]
+) -> list[T]:
+    """The items (triples, triple edges) whose source passage the caller may read, in
+    order. A triple states what its passage says, so it reaches a prompt, a path or an
+    explain only with that permission, whatever the triples index's own roles allow."""
+    passages = {str(passage) for item in items if (passage := passage_of(item))}
+    allowed = await readable_ids(ctx, ctx.index, passages)
+    return [item for item in items if passage_of(item) in allowed]
 
 
 async def nearest_readable_triples(
@@ -133,9 +151,7 @@ async def nearest_readable_triples(
         body = {"size": depth, "_source": fields,
                 "query": {"knn": {"vector": {"vector": vector, "k": depth}}}}  # fmt: skip
         hits: list[dict[str, Any]] = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-        passages = {str(h["_source"]["passage_id"]) for h in hits if h["_source"].get("passage_id")}
-        allowed = await readable_ids(ctx, ctx.index, passages)
-        readable = [h for h in hits if h["_source"].get("passage_id") in allowed]
+        readable = await with_readable_passage(ctx, hits, lambda h: h["_source"].get("passage_id"))
         if len(readable) >= k or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
             return readable[:k]
         depth = min(4 * depth, MAX_TRIPLE_DEPTH)
