@@ -139,8 +139,8 @@ def paraphrased_rows(kb: str, test: Path, out: Path) -> list[dict[str, Any]]:
     from kgqr_core.llm import LlmClient
     from kgqr_core.settings import get_settings
     from plugin.schema import documents_index
-    from query_rewriter.evaluation.question_phrasing import phrase
-    from query_rewriter.evaluation.synthesis import SynthesizedQuery
+    from workbench.questions.phrasing import phrase
+    from workbench.questions.synthesis import SynthesizedQuery
 
     settings = get_settings()
     rows = [json.loads(line) for line in test.read_text().splitlines() if line.strip()]

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from kgqr_ops.background_proxy import free_port
 from plugin import schema
-from query_rewriter.background_server import free_port
-from query_rewriter.evaluation import graph_copy_wait
+from workbench.evaluation import graph_copy_wait
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_common import proxy_process, save
 from bench.proxy_latency import percentile
 from plugin.schema import documents_index
-from query_rewriter.evaluation.query_sets import load_query_set
+from workbench.evaluation.query_sets import load_query_set
 
 BUDGETED_DB, PLAIN_DB = 10, 11
 

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from query_rewriter.evaluation.runner import sample_label
+from workbench.evaluation.runner import sample_label
 
 METRICS = ("R@2", "R@5", "R@10", "MRR")
 

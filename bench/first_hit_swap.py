@@ -20,8 +20,8 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from query_rewriter.evaluation.metrics import hit_at, reciprocal_rank
-from query_rewriter.evaluation.query_sets import load_query_set
+from workbench.evaluation.metrics import hit_at, reciprocal_rank
+from workbench.evaluation.query_sets import load_query_set
 
 Reorder = Callable[[list[str]], list[str]]
 

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_common import proxy_process, save
 from kgqr_core.settings import get_settings
 from kgqr_ops.services.secured_opensearch import SecuredOpenSearchNode
-from query_rewriter.request_body import json_object
-from query_rewriter.search_request import plan_search, uri_search_as_body
+from query_rewriter.proxy.request_body import json_object
+from query_rewriter.search.plan import plan_search, uri_search_as_body
 
 INDEX = "kgqr-bench-hostile-plain"  # an ordinary index: its searches are read and planned
 PLAIN = {"query": {"match": {"text": "bank robbers in los angeles"}}, "size": 5}

@@ -23,8 +23,8 @@ from bench.bench_common import proxy_process, save
 from bench.proxy_latency import timed_post
 from kgqr_core.settings import get_settings
 from plugin import schema
-from query_rewriter.evaluation.query_sets import load_query_set
-from query_rewriter.hybrid_query import search_params
+from query_rewriter.engine.hybrid_query import search_params
+from workbench.evaluation.query_sets import load_query_set
 
 
 def final_queries(

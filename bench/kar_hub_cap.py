@@ -31,12 +31,12 @@ from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import get_settings
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.evaluation.query_sets import load_query_set
-from query_rewriter.graph_store import Neo4jGraph
-from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.kar import KnowledgeAwareRewrite
-from query_rewriter.strategies.kar_stages import DocumentSimilarity, LlmEntityLinker
+from query_rewriter.strategies.knowledge.kar import KnowledgeAwareRewrite
+from query_rewriter.strategies.knowledge.kar_stages import DocumentSimilarity, LlmEntityLinker
+from workbench.evaluation.query_sets import load_query_set
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:

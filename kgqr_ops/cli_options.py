@@ -85,7 +85,7 @@ def judged_queries(
 ) -> list[Any]:
     """The judged queries `spec` (KIND:PATH) names, or a usage error naming `hint`: a line
     that is not JSON, a missing file, or no queries at all."""
-    from query_rewriter.evaluation.query_sets import QuerySetError, load_query_set
+    from workbench.evaluation.query_sets import QuerySetError, load_query_set
 
     try:
         queries = load_query_set(spec, split, limit)

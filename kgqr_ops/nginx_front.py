@@ -27,8 +27,8 @@ from kgqr_core.settings import Settings
 from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.os_packages import ensure_installed
 from kgqr_ops.services.process import port_is_open
-from query_rewriter.caller import service_authorization
-from query_rewriter.front_status import status_socket
+from query_rewriter.engine.caller import service_authorization
+from query_rewriter.proxy.front_status import status_socket
 
 SERVICE = "front"
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -43,7 +43,7 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, sta
             SERVICE, f"not an OpenSearch URL the front can forward to: {upstream.geturl()}"
         )
     # Callers without credentials reach OpenSearch without any, unless the opt-in lends them
-    # kgqr's account (query_rewriter/caller.py).
+    # kgqr's account (query_rewriter/engine/caller.py).
     lent = service_authorization(settings) if settings.anonymous_uses_service_account else None
     tls = upstream.scheme == "https"
     default_port = 443 if tls else 80

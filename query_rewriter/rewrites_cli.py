@@ -53,7 +53,7 @@ def warm(
 
     from kgqr_core import connections
     from plugin.schema import documents_index
-    from query_rewriter.rewrite_warming import (
+    from query_rewriter.search.warming import (
         frequent_logged_queries,
         queries_from_file,
         warm_queries,

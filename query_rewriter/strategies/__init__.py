@@ -6,19 +6,19 @@ line here: the same class composed with other stages."""
 from __future__ import annotations
 
 from kgqr_core.settings import ConfigurationError
-from query_rewriter.strategies.agent import PlanAgent
-from query_rewriter.strategies.agr import AnalyzeGenerateRefine
+from query_rewriter.strategies.agent.strategy import PlanAgent
 from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.baselines.agr import AnalyzeGenerateRefine
+from query_rewriter.strategies.baselines.hyde import HypotheticalDocuments
+from query_rewriter.strategies.baselines.prf import PseudoRelevanceFeedback
 from query_rewriter.strategies.context import CONTEXT_SETTINGS
-from query_rewriter.strategies.graph import GraphWalk
-from query_rewriter.strategies.graph_bridge import GraphBridge
-from query_rewriter.strategies.hyde import HypotheticalDocuments
-from query_rewriter.strategies.kar import KnowledgeAwareRewrite
-from query_rewriter.strategies.kar_stages import IndexEntityLinker, NameSimilarity
-from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
+from query_rewriter.strategies.graph.bridge import GraphBridge
+from query_rewriter.strategies.graph.walk import GraphWalk
+from query_rewriter.strategies.knowledge.kar import KnowledgeAwareRewrite
+from query_rewriter.strategies.knowledge.kar_stages import IndexEntityLinker, NameSimilarity
+from query_rewriter.strategies.knowledge.kgcqr import ContextualQueryRetrieval
 from query_rewriter.strategies.params import COMMON, Param
 from query_rewriter.strategies.plain import PlainQuery
-from query_rewriter.strategies.prf import PseudoRelevanceFeedback
 
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kgqr_core.settings import Settings
-from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.context import CONTEXT_SETTINGS, StrategyContext
 from query_rewriter.strategies.params import COMMON, Param, param_value
+from query_rewriter.strategies.rewrite import Rewrite
 
 
 class Strategy(abc.ABC):

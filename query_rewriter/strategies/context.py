@@ -12,10 +12,10 @@ from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-from query_rewriter.hybrid_query import bm25_clause, hybrid_body, search_params, weighted
-from query_rewriter.query_text import ParsedQuery
-from query_rewriter.rewrite import LlmUsage, StageTimer
+from query_rewriter.engine.hybrid_query import bm25_clause, hybrid_body, search_params, weighted
+from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.strategies.params import EXPANSIONS, HYBRID_BM25, KNN_K, Param, param_value
+from query_rewriter.strategies.rewrite import LlmUsage, StageTimer
 from query_rewriter.strategies.services import Embed, Graph, Llm, Search
 
 # What the context itself reads for every strategy: the models behind its LLM and embedder,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgqr_core.settings import Settings
-from query_rewriter.errors import RewriteRequestError
+from query_rewriter.engine.errors import RewriteRequestError
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ KEEP_TOP = Param("fusion.keep", "rewrite_fusion_keep", 0, 10, integer=True)
 # BM25's share of the hybrid query (k-NN has the rest); a strong embedder wants less.
 HYBRID_BM25 = Param("hybrid.bm25", "hybrid_bm25_weight", 0.0, 1.0)
 # Every strategy's rewrite is fused (alpha) and searched (k-NN k, BM25's weight), and its
-# ranking may be fused with the plain query's (query_rewriter/plain_fusion.py).
+# ranking may be fused with the plain query's (query_rewriter/search/plain_fusion.py).
 COMMON = (ALPHA, KNN_K, FUSE_PLAIN, KEEP_TOP, HYBRID_BM25)
 # Accepted for a release and ignored: it never did anything.
 IGNORED_LEGACY = {"boost": "[boost] never changed a rewrite and is ignored"}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from query_rewriter.rewrite import Rewrite
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.rewrite import Rewrite
 
 
 class PlainQuery(Strategy):

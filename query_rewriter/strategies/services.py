@@ -1,8 +1,8 @@
 """The services a strategy uses, as the small protocols it needs.
 
 A strategy sees an LLM that completes requests, a search endpoint (the caller's own
-credentials, query_rewriter/opensearch_gateway.py), a knowledge graph that returns
-neighbourhoods (query_rewriter/graph_store.py) and an embedder. Anything with these
+credentials, query_rewriter/engine/gateway.py), a knowledge graph that returns
+neighbourhoods (query_rewriter/graph/store.py) and an embedder. Anything with these
 methods will do, so a test or a bench passes its own without reaching into the proxy.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kgqr_core.llm import LlmAnswer, LlmRequest
-from query_rewriter.graph_store import FollowedEdge, Neighbours
+from query_rewriter.graph.store import FollowedEdge, Neighbours
 
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 

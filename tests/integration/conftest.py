@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.local_service import port_of
 from plugin import schema
-from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import TINY_KB, ingested
 
 

@@ -17,18 +17,18 @@ from click.testing import CliRunner
 from ingest.generators.catalog import catalog
 from ingest.generators.kb_files import GeneratedKb
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import kb_meta, schema
-from query_rewriter.agent.optimizer import CategoryOptimizer
-from query_rewriter.agent.plan import fill, validate
-from query_rewriter.agent.plan_book import PlanBook, PlanEntry, book_of
-from query_rewriter.agent.session import PlanSession
-from query_rewriter.background_server import running_proxy
-from query_rewriter.evaluation.kb_snapshot import KbSnapshot, load_snapshot, relation_signatures
-from query_rewriter.evaluation.query_sets import JudgedQuery
-from query_rewriter.evaluation.synthesis import SynthesizedQuery, synthesize
-from query_rewriter.strategies.plan_executor import execute
+from query_rewriter.strategies.agent.executor import execute
+from query_rewriter.strategies.agent.plan import fill, validate
+from query_rewriter.strategies.agent.plan_book import PlanBook, PlanEntry, book_of
 from tests.integration.ingest_helpers import ingested
+from workbench.agent_plans.optimizer import CategoryOptimizer
+from workbench.agent_plans.session import PlanSession
+from workbench.evaluation.query_sets import JudgedQuery
+from workbench.questions.kb_snapshot import KbSnapshot, load_snapshot, relation_signatures
+from workbench.questions.synthesis import SynthesizedQuery, synthesize
 
 KB = "t-agent-catalog"
 BY_BRAND_AND_YEAR = {

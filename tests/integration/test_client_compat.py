@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.local_service import port_of
-from query_rewriter.background_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = ["opensearch-py", "opensearch-dsl", "haystack", "llamaindex", "langchain"]

@@ -21,10 +21,10 @@ from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 from opensearchpy.helpers.search import Search
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port
 from kgqr_ops.services.process import port_is_open
 from query_rewriter import metrics
-from query_rewriter.background_server import free_port
-from query_rewriter.filter_path import filtered
+from query_rewriter.engine.filter_path import filtered
 from tests.integration.search_helpers import metric_sample
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}

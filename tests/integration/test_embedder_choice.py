@@ -12,9 +12,9 @@ import pytest
 from ingest.job_runner import check_embedder
 from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-from query_rewriter.background_server import running_proxy
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port
 from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.opensearch_node import OpenSearchNode
-from query_rewriter.background_server import free_port
 
 VECTOR = {"type": "knn_vector", "dimension": 3}
 # The default mappings of the vector stores users bring (the field names are theirs).

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from kgqr_core.settings import Settings, get_settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.cli import main
 from plugin.schema import documents_index
-from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import TINY_KB, ingested
 from tests.integration.recording_llm import recording_llm
 from tests.integration.search_helpers import explained_search

@@ -17,12 +17,12 @@ import redis.asyncio as aioredis
 
 from kgqr_core import graph_version
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from plugin import schema
-from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.graph_snapshot import GraphSnapshot
-from query_rewriter.graph_snapshots import GraphSnapshots
-from query_rewriter.opensearch_gateway import opensearch_http_client
-from query_rewriter.proxy_state import knowledge_base_names
+from query_rewriter.engine.gateway import opensearch_http_client
+from query_rewriter.graph.copies import GraphSnapshots
+from query_rewriter.graph.in_memory import GraphSnapshot
+from query_rewriter.search.state import knowledge_base_names
 from tests.integration.ingest_helpers import TINY_KB, ingested, run_to_end
 from tests.integration.search_helpers import explained_search, metric_sample
 

@@ -19,10 +19,10 @@ from urllib3.exceptions import InsecureRequestWarning
 
 from kgqr_core import connections
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.nginx_front import running_front, running_nginx
 from kgqr_ops.services.local_service import port_of
 from plugin import schema
-from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.ingest_helpers import TINY_KB, ingested
 
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}}

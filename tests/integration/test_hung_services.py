@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.services.neo4j_server import Neo4jServer
 from kgqr_ops.services.process import port_is_open
-from query_rewriter.background_server import free_port, running_proxy
 from tests.integration.recording_llm import recording_llm
 
 BUDGET_S = 3.0

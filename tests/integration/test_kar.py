@@ -16,12 +16,12 @@ from kgqr_core import connections
 from kgqr_core.embedder import get_embedder
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from plugin import schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.graph_snapshots import load_snapshot
-from query_rewriter.graph_store import Neighbours, Neo4jGraph
-from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.graph.copies import load_snapshot
+from query_rewriter.graph.store import Neighbours, Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine, most_similar_documents
 from tests.integration.ingest_helpers import TINY_KB, ingested

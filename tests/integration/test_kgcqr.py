@@ -22,13 +22,13 @@ from ingest.worker_resources import WorkerResources
 from kgqr_core import connections
 from kgqr_core.embedder import get_embedder
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
 from plugin import schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.background_server import running_proxy
-from query_rewriter.graph_store import Neo4jGraph
-from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.kgcqr import ContextualQueryRetrieval
+from query_rewriter.strategies.knowledge.kgcqr import ContextualQueryRetrieval
 from tests.integration.search_helpers import explained_search
 
 KB = "kgcqr-chain"

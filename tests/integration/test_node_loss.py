@@ -27,10 +27,10 @@ from ingest.tasks import chunk_sender
 from ingest.verify import verify
 from kgqr_core import connections
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.services.opensearch_cluster import members
 from kgqr_ops.services.opensearch_node import OpenSearchNode
 from plugin import schema
-from query_rewriter.background_server import running_proxy
 
 HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE = 9271, 9280, 9371
 MOVIES, PEOPLE = 900, 300

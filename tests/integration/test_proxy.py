@@ -11,11 +11,11 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import NotFoundError
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.local_service import port_of
 from plugin import schema
 from query_rewriter import metrics
-from query_rewriter.background_server import free_port, running_proxy
 
 QUERY: dict[str, Any] = {
     "query": {"match": {"text": "professional bank robbers chased by the police"}},
@@ -243,9 +243,9 @@ def test_a_kgqr_bug_costs_the_rewrite_not_the_search(
     params = {"kgqr.strategy": "graph", "kgqr.explain": "true"}
     direct = opensearch.search(index=movies_kb, body=QUERY)
     with running_proxy(settings) as url:
-        monkeypatch.setattr("query_rewriter.search_service.hybrid_body", broken)
+        monkeypatch.setattr("query_rewriter.search.service.hybrid_body", broken)
         plain = _search(url, movies_kb, QUERY, **params)
-        monkeypatch.setattr("query_rewriter.app.plan_search", broken)
+        monkeypatch.setattr("query_rewriter.proxy.app.plan_search", broken)
         failed = _search(url, movies_kb, QUERY, **params)
     assert plain.status_code == 200
     assert [h["_id"] for h in plain.json()["hits"]["hits"]] == [

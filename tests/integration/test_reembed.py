@@ -16,8 +16,8 @@ import pytest
 from ingest import reembed
 from kgqr_core.embedder import get_embedder
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
 from plugin import kb_meta, schema
-from query_rewriter.background_server import running_proxy
 from tests.integration.ingest_helpers import TINY_KB, document_ids, enqueue_source, ingested
 from tests.integration.search_helpers import explained_search
 

@@ -9,10 +9,10 @@ import httpx
 from click.testing import CliRunner
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import schema
-from query_rewriter.background_server import running_proxy
-from query_rewriter.rewrite_warming import frequent_logged_queries, warm_queries
+from query_rewriter.search.warming import frequent_logged_queries, warm_queries
 
 # The knowledge base of the movies_kb fixture (tests/integration/conftest.py).
 KB = "proxy-movies"

@@ -37,6 +37,7 @@ from kgqr_core import connections
 from kgqr_core.connections import basic_authorization
 from kgqr_core.embedder import get_embedder
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.cli import main
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.secured_opensearch import (
@@ -48,15 +49,14 @@ from kgqr_ops.services.secured_opensearch import (
 )
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.agent.plan import Plan
-from query_rewriter.agent.plan_book import PlanBook, PlanEntry
-from query_rewriter.background_server import free_port, running_proxy
-from query_rewriter.caller import IMPERSONATION_HEADER
-from query_rewriter.graph_store import Neo4jGraph
-from query_rewriter.opensearch_gateway import OpenSearchGateway, opensearch_http_client
-from query_rewriter.proxy_state import knowledge_base_names
+from query_rewriter.engine.caller import IMPERSONATION_HEADER
+from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.graph.store import Neo4jGraph
+from query_rewriter.search.state import knowledge_base_names
+from query_rewriter.strategies.agent.executor import execute
+from query_rewriter.strategies.agent.plan import Plan
+from query_rewriter.strategies.agent.plan_book import PlanBook, PlanEntry
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.plan_executor import execute
 from tests.integration.ingest_helpers import TINY_KB
 from tests.integration.recording_llm import recording_llm
 from tests.integration.search_helpers import metric_sample

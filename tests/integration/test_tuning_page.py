@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import schema
-from query_rewriter.background_server import running_proxy
-from query_rewriter.evaluation import query_sets
 from tests.integration.ingest_helpers import TINY_KB, ingested
+from workbench.evaluation import query_sets
 
 KB = "tune-movies"
 QUERY = "professional bank robbers chased by the police"

@@ -9,9 +9,17 @@ from typing import Any
 import pytest
 
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.agent.plan import MAX_K, MAX_STEPS, PlanError, fill, parse, repair, validate
-from query_rewriter.evaluation.question_phrasing import keeps_facts
-from query_rewriter.strategies.plan_executor import matches, read_as_caller
+from query_rewriter.strategies.agent.executor import matches, read_as_caller
+from query_rewriter.strategies.agent.plan import (
+    MAX_K,
+    MAX_STEPS,
+    PlanError,
+    fill,
+    parse,
+    repair,
+    validate,
+)
+from workbench.questions.phrasing import keeps_facts
 
 STRUCTURE = DocumentStructure(
     types={"movie": ["year", "genre"], "person": []}, relations=["directed_by", "starring"]

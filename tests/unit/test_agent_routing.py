@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 
-from query_rewriter.agent.plan_book import PlanBook, PlanEntry, Router
-from query_rewriter.strategies.agent import plan_order_boosts
+from query_rewriter.strategies.agent.plan_book import PlanBook, PlanEntry, Router
+from query_rewriter.strategies.agent.strategy import plan_order_boosts
 
 VOCABULARY = ["brand", "made", "country", "based", "category", "described", "price", "year"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from query_rewriter.answer_format import AnswerFormat, binary_format, json_params
-from query_rewriter.filter_path import filtered
+from query_rewriter.engine.answer_format import AnswerFormat, binary_format, json_params
+from query_rewriter.engine.filter_path import filtered
 
 HIT = {"_index": "i", "_id": "m1", "_score": 1.0,
        "_source": {"title": "Heat", "metadata": {"title": "Heat"}, "vector": [0.1]}}  # fmt: skip

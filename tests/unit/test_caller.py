@@ -11,8 +11,8 @@ import pytest
 from pydantic import SecretStr
 
 from kgqr_core.settings import Settings
-from query_rewriter.caller import Caller, IdentityResolver
-from query_rewriter.errors import redact_addresses
+from query_rewriter.engine.caller import Caller, IdentityResolver
+from query_rewriter.engine.errors import redact_addresses
 
 pytestmark = pytest.mark.unit
 SERVICE = Settings(opensearch_user="kgqr", opensearch_password=SecretStr("svc"))
@@ -237,7 +237,7 @@ def test_without_the_security_plugin_a_callers_address_does_not_split_their_iden
 def test_a_flood_of_new_callers_does_not_evict_every_known_one() -> None:
     """One caller sending junk headers makes a new fingerprint per request: the identity
     memory once cleared itself when full, and every other caller's lookups with it."""
-    from query_rewriter import caller as caller_module
+    from query_rewriter.engine import caller as caller_module
 
     resolver, asked = _resolver(
         {"Basic known": httpx.Response(200, json={"user_name": "k", "roles": []})}

@@ -62,7 +62,7 @@ def test_eval_query_set_is_the_default_subcommand_and_sweep_stays_reachable() ->
 
 
 def test_a_sweeps_default_grid_is_what_its_strategy_reads_by_namespaced_name() -> None:
-    from query_rewriter.evaluation.cli import _parse_grid
+    from workbench.evaluation.cli import _parse_grid
 
     kar, graph = _parse_grid((), "kar"), _parse_grid((), "graph")
     assert {"kar.k", "knn.k", "kar.h", "rewrite.n", "rewrite.alpha"} == set(kar)
@@ -151,7 +151,7 @@ def test_every_number_option_has_a_range() -> None:
 def test_a_front_port_in_use_is_one_line_not_a_traceback() -> None:
     import socket
 
-    from query_rewriter.background_server import free_port
+    from kgqr_ops.background_proxy import free_port
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -167,7 +167,7 @@ def test_a_store_that_is_not_running_is_one_line_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from kgqr_core.settings import get_settings
-    from query_rewriter.background_server import free_port
+    from kgqr_ops.background_proxy import free_port
 
     nowhere = free_port()  # nothing listens there
     monkeypatch.setenv("KGQR_OPENSEARCH_URL", f"http://127.0.0.1:{nowhere}")

@@ -27,7 +27,7 @@ from kgqr_core.embedder_models import (
 )
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-from query_rewriter.query_embedders import QueryEmbedders
+from query_rewriter.search.query_embedders import QueryEmbedders
 
 PAYLOAD = b"a model folder, zipped" * 1000
 
@@ -192,7 +192,7 @@ def test_torch_loads_with_the_omp_wait_policy(
 
 
 def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:
-    from query_rewriter.rewriter import Rewriter
+    from query_rewriter.search.rewriter import Rewriter
 
     embedded: list[str] = []
 
@@ -216,7 +216,7 @@ def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:
 def test_each_kb_is_searched_with_its_own_models_queries() -> None:
     """One proxy, two knowledge bases of two models: each query vector comes from the
     model of the KB it searches, and the rewrite cache keys differ by that model."""
-    from query_rewriter.rewriter import Rewriter
+    from query_rewriter.search.rewriter import Rewriter
 
     loaded: list[str] = []
 

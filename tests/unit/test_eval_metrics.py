@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from query_rewriter.evaluation.metrics import (
+from workbench.evaluation.metrics import (
     average_precision,
     hit_at,
     latency_percentiles,

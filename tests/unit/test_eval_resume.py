@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from kgqr_core.settings import Settings
-from query_rewriter.evaluation.cli import run_config
-from query_rewriter.evaluation.query_sets import JudgedQuery
-from query_rewriter.evaluation.resume import (
+from workbench.evaluation.cli import run_config
+from workbench.evaluation.query_sets import JudgedQuery
+from workbench.evaluation.resume import (
     Checkpoint,
     ResumeError,
     load_earlier_run,
     reusable_results,
 )
-from query_rewriter.evaluation.runner import QueryResult
+from workbench.evaluation.runner import QueryResult
 
 CONFIG: dict[str, Any] = {
     "kb": "movies",

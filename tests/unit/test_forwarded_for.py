@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from starlette.requests import Request
 
-from query_rewriter.forwarding import request_headers
+from query_rewriter.engine.forwarding import request_headers
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from query_rewriter.front_status import (
+from query_rewriter.proxy.front_status import (
     FrontCounters,
     parse_stub_status,
     read_fronts,

@@ -3,7 +3,7 @@ no step back to the seed, documents numbered for the walk, Neo4j-shaped paths.""
 
 from __future__ import annotations
 
-from query_rewriter.graph_snapshot import GraphSnapshot
+from query_rewriter.graph.in_memory import GraphSnapshot
 
 NODES = [
     ("m1", "movie", "Heat"),

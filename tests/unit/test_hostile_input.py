@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from query_rewriter.errors import RewriteRequestError, redact_addresses
-from query_rewriter.filter_path import filtered
-from query_rewriter.msearch import _items
-from query_rewriter.query_syntax import MAX_QUERY_CHARS, syntax_used
-from query_rewriter.request_body import json_object
-from query_rewriter.search_request import PassThrough, SearchPlan, plan_search, uri_search_as_body
+from query_rewriter.engine.errors import RewriteRequestError, redact_addresses
+from query_rewriter.engine.filter_path import filtered
+from query_rewriter.engine.query_syntax import MAX_QUERY_CHARS, syntax_used
+from query_rewriter.proxy.msearch import _items
+from query_rewriter.proxy.request_body import json_object
+from query_rewriter.search.plan import PassThrough, SearchPlan, plan_search, uri_search_as_body
 
 pytestmark = pytest.mark.unit
 INDEX = "kgqr-movies-documents"

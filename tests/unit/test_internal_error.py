@@ -7,7 +7,7 @@ from starlette.testclient import TestClient
 
 from kgqr_core.settings import Settings
 from query_rewriter import metrics
-from query_rewriter.app import create_app
+from query_rewriter.proxy.app import create_app
 
 pytestmark = pytest.mark.unit
 

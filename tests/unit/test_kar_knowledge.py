@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from query_rewriter.strategies.kar_knowledge import DocumentRelation, render_knowledge
+from query_rewriter.strategies.knowledge.kar_knowledge import DocumentRelation, render_knowledge
 
 DOCS = {
     "heat": {"title": "Heat", "body": "A 1995 crime film."},

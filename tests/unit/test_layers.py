@@ -1,12 +1,14 @@
 """kgqr's packages point one way (docs/architecture.md, "Layers"):
 
-    kgqr_core  <-  plugin  <-  ingest, query_rewriter  <-  kgqr_ops and every `cli` module
+    kgqr_core  <-  plugin  <-  ingest, query_rewriter  <-  workbench  <-  kgqr_ops, every `cli`
 
 The core (settings, connections, the LLM and embedder clients, prompts, ids) imports none
 of the others; plugin (what is installed into the engines) only the core; the write and
-read paths only the core and plugin, never each other; the ops layer (local services, the
-nginx front, smoke checks) and the command-line modules anything. Checked over every
-import statement, including those inside functions."""
+read paths only the core and plugin, never each other; the relevance workbench
+(evaluation, the tuning page, question synthesis, plan optimisation) may call the read
+path, which never imports it; the ops layer (local services, the nginx front, the served
+app, smoke checks) and the command-line modules anything. Checked over every import
+statement, including those inside functions."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("kgqr_core", "plugin", "ingest", "query_rewriter", "kgqr_ops")
+PACKAGES = ("kgqr_core", "plugin", "ingest", "query_rewriter", "workbench", "kgqr_ops")
 MAY_IMPORT = {
     "kgqr_core": {"kgqr_core"},
     "plugin": {"kgqr_core", "plugin"},
     "ingest": {"kgqr_core", "plugin", "ingest"},
     "query_rewriter": {"kgqr_core", "plugin", "query_rewriter"},
+    "workbench": {"kgqr_core", "plugin", "query_rewriter", "workbench"},
     "kgqr_ops": set(PACKAGES),
     "cli": set(PACKAGES),
 }
@@ -71,14 +74,17 @@ def test_each_package_imports_only_the_layers_below_it(package: str) -> None:
 def test_the_check_catches_imports_against_the_layers(tmp_path: Path) -> None:
     files = {
         "kgqr_core/settings.py": "from plugin import schema\n",
-        "ingest/tasks.py": "def f():\n    from query_rewriter.app import create_app\n",
+        "ingest/tasks.py": "def f():\n    from query_rewriter.proxy.app import create_app\n",
         "query_rewriter/cli.py": "from kgqr_ops.nginx_front import running_front\n",
+        "query_rewriter/search/service.py": "from workbench.tuning import routes\n",
+        "workbench/evaluation/runner.py": "from query_rewriter.strategies import STRATEGIES\n",
         "plugin/schema.py": "import kgqr_core.settings\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert sorted(_violations(_modules(tmp_path))) == [
-        "ingest.tasks -> query_rewriter.app",
+        "ingest.tasks -> query_rewriter.proxy.app",
         "kgqr_core.settings -> plugin",
+        "query_rewriter.search.service -> workbench.tuning",
     ]

@@ -139,7 +139,7 @@ def test_an_answer_cache_that_is_down_costs_the_cache_not_the_answer() -> None:
     import redis
     import redis.asyncio as aioredis
 
-    from query_rewriter.background_server import free_port
+    from kgqr_ops.background_proxy import free_port
 
     nowhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
 

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from query_rewriter.query_embedders import MicroBatcher
+from query_rewriter.search.query_embedders import MicroBatcher
 
 
 def test_queries_arriving_during_an_encode_go_together_in_the_next() -> None:

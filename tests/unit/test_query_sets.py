@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from query_rewriter.evaluation.query_sets import JudgedQuery, QuerySetError, load_query_set
-from query_rewriter.rewrite_warming import queries_from_file
+from query_rewriter.search.warming import queries_from_file
+from workbench.evaluation.query_sets import JudgedQuery, QuerySetError, load_query_set
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 

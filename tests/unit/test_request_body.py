@@ -8,8 +8,8 @@ import zlib
 
 import pytest
 
-from query_rewriter.errors import RewriteRequestError
-from query_rewriter.request_body import body_and_params, decode_body
+from query_rewriter.engine.errors import RewriteRequestError
+from query_rewriter.proxy.request_body import body_and_params, decode_body
 
 BODY = b'{"query": {"match": {"text": "heat"}}}'
 

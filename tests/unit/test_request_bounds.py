@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from query_rewriter.errors import RewriteRequestError
-from query_rewriter.msearch_header import check_header
-from query_rewriter.search_request import SearchPlan, plan_search
+from query_rewriter.engine.errors import RewriteRequestError
+from query_rewriter.proxy.msearch_header import check_header
+from query_rewriter.search.plan import SearchPlan, plan_search
 
 pytestmark = pytest.mark.unit
 INDEX = "kgqr-movies-documents"

@@ -14,9 +14,9 @@ import pytest
 from kgqr_core.llm import AsyncLlmClient, LlmRequest
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-from query_rewriter.query_embedders import QueryEmbedders
-from query_rewriter.rewrite_cache import RewriteCache
-from query_rewriter.rewriter import Rewriter
+from query_rewriter.search.cache import RewriteCache
+from query_rewriter.search.query_embedders import QueryEmbedders
+from query_rewriter.search.rewriter import Rewriter
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for
 
 HYDE_ANSWER = '{"documents": ["Heat is a 1995 crime film about bank robbers in Los Angeles."]}'
@@ -124,8 +124,8 @@ def test_llm_calls_wait_for_a_slot_and_a_waiter_that_gives_up_never_reaches_the_
 
 
 def test_personalized_pagerank_favours_nodes_near_heavy_seeds() -> None:
-    from query_rewriter.graph_store import Reach
-    from query_rewriter.strategies.graph import personalized_pagerank, top_documents
+    from query_rewriter.graph.store import Reach
+    from query_rewriter.strategies.graph.walk import personalized_pagerank, top_documents
 
     # a - b - c - d, and an isolated seed e; most weight on a. Seeds are numbered first.
     nodes = ["a", "e", "b", "c", "d"]
@@ -142,7 +142,7 @@ def test_personalized_pagerank_favours_nodes_near_heavy_seeds() -> None:
 
 
 def test_fusion_keeps_the_plain_querys_top_and_fuses_the_rest() -> None:
-    from query_rewriter.plain_fusion import fuse_protecting_top
+    from query_rewriter.search.plain_fusion import fuse_protecting_top
 
     def hits(*ids: str) -> list[dict[str, object]]:
         return [{"_index": "i", "_id": doc_id, "_score": 1.0} for doc_id in ids]

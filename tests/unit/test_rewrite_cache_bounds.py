@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from query_rewriter.rewrite_cache import RewriteCache
+from query_rewriter.search.cache import RewriteCache
 
 pytestmark = pytest.mark.unit
 
@@ -42,8 +42,8 @@ def test_an_entry_over_the_size_cap_is_not_stored() -> None:
 
 def test_the_code_version_covers_the_prompts_and_the_llm_client() -> None:
     """A changed prompt or answer parser must never serve rewrites cached before it."""
-    from query_rewriter.rewrite_cache import versioned_files
+    from query_rewriter.search.cache import versioned_files
 
     names = {name for name, _ in versioned_files()}
-    assert {"kgqr_core/prompts/hyde.txt", "kgqr_core/llm.py", "query_rewriter/strategies/kar.py",
-            "plugin/schema.py"} <= names  # fmt: skip
+    assert {"kgqr_core/prompts/hyde.txt", "kgqr_core/llm.py",
+            "query_rewriter/strategies/knowledge/kar.py", "plugin/schema.py"} <= names  # fmt: skip

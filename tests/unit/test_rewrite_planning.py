@@ -8,14 +8,19 @@ import numpy as np
 import pytest
 
 from plugin.schema import documents_index, kb_of_documents_index
-from query_rewriter.client_fusion import rrf_fuse
-from query_rewriter.errors import RewriteRequestError
-from query_rewriter.hybrid_query import fuse, hybrid_body, mean_vector, search_params, weighted
-from query_rewriter.query_embedders import QueryEmbedders
-from query_rewriter.query_syntax import syntax_used
-from query_rewriter.query_text import ParsedQuery, parse_query
-from query_rewriter.rewrite_cache import rewrite_key
-from query_rewriter.search_request import (
+from query_rewriter.engine.errors import RewriteRequestError
+from query_rewriter.engine.hybrid_query import (
+    fuse,
+    hybrid_body,
+    mean_vector,
+    search_params,
+    weighted,
+)
+from query_rewriter.engine.query_syntax import syntax_used
+from query_rewriter.engine.query_text import ParsedQuery, parse_query
+from query_rewriter.search.cache import rewrite_key
+from query_rewriter.search.client_fusion import rrf_fuse
+from query_rewriter.search.plan import (
     PassThrough,
     SearchPlan,
     engine_number,
@@ -25,6 +30,7 @@ from query_rewriter.search_request import (
     strip_kgqr,
     uri_search_as_body,
 )
+from query_rewriter.search.query_embedders import QueryEmbedders
 
 
 @pytest.mark.parametrize(
@@ -254,7 +260,7 @@ def test_cache_keys_separate_callers_and_configs() -> None:
 
 
 def test_a_rewrite_cached_by_other_kgqr_code_is_not_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    from query_rewriter import rewrite_cache
+    from query_rewriter.search import cache as rewrite_cache
 
     before = rewrite_key("c", "i", "hyde", {}, "q")
     assert len(rewrite_cache.code_version()) == 16
@@ -294,7 +300,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
 
     from kgqr_core.settings import Settings
     from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-    from query_rewriter.rewriter import Rewriter
+    from query_rewriter.search.rewriter import Rewriter
 
     class EchoingLlm:  # answers, from its cache, only with the structure block's own words
         async def complete(self, request: object, scope: str | None = None) -> SimpleNamespace:
@@ -320,7 +326,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
 
 def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
     from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE
-    from query_rewriter.hybrid_query import search_params
+    from query_rewriter.engine.hybrid_query import search_params
 
     parsed = ParsedQuery("heat", [{"term": {"type": "movie"}}])
     plain = hybrid_body({}, parsed, "heat", np.array([1.0, 0.0]), k=10)

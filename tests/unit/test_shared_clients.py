@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from kgqr_core.settings import Settings
-from query_rewriter.opensearch_gateway import opensearch_http_client
+from query_rewriter.engine.gateway import opensearch_http_client
 
 pytestmark = pytest.mark.unit
 

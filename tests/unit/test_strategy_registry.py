@@ -10,15 +10,15 @@ import pytest
 
 from kgqr_core.settings import Settings
 from query_rewriter import strategies
-from query_rewriter.errors import RewriteRequestError
-from query_rewriter.query_embedders import QueryEmbedders
-from query_rewriter.rewrite import Rewrite
-from query_rewriter.rewrite_cache import RewriteCache
-from query_rewriter.rewriter import Rewriter
-from query_rewriter.search_request import SearchPlan, plan_search
+from query_rewriter.engine.errors import RewriteRequestError
+from query_rewriter.search.cache import RewriteCache
+from query_rewriter.search.plan import SearchPlan, plan_search
+from query_rewriter.search.query_embedders import QueryEmbedders
+from query_rewriter.search.rewriter import Rewriter
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import Param
+from query_rewriter.strategies.rewrite import Rewrite
 
 REPEATS = Param("echo.repeats", "rewrite_prf_docs", 1, 5, integer=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from query_rewriter.tuning.scoreboard import Judgment, ShownRanking, scoreboard
+from workbench.tuning.scoreboard import Judgment, ShownRanking, scoreboard
 
 
 def test_strategies_are_scored_on_queries_with_a_relevant_judgment() -> None:

@@ -1,0 +1,196 @@
+"""Which in-memory graph copy the proxy may serve, and reading copies from Neo4j.
+
+A copy is current while the knowledge base's graph version in Redis
+(kgqr_core/graph_version.py, raised by every ingest chunk and by dropping the KB) is the
+version it was read at. The proxy looks at that counter at most every
+KGQR_GRAPH_SNAPSHOT_CHECK_S per KB. Until a current copy is loaded (in a worker thread
+with its own Neo4j session, while searches go on) expansions are read from Neo4j, so no
+search waits for a load and none reads a graph older than the proxy's last look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from kgqr_core import connections, graph_version
+from kgqr_core.settings import Settings
+from query_rewriter import metrics
+from query_rewriter.graph.in_memory import (
+    COUNT_RELATIONS,
+    NODES,
+    RELATIONSHIPS,
+    GraphSnapshot,
+)
+from query_rewriter.graph.store import Neighbours, Neo4jGraph
+
+log = logging.getLogger("kgqr.graph")
+RETRY_S = 30.0  # after a failed load (Neo4j down): Neo4j answers, or the walk falls back
+
+
+def load_snapshot(driver: Any, kb: str, version: int, max_relations: int) -> GraphSnapshot | None:
+    """The KB's graph as read now (None: more than `max_relations` relationships). The
+    relationships are streamed into the arrays, not held as a million records."""
+    with driver.session(default_access_mode="READ") as session:
+        count = session.run(COUNT_RELATIONS, kb=kb).single(strict=True)["relations"]
+        if count > max_relations:
+            return None
+        nodes = [tuple(record.values()) for record in session.run(NODES, kb=kb)]
+        relationships = (tuple(record.values()) for record in session.run(RELATIONSHIPS, kb=kb))
+        return GraphSnapshot.build(version, nodes, relationships)
+
+
+@dataclass
+class _KnownGraph:
+    snapshot: GraphSnapshot | None = None
+    version: int | None = None  # the KB's at the last look; None: Redis did not answer
+    looked_at: float = float("-inf")
+    too_large_at: int | None = None  # the version found too large to copy
+    retry_at: float = float("-inf")
+
+
+class GraphSnapshots:
+    def __init__(self, settings: Settings, redis: Any) -> None:
+        self._settings = settings
+        self._redis = redis
+        self._known: dict[str, _KnownGraph] = {}
+        self._loading: dict[str, asyncio.Task[None]] = {}
+
+    async def version(self, kb: str) -> int | None:
+        """The KB's graph version as of the last look (looked at again once
+        KGQR_GRAPH_SNAPSHOT_CHECK_S has passed); None while Redis does not answer."""
+        known = self._known.setdefault(kb, _KnownGraph())
+        now = time.monotonic()
+        if now - known.looked_at >= self._settings.graph_snapshot_check_s:
+            known.looked_at = now
+            try:
+                known.version = graph_version.parse(
+                    await self._redis.get(graph_version.version_key(kb))
+                )
+            except Exception as exc:  # no way to tell a copy is current: Neo4j answers
+                log.warning("graph version of %s unreadable (%s): expanding in Neo4j", kb, exc)
+                known.version = None
+        return known.version
+
+    async def current(self, kb: str) -> GraphSnapshot | None:
+        """The KB's copy if it is current; else None, and a load starts if none runs."""
+        if self._settings.graph_snapshot_max_relations <= 0:
+            return None
+        version = await self.version(kb)
+        if version is None:
+            return None
+        known = self._known[kb]
+        if known.snapshot is not None and known.snapshot.version == version:
+            return known.snapshot
+        loadable = known.too_large_at != version and time.monotonic() >= known.retry_at
+        if loadable and kb not in self._loading:
+            self._loading[kb] = asyncio.create_task(self._load(kb, known, version))
+        return None
+
+    async def preload(self, names: str, every_kb: Callable[[], Awaitable[list[str]]]) -> list[str]:
+        """Start reading the copies of `names` (KGQR_GRAPH_SNAPSHOT_PRELOAD: a comma-separated
+        list, or `*` for what `every_kb` lists); the knowledge bases whose loads started.
+        Never raises: a proxy that cannot tell which copies to read at start reads each on
+        first use, as it would without preloading. (A dropped KB keeps its graph version, so
+        `*` is the KBs that exist, not the versions Redis holds.)"""
+        wanted = {name.strip() for name in names.split(",")} - {""}
+        if not wanted:
+            return []
+        try:
+            listed: set[str] | None = set(await every_kb())
+        except Exception as exc:
+            if "*" in wanted:
+                log.warning("graph copies not preloaded (%s): each is read on first use", exc)
+                return []
+            listed = None  # the names given are read as given
+        if "*" in wanted:
+            wanted = listed or set()
+        elif listed is not None and (unknown := sorted(wanted - listed)):
+            # A typo would copy an empty graph in silence and leave the KB meant unread.
+            log.warning(
+                "KGQR_GRAPH_SNAPSHOT_PRELOAD names %s, which kgqr-meta does not list: "
+                "not preloaded",
+                ", ".join(unknown),
+            )
+            wanted -= set(unknown)
+        started = []
+        for kb in sorted(wanted):
+            if await self.version(kb) is None:  # Redis down: one timeout, not one per KB
+                break  # (version() said why)
+            await self.current(kb)
+            if kb in self._loading:  # (a load's task first runs at the next await)
+                started.append(kb)
+        if started:
+            log.info("reading the graph copies of %s", ", ".join(started))
+        return started
+
+    async def _load(self, kb: str, known: _KnownGraph, version: int) -> None:
+        limit = self._settings.graph_snapshot_max_relations
+        started = time.perf_counter()
+
+        def read() -> GraphSnapshot | None:
+            with connections.neo4j_driver(self._settings) as driver:
+                return load_snapshot(driver, kb, version, limit)
+
+        try:
+            snapshot = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+        except Exception as exc:
+            known.retry_at = time.monotonic() + RETRY_S
+            metrics.GRAPH_SNAPSHOT_LOADS.labels("failed").inc()
+            log.warning("graph of %s not copied (%s): Neo4j expands it", kb, exc)
+            return
+        finally:
+            del self._loading[kb]
+        if snapshot is None:
+            known.too_large_at = version
+            metrics.GRAPH_SNAPSHOT_LOADS.labels("too_large").inc()
+            log.info("graph of %s has over %d relationships: Neo4j expands it", kb, limit)
+            return
+        known.snapshot = snapshot
+        metrics.GRAPH_SNAPSHOT_LOADS.labels("loaded").inc()
+        metrics.GRAPH_SNAPSHOT_RELATIONSHIPS.set(
+            sum(k.snapshot.relationship_count for k in self._known.values() if k.snapshot)
+        )
+        log.info(
+            "graph of %s copied into memory: %d nodes, %d relationships, version %d, %.1f s",
+            kb, len(snapshot.ids), snapshot.relationship_count, version,
+            time.perf_counter() - started,
+        )  # fmt: skip
+
+    async def wait_for_loads(self) -> None:
+        """Until the loads started so far finish (a test, a bench)."""
+        while self._loading:
+            await asyncio.gather(*self._loading.values(), return_exceptions=True)
+
+
+class SnapshotGraph(Neo4jGraph):
+    """Neo4jGraph whose one- and two-hop expansions come from the KB's current in-memory
+    copy where there is one; every other read goes to Neo4j."""
+
+    def __init__(self, driver: Any, snapshots: GraphSnapshots) -> None:
+        super().__init__(driver)
+        self.snapshots = snapshots
+
+    async def neighbours(
+        self,
+        kb: str,
+        node_ids: list[str],
+        hops: int = 2,
+        cap: int = 50,
+        with_names: bool = False,
+    ) -> Neighbours:
+        snapshot = await self.snapshots.current(kb) if hops <= 2 else None
+        if snapshot is None:
+            metrics.GRAPH_READS.labels("neo4j").inc()
+            return await super().neighbours(kb, node_ids, hops, cap, with_names)
+        metrics.GRAPH_READS.labels("snapshot").inc()
+        return snapshot.neighbours(node_ids, hops, cap)
+
+    async def version(self, kb: str) -> int | None:
+        return await self.snapshots.version(kb)

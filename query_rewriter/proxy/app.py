@@ -1,0 +1,395 @@
+"""The kgqr proxy: OpenSearch's REST API, with `_search` / `_msearch` on kgqr-managed
+indices rewritten and sent as hybrid searches; every other request passes through."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from kgqr_core import connections
+from kgqr_core.llm import AsyncLlmClient
+from kgqr_core.settings import Settings, get_settings
+from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_templates
+from query_rewriter import metrics
+from query_rewriter.engine.answer_format import AnswerFormat, json_params
+from query_rewriter.engine.caller import Caller, IdentityResolver, credentials_refused
+from query_rewriter.engine.errors import (
+    RewriteRequestError,
+    error_response,
+    internal_error,
+    kgqr_failure,
+    upstream_unreachable,
+)
+from query_rewriter.engine.forwarding import (
+    Upstream,
+    about_the_request,
+    request_headers,
+    to_response,
+)
+from query_rewriter.engine.gateway import opensearch_http_client
+from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
+from query_rewriter.proxy.front_status import read_fronts, render_fronts, status_folder
+from query_rewriter.proxy.msearch import handle_msearch, handle_msearch_template
+from query_rewriter.proxy.request_body import (
+    body_and_params,
+    decode_body,
+    json_object,
+    off_the_loop_if_large,
+    read_body,
+)
+from query_rewriter.proxy.search_template import TEMPLATE_PATH, rendered_search
+from query_rewriter.search.cache import RewriteCache, code_version
+from query_rewriter.search.explain import Explain
+from query_rewriter.search.plan import (
+    PassThrough,
+    engine_read,
+    engine_written,
+    explain_asked,
+    plan_search,
+    strip_kgqr,
+    uri_search_as_body,
+)
+from query_rewriter.search.query_embedders import QueryEmbedders
+from query_rewriter.search.query_log import QueryLog
+from query_rewriter.search.rewriter import Rewriter
+from query_rewriter.search.service import (
+    FALLBACK_HEADER,
+    fallback_header,
+    passed_through_search,
+    run_plan,
+    with_explain,
+)
+from query_rewriter.search.state import ProxyState, knowledge_base_names, meta_of
+from query_rewriter.strategies import check_default_strategy
+
+log = logging.getLogger("kgqr.proxy")
+SEARCH_PATH = re.compile(r"^/([^/_][^/]*)/_search/?\Z")
+MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?\Z")
+MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?\Z")
+# What the engine asks of a caller for its own node stats (cluster:monitor/nodes/stats).
+NODE_STATS_PROBE = "/_nodes/_local/stats/process"
+
+
+def create_app(
+    settings: Settings | None = None, extra_routes: Sequence[BaseRoute] = ()
+) -> Starlette:
+    """The proxy. `extra_routes` are pages mounted beside the engine's API (the workbench's
+    tuning page, kgqr_ops/proxy_app.py): the read path does not know them."""
+    settings = settings or get_settings()
+    check_default_strategy(settings.rewrite_default_strategy)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        import redis.asyncio as aioredis
+
+        http = opensearch_http_client(settings)
+        service_http = opensearch_http_client(settings, service_account=True)
+
+        def redis_at(url: str) -> aioredis.Redis:
+            timeout = settings.redis_timeout_s
+            return aioredis.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+
+        redis = redis_at(settings.cache_redis_url)
+        # Graph versions are ingest's records (kgqr_core/graph_version.py), beside its jobs.
+        ingest_redis = redis_at(settings.redis_url)
+        graph = connections.async_neo4j_driver(settings)
+        embedders = QueryEmbedders.from_settings(settings)
+        await embedders.default()  # loaded before the first search, not during it
+        await anyio.to_thread.run_sync(code_version)  # reads kgqr's files: not on the loop
+
+        snapshots = GraphSnapshots(settings, ingest_redis)
+        await snapshots.preload(
+            settings.graph_snapshot_preload, lambda: knowledge_base_names(service_http)
+        )
+        llm = AsyncLlmClient(settings, redis)
+        metrics.LLM_WAITING.set_function(lambda: llm.waiting)
+        state = ProxyState(
+            settings,
+            http,
+            service_http,
+            Upstream(settings),
+            redis,
+            Rewriter(
+                settings,
+                llm,
+                RewriteCache(
+                    redis, settings.rewrite_cache_ttl_s, settings.rewrite_cache_max_entry_bytes
+                ),
+                embedders,
+                lambda kb: meta_of(state, kb),
+                SnapshotGraph(graph, snapshots),
+            ),
+            IdentityResolver(http),
+            query_log=QueryLog(service_http) if settings.query_log_enabled else None,
+        )
+        fusion = settings.hybrid_fusion
+        state.neural_search = fusion == "pipeline" or (
+            fusion == "auto" and await _has_neural_search(service_http)
+        )
+        await _ensure_definitions(service_http, settings, pipelines=state.neural_search)
+        if state.query_log is not None:
+            state.query_log.start()
+        app.state.kgqr = state
+        log.info(
+            "kgqr proxy ready",
+            extra={
+                "kgqr": {
+                    "opensearch": settings.opensearch_url,
+                    "neural_search": state.neural_search,
+                }
+            },
+        )
+        try:
+            yield
+        finally:
+            if state.query_log is not None:
+                await state.query_log.close()
+            await llm.close()
+            await graph.close()
+            await state.upstream.close()
+            await http.aclose()
+            await service_http.aclose()
+            await redis.aclose()
+            await ingest_redis.aclose()
+
+    return Starlette(
+        routes=[
+            Route(metrics.PATH, metrics_endpoint, methods=["GET"]),
+            *extra_routes,
+            Route("/{path:path}", proxy, methods=ENGINE_METHODS),
+        ],
+        lifespan=lifespan,
+        exception_handlers={Exception: internal_error},
+    )
+
+
+# Every method OpenSearch's REST layer knows (RestRequest.Method), so the engine answers
+# each as it would directly: OPTIONS is a browser's CORS preflight (kgqr's 405 to it
+# stopped every browser app), TRACE and CONNECT get the engine's own 405.
+ENGINE_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS", "TRACE", "CONNECT"]
+
+
+async def _has_neural_search(http: httpx.AsyncClient) -> bool:
+    try:
+        response = await http.get("/_cat/plugins", params={"format": "json"})
+        return any(p.get("component") == "opensearch-neural-search" for p in response.json())
+    except (httpx.HTTPError, ValueError):
+        return True  # assume the common case; a failing hybrid search falls back anyway
+
+
+async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipelines: bool) -> None:
+    """Install the templates of the indices the proxy writes, and kgqr's hybrid pipelines
+    as the settings weigh them, so the proxy works before any ingest or `kgqr plugin
+    install`, and a changed KGQR_HYBRID_WEIGHTS takes effect on restart (a pipeline was
+    once installed only when missing: the engine kept the old weights while kgqr's own
+    fusion, for callers under document-level security, used the new ones)."""
+    try:
+        for name, body in proxy_index_templates().items():
+            await http.put(f"/_index_template/{name}", json=body)
+        if not pipelines:
+            return
+        for name, body in hybrid_pipelines(
+            settings.hybrid_weights, settings.hybrid_boost_weights
+        ).items():
+            await _ensure_pipeline(http, name, body)
+    except httpx.HTTPError as exc:
+        log.warning("could not install kgqr's definitions", extra={"kgqr": {"error": str(exc)}})
+
+
+async def _ensure_pipeline(http: httpx.AsyncClient, name: str, body: dict[str, Any]) -> None:
+    path = f"/_search/pipeline/{name}"
+    found = await http.get(path)
+    installed = found.json().get(name) if found.status_code == 200 else None
+    if installed == body:
+        return
+    put = await http.put(path, json=body)
+    if put.status_code != 200:
+        log.warning(
+            "could not install a hybrid pipeline; searches use the one there is, if any",
+            extra={"kgqr": {"pipeline": name, "status": put.status_code, "error": put.text}},
+        )
+    elif installed is not None:  # other proxies on this cluster now use these weights too
+        log.warning(
+            "replaced a hybrid pipeline with the configured weights",
+            extra={"kgqr": {"pipeline": name, "was": installed, "now": body}},
+        )
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """kgqr's own metrics, then those of any nginx front forwarding to this port, for the
+    callers who may read the engine's own node stats (or who hold KGQR_METRICS_TOKEN):
+    open to anyone, they told of every KB's searches, strategies and fallbacks."""
+    state: ProxyState = request.app.state.kgqr
+    if (refused := await _metrics_refused(state, request)) is not None:
+        return refused
+    fronts = await read_fronts(status_folder(state.settings, request.scope["server"][1]))
+    body = generate_latest(metrics.REGISTRY) + render_fronts(fronts)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+async def _metrics_refused(state: ProxyState, request: Request) -> Response | None:
+    """The answer that refuses the request its metrics, or None when it may read them."""
+    token = state.settings.metrics_token
+    sent = request.headers.get("authorization", "")
+    if token is not None and hmac.compare_digest(
+        sent.encode(), f"Bearer {token.get_secret_value()}".encode()
+    ):
+        return None
+    caller = Caller.from_headers(request_headers(request), state.settings)
+    try:
+        stats = await state.http.get(
+            NODE_STATS_PROBE, params={"filter_path": "_nodes"}, headers=caller.headers
+        )
+    except httpx.HTTPError as exc:
+        return error_response(upstream_unreachable(exc))
+    return None if stats.status_code == 200 else to_response(stats)
+
+
+async def proxy(request: Request) -> Response:
+    state: ProxyState = request.app.state.kgqr
+    kind = "passthrough"
+    try:
+        kind, response = await _dispatch(state, request)
+    except RewriteRequestError as exc:
+        response = error_response(exc)
+    except httpx.HTTPError as exc:
+        response = error_response(upstream_unreachable(exc))
+    except Exception as exc:  # a kgqr bug: still an error clients can parse, and logged
+        log.exception("request failed in kgqr", extra={"kgqr": {"path": request.url.path}})
+        response = error_response(kgqr_failure(exc))
+    opaque_id = request.headers.get("x-opaque-id")
+    if opaque_id is not None and "x-opaque-id" not in response.headers:
+        # The engine echoes it on every answer, errors too, for the caller's tracing; an
+        # answer kgqr wrote itself came back without it.
+        response.headers["x-opaque-id"] = opaque_id
+    metrics.REQUESTS.labels(kind, str(response.status_code)).inc()
+    return response
+
+
+async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]:
+    """The request's kind (for the metrics) and its answer: the searches kgqr reads are
+    planned, everything else is streamed to the engine as it arrives (only the engine's
+    own limit applies: a 12 MB _bulk was kgqr's 413, where the engine and the front take
+    it)."""
+    path = request.url.path
+    reads = request.method in ("GET", "POST")
+    search = reads and SEARCH_PATH.match(path)
+    msearch = reads and MSEARCH_PATH.match(path)
+    template = reads and TEMPLATE_PATH.match(path)
+    templates = reads and MSEARCH_TEMPLATE_PATH.match(path)
+    kind = "msearch" if msearch or templates else "search"
+    if not (search or msearch or template or templates):
+        return "passthrough", await state.upstream.forward(request)
+    if await credentials_refused(state.identities, request_headers(request), state.settings):
+        # The engine's 401, the body streamed to it unread: a caller it does not know
+        # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
+        metrics.PASSED_THROUGH.labels("refused").inc()
+        return kind, await state.upstream.forward(request)
+    limit = state.settings.max_body_bytes
+    body = await read_body(request.headers.get("content-length"), request.stream(), limit)
+    body = decode_body(body, request.headers.get("content-encoding"), limit)
+    if search:
+        return kind, await handle_search(state, request, search.group(1), body)
+    if template:
+        return kind, await handle_search_template(state, request, template.group(1), body)
+    if templates:
+        return kind, await handle_msearch_template(state, request, templates.group(1), body)
+    assert msearch
+    return kind, await handle_msearch(state, request, msearch.group(1), body)
+
+
+async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
+    raw, url_params, in_url = body_and_params(raw, request.query_params)
+    if not in_url and (foreign := engine_read(request.headers.get("content-type"))):
+        metrics.PASSED_THROUGH.labels(foreign.code).inc()
+        return await state.upstream.forward(request, raw, decoded=True)
+    payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
+    query_params, body = uri_search_as_body(url_params, payload)
+    stripped = strip_kgqr(payload)
+    as_sent = raw if stripped is payload else json.dumps(stripped).encode()
+    return await _search(state, request, index, query_params, body, in_url, as_sent)
+
+
+async def handle_search_template(
+    state: ProxyState, request: Request, index: str, raw: bytes
+) -> Response:
+    """A template search on a knowledge base, planned as the search it renders; anything
+    else (another index, a body only the engine reads, a template it will not render for
+    the caller) is sent on as it came."""
+    if kb_of_documents_index(index) is None or engine_read(request.headers.get("content-type")):
+        return await state.upstream.forward(request, raw, decoded=True)
+    query_params, headers = dict(request.query_params), request_headers(request)
+    payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
+    rendered = await rendered_search(state, payload, headers)
+    if isinstance(rendered, dict):
+        return await _search(state, request, index, query_params, rendered, False, raw)
+    explain = explain_asked(query_params, {})
+    plan = PassThrough("template", rendered, explain=explain)
+    metrics.PASSED_THROUGH.labels(plan.code).inc()
+    if not explain:
+        return await state.upstream.forward(request, raw, decoded=True)
+    params = json_params(query_params)
+    upstream = await passed_through_search(
+        state, index, payload, params, headers, endpoint="_search/template"
+    )
+    return _written(AnswerFormat.of(query_params), upstream, plan.explanation())
+
+
+async def _search(
+    state: ProxyState,
+    request: Request,
+    index: str,
+    query_params: dict[str, str],
+    body: dict[str, Any],
+    in_url: bool,
+    as_sent: bytes,
+) -> Response:
+    """The search `body` rewritten, or passed through: `as_sent` on the request's own path
+    when kgqr need not read the answer."""
+    default = state.settings.rewrite_default_strategy
+    plan = engine_written(query_params) or plan_search(index, query_params, body, default)
+    headers = request_headers(request)
+    # What kgqr asks OpenSearch itself comes back as plain JSON; the caller's format is
+    # written here.
+    answer, params = AnswerFormat.of(query_params), json_params(query_params)
+    if isinstance(plan, PassThrough):
+        metrics.PASSED_THROUGH.labels(plan.code).inc()
+        if plan.explain or in_url:  # kgqr reads the answer to explain it, or sends the
+            # body the URL held as a body (forwarded, the URL would still hold it).
+            upstream = await passed_through_search(state, index, body, params, headers)
+            return _written(answer, upstream, plan.explanation() if plan.explain else None)
+        return await state.upstream.forward(request, as_sent, decoded=True)
+    upstream, explain = await run_plan(state, plan, params, headers)
+    response = (
+        to_response(upstream)
+        if answer.is_plain_json and not plan.explain
+        else _written(answer, upstream, explain if plan.explain else None)
+    )
+    if fallback := explain.get("fallback"):
+        response.headers[FALLBACK_HEADER] = fallback_header(fallback)
+    return response
+
+
+def _written(answer: AnswerFormat, upstream: httpx.Response, explain: Explain | None) -> Response:
+    """The engine's answer in the caller's format, with kgqr's explain when one was asked."""
+    return answer.response(
+        with_explain(upstream, explain),
+        upstream.status_code,
+        explain_at="kgqr" if explain is not None else None,
+        headers=about_the_request(upstream),
+    )

@@ -1,0 +1,89 @@
+"""Rewrites cached in Redis, per caller, and identical concurrent rewrites done once.
+
+The key holds the caller's identity as OpenSearch resolves it (query_rewriter/engine/caller.py), so
+one tenant's rewrite (which may quote documents only that tenant can read) is never served
+to another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kgqr_core
+import plugin
+import query_rewriter
+from kgqr_core.single_flight import SingleFlight
+
+T = TypeVar("T")
+PREFIX = "kgqr:rewrite:"
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """A digest of kgqr's own code and prompt templates. A rewrite cached by one version of
+    kgqr is never served by another, so a fixed parser or prompt shows at once instead of
+    after the cache TTL; the LLM's answers stay cached by prompt, so recomputing is cheap."""
+    digest = hashlib.sha256()
+    for name, path in versioned_files():
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def versioned_files() -> list[tuple[str, Path]]:
+    """The code and prompt files a rewrite depends on, by repository path."""
+    files = []
+    for package in (kgqr_core, plugin, query_rewriter):
+        root = Path(str(package.__file__)).parent
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".txt")):
+            files.append((str(path.relative_to(root.parent)), path))
+    return files
+
+
+def rewrite_key(caller: str, index: str, strategy: str, config: dict[str, Any], query: str) -> str:
+    versioned = {"config": config, "code": code_version()}
+    config_hash = hashlib.sha256(json.dumps(versioned, sort_keys=True).encode()).hexdigest()[:16]
+    query_hash = hashlib.sha256(query.encode()).hexdigest()[:32]
+    return f"{PREFIX}{caller}:{index}:{strategy}:{config_hash}:{query_hash}"
+
+
+class RewriteCache:
+    """A TTL of 0 or less turns the cache off (evaluation measures real rewrites), while
+    concurrent identical rewrites are still coalesced."""
+
+    def __init__(self, redis: Any, ttl_s: int, max_entry_bytes: int = 256 * 1024) -> None:
+        self._redis = redis
+        self._ttl_s = ttl_s
+        self._max_entry_bytes = max_entry_bytes
+        self._in_flight: SingleFlight[Any] = SingleFlight()
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        if self._ttl_s <= 0:
+            return None
+        try:
+            raw = await self._redis.get(key)
+            value = json.loads(raw) if raw else None
+        except Exception:  # an outage or a corrupt entry is a miss, never a failed search
+            return None
+        return value if isinstance(value, dict) else None
+
+    async def put(self, key: str, value: dict[str, Any]) -> None:
+        if self._ttl_s <= 0:
+            return
+        encoded = json.dumps(value)
+        if len(encoded) > self._max_entry_bytes:
+            return
+        try:
+            await self._redis.set(key, encoded, ex=self._ttl_s)
+        except Exception:  # a cache outage must not fail the search
+            return
+
+    async def coalesce(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+        """Run compute once per key at a time; concurrent callers share its result.
+        Returns (result, shared) where shared is True for callers that waited."""
+        return await self._in_flight.run(key, compute)

@@ -1,0 +1,364 @@
+"""Deciding what to do with one search: which knowledge base, which strategy, which text.
+
+Per request a client may choose a strategy with the query parameter ``kgqr.strategy`` or
+an ``ext.kgqr`` object in the body (removed before forwarding), ask for an explanation
+with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
+``kgqr.param.alpha=0.5`` / ``ext.kgqr.params``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from plugin.schema import kb_of_documents_index
+from query_rewriter.engine.answer_format import binary_format, opensearch_flag
+from query_rewriter.engine.errors import RewriteRequestError
+from query_rewriter.engine.query_syntax import MAX_QUERY_CHARS
+from query_rewriter.engine.query_text import ParsedQuery, parse_query
+from query_rewriter.search.explain import Explain
+from query_rewriter.strategies import ALL_PARAMS, STRATEGIES, known_strategy
+from query_rewriter.strategies.params import request_params
+
+
+@dataclass
+class SearchPlan:
+    """A search kgqr will rewrite."""
+
+    index: str
+    kb: str
+    strategy: str
+    parsed: ParsedQuery
+    body: dict[str, Any]
+    explain: bool
+    params: dict[str, float] = field(default_factory=dict)  # namespaced (strategies.params)
+    warnings: tuple[str, ...] = ()  # deprecated parameter spellings the request used
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """A search kgqr sends on as the caller sent it, and why: an explain asked for says so
+    (a client that asked for one and got none could not tell a pass-through from a bug),
+    and the metric `kgqr_searches_passed_through_total` counts each `code`."""
+
+    code: str
+    reason: str
+    explain: bool = False
+
+    def explanation(self) -> Explain:
+        return {"passed_through": self.reason}
+
+
+FLAG_VALUES = {"": True, "true": True, "1": True, "yes": True, "on": True,
+               "false": False, "0": False, "no": False, "off": False}  # fmt: skip
+
+
+def _flag(value: Any) -> bool:
+    """`kgqr.explain` read as the engine reads its own flags: bare (`?kgqr.explain`, as
+    `?pretty`) or `true` is on, `false` off (and the 1/yes/on, 0/no/off kgqr always took);
+    anything else is the engine's 400, where `maybe` used to mean a silent no."""
+    if isinstance(value, bool):
+        return value
+    flag = FLAG_VALUES.get(str(value).lower()) if isinstance(value, str | int) else None
+    if flag is None:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            f"Failed to parse value [{value}] as only [true] or [false] are allowed.",
+        )
+    return flag
+
+
+URL_OPTIONS = ("kgqr.strategy", "kgqr.explain")
+
+
+def _strategy_options(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    ext = body.get("ext")
+    given = (ext.get("kgqr") or {}) if isinstance(ext, dict) else {}
+    if not isinstance(given, dict):
+        raise RewriteRequestError(400, "parsing_exception", "ext.kgqr must be an object")
+    options = dict(given)
+    if "kgqr.strategy" in query_params:
+        options["strategy"] = query_params["kgqr.strategy"]
+    if "kgqr.explain" in query_params:
+        options["explain"] = query_params["kgqr.explain"]
+    given = options.get("params") or {}
+    if not isinstance(given, dict):
+        raise RewriteRequestError(400, "parsing_exception", "ext.kgqr.params must be an object")
+    params = dict(given)
+    for key, value in query_params.items():
+        if key.startswith("kgqr.param."):
+            params[key.removeprefix("kgqr.param.")] = value
+        elif key.startswith("kgqr.") and key not in URL_OPTIONS:
+            # A misspelt knob (`kgqr.knn.k` for `kgqr.param.knn.k`) would else do nothing.
+            raise RewriteRequestError(
+                400,
+                "illegal_argument_exception",
+                f"unknown kgqr URL parameter [{key}]: use kgqr.strategy, kgqr.explain or "
+                "kgqr.param.NAME",
+            )
+    options["params"] = params
+    return options
+
+
+def explain_asked(query_params: dict[str, str], body: dict[str, Any]) -> bool:
+    """Whether the request asks for an explain (`kgqr.explain`, or `ext.kgqr.explain`)."""
+    return _flag(_strategy_options(query_params, body).get("explain", False))
+
+
+def strip_kgqr(body: dict[str, Any]) -> dict[str, Any]:
+    """The body without kgqr's ext object, as OpenSearch must receive it."""
+    ext = body.get("ext")
+    if not isinstance(ext, dict) or "kgqr" not in ext:
+        return body
+    rest = {k: v for k, v in ext.items() if k != "kgqr"}
+    cleaned = {k: v for k, v in body.items() if k != "ext"}
+    if rest:
+        cleaned["ext"] = rest
+    return cleaned
+
+
+URL_PAGING = ("from", "size")
+# A URI search's `q` and the URL options of the query_string query OpenSearch makes of it.
+URI_QUERY_OPTIONS = {
+    "df": "default_field",
+    "analyzer": "analyzer",
+    "default_operator": "default_operator",
+    "analyze_wildcard": "analyze_wildcard",
+    "lenient": "lenient",
+}
+URI_QUERY_FLAGS = ("analyze_wildcard", "lenient")
+
+
+def uri_search_as_body(
+    query_params: dict[str, str], body: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """A URI search (`_search?q=...`, what curl users and opensearch-py's `q=` send) as
+    the body search OpenSearch makes of it: a query_string query that replaces the body's
+    query, with `df`, `analyzer`, ... as its options. It is then rewritten like any other;
+    and `q` leaves the URL, where it would replace the hybrid query kgqr sends."""
+    if "q" not in query_params:
+        return query_params, body
+    options: dict[str, Any] = {"query": query_params["q"]}
+    for name, option in URI_QUERY_OPTIONS.items():
+        if name in query_params:
+            value = query_params[name]
+            options[option] = opensearch_flag(value) if option in URI_QUERY_FLAGS else value
+    rest = {k: v for k, v in query_params.items() if k != "q" and k not in URI_QUERY_OPTIONS}
+    return rest, {**body, "query": {"query_string": options}}
+
+
+def engine_number(value: Any) -> int | None:
+    """A body's `from` / `size` as the engine coerces it (5, 2.7, "5", "1.5" read as 5, 2,
+    5, 1), or None for what it refuses with its own 400 ("abc", null, true)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) else None
+
+
+def _paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """`from` / `size` as given, the URL's over the body's (as OpenSearch reads them)."""
+    given = {name: body[name] for name in URL_PAGING if name in body}
+    return given | {name: query_params[name] for name in URL_PAGING if name in query_params}
+
+
+def with_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """The body with `from` / `size` in it as whole numbers. OpenSearch reads the URL's
+    over the body's; kgqr builds its own body for a rewritten search (a hybrid query pages
+    through `pagination_depth`), so they must be in the body, not left in the URL."""
+    paged = dict(body)
+    for name, value in _paging(query_params, body).items():
+        if name not in query_params:
+            paged[name] = engine_number(value)  # readable: else the search passed through
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            raise RewriteRequestError(
+                400, "illegal_argument_exception", f"[{name}] must be a whole number: [{value}]"
+            ) from None
+        if number < 0:
+            raise RewriteRequestError(
+                400, "illegal_argument_exception", f"[{name}] must not be negative: [{value}]"
+            )
+        paged[name] = number
+    return paged
+
+
+def _unreadable_paging(query_params: dict[str, str], body: dict[str, Any]) -> str | None:
+    """The body's `from` / `size` the engine refuses ("size": "abc", null), which kgqr
+    leaves to the engine's own 400 (the URL's are checked by with_paging)."""
+    for name, value in _paging(query_params, body).items():
+        if name not in query_params and engine_number(value) is None:
+            return f"{name} [{value}]"
+    return None
+
+
+def engine_written(query_params: dict[str, str]) -> PassThrough | None:
+    """The pass-through of a search (or msearch) whose answer only the engine writes:
+    `format=cbor` or `smile` (answer_format writes JSON and YAML). No explain: it would not
+    fit in the binary answer."""
+    asked = binary_format(query_params)
+    if asked is None:
+        return None
+    return PassThrough("format", f"format={asked}: an answer format only the engine writes")
+
+
+def engine_read(content_type: str | None) -> PassThrough | None:
+    """The pass-through of a search whose body only the engine reads: YAML, CBOR or
+    SMILE, all of which OpenSearch takes (kgqr parses JSON; it answered a YAML search with
+    a 400). The engine then also chooses the answer's format, as it would directly."""
+    subtype = (content_type or "").split(";")[0].strip().lower().rpartition("/")[2]
+    kind = next((kind for kind in ("yaml", "cbor", "smile") if kind in subtype), None)
+    if kind is None:
+        return None
+    return PassThrough("format", f"a {kind.upper()} request body, which only the engine reads")
+
+
+def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> bool:
+    """`size` 0: totals and aggregations only, which are the caller's own query's under
+    any rewrite."""
+    size = _paging(query_params, body).get("size")
+    return size is not None and engine_number(size) == 0
+
+
+def _sort_keys(query_params: dict[str, str], body: dict[str, Any]) -> list[str]:
+    """What a search sorts by: the body's `sort` and the URL's `sort=f:asc,g`, `_score`
+    only in its own, descending order (ascending, the rewrite's farthest neighbours came
+    first: `_score:asc`)."""
+    given = body.get("sort") or []
+    keys: list[str] = []
+    for item in given if isinstance(given, list) else [given]:
+        if isinstance(item, str):
+            keys.append(item)
+        elif isinstance(item, dict):
+            for key, how in item.items():
+                order = how.get("order") if isinstance(how, dict) else how
+                keys.append(_sort_key(str(key), order))
+    for key in query_params.get("sort", "").split(","):
+        if key:
+            name, _, order = key.partition(":")
+            keys.append(_sort_key(name, order))
+    return keys
+
+
+def _sort_key(name: str, order: Any) -> str:
+    ascending = name == "_score" and str(order or "desc").lower() != "desc"
+    return "_score:asc" if ascending else name
+
+
+def _pass_through(
+    index: str,
+    query_params: dict[str, str],
+    body: dict[str, Any],
+    strategy: str | None,
+    kb: str | None,
+    parsed: ParsedQuery | None,
+) -> tuple[str, str] | None:
+    """(code, reason) when the search is not one to rewrite, else None."""
+    if strategy is None:
+        return "no_strategy", (
+            "no strategy: the request names none (kgqr.strategy) and "
+            "KGQR_REWRITE_DEFAULT_STRATEGY is unset"
+        )
+    if kb is None:
+        return "not_a_knowledge_base", (
+            f"[{index}] is not one knowledge base's documents index (kgqr-KB-documents)"
+        )
+    if "scroll" in query_params:
+        return "scroll", "a scroll search: its later pages come from the engine's scroll context"
+    if (unreadable := _unreadable_paging(query_params, body)) is not None:
+        return "paging", f"{unreadable} is not a number: the engine answers it"
+    if _asks_for_no_hits(query_params, body):
+        # A rewrite changes which hits come back, and this search asks for none: rewriting
+        # it would cost an LLM call (or queue one, under a budget) for nothing.
+        return "no_hits", (
+            "size 0 asks for no hits: totals and aggregations are the query's own under any rewrite"
+        )
+    if any(key != "_score" for key in _sort_keys(query_params, body)):
+        # A rewrite changes relevance and adds the k-NN side's neighbours, which match
+        # whatever the text: sorted by a field, they would fill the pages beside the
+        # query's own matches, with a total that counts only those.
+        return "sort", (
+            "sorted by a field or by ascending score, not by relevance: a rewrite changes "
+            "relevance, and its k-NN neighbours would be sorted in among the query's own matches"
+        )
+    if "min_score" in body:
+        return "min_score", (
+            "min_score: a threshold on the engine's own scores, which a rewritten search "
+            "replaces with normalised hybrid ones (the threshold would not hold)"
+        )
+    if "search_pipeline" in query_params or "search_pipeline" in body:
+        return "search_pipeline", (
+            "its own search pipeline: a rewritten search runs kgqr's hybrid pipeline, "
+            "which would replace it"
+        )
+    if "collapse" in body:
+        # Measured on 2.19: a hybrid query with `collapse` answers uncollapsed hits, no error.
+        return "collapse", (
+            "collapse: the engine's hybrid query does not collapse its hits (neural-search "
+            "2.19), so the search is sent as it is"
+        )
+    if parsed is None:
+        return "query_shape", (
+            "kgqr rewrites match, match_phrase, multi_match, query_string and "
+            "simple_query_string queries (alone or in a bool's must/should) and URL q= "
+            "searches; this query is sent as it is"
+        )
+    if len(parsed.text) > MAX_QUERY_CHARS:
+        return "query_length", (
+            f"a query text of {len(parsed.text)} characters, longer than kgqr rewrites "
+            f"({MAX_QUERY_CHARS}): an embedder reads its first few hundred words, and "
+            "an LLM prompt could not hold it, so it is sent as it is"
+        )
+    if parsed.syntax is not None:
+        # Read as words, `film -Nolan` became a search for Nolan and `Nol*` one for the
+        # letters "Nol": what the caller asked is in the syntax, and only the engine reads it.
+        return "query_syntax", (
+            f"{parsed.syntax}: kgqr rewrites plain words, and this "
+            "query says more than its words, so it is sent as it is"
+        )
+    return None
+
+
+def plan_search(
+    index: str, query_params: dict[str, str], body: dict[str, Any], default_strategy: str | None
+) -> SearchPlan | PassThrough:
+    """The rewrite to do, or why the search passes through (after strip_kgqr)."""
+    options = _strategy_options(query_params, body)
+    strategy = options.get("strategy", default_strategy)
+    if strategy is not None:
+        known = known_strategy(strategy) if isinstance(strategy, str) else None
+        if known is None:
+            raise RewriteRequestError(
+                400,
+                "illegal_argument_exception",
+                f"unknown kgqr strategy [{strategy}]; valid strategies: {', '.join(STRATEGIES)}",
+            )
+        strategy = known
+    declared = STRATEGIES[strategy].params if strategy is not None else ALL_PARAMS
+    given = request_params(declared, options["params"])
+    explain = _flag(options.get("explain", False))
+    kb = kb_of_documents_index(index)
+    parsed = parse_query(body.get("query"))
+    passing = _pass_through(index, query_params, body, strategy, kb, parsed)
+    if passing is not None:
+        return PassThrough(*passing, explain=explain)
+    assert parsed is not None and kb is not None and strategy is not None  # _pass_through
+    return SearchPlan(
+        index,
+        kb,
+        strategy,
+        parsed,
+        with_paging(query_params, strip_kgqr(body)),
+        explain,
+        given.values,
+        given.warnings,
+    )

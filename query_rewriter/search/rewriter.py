@@ -1,0 +1,369 @@
+"""One query through one strategy: cache, coalescing, timeout, fallback, embedding, fusion.
+
+A strategy that fails or runs out of time is replaced by the plain query (``base``) and
+the result says which stage failed; if even embedding fails, the caller forwards the
+client's original request. A rewrite never fails a search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from kgqr_core.llm import AsyncLlmClient, CallerLlm
+from kgqr_core.settings import Settings
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+from query_rewriter import metrics
+from query_rewriter.engine.errors import redact_addresses
+from query_rewriter.engine.gateway import OpenSearchGateway
+from query_rewriter.engine.hybrid_query import fuse, mean_vector
+from query_rewriter.search.cache import RewriteCache, rewrite_key
+from query_rewriter.search.evidence import RecordingSearch, still_readable
+from query_rewriter.search.explain import Budget, Explain, Fallback
+from query_rewriter.search.query_embedders import EmbedderRefused, QueryEmbedders
+from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies.agent.plan_book import book_of
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.params import ALPHA, param_value
+from query_rewriter.strategies.rewrite import LlmUsage, Rewrite, StageTimer
+from query_rewriter.strategies.services import Embed, Graph, Search
+
+log = logging.getLogger("kgqr.rewrite")
+
+
+@dataclass
+class RewriteOutcome:
+    rewrite: Rewrite
+    vector: list[float] | None
+    alpha: float
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    fallback: Fallback | None = None
+    cached: bool = False
+    llm: LlmUsage = field(default_factory=LlmUsage)
+    budget: Budget | None = None
+    # The KB documents its searches returned as the caller (rewrite_evidence.py).
+    evidence: list[str] = field(default_factory=list)
+
+    def explain(self, final_query: dict[str, Any] | None) -> Explain:
+        return {
+            "strategy": self.rewrite.strategy,
+            "query": self.rewrite.query,
+            "expansions": self.rewrite.expansions,
+            "context": self.rewrite.context,
+            "details": self.rewrite.details,
+            "alpha": self.alpha,
+            "stages_ms": self.stages_ms,
+            "fallback": self.fallback,
+            "budget": self.budget,
+            "cached": self.cached,
+            "llm_calls": self.llm.calls,
+            "cached_llm_calls": self.llm.cached,
+            "llm_prompt_chars": self.llm.prompt_chars,
+            "final_query": final_query,
+        }
+
+    def to_cache(self) -> dict[str, Any]:
+        return {
+            "rewrite": self.rewrite.__dict__,
+            "vector": self.vector,
+            "alpha": self.alpha,
+            "stages_ms": self.stages_ms,
+            "llm": self.llm.__dict__,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_cache(cls, data: dict[str, Any]) -> RewriteOutcome:
+        return cls(
+            Rewrite(**data["rewrite"]),
+            data["vector"],
+            data["alpha"],
+            data["stages_ms"],
+            None,
+            cached=True,
+            llm=LlmUsage(**data["llm"]),
+            evidence=list(data["evidence"]),
+        )
+
+
+def record_fallback(strategy: str, stage: str, reason: str) -> Fallback:
+    """The explain's `fallback`, logged and counted. The log keeps the whole reason; the
+    explain, which a client reads, names no address."""
+    log.warning(
+        "rewrite fell back to the plain query",
+        extra={"kgqr": {"stage": stage, "reason": reason, "strategy": strategy}},
+    )
+    metrics.FALLBACKS.labels(strategy, stage).inc()
+    return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}
+
+
+class Rewriter:
+    def __init__(
+        self,
+        settings: Settings,
+        llm: AsyncLlmClient,
+        cache: RewriteCache,
+        embedders: QueryEmbedders,
+        meta_of: Callable[[str], Awaitable[KnowledgeBaseMeta | None]],
+        graph: Graph | None = None,
+    ) -> None:
+        self.settings = settings
+        self.llm = llm
+        self.cache = cache
+        self.embedders = embedders
+        self.meta_of = meta_of
+        self.graph = graph
+        self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
+        # Budgeted LLM rewrites still running after their search was answered, by cache key
+        # (identical ones share one); referenced here so they are not collected mid-flight.
+        self._background: dict[str, asyncio.Task[tuple[RewriteOutcome, bool]]] = {}
+
+    async def _model_of(self, kb: str) -> str:
+        """The model `kb`'s vectors came from; the default while its meta cannot be read
+        (the search then goes on, and a mismatch falls back at the engine)."""
+        try:
+            return self.embedders.model_for(await self.meta_of(kb))
+        except Exception:
+            return self.embedders.default_model
+
+    async def query_embed(self, kb: str) -> Embed:
+        """The encoder of the model `kb`'s vectors came from (EmbedderRefused if this proxy
+        may not load it)."""
+        return await self.embedders.for_model(await self._model_of(kb))
+
+    async def rewrite(
+        self,
+        *,
+        index: str,
+        kb: str,
+        strategy: str,
+        query: str,
+        params: dict[str, float],
+        gateway: OpenSearchGateway,
+        caller: str,
+    ) -> RewriteOutcome:
+        """`caller` is the identity OpenSearch resolved (caller.IdentityResolver): a rewrite
+        may quote documents only that caller can read, so it is cached per caller."""
+        # What shapes a rewrite is what its strategy declared (it cannot read anything
+        # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
+        # The vectors' model too: a re-embedded knowledge base never gets a cached query
+        # vector of its old model.
+        config = STRATEGIES[strategy].config(params, self.settings)
+        config["embedder"] = await self._model_of(kb)
+        config["llm_sample"] = self.settings.llm_sample  # another draw is another rewrite
+        if STRATEGIES[strategy].reads_graph and self.graph is not None:
+            config["graph_version"] = await self.graph.version(kb)
+        if STRATEGIES[strategy].reads_plans:  # a new optimisation never serves old rewrites
+            book = book_of(await self.meta_of(kb))
+            config["agent_plans"] = book.version if book else None
+        key = rewrite_key(caller, index, strategy, config, query)
+        cached = await self.cache.get(key)
+        stale = False
+        if cached is not None:
+            try:
+                outcome = RewriteOutcome.from_cache(cached)
+            except (KeyError, TypeError, ValueError):
+                log.warning("a corrupt cached rewrite was ignored", extra={"kgqr": {"key": key}})
+            else:
+                if await self._still_readable(gateway, index, outcome.evidence):
+                    metrics.CACHE.labels("hit").inc()
+                    return outcome
+                stale = True
+                log.info(
+                    "a cached rewrite quotes documents the caller may no longer read",
+                    extra={"kgqr": {"index": index, "strategy": strategy}},
+                )
+        # A stale entry (evidence no longer readable) is made afresh below, and replaced.
+        metrics.CACHE.labels("stale" if stale else "miss").inc()
+
+        budget_ms = self.settings.rewrite_budget_ms
+        budgeted = budget_ms is not None and STRATEGIES[strategy].uses_llm
+        # A budgeted rewrite keeps no search waiting: it may queue behind the others for an
+        # LLM slot as long as the background timeout allows.
+        timeout_s = (
+            self.settings.rewrite_background_timeout_s
+            if budgeted
+            else self.settings.rewrite_timeout_s
+        )
+
+        async def compute() -> RewriteOutcome:
+            if strategy != "base" and self._running >= self.settings.rewrite_max_concurrent:
+                return self._refused(strategy, query, params)
+            self._running += 1
+            metrics.REWRITES_RUNNING.inc()
+            recorded = RecordingSearch(gateway, index)
+            try:
+                outcome = await self._compute(
+                    index, kb, strategy, query, params, recorded, caller, timeout_s
+                )
+            finally:
+                self._running -= 1
+                metrics.REWRITES_RUNNING.dec()
+            served = outcome.rewrite
+            outcome.evidence = sorted(recorded.read | set(served.boost_ids) | set(served.sources))
+            if outcome.fallback is None:
+                await self.cache.put(key, outcome.to_cache())
+            return outcome
+
+        if budget_ms is None or not budgeted:
+            outcome, shared = await self.cache.coalesce(key, compute)
+            return replace(outcome, cached=True) if shared else outcome
+        task = self._background.get(key)
+        if task is None and len(self._background) < self.settings.rewrite_background_max:
+            task = asyncio.create_task(self.cache.coalesce(key, compute))
+            self._background[key] = task
+            task.add_done_callback(lambda done: self._background_done(key, strategy, done))
+        if task is not None:
+            finished, _ = await asyncio.wait({task}, timeout=budget_ms / 1000)
+            if finished:
+                metrics.BUDGETED.labels("full").inc()
+                outcome, shared = task.result()
+                return replace(outcome, cached=True) if shared else outcome
+        # Over budget: the fast strategy answers now (its own rewrite, cached as usual).
+        fast = self.settings.rewrite_budget_strategy
+        metrics.BUDGETED.labels("fast" if task is not None else "fast_not_queued").inc()
+        served = await self.rewrite(
+            index=index,
+            kb=kb,
+            strategy=fast,
+            query=query,
+            params={k: v for k, v in params.items() if k in STRATEGIES[fast].declared()},
+            gateway=gateway,
+            caller=caller,
+        )
+        pending = strategy if task is not None else None
+        return replace(served, budget={"served": fast, "pending": pending, "budget_ms": budget_ms})
+
+    @staticmethod
+    async def _still_readable(gateway: Search, index: str, evidence: list[str]) -> bool:
+        """A rewrite whose evidence cannot be checked now (the engine answers an error) is
+        not served: it is made afresh, with the caller's own searches."""
+        try:
+            return await still_readable(gateway, index, evidence)
+        except Exception:
+            return False
+
+    def _background_done(
+        self, key: str, strategy: str, task: asyncio.Task[tuple[RewriteOutcome, bool]]
+    ) -> None:
+        """A budgeted rewrite finished: the next identical search is served from the cache
+        (a rewrite that fell back is not cached, and the next search tries again)."""
+        self._background.pop(key, None)
+        if task.cancelled():
+            return
+        error = task.exception()
+        outcome = None if error else task.result()[0]
+        result = "cached" if outcome is not None and outcome.fallback is None else "fell_back"
+        metrics.BACKGROUND_REWRITES.labels(result).inc()
+        log.info(
+            "a budgeted rewrite finished in the background",
+            extra={"kgqr": {"strategy": strategy, "result": result}},
+        )
+
+    async def _compute(
+        self,
+        index: str,
+        kb: str,
+        strategy_name: str,
+        query: str,
+        params: dict[str, float],
+        gateway: Search,
+        caller: str,
+        timeout_s: float | None = None,
+    ) -> RewriteOutcome:
+        started = time.perf_counter()
+        timeout_s = timeout_s or self.settings.rewrite_timeout_s
+        timer = StageTimer()
+        strategy = STRATEGIES[strategy_name]
+        alpha = param_value(ALPHA, params, self.settings)
+        fallback = None
+        usage = LlmUsage()
+        ctx: StrategyContext | None = None
+        embed: Embed | None = None
+        try:
+            with timer.stage("structure"):
+                meta = await self.meta_of(kb)
+            structure = meta.structure if meta is not None else DocumentStructure()
+            try:
+                with timer.stage("embedder"):
+                    embed = await self.embedders.for_model(self.embedders.model_for(meta))
+            except EmbedderRefused as exc:
+                # Its vectors and the query vectors would live in different spaces: a k-NN
+                # search between them would answer, and mean nothing.
+                reason = f"knowledge base {kb!r}: {exc}"
+                return self._unrewritten(strategy_name, query, params, "embedder", reason)
+            ctx = StrategyContext(
+                self.settings,
+                index,
+                kb,
+                structure,
+                CallerLlm(self.llm, caller),
+                gateway,
+                embed,
+                timer,
+                params,
+                graph=self.graph,
+                declared=strategy.declared(),
+                usage=usage,
+                meta=meta,
+            )
+            rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=timeout_s)
+        except Exception as exc:  # any failure of a strategy degrades to the plain query
+            stage = timer.current or "rewrite"
+            reason = (
+                "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            )
+            fallback = record_fallback(strategy_name, stage, reason)
+            rewrite = Rewrite(strategy="base", query=query)
+        timer.current = None
+        known = ctx.query_vectors.get(query) if ctx is not None else None
+        embed = embed or await self.embedders.default()
+        remaining = timeout_s - (time.perf_counter() - started)
+        try:
+            with timer.stage("embed"):
+                # Context texts (PRF hits, generated documents) are embedded within the budget;
+                # the query's own vector, which every hybrid search needs, always is (once: a
+                # strategy that embedded it already left it in the context).
+                query_vector = known if known is not None else (await embed([query]))[0]
+                context = list(rewrite.context_texts)
+                context_vectors = (
+                    await asyncio.wait_for(embed(context), max(remaining, 0.0))
+                    if context
+                    else np.zeros((0, len(query_vector)), dtype=np.float32)
+                )
+        except TimeoutError:
+            fallback = fallback or record_fallback(strategy_name, "embed", "timed out")
+            rewrite = Rewrite(strategy="base", query=query)
+            context_vectors = np.zeros((0, len(query_vector)), dtype=np.float32)
+        vector = fuse(query_vector, mean_vector(context_vectors), alpha)
+        for stage, ms in timer.stages_ms.items():
+            metrics.STAGE_SECONDS.labels(strategy_name, stage).observe(ms / 1000)
+        metrics.REWRITE_SECONDS.labels(strategy_name).observe(time.perf_counter() - started)
+        return RewriteOutcome(
+            rewrite, [float(x) for x in vector], alpha, dict(timer.stages_ms), fallback, llm=usage
+        )
+
+    def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
+        """A rewrite refused admission. Under load even embedding the query (CPU-bound,
+        ~10 ms) would queue every search."""
+        limit = self.settings.rewrite_max_concurrent
+        reason = f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
+        return self._unrewritten(strategy, query, params, "admission", reason)
+
+    def _unrewritten(
+        self, strategy: str, query: str, params: dict[str, float], stage: str, reason: str
+    ) -> RewriteOutcome:
+        """No vector, so the caller's own search runs as sent."""
+        return RewriteOutcome(
+            Rewrite(strategy="base", query=query),
+            None,
+            param_value(ALPHA, params, self.settings),
+            {},
+            record_fallback(strategy, stage, reason),
+        )

@@ -1,0 +1,424 @@
+"""`kgqr eval`: score strategies on judged queries; `kgqr eval sweep`: parameter sweeps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import functools
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kgqr_core.cli_groups import DefaultRunGroup
+from kgqr_core.settings import Settings, get_settings
+from kgqr_ops.cli_options import (
+    caller_option,
+    checked_kb_name,
+    judged_queries,
+    kb_option,
+    strategy_names,
+)
+from workbench.evaluation.metrics import METRIC_NAMES
+
+QUERY_SET_HELP = """\b
+QUERY_SET is KIND:PATH:
+  musique:DIR    MuSiQue queries_dev.json + corpus.json (../shared/data/musique100)
+  hotpotqa:DIR   HotpotQA queries_dev.json + corpus.json (../shared/data/hotpotqa100)
+  stark:DIR      STaRK QA stark_qa.csv + {train,val,test}.index (split "human" too)
+  jsonl:FILE     your own judgments, one query a line (see docs/architecture.md, "Judgments")
+"""
+
+RUN_HELP = f"""Run QUERY_SET against knowledge base --kb through each strategy and print
+Hit@1/5, Recall@2/5/10/20, MRR, mAP, nDCG@10 and latency p50/p95 per strategy.
+
+{QUERY_SET_HELP}
+Searches go through a kgqr proxy: --proxy URL, or one started in this process with the
+rewrite cache off (LLM answers stay cached in Redis, so a re-run costs no LLM time; the
+table says how many calls were answered from the cache). Writes OUT.json and OUT.csv.
+
+An LLM that samples (temperature above 0) gives another rewrite on another draw, and one
+draw's figures can differ from the next's by more than a setting moves them. --samples N
+runs each LLM strategy on N draws (samples KGQR_LLM_SAMPLE, 0 by default, and the N-1
+after it; rows say "kar" for sample 0, "kar #2" for sample 1) and prints each metric's mean
+and range over them; strategies without an LLM run once.
+"""
+
+
+def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
+    from query_rewriter.engine.errors import RewriteRequestError
+    from query_rewriter.strategies import ALL_PARAMS
+    from query_rewriter.strategies.params import request_params
+
+    known = {param.name for param in ALL_PARAMS} | {str(param.legacy) for param in ALL_PARAMS}
+    params = {}
+    valid = ", ".join(sorted(param.name for param in ALL_PARAMS))
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or name not in known:
+            raise click.BadParameter(
+                f"{item!r}: expected NAME=NUMBER with NAME one of {valid}",
+                param_hint="--param",
+            )
+        try:
+            params[name] = float(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r}: {value!r} is not a number", param_hint="--param"
+            ) from None
+        try:  # out of range: refused now, as a request would be, not by the first search
+            request_params(ALL_PARAMS, {name: params[name]})
+        except RewriteRequestError as exc:
+            raise click.BadParameter(exc.reason, param_hint="--param") from None
+    return params
+
+
+@contextlib.contextmanager
+def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
+    """The proxy to evaluate through: the given one, or one in this process that does not
+    reuse earlier rewrites (so latencies are those of real rewrites)."""
+    if url:
+        yield url.rstrip("/")
+        return
+    from kgqr_ops.background_proxy import running_proxy
+
+    with running_proxy(settings.model_copy(update={"rewrite_cache_ttl_s": 0})) as started:
+        yield started
+
+
+def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """What a reader needs to reproduce a figure: date, models, every setting a strategy
+    declares it reads (strategies.SHAPING_SETTINGS) and the hybrid search's."""
+    from query_rewriter.strategies import SHAPING_SETTINGS
+
+    hybrid = {name for name in Settings.model_fields if name.startswith("hybrid_")}
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **extra,
+        "settings": settings.model_dump(mode="json", include=set(SHAPING_SETTINGS | hybrid)),
+    }
+
+
+def _stamp() -> str:
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _draws(names: list[str], samples: int, proxy: str | None) -> list[list[str]]:
+    """The strategies run on each draw of the LLM's answers: all on the first, the LLM
+    ones on the rest (the others' figures would only repeat)."""
+    from query_rewriter.strategies import STRATEGIES
+
+    if samples == 1:
+        return [names]
+    sampled = [name for name in names if STRATEGIES[name].uses_llm]
+    if not sampled:
+        raise click.BadParameter(
+            f"none of {', '.join(names)} asks an LLM at search time, so every draw "
+            "would be the same",
+            param_hint="--samples",
+        )
+    if proxy:
+        raise click.BadParameter(
+            "a draw is the proxy's KGQR_LLM_SAMPLE, which this command sets only on the "
+            "proxy it starts: leave out --proxy, or run once per sample against proxies "
+            "started with KGQR_LLM_SAMPLE=0, 1, ...",
+            param_hint="--samples",
+        )
+    return [names, *([sampled] * (samples - 1))]
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """The options `run` and `sweep` share, parsed."""
+
+    split: str | None
+    limit: int | None
+    params: dict[str, float]
+    size: int
+    concurrency: int
+    proxy: str | None
+    out: Path | None
+    caller: dict[str, str]  # the credential headers searches carry (--user)
+
+    @property
+    def pacing(self) -> dict[str, Any]:
+        """What each search asks for, how many are in flight and as whom, as evaluate()
+        takes them."""
+        return {"size": self.size, "concurrency": self.concurrency, "headers": self.caller}
+
+
+def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Adds the shared options to a command, which receives them as `options`."""
+
+    def decorate(function: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(function)
+        def command(*args: Any, split: str | None, limit: int | None, params: tuple[str, ...],
+                    size: int, concurrency: int, proxy: str | None, out: Path | None,
+                    caller: dict[str, str], **kwargs: Any) -> None:  # fmt: skip
+            from workbench.evaluation.runner import EvalError
+
+            options = EvalOptions(
+                split, limit, _parse_params(params), size, concurrency, proxy, out, caller
+            )
+            try:
+                function(*args, options=options, **kwargs)
+            except EvalError as exc:  # a refused search is the user's to fix, not a crash
+                raise click.ClickException(f"evaluation stopped: {exc}") from exc
+
+        decorators = [
+            click.option(
+                "--split", default=None, help="Query split (dev; STaRK: train/val/test/human)."
+            ),
+            click.option(
+                "--limit",
+                type=click.IntRange(min=1),
+                default=None,
+                help="Only the first N queries.",
+            ),
+            click.option(
+                "--param",
+                "params",
+                multiple=True,
+                metavar="NAME=VALUE",
+                help="Strategy parameter override, e.g. rewrite.alpha=0.5, knn.k=10, kar.h=1.",
+            ),
+            click.option(
+                "--size",
+                type=click.IntRange(1, 10_000),
+                default=20,
+                show_default=True,
+                help="Hits retrieved per query.",
+            ),
+            click.option(
+                "--concurrency",
+                type=click.IntRange(min=1),
+                default=1,
+                show_default=True,
+                help="Searches in flight (the local LLM serves one at a time).",
+            ),
+            click.option("--proxy", default=None, help="Evaluate through this running kgqr proxy."),
+            click.option("--out", type=click.Path(path_type=Path), default=None, help=out_help),
+            caller_option(
+                "The OpenSearch user to search as, whose judged queries these are (needed on a "
+                "secured cluster)."
+            ),
+        ]
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return decorate
+
+
+@click.group("eval", cls=DefaultRunGroup)
+def eval_group() -> None:
+    """Score strategies on judged queries: `kgqr eval QUERY_SET --kb NAME` (see `kgqr eval
+    run --help`), and sweep parameters with `kgqr eval sweep`."""
+
+
+@eval_group.command("run", help=RUN_HELP)
+@click.argument("query_set")
+@kb_option("Knowledge base the queries are judged against.")
+@click.option("--strategies", default="base,prf", show_default=True, help="Comma-separated.")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Draws of the LLM's answers each LLM strategy is run on (see above).",
+)
+@click.option(
+    "--resume",
+    "resume_from",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Reuse the results of an earlier run with the same configuration instead of "
+    "searching again: its OUT.json, or the OUT.partial.jsonl checkpoint a stopped run left "
+    "behind. Repeatable; a later file wins.",
+)
+@common_options(
+    "Output stem (default eval-results/KB-DATE); .json and .csv are added. Results are "
+    "checkpointed to STEM.partial.jsonl while the run lasts."
+)
+def run(
+    query_set: str,
+    kb: str,
+    strategies: str,
+    samples: int,
+    resume_from: tuple[Path, ...],
+    options: EvalOptions,
+) -> None:
+    from tqdm import tqdm
+
+    from workbench.evaluation.report import format_table, write_outputs
+    from workbench.evaluation.resume import (
+        Checkpoint,
+        ResumeError,
+        load_earlier_run,
+        reusable_results,
+    )
+    from workbench.evaluation.runner import evaluate, merge_samples, run_identity
+
+    names = strategy_names(strategies, "--strategies")
+    draws = _draws(names, samples, options.proxy)
+    queries = judged_queries(query_set, "QUERY_SET", options.split, options.limit)
+    settings = get_settings()
+    config = run_config(settings, query_set=query_set, split=options.split, limit=options.limit)
+    matching = run_identity(kb, options.params, options.size, config)
+    try:
+        earlier = [load_earlier_run(path) for path in resume_from]
+        reuse = reusable_results(earlier, matching, queries, names)
+    except ResumeError as exc:
+        raise click.BadParameter(str(exc), param_hint="--resume") from exc
+    if resume_from:
+        config.update(resumed_from=[str(p) for p in resume_from], reused_results=len(reuse))
+    stem = options.out or Path("eval-results") / f"{kb}-{_stamp()}"
+    checkpoint = Checkpoint(stem, matching)
+    searches = sum(len(draw) for draw in draws) * len(queries)
+    reports = []
+    try:
+        with tqdm(total=searches, unit="query", desc="eval") as bar:
+
+            def advance(result: Any) -> None:
+                checkpoint.add(result)
+                bar.set_postfix(strategy=result.strategy, sample=result.sample, refresh=False)
+                bar.update()
+
+            for sample, drawn in enumerate(draws, start=settings.llm_sample):
+                drawing = settings.model_copy(update={"llm_sample": sample})
+                with proxy_url(options.proxy, drawing) as url:
+                    drawing_run = evaluate(url, kb, queries, drawn, options.params,
+                                           **options.pacing, on_result=advance, config=config,
+                                           reuse=reuse, sample=sample)  # fmt: skip
+                    reports.append(asyncio.run(drawing_run))
+        report = reports[0] if samples == 1 else merge_samples(reports)
+    except BaseException:  # Ctrl-C included: say where the finished part is
+        if checkpoint.close(finished=False):
+            click.echo(f"results so far are in {checkpoint.path}; --resume it to go on", err=True)
+        raise
+    click.echo(format_table(report))
+    if "graph_source" in report.config:
+        click.echo(f"graph read from: {report.config['graph_source'] or 'no graph'}")
+    json_path, csv_path = write_outputs(report, stem)
+    checkpoint.close(finished=True)
+    click.echo(f"wrote {json_path} and {csv_path}")
+
+
+def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]]:
+    from query_rewriter.strategies import STRATEGIES
+    from workbench.evaluation.sweep import DEFAULT_GRID
+
+    if not values:
+        reads = STRATEGIES[strategy].declared()
+        return {name: grid for name, grid in DEFAULT_GRID.items() if name in reads}
+    grid = {}
+    for item in values:
+        name, _, numbers = item.partition("=")
+        try:
+            grid[name] = [float(x) for x in numbers.split(",") if x]
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r}: expected NAME=V1,V2,...", param_hint="--grid"
+            ) from None
+        _parse_params(tuple(f"{name}={v}" for v in grid[name]))
+    return grid
+
+
+@eval_group.command("sweep")
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    required=True,
+    metavar="KB=QUERY_SET",
+    help="A knowledge base and its query set, e.g. musique=musique:../shared/data/musique100",
+)
+@click.option("--strategy", default="kar", show_default=True, help="The strategy swept.")
+@click.option(
+    "--grid",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="Values of one parameter (default: those of rewrite.alpha 0.3-1.0, knn.k 10-100, "
+    "kar.k 3-40, kar.h 1-2, rewrite.n 1-3, graph.damping 0.3-0.7, graph.weight 0.2-0.8 the "
+    "strategy reads).",
+)
+@click.option(
+    "--metric",
+    "metrics",
+    type=click.Choice(METRIC_NAMES),
+    multiple=True,
+    default=("R@5", "MRR"),
+    show_default=True,
+    help="Metric plotted (repeatable); checked before the sweep runs, not after.",
+)
+@common_options("Output folder (default eval-results/sweep-DATE).")
+def sweep(
+    datasets: tuple[str, ...],
+    strategy: str,
+    grid: tuple[str, ...],
+    metrics: tuple[str, ...],
+    options: EvalOptions,
+) -> None:
+    """Vary one parameter at a time over its grid, for each dataset; write a PNG per
+    parameter (metric against value, one line per dataset) and sweep.json."""
+    from tqdm import tqdm
+
+    from workbench.evaluation.sweep import Dataset, plot_parameter, run_sweep
+
+    [strategy] = strategy_names(strategy, "--strategy", single=True)
+    values = _parse_grid(grid, strategy)
+    loaded = []
+    for item in datasets:
+        kb, sep, spec = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r}: expected KB=QUERY_SET", param_hint="--dataset")
+        checked_kb_name(kb, param_hint="--dataset")
+        loaded.append(
+            Dataset(
+                name=kb,
+                kb=kb,
+                queries=judged_queries(spec, "--dataset", options.split, options.limit),
+            )
+        )
+    settings = get_settings()
+    folder = options.out or Path("eval-results") / f"sweep-{_stamp()}"
+    steps = sum(len(v) for v in values.values()) * len(loaded)
+    with (
+        proxy_url(options.proxy, settings) as url,
+        tqdm(total=steps, unit="point", desc="sweep") as bar,
+    ):
+
+        def advance(point: Any) -> None:
+            bar.set_postfix(
+                param=point.param, value=point.value, dataset=point.dataset, refresh=False
+            )
+            bar.update()
+
+        sweeping = run_sweep(url, loaded, strategy, values, options.params, **options.pacing,
+                             on_point=advance)  # fmt: skip
+        points = asyncio.run(sweeping)
+    for param in values:
+        click.echo(f"wrote {plot_parameter(points, param, metrics, folder / f'{param}.png')}")
+        for point in (p for p in points if p.param == param):
+            shown = "  ".join(f"{m} {100 * point.report.metrics[m]:5.1f}" for m in metrics)
+            click.echo(f"  {point.dataset:>12}  {param}={point.value:g}  {shown}")
+    summary = {
+        "config": run_config(
+            settings,
+            strategy=strategy,
+            grid=values,
+            split=options.split,
+            limit=options.limit,
+            datasets=list(datasets),
+        ),
+        "points": [
+            {"dataset": p.dataset, "param": p.param, "value": p.value, **asdict(p.report)}
+            for p in points
+        ],
+    }
+    (folder / "sweep.json").write_text(json.dumps(summary, indent=1) + "\n")
+    click.echo(f"wrote {folder / 'sweep.json'}")

@@ -1,0 +1,107 @@
+"""One-parameter-at-a-time sweeps of a strategy over several datasets, and their plots.
+
+Each parameter is varied over its grid while the others keep their configured values, so
+a plot reads as "what this knob does" (the KAR paper's sensitivity figures), not as a
+cartesian search. Cached LLM answers make repeated points cost no LLM time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.evaluation.query_sets import JudgedQuery
+from workbench.evaluation.runner import StrategyReport, evaluate
+
+# Swept when no --grid is given: those of these the strategy reads.
+DEFAULT_GRID: dict[str, list[float]] = {
+    "rewrite.alpha": [0.3, 0.5, 0.7, 1.0],
+    "knn.k": [10, 20, 50, 100],
+    "kar.k": [3, 5, 10, 20, 40],
+    "kar.h": [1, 2],
+    "rewrite.n": [1, 3],
+    "graph.damping": [0.3, 0.5, 0.7],
+    "graph.weight": [0.2, 0.4, 0.6, 0.8],
+}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    kb: str
+    queries: Sequence[JudgedQuery]
+
+
+@dataclass
+class SweepPoint:
+    dataset: str
+    param: str
+    value: float
+    report: StrategyReport
+
+
+async def run_sweep(
+    proxy_url: str,
+    datasets: Sequence[Dataset],
+    strategy: str,
+    grid: dict[str, list[float]],
+    base_params: dict[str, float],
+    *,
+    size: int,
+    concurrency: int,
+    headers: Mapping[str, str] | None = None,
+    on_point: Callable[[SweepPoint], None] | None = None,
+) -> list[SweepPoint]:
+    points = []
+    for param, values in grid.items():
+        for value in values:
+            for dataset in datasets:
+                report = await evaluate(
+                    proxy_url,
+                    dataset.kb,
+                    dataset.queries,
+                    [strategy],
+                    {**base_params, param: value},
+                    size=size,
+                    concurrency=concurrency,
+                    headers=headers,
+                )
+                point = SweepPoint(dataset.name, param, value, report.strategies[0])
+                points.append(point)
+                if on_point is not None:
+                    on_point(point)
+    return points
+
+
+def plot_parameter(
+    points: Sequence[SweepPoint], param: str, metrics: Sequence[str], path: Path
+) -> Path:
+    """A PNG with one panel per metric: metric (percent) against the parameter's value,
+    one line per dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display here, and plots are files
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.6), squeeze=False)
+    chosen = [p for p in points if p.param == param]
+    for axis, metric in zip(axes[0], metrics, strict=True):
+        values = [100 * p.report.metrics[metric] for p in chosen] or [0.0]
+        # Percent axes stay within 0-100, with room to see small differences.
+        axis.set_ylim(max(0.0, min(values) - 5), min(100.0, max(values) + 5) + 0.5)
+        for dataset in dict.fromkeys(p.dataset for p in chosen):
+            line = sorted(
+                (p.value, 100 * p.report.metrics[metric]) for p in chosen if p.dataset == dataset
+            )
+            axis.plot([x for x, _ in line], [y for _, y in line], marker="o", label=dataset)
+        axis.set_xlabel(param)
+        axis.set_ylabel(f"{metric} (%)")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.suptitle(f"{chosen[0].report.strategy if chosen else ''}: sweep of {param}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

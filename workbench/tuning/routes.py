@@ -1,0 +1,277 @@
+"""HTTP endpoints of the tuning page. Searches go through the proxy's own `run_plan`, so
+what the page shows is exactly what a client of the proxy gets for that strategy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from plugin.schema import TUNE_RUNS_INDEX, check_kb_name, documents_index
+from query_rewriter.engine.caller import credentials_refused
+from query_rewriter.engine.errors import RewriteRequestError, error_response, upstream_unreachable
+from query_rewriter.engine.forwarding import request_headers
+from query_rewriter.proxy.request_body import off_the_loop_if_large, read_body
+from query_rewriter.search.plan import PassThrough, plan_search
+from query_rewriter.search.service import run_plan
+from query_rewriter.search.state import knowledge_base_names
+from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies.params import FUSE_PLAIN
+from workbench.evaluation.query_sets import JudgedQuery
+from workbench.tuning.judgment_store import JudgmentStore
+from workbench.tuning.scoreboard import grades_by_query, scoreboard
+
+STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
+# The page shows documents' titles and text: should one ever reach it as markup, it may
+# run no script but the page's own, and no other site may frame the page to steer a
+# tuner's clicks (their browser sends their credentials with every call it makes).
+PAGE_HEADERS = {
+    "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+}
+MAX_SIZE = 50
+
+
+def _static(name: str) -> str:
+    return resources.files("workbench.tuning").joinpath("static", name).read_text()
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """A JSON object body. Anything not sent as application/json is refused: a browser
+    posts text/plain or form data from any other site without asking, JSON it does not.
+    Read as the proxy reads a search: from a caller the engine knows (else its 401, the
+    body unread), at most KGQR_MAX_BODY_BYTES, and parsed off the event loop when large."""
+    state = request.app.state.kgqr
+    if await credentials_refused(state.identities, request_headers(request), state.settings):
+        raise RewriteRequestError(401, "security_exception", "missing or invalid credentials")
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise RewriteRequestError(
+            415, "media_type_header_exception", "kgqr's POST endpoints accept application/json only"
+        )
+    limit = state.settings.max_body_bytes
+    raw = await read_body(request.headers.get("content-length"), request.stream(), limit)
+    return await off_the_loop_if_large(raw, lambda: _object(raw))
+
+
+def _object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RewriteRequestError(400, "parsing_exception", f"request body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RewriteRequestError(400, "parsing_exception", "request body must be an object")
+    return body
+
+
+def _field(source: Mapping[str, Any], name: str, kind: type) -> Any:
+    """A required field of a JSON body or the query string, or an OpenSearch-style 400."""
+    value = source.get(name)
+    if not isinstance(value, kind) or (isinstance(value, str) and not value.strip()):
+        raise RewriteRequestError(
+            400, "illegal_argument_exception", f"[{name}] is required ({kind.__name__})"
+        )
+    return value
+
+
+def _size(body: Mapping[str, Any]) -> int:
+    """How many hits to show: a whole number from 1 to MAX_SIZE (10 when not given)."""
+    size = body.get("size", 10)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_SIZE:
+        raise RewriteRequestError(
+            400, "illegal_argument_exception", f"[size] must be a whole number from 1 to {MAX_SIZE}"
+        )
+    return size
+
+
+def _kb(source: Mapping[str, Any]) -> str:
+    return check_kb_name(_field(source, "kb", str))
+
+
+def _store(request: Request) -> JudgmentStore:
+    return JudgmentStore(request.app.state.kgqr.http, request_headers(request))
+
+
+def _errors_as_opensearch(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RewriteRequestError as exc:
+            return error_response(exc)
+        except ValueError as exc:  # an invalid knowledge-base name or size
+            return error_response(RewriteRequestError(400, "illegal_argument_exception", str(exc)))
+        except httpx.HTTPStatusError as exc:
+            return Response(
+                exc.response.content,
+                status_code=exc.response.status_code,
+                media_type="application/json",
+            )
+        except httpx.HTTPError as exc:
+            return error_response(upstream_unreachable(exc))
+
+    return wrapped
+
+
+async def page(request: Request) -> Response:
+    return HTMLResponse(_static("page.html"), headers=PAGE_HEADERS)
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC_TYPES:
+        return error_response(RewriteRequestError(404, "not_found", f"no such file [{name}]"))
+    return Response(_static(name), media_type=STATIC_TYPES[name], headers=PAGE_HEADERS)
+
+
+async def options(request: Request) -> Response:
+    """The knowledge bases (from kgqr-meta) and strategies the page offers."""
+    state = request.app.state.kgqr
+    try:
+        kbs = await knowledge_base_names(state.http, request_headers(request))
+    except httpx.HTTPStatusError:  # the caller may not read kgqr-meta, or there is none yet
+        kbs = []
+    return JSONResponse({"kbs": kbs, "strategies": list(STRATEGIES)})
+
+
+def _shown_hit(hit: dict[str, Any]) -> dict[str, Any]:
+    source = hit.get("_source") or {}
+    return {
+        "id": hit["_id"],
+        "score": hit.get("_score"),
+        "title": source.get("title"),
+        "type": source.get("type"),
+        "snippet": str(source.get("text") or source.get("body") or "")[:240],
+    }
+
+
+async def search(request: Request) -> Response:
+    """One strategy on one query: hits, expansions, the rewrite's details and timings;
+    the ranking is stored so the scoreboard can score it against later judgments."""
+    body = await _json_body(request)
+    kb, query = _kb(body), _field(body, "query", str).strip()
+    strategy = _field(body, "strategy", str)
+    fuse = body.get("fuse", False)
+    if not isinstance(fuse, bool):
+        raise RewriteRequestError(400, "illegal_argument_exception", "[fuse] must be a boolean")
+    search_body = {
+        "query": {"match": {"text": query}},
+        "size": _size(body),
+        "_source": ["title", "type", "text", "body"],
+    }
+    params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+    if fuse:  # the plain query's ranking fused in, its top kept (plain_fusion.py)
+        params[f"kgqr.param.{FUSE_PLAIN.name}"] = "1"
+    # A fused ranking is scored as its own row: it is not the strategy's ranking.
+    shown_as = f"{strategy} fused" if fuse else strategy
+    plan = plan_search(documents_index(kb), params, search_body, None)
+    if isinstance(plan, PassThrough):
+        raise RewriteRequestError(400, "illegal_argument_exception", plan.reason)
+    started = time.perf_counter()
+    upstream, explain = await run_plan(
+        request.app.state.kgqr, plan, params, request_headers(request)
+    )
+    total_ms = (time.perf_counter() - started) * 1000
+    if upstream.status_code != 200:
+        return Response(
+            upstream.content, status_code=upstream.status_code, media_type="application/json"
+        )
+    hits = [_shown_hit(hit) for hit in upstream.json()["hits"]["hits"]]
+    ranking = [h["id"] for h in hits]
+    not_recorded = await _record(_store(request), kb, query, shown_as, ranking, total_ms)
+    explain.pop("final_query", None)
+    return JSONResponse(
+        {"strategy": shown_as, "hits": hits, "explain": explain, "total_ms": round(total_ms, 1),
+         "recorded": not_recorded is None, "not_recorded": not_recorded}
+    )  # fmt: skip
+
+
+async def _record(
+    store: JudgmentStore, kb: str, query: str, strategy: str, ranking: list[str], ms: float
+) -> str | None:
+    """Store the ranking shown, for the scoreboard; why not, if it could not be. The search
+    itself ran with the caller's read rights; recording needs write rights on kgqr's
+    tuning indices, which a caller who may only search does not have."""
+    try:
+        await store.record_ranking(kb, query, strategy, ranking, ms)
+    except httpx.HTTPStatusError as exc:
+        status = exc.response.status_code
+        if status in (401, 403):
+            return f"OpenSearch refused you writing to {TUNE_RUNS_INDEX} ({status})"
+        return f"OpenSearch answered {status} when storing the ranking"
+    return None
+
+
+async def judge(request: Request) -> Response:
+    body = await _json_body(request)
+    kb, query = _kb(body), _field(body, "query", str).strip()
+    doc_id = _field(body, "doc_id", str)
+    relevant = body.get("relevant")
+    if not isinstance(relevant, bool):
+        raise RewriteRequestError(400, "illegal_argument_exception", "[relevant] must be a boolean")
+    await _store(request).judge(kb, query, doc_id, 1.0 if relevant else 0.0)
+    return JSONResponse({"kb": kb, "query": query, "doc_id": doc_id, "relevant": relevant})
+
+
+async def judgments(request: Request) -> Response:
+    """The saved judgments of one query: document id -> grade."""
+    kb, query = _kb(request.query_params), _field(request.query_params, "query", str)
+    found = await _store(request).judgments(kb, query.strip())
+    return JSONResponse({"judgments": {j.doc_id: j.grade for j in found}})
+
+
+async def judgments_file(request: Request) -> Response:
+    """Every judgment saved for a KB as a `kgqr eval` query set (`jsonl:FILE`, one query a
+    line), so what a team judged here also scores strategies and sweeps there. Ids are
+    hashes of the query: a later download names the same query alike."""
+    kb = _kb(request.query_params)
+    grades = grades_by_query(await _store(request).judgments(kb))
+    lines = (
+        JudgedQuery(_query_id(query), query, grades[query]).as_jsonl_line()
+        for query in sorted(grades)
+    )
+    return Response(
+        "".join(lines).encode(),
+        media_type="application/x-ndjson",
+        headers={"content-disposition": f'attachment; filename="{kb}-judgments.jsonl"'},
+    )
+
+
+def _query_id(query: str) -> str:
+    return "q" + hashlib.sha256(query.encode()).hexdigest()[:12]
+
+
+async def metrics_over_judgments(request: Request) -> Response:
+    kb = _kb(request.query_params)
+    store = _store(request)
+    judged = await store.judgments(kb)
+    rows = scoreboard(judged, await store.rankings(kb))
+    return JSONResponse(
+        {"kb": kb, "judged_queries": len({j.query for j in judged}), "strategies": rows}
+    )
+
+
+def tuning_routes() -> list[Route]:
+    return [
+        Route("/_kgqr/tune", _errors_as_opensearch(page), methods=["GET"]),
+        Route("/_kgqr/tune/static/{name}", _errors_as_opensearch(static), methods=["GET"]),
+        Route("/_kgqr/tune/options", _errors_as_opensearch(options), methods=["GET"]),
+        Route("/_kgqr/tune/search", _errors_as_opensearch(search), methods=["POST"]),
+        Route("/_kgqr/tune/judgments", _errors_as_opensearch(judge), methods=["POST"]),
+        Route("/_kgqr/tune/judgments", _errors_as_opensearch(judgments), methods=["GET"]),
+        Route(
+            "/_kgqr/tune/judgments.jsonl", _errors_as_opensearch(judgments_file), methods=["GET"]
+        ),
+        Route(
+            "/_kgqr/tune/metrics", _errors_as_opensearch(metrics_over_judgments), methods=["GET"]
+        ),
+    ]
