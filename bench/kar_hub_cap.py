@@ -31,7 +31,7 @@ from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import get_settings
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.knowledge.kar import KnowledgeAwareRewrite
@@ -71,7 +71,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     args.kb,
                     structure,
                     llm,
-                    OpenSearchGateway(http, None),
+                    EngineSession(http, {}),
                     embed,
                     graph=Neo4jGraph(graph),
                 )

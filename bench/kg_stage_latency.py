@@ -32,7 +32,7 @@ from kgqr_core import connections
 from kgqr_core.settings import get_settings
 from plugin import installer, schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
@@ -120,7 +120,7 @@ async def measure(settings: Any, kb: str, vectors: np.ndarray, queries: int, hub
         opensearch_http_client(settings) as http,
         connections.async_neo4j_driver(settings) as graph,
     ):
-        gateway = OpenSearchGateway(http, None)
+        gateway = EngineSession(http, {})
         for q in range(queries):
             # A query near a hub now and then, so hub capping is exercised.
             anchor = q % hubs if q % 5 == 0 else int(rng.integers(hubs, len(vectors)))
@@ -190,7 +190,7 @@ async def measure_graph(
     hybrid search with its boosts) against `base` (the hybrid search alone) on the same
     queries, alternating: the added p50 is the issue's goal (<= 60 ms at 1M relations).
     `source`: where the graph is read (neo4j, or the proxy's in-memory copy)."""
-    from query_rewriter.engine.hybrid_query import hybrid_body, search_params
+    from query_rewriter.engine.hybrid_query import HybridWeights, hybrid_body, search_params
     from query_rewriter.engine.query_text import ParsedQuery
     from query_rewriter.strategies import STRATEGIES
 
@@ -201,7 +201,7 @@ async def measure_graph(
     per_stage: dict[str, list[float]] = {}
     index = schema.documents_index(kb)
     async with opensearch_http_client(settings) as http, graph_reads(settings, source) as graph:
-        gateway = OpenSearchGateway(http, None)
+        gateway = EngineSession(http, {})
         copy_load_s = None
         if isinstance(graph, SnapshotGraph):  # the copy is loaded (and timed) before timing
             started = time.perf_counter()
@@ -211,7 +211,8 @@ async def measure_graph(
             assert await graph.snapshots.current(kb) is not None, "the graph was not copied"
 
         async def hybrid(text: str, vector: np.ndarray, boosts: dict[str, float]) -> None:
-            body = hybrid_body({"size": 10}, ParsedQuery(text), text, vector, 10, boosts)
+            weights = HybridWeights(None, settings.hybrid_boost_weights)
+            body = hybrid_body({"size": 10}, ParsedQuery(text), text, vector, 10, weights, boosts)
             await gateway.search(index, body, search_params({}, body))
 
         for q in range(queries + 5):  # the first five warm the caches and are not counted

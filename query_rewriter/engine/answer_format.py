@@ -12,13 +12,16 @@ formats (`cbor`, `smile`) are not written here: those searches pass through.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import yaml
 from starlette.responses import Response
 
 from query_rewriter.engine.filter_path import filtered
+from query_rewriter.engine.forwarding import about_the_request, to_response
 
 FORMAT_PARAMS = ("pretty", "format", "filter_path")
 BINARY_FORMATS = ("cbor", "smile")
@@ -35,14 +38,31 @@ class AnswerFormat:
     pretty: bool = False
     yaml: bool = False
     filter_path: tuple[str, ...] = ()
+    # `cbor` or `smile` when the caller asked for one: only the engine writes those, so
+    # such searches pass through.
+    binary: str | None = None
 
     @classmethod
-    def of(cls, params: dict[str, str]) -> AnswerFormat:
+    def of(cls, params: Mapping[str, str]) -> AnswerFormat:
         paths = params.get("filter_path", "")
+        asked = params.get("format", "").lower()
         return cls(
             pretty=opensearch_flag(params["pretty"]) if "pretty" in params else False,
-            yaml=params.get("format", "").lower() == "yaml",
+            yaml=asked == "yaml",
             filter_path=tuple(path.strip() for path in paths.split(",") if path.strip()),
+            binary=asked if asked in BINARY_FORMATS else None,
+        )
+
+    def written(self, upstream: httpx.Response, explain: Mapping[str, object] | None) -> Response:
+        """The engine's answer in the caller's format, with kgqr's explain when one was
+        asked for; plain JSON without one is sent on as its bytes."""
+        if self.is_plain_json and explain is None:
+            return to_response(upstream)
+        return self.response(
+            with_explain(upstream, explain),
+            upstream.status_code,
+            explain_at="kgqr" if explain is not None else None,
+            headers=about_the_request(upstream),
         )
 
     @property
@@ -89,7 +109,12 @@ def json_params(params: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in params.items() if k not in FORMAT_PARAMS}
 
 
-def binary_format(params: dict[str, str]) -> str | None:
-    """`cbor` or `smile` when the caller asked for one (their searches pass through)."""
-    asked = params.get("format", "").lower()
-    return asked if asked in BINARY_FORMATS else None
+def with_explain(upstream: httpx.Response, explain: Mapping[str, object] | None) -> dict[str, Any]:
+    """OpenSearch's JSON answer, with the explain when one was asked for."""
+    try:
+        result = upstream.json()
+    except ValueError:
+        result = {"error": upstream.text}
+    if isinstance(result, dict) and explain is not None:
+        result["kgqr"] = explain
+    return dict(result)

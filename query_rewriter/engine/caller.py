@@ -1,6 +1,6 @@
-"""Who a request is for: the credential headers kgqr must send on the caller's behalf, the
-identity OpenSearch resolves for them (what the rewrite cache is keyed by), and whether
-OpenSearch would run their search of an index at all.
+"""Who a request is for: the headers that may decide who it runs as, which kgqr sends with
+every request it makes for the caller (engine/gateway.py) and resolves to an identity
+(engine/identities.py).
 
 kgqr never lends its own account to a caller: every request made for a caller carries the
 caller's own credential headers, and a caller without any reaches OpenSearch without any
@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
 
 from kgqr_core.connections import basic_authorization, opensearch_basic_auth
 from kgqr_core.settings import Settings
@@ -93,12 +89,6 @@ def counts_for_identity(name: str) -> bool:
     return name not in NOT_IDENTITY_HEADERS and not name.startswith(NOT_IDENTITY_PREFIXES)
 
 
-AUTHINFO_PATH = "/_plugins/_security/authinfo"
-IDENTITY_TTL_S = 30.0
-MAX_IDENTITIES = 10_000
-REFUSED = "refused"
-
-
 def service_authorization(settings: Settings) -> str | None:
     """kgqr's own account as a Basic Authorization header value, or None without one."""
     credentials = opensearch_basic_auth(settings)
@@ -142,118 +132,3 @@ class Caller:
         credential headers say. Every header would key rewrites by client address too
         (X-Forwarded-For), on a cluster where every caller sees the same documents."""
         return self.fingerprint(KNOWN_CREDENTIAL_HEADERS)
-
-
-class IdentityResolver:
-    """What OpenSearch's security plugin says of a caller, asked with the caller's
-    credentials and kept for a short while: the identity it resolves (user, backend roles,
-    mapped roles, tenant), and whether it lets the caller search an index.
-
-    Two callers share a rewrite only when OpenSearch sees them as the same user with the
-    same roles. Without the security plugin (authinfo 404s) or when it cannot be asked,
-    the identity is the hash of the credential headers, which never merges two callers.
-    None means OpenSearch refused the credentials (401): such a caller gets no rewrite,
-    so it cannot spend kgqr's LLM or graph time.
-    """
-
-    def __init__(self, http: httpx.AsyncClient, ttl_s: float = IDENTITY_TTL_S) -> None:
-        self._http = http
-        self._ttl_s = ttl_s
-        self._known: dict[str, tuple[float, Any]] = {}
-
-    async def identity(self, caller: Caller) -> str | None:
-        fingerprint = caller.fingerprint()
-
-        async def resolved() -> str | None:
-            found = await self._resolve(caller)
-            if found == REFUSED:
-                return None
-            return found or f"headers:{caller.credential_fingerprint()}"
-
-        identity: str | None = await self._remembered(fingerprint, resolved)
-        return identity
-
-    async def search_refused(self, caller: Caller, index: str) -> int | None:
-        """The status with which OpenSearch refuses the caller's searches of `index` (403:
-        no permission, 404: no such index), else None. A rewrite is work done for the
-        caller (LLM calls, graph reads with kgqr's account, an explain of what they found),
-        so it is done only for a search the engine would run: an authenticated caller who
-        may not read the index got the LLM's expansion of their query beside the 403. An
-        answer that says neither (an overloaded engine) lets the rewrite go on; its searches
-        still run as the caller."""
-
-        async def probed() -> int | None:
-            try:
-                response = await self._http.post(
-                    f"/{index}/_search",
-                    json={"size": 0, "track_total_hits": False, "query": {"match_none": {}}},
-                    headers=caller.headers,
-                )
-            except httpx.HTTPError:
-                return None
-            return response.status_code if response.status_code in (401, 403, 404) else None
-
-        # A missing index is asked about again: one made a moment later is rewritten at once.
-        refused: int | None = await self._remembered(
-            f"{caller.fingerprint()} {index}", probed, keep=lambda status: status != 404
-        )
-        return refused
-
-    async def _remembered(
-        self,
-        key: str,
-        ask: Callable[[], Awaitable[Any]],
-        keep: Callable[[Any], bool] = lambda _: True,
-    ) -> Any:
-        cached = self._known.get(key)
-        now = time.monotonic()
-        if cached and cached[0] > now:
-            return cached[1]
-        answer = await ask()
-        if not keep(answer):
-            return answer
-        if len(self._known) >= MAX_IDENTITIES:
-            # The expired go first, then the oldest half: clearing them all let one caller
-            # sending junk headers (each a new fingerprint) evict every other caller.
-            self._known = {k: v for k, v in self._known.items() if v[0] > now}
-            if len(self._known) >= MAX_IDENTITIES:
-                self._known = dict(list(self._known.items())[MAX_IDENTITIES // 2 :])
-        self._known[key] = (now + self._ttl_s, answer)
-        return answer
-
-    async def _resolve(self, caller: Caller) -> str | None:
-        try:
-            response = await self._http.get(AUTHINFO_PATH, headers=caller.headers)
-            if response.status_code == 401:
-                return REFUSED
-            if response.status_code != 200:
-                return None
-            info = response.json()
-        except (httpx.HTTPError, ValueError):
-            return None
-        if not isinstance(info, dict) or not info.get("user_name"):
-            return None
-        who = {
-            "user": info.get("user_name"),
-            "backend_roles": sorted(info.get("backend_roles") or []),
-            "roles": sorted(info.get("roles") or []),
-            "tenant": info.get("user_requested_tenant"),
-        }
-        if info.get("custom_attribute_names"):
-            # Document-level security may read the user's attributes (`${attr.jwt.dept}`),
-            # whose values authinfo does not tell: two JWTs of one user with different
-            # claims are two identities, so neither is served the other's rewrite.
-            who["attributes"] = sorted(info["custom_attribute_names"])
-            who["credentials"] = caller.fingerprint(
-                {name for name, _ in caller.credentials} - {"x-forwarded-for"}
-            )
-        digest = hashlib.sha256(json.dumps(who, sort_keys=True).encode()).hexdigest()[:32]
-        return f"user:{digest}"
-
-
-async def credentials_refused(
-    identities: IdentityResolver, headers: Mapping[str, str], settings: Settings
-) -> bool:
-    """Whether the engine refuses the credentials in `headers` (the security plugin's
-    401); False where it has no security or cannot be asked."""
-    return await identities.identity(Caller.from_headers(headers, settings)) is None

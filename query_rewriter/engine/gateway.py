@@ -1,18 +1,27 @@
-"""The proxy's one connection to OpenSearch (httpx, async): forwarding and its own searches."""
+"""The one seam between kgqr and OpenSearch. Every request kgqr makes for a caller leaves
+through an `EngineSession`, which sends the caller's own headers and nothing of kgqr's; kgqr's
+own account (`Engine.service`) serves its bookkeeping only; requests kgqr does not read are
+forwarded verbatim (`Engine.forward`). Credentials, timeouts and transport errors are
+handled here once (tests/integration/test_engine_seam.py counts every request)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
+from starlette.requests import Request
+from starlette.responses import Response
 
 from kgqr_core.connections import opensearch_basic_auth, opensearch_ssl_context
 from kgqr_core.settings import Settings
+from query_rewriter.engine.caller import Caller
+from query_rewriter.engine.forwarding import Upstream
 
 KEEPALIVE_S = 5.0  # httpx's default, which the transport applied before it took a session
 
@@ -54,21 +63,89 @@ def _no_cookies() -> CookieJar:
     return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
-class OpenSearchGateway:
-    """Searches kgqr itself runs (initial hits for PRF/RAR, entity lookups, DRF), sent with
-    the caller's own credential headers so a caller never sees documents it could not
-    search; `client` must be the credential-less one."""
+@dataclass
+class Engine:
+    """OpenSearch as the proxy reaches it: `caller_http` carries no credentials of its own
+    (only `as_caller` sends on it), `service` is kgqr's account, `upstream` the verbatim
+    pass-through pool."""
 
-    def __init__(self, client: httpx.AsyncClient, credentials: Mapping[str, str] | None) -> None:
+    settings: Settings
+    caller_http: httpx.AsyncClient
+    service: httpx.AsyncClient
+    upstream: Upstream
+
+    @classmethod
+    def connect(cls, settings: Settings) -> Engine:
+        return cls(
+            settings,
+            opensearch_http_client(settings),
+            opensearch_http_client(settings, service_account=True),
+            Upstream(settings),
+        )
+
+    def as_caller(self, caller: Caller, headers: Mapping[str, str] | None = None) -> EngineSession:
+        """Requests for `caller`: their credential headers, over the request `headers`
+        kgqr passes on (tracing ids, the forwarded-for chain), and nothing else."""
+        return EngineSession(self.caller_http, {**(headers or {}), **caller.headers})
+
+    def as_kgqr(self) -> EngineSession:
+        """kgqr's own account: its bookkeeping indices and definitions, never a caller's
+        search."""
+        return EngineSession(self.service, {})
+
+    def for_request(self, headers: Mapping[str, str]) -> EngineSession:
+        """Requests for whoever sent `headers` (forwarding.request_headers)."""
+        return self.as_caller(Caller.from_headers(headers, self.settings), headers)
+
+    async def forward(
+        self, request: Request, body: bytes | None = None, decoded: bool = False
+    ) -> Response:
+        """The caller's request as they sent it (forwarding.Upstream.forward)."""
+        return await self.upstream.forward(request, body, decoded)
+
+    async def close(self) -> None:
+        await self.upstream.close()
+        await self.caller_http.aclose()
+        await self.service.aclose()
+
+
+class EngineSession:
+    """Requests sent as one principal: a caller, with their headers only (a caller never
+    sees through kgqr what they could not see directly), or kgqr's own account."""
+
+    def __init__(self, client: httpx.AsyncClient, headers: Mapping[str, str]) -> None:
         self._client = client
-        self._headers = dict(credentials or {})
+        self.headers = dict(headers)
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+    ) -> httpx.Response:
+        """The engine's answer as it came (any status); transport errors raise."""
+        headers = (
+            self.headers if content_type is None else {**self.headers, "content-type": content_type}
+        )
+        return await self._client.request(
+            method, path, json=json, params=params or {}, content=content, headers=headers
+        )
+
+    async def search_answer(
+        self, index: str, body: dict[str, Any], params: Mapping[str, str] | None = None
+    ) -> httpx.Response:
+        """A search as the engine answers it, whatever the status."""
+        return await self.send("POST", f"/{index}/_search", json=body, params=params)
 
     async def search(
         self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        response = await self._client.post(
-            f"/{index}/_search", json=body, params=params or {}, headers=self._headers
-        )
+        """A search whose answer kgqr reads: an error status raises."""
+        response = await self.search_answer(index, body, params)
         response.raise_for_status()
         return dict(response.json())
 
@@ -77,10 +154,11 @@ class OpenSearchGateway:
         lines = []
         for body in bodies:
             lines += ["{}", json.dumps(body)]
-        response = await self._client.post(
+        response = await self.send(
+            "POST",
             f"/{index}/_msearch",
             content=("\n".join(lines) + "\n").encode(),
-            headers={**self._headers, "content-type": "application/x-ndjson"},
+            content_type="application/x-ndjson",
         )
         response.raise_for_status()
         answers = list(response.json()["responses"])

@@ -1,5 +1,9 @@
-"""The search kgqr forwards: a ``hybrid`` query with a BM25 clause over the expanded text
-and a k-NN clause over the fused vector, run through kgqr's normalisation pipeline.
+"""The search kgqr sends: a ``hybrid`` query with a BM25 clause over the expanded text, a
+k-NN clause over the fused vector and, for a graph boost, a clause of boosted ids, run
+through kgqr's normalisation pipeline, or fused here where the engine cannot (no
+neural-search plugin, or a caller under document-level security). Built here and only
+here: every hybrid search kgqr runs, a rewrite's, the plain query's for fusion, and the
+initial hits a strategy reads, is `hybrid_body`'s.
 
 The client's ``from``/``size``/``_source``/``aggs``/``sort`` and other top-level options
 are kept; its filters (``bool.filter``/``must_not``) apply to both clauses.
@@ -7,15 +11,39 @@ are kept; its filters (``bool.filter``/``must_not``) apply to both clauses.
 
 from __future__ import annotations
 
+import asyncio
+import copy
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import numpy as np
 
 from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE, hybrid_pipeline
+from query_rewriter.engine.forwarding import json_answer
+from query_rewriter.engine.gateway import EngineSession
+from query_rewriter.engine.original_facets import without_aggregations
 from query_rewriter.engine.query_text import ParsedQuery
 
 TEXT_FIELDS = ["title^2", "text"]  # query_text.WORD_FIELDS: a caller's query on others filters
 VECTOR_FIELD = "vector"
+RRF_K = 60
+# A fused ranking reads both rankings this deep (or to the end of the page, if deeper)
+# whatever the page, so the fused order, and so each page, is the same however a client
+# pages through it.
+FUSION_DEPTH = 50
+HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
+
+
+@dataclass(frozen=True)
+class HybridWeights:
+    """How the hybrid's sub-queries are weighed: BM25's share as the request set it (None:
+    the installed pipeline's, the settings' weights), the graph boost's configured weights,
+    and the share a strategy gave its boost (None: the configured one)."""
+
+    bm25: float | None
+    boost_weights: tuple[float, float, float]
+    boost_share: float | None = None
 
 
 def fuse(query_vector: np.ndarray, context_vector: np.ndarray | None, alpha: float) -> np.ndarray:
@@ -81,10 +109,17 @@ def hybrid_body(
     expanded_text: str,
     vector: np.ndarray,
     k: int,
+    weights: HybridWeights,
     boosts: dict[str, float] | None = None,
+    deep: bool = False,
 ) -> dict[str, Any]:
-    """The client's body with its query replaced by the hybrid query."""
+    """The client's body with its query replaced by the hybrid query, weighed; `deep`:
+    read from the top to FUSION_DEPTH at least, for a ranking fused before its page is cut
+    (search/plain_fusion.py)."""
     body = {key: value for key, value in client_body.items() if key not in ("query", "ext")}
+    if deep:
+        start, size = int(body.get("from", 0)), int(body.get("size", 10))
+        body = {**body, "from": 0, "size": max(start + size, FUSION_DEPTH)}
     size = int(body.get("size", 10))
     start = int(body.get("from", 0))
     hybrid: dict[str, Any] = {
@@ -98,6 +133,7 @@ def hybrid_body(
     # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.
     hybrid["pagination_depth"] = max(k, start + size)
     body["query"] = {"hybrid": hybrid}
+    body = _weighted(body, weights)
     return _highlighting_the_callers_query(body, client_body.get("query"))
 
 
@@ -128,15 +164,11 @@ def search_params(client_params: dict[str, str], body: dict[str, Any]) -> dict[s
     return params
 
 
-def weighted(
-    body: dict[str, Any],
-    bm25: float | None,
-    boost_weights: tuple[float, float, float],
-    boost_share: float | None = None,
-) -> dict[str, Any]:
-    """The hybrid body with BM25's share `bm25` (k-NN gets the rest, a graph boost keeps
-    its configured share, or `boost_share`) as an inline search pipeline; unchanged
-    without either, so the named pipeline (the settings' weights) applies."""
+def _weighted(body: dict[str, Any], weights: HybridWeights) -> dict[str, Any]:
+    """The hybrid body with BM25's share (k-NN gets the rest, a graph boost keeps its
+    configured share, or the strategy's) as an inline search pipeline; unchanged without
+    either, so the named pipeline (the settings' weights) applies."""
+    bm25, boost_weights, boost_share = weights.bm25, weights.boost_weights, weights.boost_share
     queries = body["query"]["hybrid"]["queries"]
     if len(queries) < 3:
         boost_share = None
@@ -146,5 +178,121 @@ def weighted(
         bm25 = boost_weights[0] / (boost_weights[0] + boost_weights[1])
     boost = boost_weights[2] / sum(boost_weights) if len(queries) == 3 else 0.0
     boost = boost if boost_share is None else boost_share
-    weights = (bm25 * (1 - boost), (1 - bm25) * (1 - boost), boost)[: len(queries)]
-    return {**body, "search_pipeline": hybrid_pipeline(weights)}
+    shares = (bm25 * (1 - boost), (1 - bm25) * (1 - boost), boost)[: len(queries)]
+    return {**body, "search_pipeline": hybrid_pipeline(shares)}
+
+
+@dataclass(frozen=True)
+class HybridAnswers:
+    """The engine's answers to one rewritten search: the hybrid ranking and how it was
+    fused, the original query's totals and facets, and the plain query's hybrid ranking
+    where fusion asked for it."""
+
+    ranked: httpx.Response
+    fusion: str
+    facets: httpx.Response
+    plain: httpx.Response | None
+
+
+async def rewritten_search(
+    session: EngineSession,
+    index: str,
+    ranked: dict[str, Any],
+    plain: dict[str, Any] | None,
+    facets: dict[str, Any],
+    params: dict[str, str],
+    pipelines: bool,
+) -> HybridAnswers:
+    """The requests of one rewritten search, at once: the `ranked` hybrid body, the
+    `plain` one (if any), and the caller's own query for its totals and facets (`facets`,
+    sent with `params` less the paging its size 0 replaces)."""
+    facet_params = {k: v for k, v in params.items() if k not in ("from", "size")}
+    (answer, fusion), facet_answer, plain_answer = await asyncio.gather(
+        hybrid_search(session, index, ranked, params, pipelines),
+        session.send("POST", f"/{index}/_search", json=facets, params=facet_params),
+        _plain_ranking(session, index, plain, params, pipelines),
+    )
+    return HybridAnswers(answer, fusion, facet_answer, plain_answer)
+
+
+async def _plain_ranking(
+    session: EngineSession,
+    index: str,
+    body: dict[str, Any] | None,
+    params: dict[str, str],
+    pipelines: bool,
+) -> httpx.Response | None:
+    if body is None:
+        return None
+    answer, _ = await hybrid_search(session, index, body, params, pipelines)
+    return answer
+
+
+async def hybrid_search(
+    session: EngineSession,
+    index: str,
+    body: dict[str, Any],
+    query_params: dict[str, str],
+    pipelines: bool,
+) -> tuple[httpx.Response, str]:
+    """The hybrid body (its aggregations dropped: the original query's answer them) through
+    the engine's pipeline where it has one (`pipelines`), else fused in kgqr; says which.
+
+    A caller under document-level security cannot run a `hybrid` query on OpenSearch 2.19:
+    the security plugin wraps the query in its filter, and neural-search refuses a hybrid
+    query that is not top-level (neural-search issue 1303). For such a caller the same
+    sub-queries are fused in kgqr, so the rewrite still applies."""
+    params = search_params(query_params, body)
+    body = without_aggregations(body)
+    if not pipelines:
+        return await _client_side_hybrid(session, index, body, params), "client"
+    upstream = await session.send("POST", f"/{index}/_search", json=body, params=params)
+    if upstream.status_code == 400 and HYBRID_NOT_TOP_LEVEL in upstream.text:
+        fused = await _client_side_hybrid(session, index, body, params)
+        return fused, "client (the engine refused a hybrid query under document-level security)"
+    return upstream, "pipeline"
+
+
+def rrf_fuse(
+    rankings: list[list[dict[str, Any]]], size: int, start: int = 0
+) -> list[dict[str, Any]]:
+    """Hits ordered by sum of 1 / (RRF_K + rank) over the rankings; _score is that sum."""
+    scores: dict[str, float] = {}
+    first_seen: dict[str, dict[str, Any]] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            key = f"{hit['_index']}/{hit['_id']}"
+            scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
+            first_seen.setdefault(key, hit)
+    ordered = sorted(scores, key=lambda key: -scores[key])[start : start + size]
+    return [{**first_seen[key], "_score": round(scores[key], 6)} for key in ordered]
+
+
+async def _client_side_hybrid(
+    session: EngineSession, index: str, body: dict[str, Any], params: dict[str, str]
+) -> httpx.Response:
+    """Without the neural-search plugin: each sub-query (BM25, k-NN, graph boost) run as its
+    own search and fused by reciprocal rank fusion (RRF, k = 60), answered as one search
+    would be. RRF reads ranks only: the hybrid weights (`hybrid.bm25`) do not apply."""
+    queries = body["query"]["hybrid"]["queries"]
+    size, start = int(body.get("size", 10)), int(body.get("from", 0))
+    depth = int(body["query"]["hybrid"]["pagination_depth"])  # hybrid_body's
+    params = {k: v for k, v in params.items() if k != "search_pipeline"}
+
+    async def run(query: dict[str, Any]) -> httpx.Response:
+        sub = {
+            **{k: v for k, v in body.items() if k not in ("query", "from", "search_pipeline")},
+            "query": query,
+            "size": depth,
+        }
+        return await session.send("POST", f"/{index}/_search", json=sub, params=params)
+
+    responses = await asyncio.gather(*(run(query) for query in queries))
+    for response in responses:
+        if response.status_code >= 400:
+            return response
+    merged = copy.deepcopy(responses[0].json())
+    fused = rrf_fuse([r.json()["hits"]["hits"] for r in responses], size, start)
+    merged["hits"]["hits"] = fused
+    merged["hits"]["max_score"] = fused[0]["_score"] if fused else None
+    return json_answer(merged, *responses)

@@ -24,8 +24,8 @@ from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings, get_settings
 from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_templates
 from query_rewriter import metrics
-from query_rewriter.engine.answer_format import AnswerFormat, json_params
-from query_rewriter.engine.caller import Caller, IdentityResolver, credentials_refused
+from query_rewriter.engine.answer_format import AnswerFormat
+from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.errors import (
     RewriteRequestError,
     error_response,
@@ -34,12 +34,11 @@ from query_rewriter.engine.errors import (
     upstream_unreachable,
 )
 from query_rewriter.engine.forwarding import (
-    Upstream,
-    about_the_request,
     request_headers,
     to_response,
 )
-from query_rewriter.engine.gateway import opensearch_http_client
+from query_rewriter.engine.gateway import Engine
+from query_rewriter.engine.identities import IdentityResolver, credentials_refused
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
 from query_rewriter.proxy.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.proxy.msearch import handle_msearch, handle_msearch_template
@@ -52,11 +51,10 @@ from query_rewriter.proxy.request_body import (
 )
 from query_rewriter.proxy.search_template import TEMPLATE_PATH, rendered_search
 from query_rewriter.search.cache import RewriteCache, code_version
-from query_rewriter.search.explain import Explain
 from query_rewriter.search.plan import (
     PassThrough,
+    engine_params,
     engine_read,
-    engine_written,
     explain_asked,
     plan_search,
     strip_kgqr,
@@ -70,7 +68,6 @@ from query_rewriter.search.service import (
     fallback_header,
     passed_through_search,
     run_plan,
-    with_explain,
 )
 from query_rewriter.search.state import ProxyState, knowledge_base_names, meta_of
 from query_rewriter.strategies import check_default_strategy
@@ -95,8 +92,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         import redis.asyncio as aioredis
 
-        http = opensearch_http_client(settings)
-        service_http = opensearch_http_client(settings, service_account=True)
+        engine = Engine.connect(settings)
+        service_http = engine.service  # kgqr's bookkeeping: log, definitions, plugins
 
         def redis_at(url: str) -> aioredis.Redis:
             timeout = settings.redis_timeout_s
@@ -114,15 +111,13 @@ def create_app(
 
         snapshots = GraphSnapshots(settings, ingest_redis)
         await snapshots.preload(
-            settings.graph_snapshot_preload, lambda: knowledge_base_names(service_http)
+            settings.graph_snapshot_preload, lambda: knowledge_base_names(engine.as_kgqr())
         )
         llm = AsyncLlmClient(settings, redis)
         metrics.LLM_WAITING.set_function(lambda: llm.waiting)
         state = ProxyState(
             settings,
-            http,
-            service_http,
-            Upstream(settings),
+            engine,
             redis,
             Rewriter(
                 settings,
@@ -134,7 +129,7 @@ def create_app(
                 lambda kb: meta_of(state, kb),
                 SnapshotGraph(graph, snapshots),
             ),
-            IdentityResolver(http),
+            IdentityResolver(engine),
             query_log=QueryLog(service_http) if settings.query_log_enabled else None,
         )
         fusion = settings.hybrid_fusion
@@ -161,9 +156,7 @@ def create_app(
                 await state.query_log.close()
             await llm.close()
             await graph.close()
-            await state.upstream.close()
-            await http.aclose()
-            await service_http.aclose()
+            await engine.close()
             await redis.aclose()
             await ingest_redis.aclose()
 
@@ -252,8 +245,8 @@ async def _metrics_refused(state: ProxyState, request: Request) -> Response | No
         return None
     caller = Caller.from_headers(request_headers(request), state.settings)
     try:
-        stats = await state.http.get(
-            NODE_STATS_PROBE, params={"filter_path": "_nodes"}, headers=caller.headers
+        stats = await state.engine.as_caller(caller).send(
+            "GET", NODE_STATS_PROBE, params={"filter_path": "_nodes"}
         )
     except httpx.HTTPError as exc:
         return error_response(upstream_unreachable(exc))
@@ -294,12 +287,12 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
     templates = reads and MSEARCH_TEMPLATE_PATH.match(path)
     kind = "msearch" if msearch or templates else "search"
     if not (search or msearch or template or templates):
-        return "passthrough", await state.upstream.forward(request)
+        return "passthrough", await state.engine.forward(request)
     if await credentials_refused(state.identities, request_headers(request), state.settings):
         # The engine's 401, the body streamed to it unread: a caller it does not know
         # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
         metrics.PASSED_THROUGH.labels("refused").inc()
-        return kind, await state.upstream.forward(request)
+        return kind, await state.engine.forward(request)
     limit = state.settings.max_body_bytes
     body = await read_body(request.headers.get("content-length"), request.stream(), limit)
     body = decode_body(body, request.headers.get("content-encoding"), limit)
@@ -317,7 +310,7 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     raw, url_params, in_url = body_and_params(raw, request.query_params)
     if not in_url and (foreign := engine_read(request.headers.get("content-type"))):
         metrics.PASSED_THROUGH.labels(foreign.code).inc()
-        return await state.upstream.forward(request, raw, decoded=True)
+        return await state.engine.forward(request, raw, decoded=True)
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     query_params, body = uri_search_as_body(url_params, payload)
     stripped = strip_kgqr(payload)
@@ -332,22 +325,21 @@ async def handle_search_template(
     else (another index, a body only the engine reads, a template it will not render for
     the caller) is sent on as it came."""
     if kb_of_documents_index(index) is None or engine_read(request.headers.get("content-type")):
-        return await state.upstream.forward(request, raw, decoded=True)
+        return await state.engine.forward(request, raw, decoded=True)
     query_params, headers = dict(request.query_params), request_headers(request)
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     rendered = await rendered_search(state, payload, headers)
     if isinstance(rendered, dict):
         return await _search(state, request, index, query_params, rendered, False, raw)
     explain = explain_asked(query_params, {})
-    plan = PassThrough("template", rendered, explain=explain)
-    metrics.PASSED_THROUGH.labels(plan.code).inc()
+    metrics.PASSED_THROUGH.labels("template").inc()
     if not explain:
-        return await state.upstream.forward(request, raw, decoded=True)
-    params = json_params(query_params)
+        return await state.engine.forward(request, raw, decoded=True)
+    plan = PassThrough("template", rendered, True, engine_params(query_params))
     upstream = await passed_through_search(
-        state, index, payload, params, headers, endpoint="_search/template"
+        state, index, payload, plan, headers, endpoint="_search/template"
     )
-    return _written(AnswerFormat.of(query_params), upstream, plan.explanation())
+    return AnswerFormat.of(query_params).written(upstream, plan.explanation())
 
 
 async def _search(
@@ -362,34 +354,17 @@ async def _search(
     """The search `body` rewritten, or passed through: `as_sent` on the request's own path
     when kgqr need not read the answer."""
     default = state.settings.rewrite_default_strategy
-    plan = engine_written(query_params) or plan_search(index, query_params, body, default)
+    plan = plan_search(index, query_params, body, default)
     headers = request_headers(request)
-    # What kgqr asks OpenSearch itself comes back as plain JSON; the caller's format is
-    # written here.
-    answer, params = AnswerFormat.of(query_params), json_params(query_params)
     if isinstance(plan, PassThrough):
         metrics.PASSED_THROUGH.labels(plan.code).inc()
         if plan.explain or in_url:  # kgqr reads the answer to explain it, or sends the
             # body the URL held as a body (forwarded, the URL would still hold it).
-            upstream = await passed_through_search(state, index, body, params, headers)
-            return _written(answer, upstream, plan.explanation() if plan.explain else None)
-        return await state.upstream.forward(request, as_sent, decoded=True)
-    upstream, explain = await run_plan(state, plan, params, headers)
-    response = (
-        to_response(upstream)
-        if answer.is_plain_json and not plan.explain
-        else _written(answer, upstream, explain if plan.explain else None)
-    )
+            upstream = await passed_through_search(state, index, body, plan, headers)
+            return plan.answer.written(upstream, plan.explanation() if plan.explain else None)
+        return await state.engine.forward(request, as_sent, decoded=True)
+    upstream, explain = await run_plan(state, plan, headers)
+    response = plan.answer.written(upstream, explain if plan.explain else None)
     if fallback := explain.get("fallback"):
         response.headers[FALLBACK_HEADER] = fallback_header(fallback)
     return response
-
-
-def _written(answer: AnswerFormat, upstream: httpx.Response, explain: Explain | None) -> Response:
-    """The engine's answer in the caller's format, with kgqr's explain when one was asked."""
-    return answer.response(
-        with_explain(upstream, explain),
-        upstream.status_code,
-        explain_at="kgqr" if explain is not None else None,
-        headers=about_the_request(upstream),
-    )

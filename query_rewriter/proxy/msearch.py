@@ -15,8 +15,7 @@ from starlette.responses import Response
 
 from plugin.schema import kb_of_documents_index
 from query_rewriter import metrics
-from query_rewriter.engine.answer_format import AnswerFormat, json_params
-from query_rewriter.engine.caller import Caller
+from query_rewriter.engine.answer_format import AnswerFormat, json_params, with_explain
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.forwarding import about_the_request, request_headers
 from query_rewriter.proxy.msearch_header import MsearchHeader, check_header
@@ -25,6 +24,7 @@ from query_rewriter.proxy.search_template import rendered_search
 from query_rewriter.search.plan import (
     PassThrough,
     SearchPlan,
+    engine_params,
     engine_written,
     explain_asked,
     plan_search,
@@ -34,7 +34,6 @@ from query_rewriter.search.service import (
     FALLBACK_HEADER,
     fallback_header,
     run_plan,
-    with_explain,
 )
 from query_rewriter.search.state import ProxyState
 
@@ -73,7 +72,7 @@ async def handle_msearch_template(
     or when the engine does not render one of them for the caller (it answers then)."""
     lines, checked = await _read_items(raw, path_index, state.settings.msearch_max_items)
     if not any(kb_of_documents_index(header.single_index or "") for header in checked):
-        return await state.upstream.forward(request, raw, decoded=True)
+        return await state.engine.forward(request, raw, decoded=True)
     headers = request_headers(request)
     rendered = await asyncio.gather(
         *(rendered_search(state, template, headers) for template in lines[1::2])
@@ -81,7 +80,7 @@ async def handle_msearch_template(
     bodies = [search for search in rendered if isinstance(search, dict)]
     if len(bodies) < len(rendered):
         metrics.PASSED_THROUGH.labels("template").inc()
-        return await state.upstream.forward(request, raw, decoded=True)
+        return await state.engine.forward(request, raw, decoded=True)
     searches = [line for pair in zip(lines[0::2], bodies, strict=True) for line in pair]
     query_params = dict(request.query_params)
     return await _answer(state, request, query_params, searches, checked, False, as_sent=raw)
@@ -142,11 +141,10 @@ async def _answer(
             metrics.PASSED_THROUGH.labels(plan.code).inc()
     if not in_url and all(isinstance(plan, PassThrough) and not plan.explain for plan in plans):
         cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
-        return await state.upstream.forward(request, as_sent or cleaned, decoded=True)
+        return await state.engine.forward(request, as_sent or cleaned, decoded=True)
 
     started = time.perf_counter()
-    caller = Caller.from_headers(headers, state.settings)
-    plain_headers = {**headers, **caller.headers}
+    as_caller = state.engine.for_request(headers)
 
     # What applies to each search, not to the msearch as a whole; kgqr reads the answers
     # as plain JSON and writes the whole in the caller's format.
@@ -158,14 +156,14 @@ async def _answer(
     async def one(position: int, plan: SearchPlan | PassThrough) -> dict[str, Any]:
         if isinstance(plan, PassThrough):
             header, body = checked[position], lines[2 * position + 1]
-            upstream = await state.http.post(
-                header.path, json=strip_kgqr(body), params=header.params, headers=plain_headers
+            upstream = await as_caller.send(
+                "POST", header.path, json=strip_kgqr(body), params=header.params
             )
             status = upstream.status_code
             result = with_explain(upstream, plan.explanation() if plan.explain else None)
         else:
-            own = {**item_params, **checked[position].params}
-            upstream, explain = await run_plan(state, plan, own, headers)
+            own = engine_params({**item_params, **checked[position].params})
+            upstream, explain = await run_plan(state, replace(plan, sent_params=own), headers)
             status = upstream.status_code
             result = with_explain(upstream, explain if plan.explain else None)
             if fallback := explain.get("fallback"):

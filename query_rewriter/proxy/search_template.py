@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from query_rewriter.engine.caller import Caller
 from query_rewriter.search.state import ProxyState
 
 TEMPLATE_PATH = re.compile(r"^/([^/_][^/]*)/_search/template/?\Z")
@@ -30,8 +29,8 @@ async def rendered_search(
     (`indices:data/read/search/template/render`) that a role which may only read a
     knowledge base lacks: its 403 here passes its template searches through."""
     template = {key: request[key] for key in TEMPLATE_KEYS if key in request}
-    as_caller = {**headers, **Caller.from_headers(headers, state.settings).headers}
-    answer = await state.http.post("/_render/template", json=template, headers=as_caller)
+    as_caller = state.engine.for_request(headers)
+    answer = await as_caller.send("POST", "/_render/template", json=template)
     output = answer.json().get("template_output") if answer.status_code == 200 else None
     if not isinstance(output, dict):
         return f"the engine did not render the template for the caller ({answer.status_code})"

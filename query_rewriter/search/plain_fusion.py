@@ -5,30 +5,18 @@ strategy (the parameters are in strategies/params.py, as every strategy accepts 
 `base`'s top `fusion.keep` hits (default 1) keep their places; the rest is ordered by
 reciprocal rank fusion of the two rankings (`fusion.plain=1`), or in the strategy's own
 order (`fusion.plain=2`, "pin": the top protected, the depth left to the strategy, which
-RRF gives back to base). It costs one more search, and the query's embedding (~10 ms).
+RRF gives back to base). It costs one more search (both read deep: hybrid_query.FUSION_DEPTH).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from query_rewriter.search.client_fusion import rrf_fuse
+from query_rewriter.engine.hybrid_query import rrf_fuse
 
 
 def _key(hit: dict[str, Any]) -> str:
     return f"{hit['_index']}/{hit['_id']}"
-
-
-# Both rankings are read this deep (or to the end of the page, if deeper) whatever the page,
-# so the fused order, and so each page, is the same however a client pages through it.
-FUSION_DEPTH = 50
-
-
-def depth_body(client_body: dict[str, Any]) -> dict[str, Any]:
-    """The client's search asking for the top of the ranking: both rankings are fused
-    before the page is cut."""
-    start, size = int(client_body.get("from", 0)), int(client_body.get("size", 10))
-    return {**client_body, "from": 0, "size": max(start + size, FUSION_DEPTH)}
 
 
 def fuse_protecting_top(

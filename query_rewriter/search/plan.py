@@ -9,31 +9,42 @@ with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plugin.schema import kb_of_documents_index
-from query_rewriter.engine.answer_format import binary_format, opensearch_flag
+from query_rewriter.engine.answer_format import FORMAT_PARAMS, AnswerFormat, opensearch_flag
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.query_syntax import MAX_QUERY_CHARS
 from query_rewriter.engine.query_text import ParsedQuery, parse_query
 from query_rewriter.search.explain import Explain
 from query_rewriter.strategies import ALL_PARAMS, STRATEGIES, known_strategy
-from query_rewriter.strategies.params import request_params
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.params import HYBRID_BM25, request_params
 
 
 @dataclass
 class SearchPlan:
-    """A search kgqr will rewrite."""
+    """A search kgqr will rewrite, with the strategy it resolved (not its name: everything
+    downstream asks the strategy itself what it reads and whether it calls the LLM)."""
 
     index: str
     kb: str
-    strategy: str
+    strategy: Strategy
     parsed: ParsedQuery
     body: dict[str, Any]
     explain: bool
     params: dict[str, float] = field(default_factory=dict)  # namespaced (strategies.params)
     warnings: tuple[str, ...] = ()  # deprecated parameter spellings the request used
+    # The caller's URL parameters the engine reads, kgqr's own removed, for an answer in
+    # plain JSON (kgqr writes the caller's format): read here once, so nothing downstream
+    # sees the raw query string.
+    sent_params: dict[str, str] = field(default_factory=dict)
+    # BM25's share of the hybrid as the request set it (`hybrid.bm25`); None: the
+    # installed pipeline's weights, the settings'.
+    bm25: float | None = None
+    answer: AnswerFormat = field(default_factory=AnswerFormat)  # the caller's format
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,8 @@ class PassThrough:
     code: str
     reason: str
     explain: bool = False
+    sent_params: dict[str, str] = field(default_factory=dict)  # as SearchPlan's
+    answer: AnswerFormat = field(default_factory=AnswerFormat)
 
     def explanation(self) -> Explain:
         return {"passed_through": self.reason}
@@ -205,9 +218,13 @@ def engine_written(query_params: dict[str, str]) -> PassThrough | None:
     """The pass-through of a search (or msearch) whose answer only the engine writes:
     `format=cbor` or `smile` (answer_format writes JSON and YAML). No explain: it would not
     fit in the binary answer."""
-    asked = binary_format(query_params)
+    asked = AnswerFormat.of(query_params).binary
     if asked is None:
         return None
+    return _engine_written(asked)
+
+
+def _engine_written(asked: str) -> PassThrough:
     return PassThrough("format", f"format={asked}: an answer format only the engine writes")
 
 
@@ -258,12 +275,12 @@ def _pass_through(
     index: str,
     query_params: dict[str, str],
     body: dict[str, Any],
-    strategy: str | None,
+    named: object,
     kb: str | None,
     parsed: ParsedQuery | None,
 ) -> tuple[str, str] | None:
     """(code, reason) when the search is not one to rewrite, else None."""
-    if strategy is None:
+    if named is None:
         return "no_strategy", (
             "no strategy: the request names none (kgqr.strategy) and "
             "KGQR_REWRITE_DEFAULT_STRATEGY is unset"
@@ -331,26 +348,32 @@ def _pass_through(
 def plan_search(
     index: str, query_params: dict[str, str], body: dict[str, Any], default_strategy: str | None
 ) -> SearchPlan | PassThrough:
-    """The rewrite to do, or why the search passes through (after strip_kgqr)."""
+    """The rewrite to do, or why the search passes through (after strip_kgqr). The query
+    string is read here, whole, once: what follows gets the plan."""
     options = _strategy_options(query_params, body)
-    strategy = options.get("strategy", default_strategy)
-    if strategy is not None:
-        known = known_strategy(strategy) if isinstance(strategy, str) else None
+    explain = _flag(options.get("explain", False))
+    named = options.get("strategy", default_strategy)
+    kb = kb_of_documents_index(index)
+    parsed = parse_query(body.get("query"))
+    passing = _pass_through(index, query_params, body, named, kb, parsed)
+    sent = engine_params(query_params)
+    answer = AnswerFormat.of(query_params)
+    if answer.binary is not None:  # only the engine writes its answer: nothing to rewrite
+        return replace(_engine_written(answer.binary), sent_params=sent, answer=answer)
+    strategy = None
+    if named is not None:
+        known = known_strategy(named) if isinstance(named, str) else None
         if known is None:
             raise RewriteRequestError(
                 400,
                 "illegal_argument_exception",
-                f"unknown kgqr strategy [{strategy}]; valid strategies: {', '.join(STRATEGIES)}",
+                f"unknown kgqr strategy [{named}]; valid strategies: {', '.join(STRATEGIES)}",
             )
-        strategy = known
-    declared = STRATEGIES[strategy].params if strategy is not None else ALL_PARAMS
+        strategy = STRATEGIES[known]
+    declared = strategy.params if strategy is not None else ALL_PARAMS
     given = request_params(declared, options["params"])
-    explain = _flag(options.get("explain", False))
-    kb = kb_of_documents_index(index)
-    parsed = parse_query(body.get("query"))
-    passing = _pass_through(index, query_params, body, strategy, kb, parsed)
     if passing is not None:
-        return PassThrough(*passing, explain=explain)
+        return PassThrough(*passing, explain=explain, sent_params=sent, answer=answer)
     assert parsed is not None and kb is not None and strategy is not None  # _pass_through
     return SearchPlan(
         index,
@@ -361,4 +384,14 @@ def plan_search(
         explain,
         given.values,
         given.warnings,
+        sent,
+        given.values.get(HYBRID_BM25.name),
+        answer,
     )
+
+
+def engine_params(query_params: Mapping[str, str]) -> dict[str, str]:
+    """The URL parameters of a search the engine reads: kgqr's own and the answer format
+    removed (kgqr reads the engine's answers as plain JSON)."""
+    return {k: v for k, v in query_params.items()
+            if k not in FORMAT_PARAMS and not k.startswith("kgqr.")}  # fmt: skip

@@ -21,7 +21,6 @@ from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
 from query_rewriter.engine.errors import redact_addresses
-from query_rewriter.engine.gateway import OpenSearchGateway
 from query_rewriter.engine.hybrid_query import fuse, mean_vector
 from query_rewriter.search.cache import RewriteCache, rewrite_key
 from query_rewriter.search.evidence import RecordingSearch, still_readable
@@ -29,6 +28,7 @@ from query_rewriter.search.explain import Budget, Explain, Fallback
 from query_rewriter.search.query_embedders import EmbedderRefused, QueryEmbedders
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.agent.plan_book import book_of
+from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
 from query_rewriter.strategies.rewrite import LlmUsage, Rewrite, StageTimer
@@ -49,6 +49,8 @@ class RewriteOutcome:
     budget: Budget | None = None
     # The KB documents its searches returned as the caller (rewrite_evidence.py).
     evidence: list[str] = field(default_factory=list)
+    # The query's own vector, unfused: the plain ranking fusion protects (plain_fusion.py).
+    plain_vector: list[float] | None = None
 
     def explain(self, final_query: dict[str, Any] | None) -> Explain:
         return {
@@ -76,6 +78,7 @@ class RewriteOutcome:
             "stages_ms": self.stages_ms,
             "llm": self.llm.__dict__,
             "evidence": self.evidence,
+            "plain_vector": self.plain_vector,
         }
 
     @classmethod
@@ -89,6 +92,7 @@ class RewriteOutcome:
             cached=True,
             llm=LlmUsage(**data["llm"]),
             evidence=list(data["evidence"]),
+            plain_vector=data["plain_vector"],
         )
 
 
@@ -132,20 +136,15 @@ class Rewriter:
         except Exception:
             return self.embedders.default_model
 
-    async def query_embed(self, kb: str) -> Embed:
-        """The encoder of the model `kb`'s vectors came from (EmbedderRefused if this proxy
-        may not load it)."""
-        return await self.embedders.for_model(await self._model_of(kb))
-
     async def rewrite(
         self,
         *,
         index: str,
         kb: str,
-        strategy: str,
+        strategy: Strategy,
         query: str,
         params: dict[str, float],
-        gateway: OpenSearchGateway,
+        gateway: Search,
         caller: str,
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (caller.IdentityResolver): a rewrite
@@ -154,15 +153,15 @@ class Rewriter:
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
         # The vectors' model too: a re-embedded knowledge base never gets a cached query
         # vector of its old model.
-        config = STRATEGIES[strategy].config(params, self.settings)
+        config = strategy.config(params, self.settings)
         config["embedder"] = await self._model_of(kb)
         config["llm_sample"] = self.settings.llm_sample  # another draw is another rewrite
-        if STRATEGIES[strategy].reads_graph and self.graph is not None:
+        if strategy.reads_graph and self.graph is not None:
             config["graph_version"] = await self.graph.version(kb)
-        if STRATEGIES[strategy].reads_plans:  # a new optimisation never serves old rewrites
+        if strategy.reads_plans:  # a new optimisation never serves old rewrites
             book = book_of(await self.meta_of(kb))
             config["agent_plans"] = book.version if book else None
-        key = rewrite_key(caller, index, strategy, config, query)
+        key = rewrite_key(caller, index, strategy.name, config, query)
         cached = await self.cache.get(key)
         stale = False
         if cached is not None:
@@ -177,13 +176,13 @@ class Rewriter:
                 stale = True
                 log.info(
                     "a cached rewrite quotes documents the caller may no longer read",
-                    extra={"kgqr": {"index": index, "strategy": strategy}},
+                    extra={"kgqr": {"index": index, "strategy": strategy.name}},
                 )
         # A stale entry (evidence no longer readable) is made afresh below, and replaced.
         metrics.CACHE.labels("stale" if stale else "miss").inc()
 
         budget_ms = self.settings.rewrite_budget_ms
-        budgeted = budget_ms is not None and STRATEGIES[strategy].uses_llm
+        budgeted = budget_ms is not None and strategy.uses_llm
         # A budgeted rewrite keeps no search waiting: it may queue behind the others for an
         # LLM slot as long as the background timeout allows.
         timeout_s = (
@@ -193,8 +192,8 @@ class Rewriter:
         )
 
         async def compute() -> RewriteOutcome:
-            if strategy != "base" and self._running >= self.settings.rewrite_max_concurrent:
-                return self._refused(strategy, query, params)
+            if strategy.name != "base" and self._running >= self.settings.rewrite_max_concurrent:
+                return self._refused(strategy.name, query, params)
             self._running += 1
             metrics.REWRITES_RUNNING.inc()
             recorded = RecordingSearch(gateway, index)
@@ -218,7 +217,7 @@ class Rewriter:
         if task is None and len(self._background) < self.settings.rewrite_background_max:
             task = asyncio.create_task(self.cache.coalesce(key, compute))
             self._background[key] = task
-            task.add_done_callback(lambda done: self._background_done(key, strategy, done))
+            task.add_done_callback(lambda done: self._background_done(key, strategy.name, done))
         if task is not None:
             finished, _ = await asyncio.wait({task}, timeout=budget_ms / 1000)
             if finished:
@@ -226,19 +225,20 @@ class Rewriter:
                 outcome, shared = task.result()
                 return replace(outcome, cached=True) if shared else outcome
         # Over budget: the fast strategy answers now (its own rewrite, cached as usual).
-        fast = self.settings.rewrite_budget_strategy
+        fast = STRATEGIES[self.settings.rewrite_budget_strategy]
         metrics.BUDGETED.labels("fast" if task is not None else "fast_not_queued").inc()
         served = await self.rewrite(
             index=index,
             kb=kb,
             strategy=fast,
             query=query,
-            params={k: v for k, v in params.items() if k in STRATEGIES[fast].declared()},
+            params={k: v for k, v in params.items() if k in fast.declared()},
             gateway=gateway,
             caller=caller,
         )
-        pending = strategy if task is not None else None
-        return replace(served, budget={"served": fast, "pending": pending, "budget_ms": budget_ms})
+        pending = strategy.name if task is not None else None
+        budget: Budget = {"served": fast.name, "pending": pending, "budget_ms": budget_ms}
+        return replace(served, budget=budget)
 
     @staticmethod
     async def _still_readable(gateway: Search, index: str, evidence: list[str]) -> bool:
@@ -270,7 +270,7 @@ class Rewriter:
         self,
         index: str,
         kb: str,
-        strategy_name: str,
+        strategy: Strategy,
         query: str,
         params: dict[str, float],
         gateway: Search,
@@ -280,7 +280,7 @@ class Rewriter:
         started = time.perf_counter()
         timeout_s = timeout_s or self.settings.rewrite_timeout_s
         timer = StageTimer()
-        strategy = STRATEGIES[strategy_name]
+        strategy_name = strategy.name
         alpha = param_value(ALPHA, params, self.settings)
         fallback = None
         usage = LlmUsage()
@@ -346,7 +346,13 @@ class Rewriter:
             metrics.STAGE_SECONDS.labels(strategy_name, stage).observe(ms / 1000)
         metrics.REWRITE_SECONDS.labels(strategy_name).observe(time.perf_counter() - started)
         return RewriteOutcome(
-            rewrite, [float(x) for x in vector], alpha, dict(timer.stages_ms), fallback, llm=usage
+            rewrite,
+            [float(x) for x in vector],
+            alpha,
+            dict(timer.stages_ms),
+            fallback,
+            llm=usage,
+            plain_vector=[float(x) for x in query_vector],
         )
 
     def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:

@@ -31,16 +31,41 @@ STRATEGIES: dict[str, Strategy] = {
         HypotheticalDocuments("rar", grounded=True),
         AnalyzeGenerateRefine(),
         KnowledgeAwareRewrite("kar"),
-        KnowledgeAwareRewrite("kar_no_kg", ranker=None),
-        KnowledgeAwareRewrite("kar_no_drf", ranker=NameSimilarity()),
-        KnowledgeAwareRewrite("kar+boost", boost=True),
+        KnowledgeAwareRewrite("kar_no_kg", ranker=None, kind="ablation"),
+        KnowledgeAwareRewrite("kar_no_drf", ranker=NameSimilarity(), kind="ablation"),
+        KnowledgeAwareRewrite("kar+boost", boost=True, kind="ablation"),
         KnowledgeAwareRewrite("kar_index", linker=IndexEntityLinker()),
         ContextualQueryRetrieval("kgcqr"),
-        ContextualQueryRetrieval("kgcqr_no_ttr", use_ttr=False),
-        ContextualQueryRetrieval("kgcqr_no_completion", complete=False),
+        ContextualQueryRetrieval("kgcqr_no_ttr", use_ttr=False, kind="ablation"),
+        ContextualQueryRetrieval("kgcqr_no_completion", complete=False, kind="ablation"),
         PlanAgent(),
     )
 }
+
+# The strategies a user chooses from first (the tune page, `--help`), then the seed
+# papers' baselines and the ablations, which stay reachable for `kgqr eval`.
+KIND_ORDER = ("strategy", "baseline", "ablation")
+
+
+def by_kind() -> list[Strategy]:
+    """Every strategy, those to choose from first, each kind in registry order."""
+    return sorted(STRATEGIES.values(), key=lambda s: KIND_ORDER.index(s.kind))
+
+
+def menu() -> str:
+    """Every strategy by kind, those to choose from first, each LLM one with its calls
+    (`kar (2 LLM calls)`): what `--help` lists."""
+
+    def described(strategy: Strategy) -> str:
+        if not strategy.uses_llm:
+            return strategy.name
+        calls = "1 LLM call" if strategy.llm_calls == 1 else f"{strategy.llm_calls} LLM calls"
+        return f"{strategy.name} ({calls})"
+
+    groups = {kind: [described(s) for s in by_kind() if s.kind == kind] for kind in KIND_ORDER}
+    titles = {"strategy": "to choose from", "baseline": "baselines", "ablation": "ablations"}
+    return "; ".join(f"{titles[kind]}: {', '.join(names)}" for kind, names in groups.items())
+
 
 # Every parameter some strategy reads, once (what `kgqr eval --param` accepts).
 ALL_PARAMS: tuple[Param, ...] = tuple(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from kgqr_core.settings import Settings
 from query_rewriter.strategies.context import CONTEXT_SETTINGS, StrategyContext
 from query_rewriter.strategies.params import COMMON, Param, param_value
 from query_rewriter.strategies.rewrite import Rewrite
+
+Kind = Literal["strategy", "baseline", "ablation"]
 
 
 class Strategy(abc.ABC):
@@ -23,15 +25,23 @@ class Strategy(abc.ABC):
     name: str
     params: tuple[Param, ...] = ()
     settings: tuple[str, ...] = ()
-    # Whether a rewrite waits on the LLM: such a strategy's uncached rewrites are budgeted
-    # (KGQR_REWRITE_BUDGET_MS). Assumed unless a strategy says otherwise.
-    uses_llm = True
+    # The LLM calls one uncached rewrite makes: what the tune page and `--help` warn of
+    # (15-80 s each on a 2-core CPU), and whether its rewrites are budgeted.
+    llm_calls = 1
+    # "strategy": one a user should choose from; "baseline": a seed paper's method, kept
+    # for `kgqr eval` to compare against; "ablation": a method with one stage removed.
+    kind: Kind = "strategy"
     # Whether its rewrites depend on the KB's optimised plan templates (the cache key then
     # carries their version).
     reads_plans = False
     # Whether its rewrites depend on the knowledge graph (the cache key then carries the
     # KB's graph version, so an ingest never leaves a rewrite of the old graph served).
     reads_graph = False
+
+    @property
+    def uses_llm(self) -> bool:
+        """Its uncached rewrites wait on the LLM, so they are budgeted (KGQR_REWRITE_BUDGET_MS)."""
+        return self.llm_calls > 0
 
     @abc.abstractmethod
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite: ...

@@ -12,9 +12,21 @@ from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-from query_rewriter.engine.hybrid_query import bm25_clause, hybrid_body, search_params, weighted
+from query_rewriter.engine.hybrid_query import (
+    HybridWeights,
+    bm25_clause,
+    hybrid_body,
+    search_params,
+)
 from query_rewriter.engine.query_text import ParsedQuery
-from query_rewriter.strategies.params import EXPANSIONS, HYBRID_BM25, KNN_K, Param, param_value
+from query_rewriter.strategies.params import (
+    EXPANSIONS,
+    HYBRID_BM25,
+    KNN_K,
+    Param,
+    param_value,
+    requested_value,
+)
 from query_rewriter.strategies.rewrite import LlmUsage, StageTimer
 from query_rewriter.strategies.services import Embed, Graph, Llm, Search
 
@@ -65,6 +77,11 @@ class StrategyContext:
         """The request's value of a parameter the strategy declared, else its setting's."""
         self._check(param.name)
         return param_value(param, self.params, self.settings)
+
+    def requested(self, param: Param) -> float | None:
+        """The request's own value of a declared parameter, None where it set none."""
+        self._check(param.name)
+        return requested_value(param, self.params)
 
     def setting(self, name: str) -> Any:
         """A setting the strategy declared (Strategy.settings)."""
@@ -127,10 +144,8 @@ class StrategyContext:
             vector = await self.query_vector(query)
             parsed = ParsedQuery(query, filters=filters or [])
             request = {"size": size, "_source": fields}
-            body = hybrid_body(request, parsed, query, vector, int(self.param(KNN_K)))
-            body = weighted(
-                body, self.params.get(HYBRID_BM25.name), self.settings.hybrid_boost_weights
-            )
+            weights = HybridWeights(self.requested(HYBRID_BM25), self.settings.hybrid_boost_weights)
+            body = hybrid_body(request, parsed, query, vector, int(self.param(KNN_K)), weights)
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:

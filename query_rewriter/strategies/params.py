@@ -108,3 +108,10 @@ def request_params(declared: Iterable[Param], given: Mapping[str, Any]) -> Reque
 def param_value(param: Param, values: Mapping[str, float], settings: Settings) -> float:
     """The request's value, else the setting's."""
     return values.get(param.name, param.default(settings))
+
+
+def requested_value(param: Param, values: Mapping[str, float]) -> float | None:
+    """The request's value only, None where it set none: for a knob whose default is not
+    one number kgqr sends but something the engine holds already (`hybrid.bm25`: the
+    installed pipeline's weights)."""
+    return values.get(param.name)

@@ -9,7 +9,7 @@ from query_rewriter.strategies.rewrite import Rewrite
 
 class PlainQuery(Strategy):
     name = "base"
-    uses_llm = False
+    llm_calls = 0
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         return Rewrite(strategy=self.name, query=query)

@@ -19,7 +19,7 @@ from kgqr_core import graph_version
 from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import free_port, running_proxy
 from plugin import schema
-from query_rewriter.engine.gateway import opensearch_http_client
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.copies import GraphSnapshots
 from query_rewriter.graph.in_memory import GraphSnapshot
 from query_rewriter.search.state import knowledge_base_names
@@ -261,18 +261,17 @@ def test_preloading_every_knowledge_base_reads_what_kgqr_meta_lists_or_nothing(
     async def preload_every_kb() -> tuple[list[str], list[str], list[str]]:
         redis = aioredis.Redis.from_url(settings.redis_url)
         service_http = opensearch_http_client(settings, service_account=True)
+        as_kgqr = EngineSession(service_http, {})
         try:
-            listed = await knowledge_base_names(service_http)
+            listed = await knowledge_base_names(as_kgqr)
             # Large KBs (benchmarks) are counted, not copied.
             small = settings.model_copy(update={"graph_snapshot_max_relations": 100})
             snapshots = GraphSnapshots(small, redis)
-            started = await snapshots.preload("*", lambda: knowledge_base_names(service_http))
+            started = await snapshots.preload("*", lambda: knowledge_base_names(as_kgqr))
             await snapshots.wait_for_loads()
             # A name kgqr-meta does not list (a typo) is not copied as an empty graph.
             named = GraphSnapshots(small, redis)
-            typo = await named.preload(
-                f"{kb},no-such-kb", lambda: knowledge_base_names(service_http)
-            )
+            typo = await named.preload(f"{kb},no-such-kb", lambda: knowledge_base_names(as_kgqr))
             await named.wait_for_loads()
             assert typo == [kb]
             unlisted = GraphSnapshots(settings, redis)

@@ -19,7 +19,7 @@ from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import free_port, running_proxy
 from plugin import schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.copies import load_snapshot
 from query_rewriter.graph.store import Neighbours, Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
@@ -158,7 +158,7 @@ def test_msearch_answers_in_order_and_raises_on_a_failed_item(
 ) -> None:
     async def run(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         async with opensearch_http_client(settings) as http:
-            return await OpenSearchGateway(http, None).msearch(INDEX, bodies)
+            return await EngineSession(http, {}).msearch(INDEX, bodies)
 
     answers = _run(run([{"query": {"ids": {"values": [i]}}} for i in ("m1", "p1")]))
     assert [a["hits"]["hits"][0]["_id"] for a in answers] == ["m1", "p1"]
@@ -175,7 +175,7 @@ def _context(settings: Settings, http: httpx.AsyncClient, graph: Any,
 
     structure = DocumentStructure(types={"movie": ["year", "genre", "plot"], "person": [],
                                          "genre": []})  # fmt: skip
-    return StrategyContext(settings, INDEX, KB, structure, llm, OpenSearchGateway(http, None),  # type: ignore[arg-type]
+    return StrategyContext(settings, INDEX, KB, structure, llm, EngineSession(http, {}),  # type: ignore[arg-type]
                            embed, graph=graph)  # fmt: skip
 
 

@@ -25,7 +25,7 @@ from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
 from plugin import schema
 from plugin.kb_meta import DocumentStructure
-from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.knowledge.kgcqr import ContextualQueryRetrieval
@@ -95,7 +95,7 @@ async def _with_strategy_context(settings: Settings, use: Any) -> Any:
         settings
     ) as graph:  # fmt: skip
         ctx = StrategyContext(settings, schema.documents_index(KB), KB, DocumentStructure(),
-                              None, OpenSearchGateway(http, None), embed, graph=Neo4jGraph(graph),  # type: ignore[arg-type]
+                              None, EngineSession(http, {}), embed, graph=Neo4jGraph(graph),  # type: ignore[arg-type]
                               declared=ContextualQueryRetrieval().declared())  # fmt: skip
         return await use(ctx, embed)
 

@@ -50,7 +50,7 @@ from kgqr_ops.services.secured_opensearch import (
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.engine.caller import IMPERSONATION_HEADER
-from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.search.state import knowledge_base_names
 from query_rewriter.strategies.agent.executor import execute
@@ -631,7 +631,7 @@ def test_graph_copies_to_preload_are_listed_with_kgqrs_own_account(
     async def listed(service_account: bool) -> list[str] | int:
         client = opensearch_http_client(as_kgqr, service_account=service_account)
         try:
-            return await knowledge_base_names(client)
+            return await knowledge_base_names(EngineSession(client, {}))
         except httpx.HTTPStatusError as refused:
             return refused.response.status_code
         finally:
@@ -882,7 +882,7 @@ def test_a_chain_of_follows_goes_on_only_from_documents_the_caller_may_read(
         async with opensearch_http_client(as_caller) as http, connections.async_neo4j_driver(
             settings
         ) as driver:  # fmt: skip
-            gateway = OpenSearchGateway(http, {"authorization": users[who]})
+            gateway = EngineSession(http, {"authorization": users[who]})
             ctx = StrategyContext(as_caller, secured_kb, KB, DocumentStructure(), None,  # type: ignore[arg-type]
                                   gateway, embed, graph=Neo4jGraph(driver))  # fmt: skip
             ran = await execute(costars, "Heat", ctx)

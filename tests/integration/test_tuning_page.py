@@ -90,6 +90,17 @@ def test_judging_a_hit_updates_each_strategys_metrics(
     browser.get(f"{tuning_url}/_kgqr/tune")
     wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, f'#kb option[value="{KB}"]')))
     Select(browser.find_element(By.ID, "kb")).select_by_value(KB)
+    # Offered first and pre-selected: base and the default (base here, so `graph`); the
+    # baselines and ablations in rows of their own; an LLM strategy says what it costs.
+    boxes = browser.find_elements(By.CSS_SELECTOR, "input[name=strategy]")
+    assert sorted(b.get_attribute("value") for b in boxes if b.is_selected()) == ["base", "graph"]
+    rows = browser.find_elements(By.CSS_SELECTOR, "#strategies .kind")
+    assert [r.get_attribute("class") for r in rows] == [
+        "kind strategy", "kind baseline", "kind ablation"
+    ]  # fmt: skip
+    first, baselines, ablations = (" ".join(row.text.split()) for row in rows)
+    assert "hyde" in baselines and "kar_no_kg" in ablations and "hyde" not in first
+    assert "kar (2 LLM calls)" in first and "graph (" not in first
     for box in browser.find_elements(By.CSS_SELECTOR, "input[name=strategy]"):
         if box.is_selected() != (box.get_attribute("value") in ("base", "prf")):
             box.click()

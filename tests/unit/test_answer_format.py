@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from query_rewriter.engine.answer_format import AnswerFormat, binary_format, json_params
+from query_rewriter.engine.answer_format import AnswerFormat, json_params
 from query_rewriter.engine.filter_path import filtered
 
 HIT = {"_index": "i", "_id": "m1", "_score": 1.0,
@@ -67,4 +67,5 @@ def test_the_answer_is_written_filtered_pretty_or_in_yaml_with_the_explain_kept(
     text = bytes(as_yaml.body).decode()
     assert text.startswith("---\n") and yaml.safe_load(text) == ANSWER
     assert AnswerFormat.of({"pretty": "false"}).is_plain_json
-    assert binary_format({"format": "CBOR"}) == "cbor" and binary_format({"format": "yaml"}) is None
+    assert AnswerFormat.of({"format": "CBOR"}).binary == "cbor"
+    assert AnswerFormat.of({"format": "yaml"}).binary is None

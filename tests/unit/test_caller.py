@@ -11,8 +11,10 @@ import pytest
 from pydantic import SecretStr
 
 from kgqr_core.settings import Settings
-from query_rewriter.engine.caller import Caller, IdentityResolver
+from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.errors import redact_addresses
+from query_rewriter.engine.gateway import EngineSession
+from query_rewriter.engine.identities import IdentityResolver
 
 pytestmark = pytest.mark.unit
 SERVICE = Settings(opensearch_user="kgqr", opensearch_password=SecretStr("svc"))
@@ -69,7 +71,12 @@ def _resolver(answers: dict[str, httpx.Response]) -> tuple[IdentityResolver, lis
         return answers.get(who, httpx.Response(401))
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://os")
-    return IdentityResolver(client), asked
+
+    class Sessions:
+        def as_caller(self, caller: Caller, headers: object = None) -> EngineSession:
+            return EngineSession(client, caller.headers)
+
+    return IdentityResolver(Sessions()), asked
 
 
 def test_identity_is_the_user_and_roles_opensearch_resolves() -> None:
@@ -237,7 +244,7 @@ def test_without_the_security_plugin_a_callers_address_does_not_split_their_iden
 def test_a_flood_of_new_callers_does_not_evict_every_known_one() -> None:
     """One caller sending junk headers makes a new fingerprint per request: the identity
     memory once cleared itself when full, and every other caller's lookups with it."""
-    from query_rewriter.engine import caller as caller_module
+    from query_rewriter.engine import identities
 
     resolver, asked = _resolver(
         {"Basic known": httpx.Response(200, json={"user_name": "k", "roles": []})}
@@ -245,7 +252,7 @@ def test_a_flood_of_new_callers_does_not_evict_every_known_one() -> None:
 
     async def flood() -> None:
         known = Caller.from_headers({"authorization": "Basic known"}, SERVICE)
-        for n in range(caller_module.MAX_IDENTITIES - 1):
+        for n in range(identities.MAX_IDENTITIES - 1):
             await resolver.identity(Caller.from_headers({"x-junk": str(n)}, SERVICE))
         await resolver.identity(known)  # the last one in before the memory is full
         await resolver.identity(Caller.from_headers({"x-junk": "one more"}, SERVICE))

@@ -28,8 +28,10 @@ from kgqr_core.embedder_models import (
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.search.query_embedders import QueryEmbedders
+from query_rewriter.strategies import STRATEGIES
 
 PAYLOAD = b"a model folder, zipped" * 1000
+BASE = STRATEGIES["base"]
 
 
 def _wheels(tmp_path: Path, parts: list[bytes], order: list[int]) -> list[Path]:
@@ -205,7 +207,7 @@ def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:
                                  embedder="embeddinggemma-300m", dimension=768)  # fmt: skip
 
     rewriter = Rewriter(Settings(), None, None, QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
-    outcome = asyncio.run(rewriter._compute("i", "gemma-kb", "base", "q", {}, None, "u"))  # type: ignore[arg-type]
+    outcome = asyncio.run(rewriter._compute("i", "gemma-kb", BASE, "q", {}, None, "u"))  # type: ignore[arg-type]
     assert outcome.vector is None and embedded == []  # nothing mixed: the client's search
     fallback = outcome.explain(None)["fallback"]
     assert fallback is not None and fallback["stage"] == "embedder"
@@ -238,7 +240,7 @@ def test_each_kb_is_searched_with_its_own_models_queries() -> None:
     rewriter = Rewriter(Settings(), None, None, embedders, meta_of)  # type: ignore[arg-type]
 
     async def both() -> list[Any]:
-        return [await rewriter._compute("i", kb, "base", "q", {}, None, "u")  # type: ignore[arg-type]
+        return [await rewriter._compute("i", kb, BASE, "q", {}, None, "u")  # type: ignore[arg-type]
                 for kb in ("gemma-kb", "mini-kb", "gemma-kb2")]  # fmt: skip
 
     outcomes = asyncio.run(both())

@@ -63,6 +63,14 @@ def _violations(modules: list[tuple[str, Path]]) -> list[str]:
     return wrong
 
 
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    """A checkout of `files` (path: source) under `root`, for the checks to read."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_each_package_imports_only_the_layers_below_it(package: str) -> None:
     modules = [(m, p) for m, p in _modules() if m.split(".", 1)[0] == package]
@@ -80,11 +88,48 @@ def test_the_check_catches_imports_against_the_layers(tmp_path: Path) -> None:
         "workbench/evaluation/runner.py": "from query_rewriter.strategies import STRATEGIES\n",
         "plugin/schema.py": "import kgqr_core.settings\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    assert sorted(_violations(_modules(tmp_path))) == [
+    assert sorted(_violations(_modules(_tree(tmp_path, files)))) == [
         "ingest.tasks -> query_rewriter.proxy.app",
         "kgqr_core.settings -> plugin",
         "query_rewriter.search.service -> workbench.tuning",
+    ]
+
+
+# The read path's floors, along a search's way down: a module imports only its own floor
+# and those below it (the top-level `metrics` and `structured_logging` are the ground).
+READ_PATH_FLOORS = ("engine", "graph", "strategies", "search", "proxy")
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in READ_PATH_FLOORS:
+        return -1  # query_rewriter.metrics, .structured_logging: the ground
+    return READ_PATH_FLOORS.index(parts[1])
+
+
+def _upward(modules: list[tuple[str, Path]]) -> list[str]:
+    wrong = []
+    for module, path in modules:
+        if module.split(".")[0] != "query_rewriter" or _layer(module) == "cli":
+            continue
+        above = [t for t in _imports(path) if t.startswith("query_rewriter.")
+                 and _floor(t) > _floor(module)]  # fmt: skip
+        wrong += [f"{module} -> {target}" for target in sorted(above)]
+    return wrong
+
+
+def test_no_import_of_the_read_path_runs_back_up() -> None:
+    assert not _upward(_modules()), "imports running up the read path:\n" + "\n".join(
+        _upward(_modules())
+    )
+
+
+def test_the_floor_check_catches_an_import_running_up(tmp_path: Path) -> None:
+    files = {
+        "query_rewriter/engine/gateway.py": "from query_rewriter.search.plan import SearchPlan\n",
+        "query_rewriter/search/service.py": "from query_rewriter.engine.gateway import Engine\n",
+        "query_rewriter/graph/store.py": "from query_rewriter import metrics\n",
+    }
+    assert _upward(_modules(_tree(tmp_path, files))) == [
+        "query_rewriter.engine.gateway -> query_rewriter.search.plan"
     ]

@@ -17,6 +17,7 @@ from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.search.cache import RewriteCache
 from query_rewriter.search.query_embedders import QueryEmbedders
 from query_rewriter.search.rewriter import Rewriter
+from query_rewriter.strategies import STRATEGIES
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for
 
 HYDE_ANSWER = '{"documents": ["Heat is a 1995 crime film about bank robbers in Los Angeles."]}'
@@ -49,7 +50,7 @@ async def _embed(texts: list[str]) -> np.ndarray:
 
 
 def _rewrite(rewriter: Rewriter, query: str):  # type: ignore[no-untyped-def]
-    return rewriter.rewrite(index="i", kb="kb", strategy="hyde", query=query, params={},
+    return rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["hyde"], query=query, params={},
                             gateway=None, caller="someone")  # type: ignore[arg-type]  # fmt: skip
 
 
@@ -66,7 +67,7 @@ def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None
         assert "KGQR_REWRITE_MAX_CONCURRENT" in refused.fallback["reason"]
         assert refused.rewrite.strategy == "base" and refused.vector is None
         assert llm.calls == 2
-        plain = await rewriter.rewrite(index="i", kb="kb", strategy="base", query="q",
+        plain = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["base"], query="q",
                                        params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
         assert plain.fallback is None  # base rewrites cost nothing and are always admitted
         llm.release.set()

@@ -10,16 +10,16 @@ import pytest
 from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.hybrid_query import (
+    HybridWeights,
     fuse,
     hybrid_body,
     mean_vector,
+    rrf_fuse,
     search_params,
-    weighted,
 )
 from query_rewriter.engine.query_syntax import syntax_used
 from query_rewriter.engine.query_text import ParsedQuery, parse_query
 from query_rewriter.search.cache import rewrite_key
-from query_rewriter.search.client_fusion import rrf_fuse
 from query_rewriter.search.plan import (
     PassThrough,
     SearchPlan,
@@ -31,6 +31,11 @@ from query_rewriter.search.plan import (
     uri_search_as_body,
 )
 from query_rewriter.search.query_embedders import QueryEmbedders
+from query_rewriter.strategies import STRATEGIES
+
+# The settings' weights, as the installed pipelines hold them: no inline pipeline.
+SHARED = HybridWeights(None, (0.25, 0.55, 0.2))
+HYDE = STRATEGIES["hyde"]
 
 
 @pytest.mark.parametrize(
@@ -79,11 +84,11 @@ def test_plan_takes_strategy_and_params_from_query_string_or_ext() -> None:
     body = {"query": {"match": {"text": "heat"}},
             "ext": {"kgqr": {"strategy": "hyde", "params": {"rewrite.alpha": 0.5}}}}  # fmt: skip
     plan = plan_search("kgqr-m-documents", {"kgqr.param.rewrite.n": "2"}, body, "base")
-    assert isinstance(plan, SearchPlan) and plan.strategy == "hyde" and plan.kb == "m"
+    assert isinstance(plan, SearchPlan) and plan.strategy.name == "hyde" and plan.kb == "m"
     assert plan.params == {"rewrite.alpha": 0.5, "rewrite.n": 2.0}
     assert "ext" not in plan.body
     plan = plan_search("kgqr-m-documents", {"kgqr.strategy": "prf"}, body, "base")
-    assert isinstance(plan, SearchPlan) and plan.strategy == "prf"
+    assert isinstance(plan, SearchPlan) and plan.strategy.name == "prf"
 
 
 def _passes(index: str, params: dict[str, str], body: dict[str, Any], default: str | None) -> str:
@@ -188,14 +193,17 @@ def test_an_explain_flag_that_is_neither_true_nor_false_is_a_400() -> None:
 
 
 def test_a_bm25_share_becomes_the_requests_own_pipeline_weights() -> None:
-    body = hybrid_body({"size": 3}, ParsedQuery("heat"), "heat", np.array([1.0, 0.0]), k=50)
-    assert weighted(body, None, (0.25, 0.55, 0.2)) is body  # the shared pipeline applies
-    two = weighted(body, 0.1, (0.25, 0.55, 0.2))
+    def body(bm25: float | None, boosts: dict[str, float] | None = None) -> dict[str, Any]:
+        weights = HybridWeights(bm25, (0.25, 0.55, 0.2))
+        vector = np.array([1.0, 0.0])
+        return hybrid_body({"size": 3}, ParsedQuery("heat"), "heat", vector, 50, weights, boosts)
+
+    assert "search_pipeline" not in body(None)  # the shared pipeline applies
+    two = body(0.1)
     processor = two["search_pipeline"]["phase_results_processors"][0]["normalization-processor"]
     assert processor["combination"]["parameters"]["weights"] == pytest.approx([0.1, 0.9])
     assert "search_pipeline" not in search_params({}, two)
-    boosted = {**body, "query": {"hybrid": {"queries": [*body["query"]["hybrid"]["queries"], {}]}}}
-    three = weighted(boosted, 0.5, (0.25, 0.55, 0.2))
+    three = body(0.5, {"m1": 0.6})
     processor = three["search_pipeline"]["phase_results_processors"][0]["normalization-processor"]
     assert processor["combination"]["parameters"]["weights"] == pytest.approx([0.4, 0.4, 0.2])
 
@@ -212,7 +220,7 @@ def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() ->
     parsed = ParsedQuery("heat", [{"term": {"type": "movie"}}])
     client = {"query": {}, "size": 5, "from": 10, "_source": ["title"], "aggs": {"a": {}},
               "sort": ["_score"]}  # fmt: skip
-    body = hybrid_body(client, parsed, "heat expanded", np.array([1.0, 0.0]), k=50)
+    body = hybrid_body(client, parsed, "heat expanded", np.array([1.0, 0.0]), k=50, weights=SHARED)
     assert {k: body[k] for k in ("size", "from", "_source", "aggs", "sort")} == {
         "size": 5,
         "from": 10,
@@ -225,7 +233,9 @@ def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() ->
     assert bm25["bool"]["must"][0]["multi_match"]["query"] == "heat expanded"
     assert knn["knn"]["vector"]["filter"]["bool"]["filter"] == [{"term": {"type": "movie"}}]
     assert body["query"]["hybrid"]["pagination_depth"] == 50
-    first_page = hybrid_body({"size": 5}, parsed, "heat", np.array([1.0, 0.0]), k=50)
+    first_page = hybrid_body(
+        {"size": 5}, parsed, "heat", np.array([1.0, 0.0]), k=50, weights=SHARED
+    )
     assert first_page["query"]["hybrid"]["pagination_depth"] == 50  # same depth on every page
 
 
@@ -315,7 +325,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
                                  dimension=4)  # fmt: skip
 
     rewriter = Rewriter(Settings(), EchoingLlm(), None, QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
-    outcome = asyncio.run(rewriter._compute("i", "kb", "hyde", "q", {}, None, "u"))  # type: ignore[arg-type]
+    outcome = asyncio.run(rewriter._compute("i", "kb", HYDE, "q", {}, None, "u"))  # type: ignore[arg-type]
     explain = outcome.explain(None)
     assert explain["fallback"] is not None
     assert explain["fallback"]["reason"] == "ValueError: the LLM returned no usable documents"
@@ -329,8 +339,8 @@ def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
     from query_rewriter.engine.hybrid_query import search_params
 
     parsed = ParsedQuery("heat", [{"term": {"type": "movie"}}])
-    plain = hybrid_body({}, parsed, "heat", np.array([1.0, 0.0]), k=10)
-    boosted = hybrid_body({}, parsed, "heat", np.array([1.0, 0.0]), k=10,
+    plain = hybrid_body({}, parsed, "heat", np.array([1.0, 0.0]), k=10, weights=SHARED)
+    boosted = hybrid_body({}, parsed, "heat", np.array([1.0, 0.0]), k=10, weights=SHARED,
                           boosts={"m1": 0.6, "m2": -0.1})  # fmt: skip
     assert search_params({"kgqr.x": "1"}, plain) == {"search_pipeline": HYBRID_PIPELINE}
     assert search_params({}, boosted)["search_pipeline"] == HYBRID_BOOST_PIPELINE
@@ -365,7 +375,7 @@ def test_a_strategy_cannot_read_a_knob_it_did_not_declare() -> None:
     from query_rewriter.strategies.context import StrategyContext, UndeclaredKnob
     from query_rewriter.strategies.params import KAR_K
 
-    declared = STRATEGIES["hyde"].declared()
+    declared = HYDE.declared()
     ctx = StrategyContext(Settings(), "i", "kb", None, None, None, None, declared=declared)  # type: ignore[arg-type]
     assert ctx.truncate("a b c", 3) == "a ..."  # the context's own settings are allowed
     with pytest.raises(UndeclaredKnob, match="kar_hub_cap"):
@@ -476,7 +486,7 @@ def test_named_text_clauses_are_kept_at_no_score() -> None:
     single = parse_query(named)
     assert single is not None and single.named == [named]
     assert parse_query(plain) == ParsedQuery("pacino")  # nothing named: the clause as before
-    body = hybrid_body({"size": 2}, parsed, "heat pacino", np.ones(3), k=5)
+    body = hybrid_body({"size": 2}, parsed, "heat pacino", np.ones(3), k=5, weights=SHARED)
     lexical = body["query"]["hybrid"]["queries"][0]["bool"]
     assert lexical["should"] == [{"bool": {"should": [named], "boost": 0}}]
     assert lexical["must"][0]["multi_match"]["query"] == "heat pacino"
@@ -486,7 +496,7 @@ def test_a_fuzzy_match_hands_its_options_to_the_rewrite() -> None:
     fuzzy = {"match": {"text": {"query": "pacnio", "fuzziness": 1, "prefix_length": 2, "boost": 3}}}
     parsed = parse_query({"bool": {"should": [{"match": {"title": "heat"}}, fuzzy]}})
     assert parsed is not None and parsed.fuzzy == {"fuzziness": 1, "prefix_length": 2}
-    body = hybrid_body({}, parsed, "heat pacnio", np.ones(3), k=5)
+    body = hybrid_body({}, parsed, "heat pacnio", np.ones(3), k=5, weights=SHARED)
     assert body["query"]["hybrid"]["queries"][0]["multi_match"]["fuzziness"] == 1
     assert parse_query({"query_string": {"query": "heat", "fuzziness": 2}}) == ParsedQuery("heat")
 
@@ -540,7 +550,9 @@ def test_a_query_that_demands_more_than_a_word_filters_the_rewrite(
     parsed = parse_query(query)
     assert parsed is not None and parsed.demands == demands
     assert (query in parsed.filters) == (demands is not None)
-    queries = hybrid_body({}, parsed, "heat mann expansion", np.ones(3), k=5)["query"]["hybrid"]
+    queries = hybrid_body({}, parsed, "heat mann expansion", np.ones(3), k=5, weights=SHARED)[
+        "query"
+    ]["hybrid"]
     lexical, knn = queries["queries"]
     if demands is not None:  # both sides rank only the caller's own hits
         assert query in lexical["bool"]["filter"]

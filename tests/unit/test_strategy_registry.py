@@ -56,7 +56,7 @@ def test_a_new_strategy_is_one_class_and_one_registry_line(
     embedders = QueryEmbedders.single(embed)
     rewriter = Rewriter(Settings(), None, RewriteCache(None, 0), embedders, meta_of)  # type: ignore[arg-type]
     rewrite = rewriter.rewrite(
-        index=plan.index, kb=plan.kb, strategy="echo", query="heat", params=plan.params,
+        index=plan.index, kb=plan.kb, strategy=plan.strategy, query="heat", params=plan.params,
         gateway=None,  # type: ignore[arg-type]
         caller="c",
     )  # fmt: skip
@@ -92,3 +92,32 @@ def test_a_misspelt_default_strategy_is_refused_up_front() -> None:
         check_default_strategy(accepted)
     with pytest.raises(ConfigurationError, match=r"'karr' is no strategy; valid: base, "):
         check_default_strategy("karr")
+
+
+def test_strategies_to_choose_come_before_the_baselines_and_ablations() -> None:
+    """The seed papers' baselines and the ablations stay reachable (kgqr eval), grouped
+    apart from the strategies a user should choose from, which `--help` lists first."""
+    from query_rewriter.strategies import STRATEGIES, by_kind, menu
+
+    kinds = {name: s.kind for name, s in STRATEGIES.items()}
+    assert {n for n, k in kinds.items() if k == "baseline"} == {"prf", "hyde", "rar", "agr"}
+    assert {n for n, k in kinds.items() if k == "ablation"} == {
+        "kar_no_kg", "kar_no_drf", "kar+boost", "kgcqr_no_ttr", "kgcqr_no_completion"
+    }  # fmt: skip
+    ordered = [s.kind for s in by_kind()]
+    assert ordered == sorted(ordered, key=("strategy", "baseline", "ablation").index)
+    calls = {name: s.llm_calls for name, s in STRATEGIES.items()}
+    assert calls["base"] == calls["graph"] == calls["prf"] == calls["agent"] == 0
+    assert (calls["kar"], calls["kar_index"], calls["kgcqr"], calls["agr"]) == (2, 1, 2, 5)
+    assert not STRATEGIES["graph"].uses_llm and STRATEGIES["hyde"].uses_llm
+    listed = menu()
+    assert listed.index("graph") < listed.index("baselines: prf") < listed.index("ablations")
+    assert "kar (2 LLM calls)" in listed and "graph," in listed
+
+
+def test_the_tune_page_preselects_base_and_the_default_never_a_costly_baseline() -> None:
+    from workbench.tuning.routes import preselected
+
+    assert preselected("base") == ["base", "graph"]
+    assert preselected(None) == ["base", "graph"]
+    assert preselected("kar") == ["base", "kar"]

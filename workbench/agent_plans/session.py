@@ -19,7 +19,7 @@ from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
 from plugin.kb_meta import KnowledgeBaseMeta
 from plugin.schema import documents_index
-from query_rewriter.engine.gateway import OpenSearchGateway, opensearch_http_client
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.agent.executor import execute
 from query_rewriter.strategies.agent.plan import PlanError, fill, validate
@@ -35,7 +35,7 @@ class PlanSession:
     settings: Settings
     kb: str
     meta: KnowledgeBaseMeta
-    gateway: OpenSearchGateway
+    gateway: EngineSession  # kgqr's own account: an offline optimisation, not a caller's
     graph: Neo4jGraph
     llm: AsyncLlmClient | None
 
@@ -49,7 +49,7 @@ class PlanSession:
             connections.async_neo4j_driver(settings) as driver,
         ):
             yield cls(
-                settings, kb, meta, OpenSearchGateway(http, None), Neo4jGraph(driver),
+                settings, kb, meta, EngineSession(http, {}), Neo4jGraph(driver),
                 AsyncLlmClient(settings) if llm else None,
             )  # fmt: skip
 

@@ -12,9 +12,8 @@ import datetime as dt
 import hashlib
 from typing import Any
 
-import httpx
-
 from plugin.schema import JUDGMENTS_INDEX, TUNE_RUNS_INDEX
+from query_rewriter.engine.gateway import EngineSession
 from workbench.tuning.scoreboard import Judgment, ShownRanking
 
 MAX_STORED = 10_000  # one page of a search; a tuning session stays far below it
@@ -29,16 +28,15 @@ def _now() -> str:
 
 
 class JudgmentStore:
-    def __init__(self, http: httpx.AsyncClient, headers: dict[str, str]) -> None:
-        self._http = http
-        self._headers = headers
+    def __init__(self, session: EngineSession) -> None:
+        self._session = session
 
     async def _put(self, index: str, doc_id: str, doc: dict[str, Any]) -> None:
-        response = await self._http.put(
+        response = await self._session.send(
+            "PUT",
             f"/{index}/_doc/{doc_id}",
             params={"refresh": "wait_for"},
             json={**doc, "timestamp": _now()},
-            headers=self._headers,
         )
         response.raise_for_status()
 
@@ -46,10 +44,10 @@ class JudgmentStore:
         filters: list[dict[str, Any]] = [{"term": {"kb": kb}}]
         if query is not None:
             filters.append({"term": {"query": query}})
-        response = await self._http.post(
+        response = await self._session.send(
+            "POST",
             f"/{index}/_search",
             json={"size": MAX_STORED, "query": {"bool": {"filter": filters}}},
-            headers=self._headers,
         )
         if response.status_code == 404:  # nothing judged yet: the index does not exist
             return []

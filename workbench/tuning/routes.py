@@ -16,20 +16,23 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from plugin.schema import TUNE_RUNS_INDEX, check_kb_name, documents_index
-from query_rewriter.engine.caller import credentials_refused
 from query_rewriter.engine.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.engine.forwarding import request_headers
+from query_rewriter.engine.identities import credentials_refused
 from query_rewriter.proxy.request_body import off_the_loop_if_large, read_body
 from query_rewriter.search.plan import PassThrough, plan_search
 from query_rewriter.search.service import run_plan
 from query_rewriter.search.state import knowledge_base_names
-from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies import by_kind
 from query_rewriter.strategies.params import FUSE_PLAIN
 from workbench.evaluation.query_sets import JudgedQuery
 from workbench.tuning.judgment_store import JudgmentStore
 from workbench.tuning.scoreboard import grades_by_query, scoreboard
 
 STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
+RECOMMENDED = "graph"  # the README's recommendation: graph evidence, no LLM
+# Measured with the local 1.5B model on 2 CPU cores (docs/results.md).
+LLM_CALL_COST = "takes 15-80 s with the local 1.5B model on 2 CPU cores"
 # The page shows documents' titles and text: should one ever reach it as markup, it may
 # run no script but the page's own, and no other site may frame the page to steer a
 # tuner's clicks (their browser sends their credentials with every call it makes).
@@ -97,7 +100,7 @@ def _kb(source: Mapping[str, Any]) -> str:
 
 
 def _store(request: Request) -> JudgmentStore:
-    return JudgmentStore(request.app.state.kgqr.http, request_headers(request))
+    return JudgmentStore(request.app.state.kgqr.engine.for_request(request_headers(request)))
 
 
 def _errors_as_opensearch(
@@ -137,10 +140,27 @@ async def options(request: Request) -> Response:
     """The knowledge bases (from kgqr-meta) and strategies the page offers."""
     state = request.app.state.kgqr
     try:
-        kbs = await knowledge_base_names(state.http, request_headers(request))
+        kbs = await knowledge_base_names(state.engine.for_request(request_headers(request)))
     except httpx.HTTPStatusError:  # the caller may not read kgqr-meta, or there is none yet
         kbs = []
-    return JSONResponse({"kbs": kbs, "strategies": list(STRATEGIES)})
+    return JSONResponse(
+        {
+            "kbs": kbs,
+            "strategies": [
+                {"name": s.name, "kind": s.kind, "llm_calls": s.llm_calls} for s in by_kind()
+            ],
+            "selected": preselected(state.settings.rewrite_default_strategy),
+            "llm_call_cost": LLM_CALL_COST,
+        }
+    )
+
+
+def preselected(default: str | None) -> list[str]:
+    """`base` and the proxy's default strategy; where that is `base` (or none), the one
+    the README recommends, `graph`. An LLM strategy is never pre-selected unless it is the
+    default: each costs 15-80 s a query on these machines."""
+    chosen = default if default not in (None, "base") else RECOMMENDED
+    return ["base", chosen]
 
 
 def _shown_hit(hit: dict[str, Any]) -> dict[str, Any]:
@@ -177,9 +197,7 @@ async def search(request: Request) -> Response:
     if isinstance(plan, PassThrough):
         raise RewriteRequestError(400, "illegal_argument_exception", plan.reason)
     started = time.perf_counter()
-    upstream, explain = await run_plan(
-        request.app.state.kgqr, plan, params, request_headers(request)
-    )
+    upstream, explain = await run_plan(request.app.state.kgqr, plan, request_headers(request))
     total_ms = (time.perf_counter() - started) * 1000
     if upstream.status_code != 200:
         return Response(

@@ -50,7 +50,7 @@ def plan_order_boosts(ranked: list[str], n: int, spare: list[str]) -> dict[str, 
 
 class PlanAgent(Strategy):
     name = "agent"
-    uses_llm = False
+    llm_calls = 0
     reads_plans = True
     reads_graph = True
     params = (ANSWERS, WEIGHT)

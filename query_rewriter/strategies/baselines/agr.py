@@ -18,6 +18,8 @@ from query_rewriter.strategies.rewrite import Rewrite
 class AnalyzeGenerateRefine(Strategy):
     name = "agr"
     params = (EXPANSIONS, PRF_DOCS)
+    llm_calls = 5
+    kind = "baseline"
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)

@@ -17,6 +17,8 @@ from query_rewriter.strategies.rewrite import Rewrite
 class HypotheticalDocuments(Strategy):
     """`grounded` (RAR): show the LLM the plain query's top hits first."""
 
+    kind = "baseline"
+
     def __init__(self, name: str = "hyde", grounded: bool = False) -> None:
         self.name = name
         self.grounded = grounded

@@ -10,7 +10,8 @@ from query_rewriter.strategies.rewrite import Rewrite
 
 class PseudoRelevanceFeedback(Strategy):
     name = "prf"
-    uses_llm = False
+    llm_calls = 0
+    kind = "baseline"
     params = (PRF_DOCS,)
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:

@@ -30,7 +30,7 @@ FLOOR = 1e-4
 
 class GraphBridge(Strategy):
     name = "graph"
-    uses_llm = False
+    llm_calls = 0
     reads_graph = True
     params = (SEEDS, BOOSTS, WEIGHT)
     settings = ("kar_hub_cap",)

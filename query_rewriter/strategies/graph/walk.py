@@ -106,7 +106,7 @@ async def strongest_paths(
 
 class GraphWalk(Strategy):
     name = "graph_walk"
-    uses_llm = False
+    llm_calls = 0
     reads_graph = True
     params = (SEEDS, TRIPLE_SEEDS, DAMPING, BOOSTS, HIT_WEIGHT, WEIGHT)
     settings = ("kar_hub_cap",)

@@ -22,7 +22,7 @@ index instead of the LLM (steps 1-2 without an LLM call).
 from __future__ import annotations
 
 from query_rewriter.graph.store import documents_between
-from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.base import Kind, Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.knowledge.kar_knowledge import DocumentRelation, render_knowledge
 from query_rewriter.strategies.knowledge.kar_stages import (
@@ -50,11 +50,14 @@ class KnowledgeAwareRewrite(Strategy):
         linker: EntityLinker | None = None,
         ranker: NeighbourRanker | None = DRF,
         boost: bool = False,
+        kind: Kind = "strategy",
     ) -> None:
         self.name = name
         self.linker = linker or LlmEntityLinker()
         self.ranker = ranker
         self.boost = boost
+        self.kind = kind
+        self.llm_calls = self.linker.llm_calls + 1  # the entities, then the expansion
         self.params = (EXPANSIONS, KAR_K, KAR_HOPS, *self.linker.params)
         self.reads_graph = ranker is not None
 

@@ -76,6 +76,7 @@ class EntityLinker(Protocol):
     """Finds the documents of the entities a query names."""
 
     params: tuple[Param, ...]
+    llm_calls: int
 
     async def link(self, query: str, ctx: StrategyContext) -> Linked: ...
 
@@ -96,6 +97,7 @@ class LlmEntityLinker:
     KB has that type."""
 
     params: tuple[Param, ...] = ()
+    llm_calls = 1
 
     async def link(self, query: str, ctx: StrategyContext) -> Linked:
         entities = await self.parse(query, ctx)
@@ -143,6 +145,7 @@ class IndexEntityLinker:
     documents (as the `graph` strategy seeds), which leaves KAR one LLM call."""
 
     params: tuple[Param, ...] = (KAR_SEEDS,)
+    llm_calls = 0
 
     async def link(self, query: str, ctx: StrategyContext) -> Linked:
         size = int(ctx.param(KAR_SEEDS))

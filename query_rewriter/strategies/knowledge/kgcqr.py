@@ -22,7 +22,7 @@ import numpy as np
 
 from kgqr_core.ids import entity_id
 from plugin.schema import triples_index
-from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.base import Kind, Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
 from query_rewriter.strategies.rewrite import Rewrite
@@ -55,10 +55,18 @@ class ContextualQueryRetrieval(Strategy):
     settings = ("kar_hub_cap", "kgcqr_beam_width", "kgcqr_completion_k")
     reads_graph = True
 
-    def __init__(self, name: str = "kgcqr", use_ttr: bool = True, complete: bool = True) -> None:
+    def __init__(
+        self,
+        name: str = "kgcqr",
+        use_ttr: bool = True,
+        complete: bool = True,
+        kind: Kind = "strategy",
+    ) -> None:
         self.name = name
         self.use_ttr = use_ttr
         self.complete = complete
+        self.kind = kind
+        self.llm_calls = 2  # the subgraph's filter, then the context
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)

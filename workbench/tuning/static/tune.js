@@ -3,7 +3,11 @@
 "use strict";
 
 const METRICS = ["Hit@1", "Hit@5", "R@2", "R@5", "R@10", "R@20", "MRR", "mAP", "nDCG@10"];
-const DEFAULT_STRATEGIES = ["base", "prf", "hyde", "kar"];
+const KIND_TITLES = {
+  strategy: "Strategies",
+  baseline: "Baselines (the seed papers')",
+  ablation: "Ablations",
+};
 const $ = (id) => document.getElementById(id);
 let current = { kb: null, query: null, judgments: {} };
 
@@ -32,14 +36,22 @@ async function call(method, path, body) {
 }
 
 async function loadOptions() {
-  const { kbs, strategies } = await call("GET", "/_kgqr/tune/options");
+  const { kbs, strategies, selected, llm_call_cost } = await call("GET", "/_kgqr/tune/options");
   $("kb").replaceChildren(...kbs.map((kb) => element("option", { value: kb }, kb)));
-  const boxes = strategies.map((name) => {
-    const box = element("input", { type: "checkbox", name: "strategy", value: name });
-    box.checked = DEFAULT_STRATEGIES.includes(name);
-    return element("label", {}, box, name);
+  // One row per kind, those to choose from first; an LLM strategy says what it costs.
+  const rows = Object.entries(KIND_TITLES).map(([kind, title]) => {
+    const boxes = strategies.filter((s) => s.kind === kind).map((strategy) => {
+      const box = element("input", { type: "checkbox", name: "strategy", value: strategy.name });
+      box.checked = selected.includes(strategy.name);
+      const cost = strategy.llm_calls
+        ? element("small", { class: "llm", title: `each LLM call ${llm_call_cost}` },
+                  ` (${strategy.llm_calls} LLM call${strategy.llm_calls > 1 ? "s" : ""})`)
+        : "";
+      return element("label", {}, box, strategy.name, cost);
+    });
+    return element("div", { class: `kind ${kind}` }, element("span", {}, `${title}: `), ...boxes);
   });
-  $("strategies").replaceChildren(element("legend", {}, "Strategies"), ...boxes);
+  $("strategies").replaceChildren(element("legend", {}, "Strategies"), ...rows);
   $("kb").addEventListener("change", refreshScoreboard);
   await refreshScoreboard();
 }

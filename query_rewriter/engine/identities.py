@@ -1,0 +1,145 @@
+"""What OpenSearch says of a caller, asked with the caller's own credentials: the identity
+it resolves (what the rewrite cache is keyed by), and whether it would run their search of
+an index at all."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import httpx
+
+from kgqr_core.settings import Settings
+from query_rewriter.engine.caller import Caller
+from query_rewriter.engine.gateway import EngineSession
+
+AUTHINFO_PATH = "/_plugins/_security/authinfo"
+IDENTITY_TTL_S = 30.0
+MAX_IDENTITIES = 10_000
+REFUSED = "refused"
+
+
+class CallerSessions(Protocol):
+    """What the resolver asks through (gateway.Engine): requests as one caller."""
+
+    def as_caller(
+        self, caller: Caller, headers: Mapping[str, str] | None = None
+    ) -> EngineSession: ...
+
+
+class IdentityResolver:
+    """What OpenSearch's security plugin says of a caller, asked with the caller's
+    credentials and kept for a short while: the identity it resolves (user, backend roles,
+    mapped roles, tenant), and whether it lets the caller search an index.
+
+    Two callers share a rewrite only when OpenSearch sees them as the same user with the
+    same roles. Without the security plugin (authinfo 404s) or when it cannot be asked,
+    the identity is the hash of the credential headers, which never merges two callers.
+    None means OpenSearch refused the credentials (401): such a caller gets no rewrite,
+    so it cannot spend kgqr's LLM or graph time.
+    """
+
+    def __init__(self, engine: CallerSessions, ttl_s: float = IDENTITY_TTL_S) -> None:
+        self._engine = engine
+        self._ttl_s = ttl_s
+        self._known: dict[str, tuple[float, Any]] = {}
+
+    async def identity(self, caller: Caller) -> str | None:
+        fingerprint = caller.fingerprint()
+
+        async def resolved() -> str | None:
+            found = await self._resolve(caller)
+            if found == REFUSED:
+                return None
+            return found or f"headers:{caller.credential_fingerprint()}"
+
+        identity: str | None = await self._remembered(fingerprint, resolved)
+        return identity
+
+    async def search_refused(self, caller: Caller, index: str) -> int | None:
+        """The status with which OpenSearch refuses the caller's searches of `index` (403:
+        no permission, 404: no such index), else None. A rewrite is work done for the
+        caller (LLM calls, graph reads with kgqr's account, an explain of what they found),
+        so it is done only for a search the engine would run: an authenticated caller who
+        may not read the index got the LLM's expansion of their query beside the 403. An
+        answer that says neither (an overloaded engine) lets the rewrite go on; its searches
+        still run as the caller."""
+
+        async def probed() -> int | None:
+            try:
+                response = await self._engine.as_caller(caller).send(
+                    "POST",
+                    f"/{index}/_search",
+                    json={"size": 0, "track_total_hits": False, "query": {"match_none": {}}},
+                )
+            except httpx.HTTPError:
+                return None
+            return response.status_code if response.status_code in (401, 403, 404) else None
+
+        # A missing index is asked about again: one made a moment later is rewritten at once.
+        refused: int | None = await self._remembered(
+            f"{caller.fingerprint()} {index}", probed, keep=lambda status: status != 404
+        )
+        return refused
+
+    async def _remembered(
+        self,
+        key: str,
+        ask: Callable[[], Awaitable[Any]],
+        keep: Callable[[Any], bool] = lambda _: True,
+    ) -> Any:
+        cached = self._known.get(key)
+        now = time.monotonic()
+        if cached and cached[0] > now:
+            return cached[1]
+        answer = await ask()
+        if not keep(answer):
+            return answer
+        if len(self._known) >= MAX_IDENTITIES:
+            # The expired go first, then the oldest half: clearing them all let one caller
+            # sending junk headers (each a new fingerprint) evict every other caller.
+            self._known = {k: v for k, v in self._known.items() if v[0] > now}
+            if len(self._known) >= MAX_IDENTITIES:
+                self._known = dict(list(self._known.items())[MAX_IDENTITIES // 2 :])
+        self._known[key] = (now + self._ttl_s, answer)
+        return answer
+
+    async def _resolve(self, caller: Caller) -> str | None:
+        try:
+            response = await self._engine.as_caller(caller).send("GET", AUTHINFO_PATH)
+            if response.status_code == 401:
+                return REFUSED
+            if response.status_code != 200:
+                return None
+            info = response.json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(info, dict) or not info.get("user_name"):
+            return None
+        who = {
+            "user": info.get("user_name"),
+            "backend_roles": sorted(info.get("backend_roles") or []),
+            "roles": sorted(info.get("roles") or []),
+            "tenant": info.get("user_requested_tenant"),
+        }
+        if info.get("custom_attribute_names"):
+            # Document-level security may read the user's attributes (`${attr.jwt.dept}`),
+            # whose values authinfo does not tell: two JWTs of one user with different
+            # claims are two identities, so neither is served the other's rewrite.
+            who["attributes"] = sorted(info["custom_attribute_names"])
+            who["credentials"] = caller.fingerprint(
+                {name for name, _ in caller.credentials} - {"x-forwarded-for"}
+            )
+        digest = hashlib.sha256(json.dumps(who, sort_keys=True).encode()).hexdigest()[:32]
+        return f"user:{digest}"
+
+
+async def credentials_refused(
+    identities: IdentityResolver, headers: Mapping[str, str], settings: Settings
+) -> bool:
+    """Whether the engine refuses the credentials in `headers` (the security plugin's
+    401); False where it has no security or cannot be asked."""
+    return await identities.identity(Caller.from_headers(headers, settings)) is None
