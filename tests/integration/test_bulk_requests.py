@@ -12,6 +12,9 @@ from ingest.bulk_requests import bulk_results
 from ingest.opensearch_writer import WriteFailure, write_dead_letters
 from plugin import schema
 
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
+
 HUGE_TEXT = "word " * 21_000_000  # 105 MB
 
 

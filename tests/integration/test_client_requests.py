@@ -27,6 +27,9 @@ from query_rewriter import metrics
 from query_rewriter.engine.filter_path import filtered
 from tests.integration.search_helpers import metric_sample
 
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
+
 QUERY = {"query": {"match": {"text": "professional bank robbers chased by the police"}}, "size": 3}
 AMERICAN = {"match": {"text": "American"}}  # p1-p3 of 8; k-NN alone would match all 8
 NDJSON = {"content-type": "application/x-ndjson"}

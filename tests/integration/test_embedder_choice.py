@@ -16,6 +16,9 @@ from kgqr_ops.background_proxy import running_proxy
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture
 def gemma_kb(opensearch: Any, unique_name: str) -> Iterator[str]:

@@ -21,7 +21,7 @@ from kgqr_ops.background_proxy import running_proxy
 from query_rewriter.engine import gateway, hybrid_query
 from query_rewriter.engine.gateway import EngineSession
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.quick]
 
 
 class Recorders:

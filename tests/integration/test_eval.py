@@ -20,6 +20,9 @@ from tests.integration.ingest_helpers import TINY_KB, ingested
 from tests.integration.recording_llm import recording_llm
 from tests.integration.search_helpers import explained_search
 
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KB = "eval-movies"
 JUDGED = FIXTURES / "movie_judgments.jsonl"  # three queries, also used by quickstart.sh

@@ -14,6 +14,9 @@ from ingest.records import Document, Relation
 from plugin import installer
 from plugin.neo4j import procedures
 
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
+
 RELATIONS = [
     Relation(source="a", type="cites", target="b", properties={"weight": 2, "tag": "x"}),
     Relation(source="a", type="cites", target="b", properties={"weight": 3}),  # same edge again

@@ -17,6 +17,9 @@ from kgqr_ops.services.local_service import port_of
 from plugin import schema
 from query_rewriter import metrics
 
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
+
 QUERY: dict[str, Any] = {
     "query": {"match": {"text": "professional bank robbers chased by the police"}},
     "size": 3,

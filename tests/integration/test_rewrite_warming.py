@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from kgqr_core.settings import Settings
@@ -13,6 +14,9 @@ from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import schema
 from query_rewriter.search.warming import frequent_logged_queries, warm_queries
+
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
 
 # The knowledge base of the movies_kb fixture (tests/integration/conftest.py).
 KB = "proxy-movies"

@@ -10,6 +10,9 @@ import pytest
 from kgqr_core.settings import Settings
 from kgqr_ops.services import smoke_checks
 
+# In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
+pytestmark = pytest.mark.quick
+
 
 def test_knn_query_on_lucene_hnsw_ranks_nearest_vector_first(
     opensearch: Any, unique_name: str

@@ -82,6 +82,7 @@ def test_the_registered_models_say_what_they_are() -> None:
     assert MODELS[Settings().embedder_model].dimension == 384
 
 
+@pytest.mark.slow  # loads a model: left out of scripts/test-quick.sh
 def test_prompts_are_applied_to_the_text_sent_to_the_encoder() -> None:
     sent: list[list[str]] = []
 
@@ -120,6 +121,7 @@ def test_bfloat16_only_for_a_model_measured_in_it_on_a_cpu_that_has_it(
     assert compute_dtype(safe, "float32") == "float32"
 
 
+@pytest.mark.slow  # loads a model: left out of scripts/test-quick.sh
 def test_bfloat16_vectors_are_unit_float32_and_near_float32s() -> None:
     """The real MiniLM in both formats: what the index receives stays float32 and
     normalised in float32 (a bf16 norm is off by ~1e-3), and points the same way."""
@@ -132,6 +134,7 @@ def test_bfloat16_vectors_are_unit_float32_and_near_float32s() -> None:
     assert not np.array_equal(full, half)  # the format did change
 
 
+@pytest.mark.slow  # loads a model: left out of scripts/test-quick.sh
 def test_onnx_queries_match_torchs_and_the_export_is_reused(tmp_path: Path) -> None:
     """The real MiniLM exported: ONNX Runtime's query vectors are torch's, documents still
     go through torch, and a second load reuses the graph instead of exporting again."""
@@ -168,6 +171,7 @@ def test_onnx_without_its_packages_says_what_to_install(
     assert not list(tmp_path.iterdir())  # nothing half-exported
 
 
+@pytest.mark.slow  # a process per case, each loading torch
 @pytest.mark.parametrize(
     ("preset", "policy", "expected"),
     [(None, "passive", "PASSIVE"), ("ACTIVE", "passive", "ACTIVE"), (None, "default", "")],
