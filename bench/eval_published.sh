@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runs behind the quality table in docs/results.md ("Retrieval quality"): every figure there
+# The runs behind the quality tables in docs/results-archive.md ("Retrieval quality"): every figure there
 # comes from these commands, on the knowledge bases `kgqr ingest` builds from ../shared/data:
 #   kgqr ingest musique:../shared/data/musique100 --kb musique
 #   kgqr ingest hotpotqa:../shared/data/hotpotqa100 --kb hotpotqa
@@ -126,7 +126,7 @@ env "${kar_env[@]}" kgqr eval "musique:$data/musique100" --kb musique \
   --strategies kgcqr_no_completion --out "$out/ablation-musique100-dev50-kgcqr-no-completion"
 # 2026-11-26: `graph` (the first hit's bridge) beside base and the PageRank walk, both
 # embedders (the -gemma KBs are copies re-embedded with `kgqr ingest reembed --kb
-# musique-gemma --model embeddinggemma-300m`, docs/results.md "EmbeddingGemma-300M").
+# musique-gemma --model embeddinggemma-300m`, docs/results-archive.md "EmbeddingGemma-300M").
 for kb in musique hotpotqa musique-gemma hotpotqa-gemma; do
   kind=${kb%-gemma}
   kgqr eval "$kind:$data/${kind}100" --kb "$kb" --strategies base,graph,graph_walk \
@@ -197,7 +197,7 @@ KGQR_CACHE_REDIS_URL=redis://127.0.0.1:6379/6 env "${kar_env[@]}" \
 env "${kar_env[@]}" kgqr eval "hotpotqa:$data/hotpotqa100" --kb hotpotqa \
   --strategies base,kar --samples 2 --out "$seeds_out/eval-hotpotqa-dev50-kar-samples2"
 # 2026-11-26, sixth session: a machine without the earlier KBs; both ingested afresh at HEAD
-# and `graph` re-run, to check the README's figures reproduce (they do; docs/results.md).
+# and `graph` re-run, to check the README's figures reproduce (they do; docs/results-archive.md).
 kgqr ingest "musique:$data/musique100" --kb musique
 kgqr ingest "hotpotqa:$data/hotpotqa100" --kb hotpotqa
 for kind in musique hotpotqa; do

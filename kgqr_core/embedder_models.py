@@ -48,7 +48,7 @@ class EmbedderModel:
     query_prompt: str = ""
     # How a document's title and text become the text embedded. EmbeddingGemma was trained
     # on `title: T | text: X` and ranks a MuSiQue passage's answer higher in that form
-    # than with the title inside the text under `title: none` (docs/results.md).
+    # than with the title inside the text under `title: none` (docs/results-archive.md).
     document_form: str = "{title}\n{text}"
     untitled: str = ""  # the title a document without one (a triple) is given
     # Raised whenever document_form changes: a knowledge base records the revision its

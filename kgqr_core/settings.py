@@ -313,7 +313,7 @@ class Settings(BaseSettings):
         description="`kar_index`: the plain query's top documents taken as its entities' "
         "documents (instead of the LLM's parse). 3, not 5: the 4th and 5th hits are often "
         "off-topic and their neighbourhoods crowd the prompt (HotpotQA dev R@5 93 vs 82, "
-        "higher on both halves; docs/results.md).",
+        "higher on both halves; docs/results-archive.md).",
     )
     agent_answers: int = Field(
         default=20,

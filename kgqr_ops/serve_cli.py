@@ -44,8 +44,10 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     Point any OpenSearch client here instead of at OpenSearch. Searches on
     kgqr-KB-documents indices are rewritten with the default strategy
     (KGQR_REWRITE_DEFAULT_STRATEGY, `base`) or the one a request names with
-    `?kgqr.strategy=hyde` or `"ext": {"kgqr": {"strategy": "hyde"}}`; add
-    `kgqr.explain=true` to see the rewrite in the response. Metrics: GET /_kgqr/metrics.
+    `?kgqr.strategy=graph` or `"ext": {"kgqr": {"strategy": "graph"}}`; add
+    `kgqr.explain=true` to see the rewrite in the response. `kgqr eval run --help` lists
+    the strategies, those to choose from first. Compare them on your own judged queries
+    at GET /_kgqr/tune; metrics: GET /_kgqr/metrics.
     """
     import contextlib
     import signal

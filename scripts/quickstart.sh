@@ -15,13 +15,14 @@ echo "== ingest: a small movie knowledge base (documents + typed relations)"
 kgqr ingest "jsonl:tests/fixtures/tiny_kb" --kb movies
 kgqr ingest verify --kb movies
 
-musique="$repo/../shared/data/musique100"
+# The benchmark data, where there is some: KGQR_DATA_DIR, else a shared/data beside the checkout.
+musique="${KGQR_DATA_DIR:-$repo/../shared/data}/musique100"
 if [ -d "$musique" ]; then
   echo "== ingest: 200 MuSiQue passages with their third-party OpenIE graph"
   kgqr ingest "musique:$musique" --kb musique-sample --limit 200
   kgqr ingest verify --kb musique-sample
 else
-  echo "(../shared/data/musique100 not found: skipping the MuSiQue sample)"
+  echo "($musique not found: skipping the MuSiQue sample; set KGQR_DATA_DIR)"
 fi
 
 echo "== rewrite: searches through the kgqr proxy (kgqr serve on 127.0.0.1:9201, its nginx front on 9202)"

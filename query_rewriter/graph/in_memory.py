@@ -5,7 +5,7 @@ turning its rows into a walk another ~25 ms: most of what `graph` added to a sea
 the graph is a compressed sparse row adjacency holding both directions of every
 relationship, so a hub-capped two-hop expansion is a few numpy slices, the walk runs on
 node numbers, and ids, names and paths are made only for the nodes an answer shows.
-Neo4j stays the source of truth; graph_snapshots.py decides when a copy is current.
+Neo4j stays the source of truth; graph/copies.py decides when a copy is current.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class RewriteOutcome:
     cached: bool = False
     llm: LlmUsage = field(default_factory=LlmUsage)
     budget: Budget | None = None
-    # The KB documents its searches returned as the caller (rewrite_evidence.py).
+    # The KB documents its searches returned as the caller (search/evidence.py).
     evidence: list[str] = field(default_factory=list)
     # The query's own vector, unfused: the plain ranking fusion protects (plain_fusion.py).
     plain_vector: list[float] | None = None

@@ -60,7 +60,7 @@ class Rewrite:
     boost_share: float | None = None
     # Documents whose content the rewrite states without having fetched them (a triple's
     # passage): with its boosts and what its searches returned, what a cached copy of it is
-    # re-checked against (rewrite_evidence.py).
+    # re-checked against (search/evidence.py).
     sources: list[str] = field(default_factory=list)
 
     @property

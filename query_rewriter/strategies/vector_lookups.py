@@ -106,7 +106,7 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
     document-level security filters like any search of theirs. Each chunk of
     IDS_PER_QUERY is counted first: a caller who may read all of it (most callers) costs
     one count, and only a chunk with hidden ids is fetched. (These probes say what may be
-    read; they are not what a rewrite shows: rewrite_evidence leaves them out.)"""
+    read; they are not what a rewrite shows: search/evidence.py leaves them out.)"""
     ordered = sorted(ids)
     chunks = [ordered[at : at + IDS_PER_QUERY] for at in range(0, len(ordered), IDS_PER_QUERY)]
     slots = asyncio.Semaphore(CHECKS_AT_ONCE)

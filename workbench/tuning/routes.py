@@ -31,7 +31,7 @@ from workbench.tuning.scoreboard import grades_by_query, scoreboard
 
 STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
 RECOMMENDED = "graph"  # the README's recommendation: graph evidence, no LLM
-# Measured with the local 1.5B model on 2 CPU cores (docs/results.md).
+# Measured with the local 1.5B model on 2 CPU cores (docs/results-archive.md, "Measurements").
 LLM_CALL_COST = "takes 15-80 s with the local 1.5B model on 2 CPU cores"
 # The page shows documents' titles and text: should one ever reach it as markup, it may
 # run no script but the page's own, and no other site may frame the page to steer a
