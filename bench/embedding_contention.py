@@ -70,7 +70,7 @@ def llm_generating(base_url: str) -> Iterator[None]:
 def llm_p50_ms(encode: Any, queries: list[str]) -> float | None:
     from kgqr_core.settings import get_settings
 
-    base_url = get_settings().llm_base_url.rstrip("/")
+    base_url = get_settings().llm.base_url.rstrip("/")
     if get_json(f"{base_url}/models") is None:
         return None
     with llm_generating(base_url):

@@ -205,10 +205,10 @@ def secured_phases(searches: int, hostile_clients: int) -> dict[str, Any]:
 def open_phases(searches: int, hostile_clients: int) -> dict[str, Any]:
     """The crafted requests on the node without security, which runs every one of them."""
     settings = get_settings()
-    with httpx.Client(base_url=settings.opensearch_url, timeout=60) as engine:
+    with httpx.Client(base_url=settings.opensearch.url, timeout=60) as engine:
         _fill(engine)
         try:
-            direct = phase(settings.opensearch_url, searches, hostile_clients, Caller())
+            direct = phase(settings.opensearch.url, searches, hostile_clients, Caller())
             with proxy_process() as proxy:
                 through_kgqr = phase(proxy.url, searches, hostile_clients, Caller())
         finally:

@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=20, help="page size (eval's default)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    direct = get_settings().opensearch_url
+    direct = get_settings().opensearch.url
     index = schema.documents_index(args.kb)
     texts = [query.text for query in load_query_set(args.queries)]
     latencies: dict[str, list[float]] = {"one depth": [], "from + size": []}

@@ -62,7 +62,7 @@ def main() -> None:
     settings = get_settings()
     texts = corpus_texts(args.docs)
 
-    embedder = get_embedder(settings.embedder_model)
+    embedder = get_embedder(settings.embedder.model)
     combined = [f"{t['title']}\n{t['text']}" for t in texts]
     embedder.encode(combined[:32])  # warm-up
 

@@ -43,7 +43,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     settings = get_settings()
     caps = sorted({int(c) for c in args.caps.split(",")})
     queries = load_query_set(args.query_set, limit=args.limit)
-    embedder = get_embedder(settings.embedder_model)
+    embedder = get_embedder(settings.embedder.model)
 
     async def embed(texts: list[str]) -> np.ndarray:
         return await asyncio.to_thread(embedder.encode, texts)
@@ -55,7 +55,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     recall: dict[int, list[float]] = {cap: [] for cap in caps}
     candidates: dict[int, list[int]] = {cap: [] for cap in caps}
     entity_recall: list[float] = []
-    redis = aioredis.Redis.from_url(settings.redis_url)
+    redis = aioredis.Redis.from_url(settings.redis.url)
     llm = AsyncLlmClient(settings, redis)
     async with (
         opensearch_http_client(settings) as http,
@@ -66,7 +66,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
             def context(cap: int) -> StrategyContext:
                 return StrategyContext(
-                    settings.model_copy(update={"kar_hub_cap": cap}),
+                    settings.replaced({"kar_hub_cap": cap}),
                     schema.documents_index(args.kb),
                     args.kb,
                     structure,

@@ -175,7 +175,7 @@ async def graph_reads(settings: Any, source: str) -> AsyncIterator[Graph]:
         if source == "neo4j":
             yield Neo4jGraph(driver)
             return
-        redis = aioredis.Redis.from_url(settings.redis_url)
+        redis = aioredis.Redis.from_url(settings.redis.url)
         snapshots = GraphSnapshots(settings, redis)
         try:
             yield SnapshotGraph(driver, snapshots)
@@ -211,7 +211,7 @@ async def measure_graph(
             assert await graph.snapshots.current(kb) is not None, "the graph was not copied"
 
         async def hybrid(text: str, vector: np.ndarray, boosts: dict[str, float]) -> None:
-            weights = HybridWeights(None, settings.hybrid_boost_weights)
+            weights = HybridWeights(None, settings.rewrite.hybrid_boost_weights)
             body = hybrid_body({"size": 10}, ParsedQuery(text), text, vector, 10, weights, boosts)
             await gateway.search(index, body, search_params({}, body))
 
@@ -304,9 +304,9 @@ def main() -> None:
             "nodes": args.nodes,
             "relations": args.relations,
             "hub_degree": degree[0]["d"],
-            "hops": settings.kar_hops,
-            "hub_cap": settings.kar_hub_cap,
-            "top_k": settings.kar_top_k,
+            "hops": settings.rewrite.kar_hops,
+            "hub_cap": settings.rewrite.kar_hub_cap,
+            "top_k": settings.rewrite.kar_top_k,
         }
     )
     print(

@@ -40,7 +40,7 @@ POLICIES = {"default": None, "passive": "PASSIVE"}
 
 
 def start_server(port: int, policy: str | None) -> subprocess.Popen[bytes]:
-    settings = get_settings().model_copy(update={"llm_base_url": f"http://127.0.0.1:{port}/v1"})
+    settings = get_settings().replaced({"llm_base_url": f"http://127.0.0.1:{port}/v1"})
     argv, service_env = LlmServer(settings).command()
     env = {**os.environ, **service_env}
     env.pop("OMP_WAIT_POLICY", None)
@@ -102,7 +102,7 @@ def main() -> None:
         return float(cells[a]["median"] / cells[b]["median"])
 
     figures = {
-        "threads": get_settings().llm_threads,
+        "threads": get_settings().llm.threads,
         "competing_processes": args.competing,
         "max_tokens": args.max_tokens,
         "cells": cells,

@@ -124,7 +124,7 @@ def main() -> None:
     args = parser.parse_args()
     from kgqr_core.settings import get_settings
 
-    direct = get_settings().opensearch_url.rstrip("/")
+    direct = get_settings().opensearch.url.rstrip("/")
     index = schema.documents_index(args.kb)
     with httpx.Client(base_url=direct, timeout=60) as client:
         if client.head(f"/{PLAIN_INDEX}").status_code == 404:

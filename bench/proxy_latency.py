@@ -181,7 +181,7 @@ def main() -> None:
                         "(KGQR_KAR_KNOWLEDGE_FORMAT=triples, a second proxy)")  # fmt: skip
     args = parser.parse_args()
     sections = set(args.sections.split(","))
-    direct = get_settings().opensearch_url
+    direct = get_settings().opensearch.url
     managed = f"kgqr-{args.kb}-documents"
     figures: dict[str, object] = {"kb": args.kb, "rounds": args.rounds}
     with ExitStack() as stack:

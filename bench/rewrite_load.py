@@ -105,7 +105,7 @@ def main() -> None:
                         help="KGQR_REWRITE_MAX_CONCURRENT")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=300, help="unloaded pass-through samples")
     args = parser.parse_args()
-    direct = get_settings().opensearch_url.rstrip("/")
+    direct = get_settings().opensearch.url.rstrip("/")
     ensure_kb(direct)
     plain = f"bench-load-plain-{uuid.uuid4().hex[:6]}"
 

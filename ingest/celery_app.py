@@ -19,8 +19,8 @@ from kgqr_core.settings import Settings, get_settings
 def create_app(settings: Settings) -> Celery:
     celery = Celery(
         "kgqr",
-        broker=settings.redis_url,
-        backend=settings.redis_url,
+        broker=settings.redis.url,
+        backend=settings.redis.url,
         include=["ingest.worker_probe", "ingest.tasks"],
     )
     celery.conf.update(
@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> Celery:
         worker_concurrency=2,
         result_expires=24 * 3600,
         broker_connection_retry_on_startup=True,
-        task_default_queue=settings.ingest_queue,
+        task_default_queue=settings.redis.ingest_queue,
     )
     return celery
 

@@ -101,9 +101,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     settings = get_settings()
     chosen = {"kb_shards": shards, "kb_replicas": replicas}
     try:
-        settings = type(settings).model_validate(
-            {**settings.model_dump(), **{k: v for k, v in chosen.items() if v is not None}}
-        )
+        settings = settings.replaced({k: v for k, v in chosen.items() if v is not None})
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--replicas") from exc
     try:
@@ -134,7 +132,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     if not wait:
         click.echo(f"follow it with: kgqr ingest status {enqueued.job_id}")
         return
-    queue = settings.ingest_queue
+    queue = settings.redis.ingest_queue
     needs_worker = worker == "auto" and job_runner.workers_consuming(app, queue) == 0
     if needs_worker:
         click.echo(
@@ -380,7 +378,7 @@ def worker(restart: bool, celery_args: tuple[str, ...]) -> None:
 
     supervisor = SupervisedWorker(
         worker_command(celery_args), policy=restart_policy(restart), own_session=True,
-        before_restart=put_back_held_chunks(get_settings().redis_url, to_stderr),
+        before_restart=put_back_held_chunks(get_settings().redis.url, to_stderr),
     )  # fmt: skip
     for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop_signal, lambda _signum, _frame: supervisor.request_stop())

@@ -45,7 +45,7 @@ def job_id_for(source: Source, kb: str) -> str:
 
 def prepare_stores(settings: Settings, opensearch: Any, neo4j: Any) -> int:
     """Install kgqr's schema into both stores; returns the embedder's dimension."""
-    dimension = get_embedder(settings.embedder_model).dimension
+    dimension = get_embedder(settings.embedder.model).dimension
     installer.install_opensearch(opensearch, dimension)
     installer.install_neo4j(neo4j)
     return dimension
@@ -57,7 +57,7 @@ def check_embedder(opensearch: Any, kb: str, settings: Settings) -> None:
     existing = kb_meta.load(opensearch, kb)
     if existing is None:
         return
-    model = settings.embedder_model
+    model = settings.embedder.model
     if existing.embedder != model:
         raise ValueError(
             f"knowledge base {kb!r} holds vectors of {existing.embedder}, and this ingest "
@@ -95,7 +95,12 @@ def enqueue(
             "ingest writes would miss the new index; finish `kgqr ingest reembed` first"
         )
     installer.ensure_kb_index(
-        opensearch, kb, "documents", dimension, settings.kb_shards, settings.kb_replicas
+        opensearch,
+        kb,
+        "documents",
+        dimension,
+        settings.opensearch.kb_shards,
+        settings.opensearch.kb_replicas,
     )
     installer.add_new_document_fields(opensearch, kb)
     job_id = job_id_for(source, kb)
@@ -127,9 +132,9 @@ def enqueue(
         KnowledgeBaseMeta(
             kb=kb,
             structure=structure,
-            embedder=settings.embedder_model,
+            embedder=settings.embedder.model,
             dimension=dimension,
-            document_revision=document_revision(settings.embedder_model),
+            document_revision=document_revision(settings.embedder.model),
         ),
     )
     return EnqueuedJob(job_id, total, sent, total - sent, structure)
@@ -258,9 +263,9 @@ def temporary_worker(
                               *(["-Q", queues] if queues else [])])  # fmt: skip
     say = say or _log_line(log)
     worker = SupervisedWorker(
-        command, env={**os.environ, "KGQR_REDIS_URL": settings.redis_url, **(env or {})},
+        command, env={**os.environ, "KGQR_REDIS_URL": settings.redis.url, **(env or {})},
         output=log, policy=restart_policy(restart), say=say,
-        before_restart=put_back_held_chunks(settings.redis_url, say),
+        before_restart=put_back_held_chunks(settings.redis.url, say),
     ).start()  # fmt: skip
     try:
         yield worker

@@ -20,12 +20,12 @@ def _resources(model: str | None = None) -> WorkerResources:
     against, whatever this worker's own KGQR_EMBEDDER_MODEL (workers of several
     deployments, or of an ingest with another model, share a queue). A chunk sent before
     chunks named their model gets the worker's own."""
-    return _resources_for(model or get_settings().embedder_model)
+    return _resources_for(model or get_settings().embedder.model)
 
 
 @lru_cache(maxsize=4)
 def _resources_for(model: str) -> WorkerResources:
-    return WorkerResources(get_settings().model_copy(update={"embedder_model": model}))
+    return WorkerResources(get_settings().replaced({"embedder_model": model}))
 
 
 @app.task(bind=True, name="kgqr.ingest.chunk", max_retries=MAX_RETRIES, acks_late=True)
@@ -67,7 +67,7 @@ def chunk_sender(
     """What job_runner.enqueue calls for each chunk: a Celery task on `queue` (default
     queue when None) naming the embedder (default: this process's KGQR_EMBEDDER_MODEL,
     the one enqueue checked the knowledge base against)."""
-    model = model or get_settings().embedder_model
+    model = model or get_settings().embedder.model
 
     def send(job_id: str, chunk: int, records: list[Any], extract_triples: bool) -> None:
         ingest_chunk_task.apply_async(

@@ -35,7 +35,7 @@ class WorkerResources:
 
     @cached_property
     def embedder(self) -> Embedder:
-        return get_embedder(self.settings.embedder_model)
+        return get_embedder(self.settings.embedder.model)
 
     @cached_property
     def dimension(self) -> int:

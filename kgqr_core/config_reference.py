@@ -14,7 +14,7 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
-from kgqr_core.settings import Settings
+from kgqr_core.settings import FLAT, SECTIONS, Settings, field_info
 
 HEADER = """\
 # Configuration
@@ -24,17 +24,23 @@ settings model (kgqr_core/settings.py), not this file. -->
 
 One settings object (`kgqr_core/settings.py`) reads, highest precedence first: `KGQR_*`
 environment variables, a TOML file (`KGQR_CONFIG`, else `./kgqr.toml`, else
-`~/.config/kgqr/config.toml`) whose keys are the variable names below in lower case
-without `KGQR_`, then the defaults, which match what `kgqr services up` starts on
-127.0.0.1. Example `kgqr.toml` for a team's own cluster:
+`~/.config/kgqr/config.toml`), then the defaults, which match what `kgqr services up`
+starts on 127.0.0.1. The settings come in sections (code reads `settings.rewrite.alpha`);
+each keeps one flat name, its variable in lower case without `KGQR_`, which the file takes
+at the top level, or as the field in its section's table. Example `kgqr.toml` for a team's
+own cluster:
 
 ```toml
 opensearch_url = "https://search.internal:9200"
-opensearch_user = "kgqr"
 opensearch_ca_certs = "/etc/kgqr/opensearch-root-ca.pem"
 neo4j_uri = "bolt://graph.internal:7687"
-llm_base_url = "https://api.openai.com/v1"
-llm_model = "gpt-4o-mini"
+
+[opensearch]
+user = "kgqr"
+
+[llm]
+base_url = "https://api.openai.com/v1"
+model = "gpt-4o-mini"
 ```
 
 A mistake — a file named by `KGQR_CONFIG` that is not there, a key that is no setting, a
@@ -43,8 +49,9 @@ variable that is no setting is warned about (with the setting it most resembles)
 `KGQR_REWRITE_DEFAULT_STRATEGY=none` passes searches through unless a request names a
 strategy.
 
-| variable | default | allowed | what it sets |
-|---|---|---|---|
+"""
+TABLE = """| variable | in its section | default | allowed | what it sets |
+|---|---|---|---|---|
 """
 
 
@@ -79,14 +86,25 @@ def _allowed(field: FieldInfo) -> str:
 
 
 def render() -> str:
-    rows = []
     prefix = Settings.model_config.get("env_prefix", "")
-    for name, field in Settings.model_fields.items():
-        default = field.get_default(call_default_factory=True)
-        about = " ".join((field.description or "").split()).replace("|", "\\|")
-        allowed = _allowed(field)
-        rows.append(f"| `{prefix}{name.upper()}` | {_default(default)} | {allowed} | {about} |")
-    return HEADER + "\n".join(rows) + "\n"
+    parts = [HEADER]
+    sections = [*SECTIONS, None]
+    for section in sections:
+        title = f"## `{section}`" if section else "## The local services' home"
+        parts.append(f"{title}\n\n{TABLE}")
+        for name, (placed, field_name) in FLAT.items():
+            if placed != section:
+                continue
+            field = field_info(name)
+            default = field.get_default(call_default_factory=True)
+            about = " ".join((field.description or "").split()).replace("|", "\\|")
+            where = f"`{section}.{field_name}`" if section else f"`{field_name}`"
+            parts.append(
+                f"| `{prefix}{name.upper()}` | {where} | {_default(default)} | "
+                f"{_allowed(field)} | {about} |\n"
+            )
+        parts.append("\n")
+    return "".join(parts).rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ from kgqr_core.settings import Settings
 
 def opensearch_basic_auth(settings: Settings) -> tuple[str, str] | None:
     """The (user, password) OpenSearch (and Dashboards) want, or None without security."""
-    if settings.opensearch_user and settings.opensearch_password:
-        return (settings.opensearch_user, settings.opensearch_password.get_secret_value())
+    if settings.opensearch.user and settings.opensearch.password:
+        return (settings.opensearch.user, settings.opensearch.password.get_secret_value())
     return None
 
 
@@ -26,20 +26,20 @@ def opensearch_ssl_context(settings: Settings) -> ssl.SSLContext:
     """How every client of kgqr's (opensearch-py, httpx, aiohttp) checks an https
     OpenSearch, so the CA and verification settings cannot differ between paths."""
     context = ssl.create_default_context(
-        cafile=str(settings.opensearch_ca_certs) if settings.opensearch_ca_certs else None
+        cafile=str(settings.opensearch.ca_certs) if settings.opensearch.ca_certs else None
     )
-    if not settings.opensearch_verify_certs:
+    if not settings.opensearch.verify_certs:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
 
 
 def _opensearch_kwargs(settings: Settings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"hosts": [settings.opensearch_url], "timeout": 30}
+    kwargs: dict[str, Any] = {"hosts": [settings.opensearch.url], "timeout": 30}
     auth = opensearch_basic_auth(settings)
     if auth is not None:
         kwargs["http_auth"] = auth
-    if settings.opensearch_url.startswith("https:"):
+    if settings.opensearch.url.startswith("https:"):
         # opensearch-py then ignores (and warns about) its own verify_certs/ca_certs.
         kwargs["ssl_context"] = opensearch_ssl_context(settings)
     return kwargs
@@ -52,13 +52,13 @@ def opensearch_client(settings: Settings) -> Any:
 
 
 def _neo4j_auth(settings: Settings) -> tuple[str, str]:
-    return settings.neo4j_user, settings.neo4j_password.get_secret_value()
+    return settings.neo4j.user, settings.neo4j.password.get_secret_value()
 
 
 def neo4j_driver(settings: Settings, **options: Any) -> Any:
     from neo4j import GraphDatabase
 
-    return GraphDatabase.driver(settings.neo4j_uri, auth=_neo4j_auth(settings), **options)
+    return GraphDatabase.driver(settings.neo4j.uri, auth=_neo4j_auth(settings), **options)
 
 
 def async_neo4j_driver(settings: Settings) -> Any:
@@ -68,7 +68,7 @@ def async_neo4j_driver(settings: Settings) -> Any:
     from neo4j import AsyncGraphDatabase
 
     return AsyncGraphDatabase.driver(
-        settings.neo4j_uri,
+        settings.neo4j.uri,
         auth=_neo4j_auth(settings),
         notifications_disabled_categories=["UNRECOGNIZED"],
     )
@@ -77,4 +77,4 @@ def async_neo4j_driver(settings: Settings) -> Any:
 def redis_client(settings: Settings) -> Any:
     import redis
 
-    return redis.Redis.from_url(settings.redis_url)
+    return redis.Redis.from_url(settings.redis.url)

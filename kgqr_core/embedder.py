@@ -202,11 +202,11 @@ def _load(model_name: str) -> Embedder:
     from kgqr_core.settings import get_settings
 
     settings = get_settings()
-    runtime = settings.embedder_query_runtime
+    runtime = settings.embedder.query_runtime
     return Embedder(
         model_name,
-        settings.embedder_precision,
-        settings.embedder_omp_wait_policy,
+        settings.embedder.precision,
+        settings.embedder.omp_wait_policy,
         onnx_cache=settings.home / "onnx" if runtime != "torch" else None,
         onnx_int8=runtime == "onnx-int8",
     )

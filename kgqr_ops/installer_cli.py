@@ -31,7 +31,7 @@ def install(dashboards_url: str | None) -> None:
     settings = get_settings()
     if dashboards_url:
         _import_dashboards(dashboards_url, settings)
-    dimension = get_embedder(settings.embedder_model).dimension
+    dimension = get_embedder(settings.embedder.model).dimension
     for item in installer.install_opensearch(connections.opensearch_client(settings), dimension):
         click.echo(f"opensearch: {item}")
     with connections.neo4j_driver(settings) as driver:

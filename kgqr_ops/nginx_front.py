@@ -37,14 +37,16 @@ PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, status: Path) -> str:
     """The nginx configuration: `listen` and `kgqr` as host:port, `status` the unix socket
     for its counters."""
-    upstream = urlparse(settings.opensearch_url)
+    upstream = urlparse(settings.opensearch.url)
     if upstream.scheme not in ("http", "https") or not upstream.hostname:
         raise ServiceError(
             SERVICE, f"not an OpenSearch URL the front can forward to: {upstream.geturl()}"
         )
     # Callers without credentials reach OpenSearch without any, unless the opt-in lends them
     # kgqr's account (query_rewriter/engine/caller.py).
-    lent = service_authorization(settings) if settings.anonymous_uses_service_account else None
+    lent = (
+        service_authorization(settings) if settings.proxy.anonymous_uses_service_account else None
+    )
     tls = upstream.scheme == "https"
     default_port = 443 if tls else 80
     template = resources.files("kgqr_ops.nginx").joinpath("nginx.conf").read_text()
@@ -67,14 +69,14 @@ def _tls_directives(settings: Settings, host: str) -> str:
     """nginx's side of `connections.opensearch_ssl_context`: the same CA file (else the
     system's) and the same verification. The upstream is named "opensearch" in the config,
     so the name to send and check is set to the real host."""
-    ca_file = settings.opensearch_ca_certs or ssl.get_default_verify_paths().cafile
+    ca_file = settings.opensearch.ca_certs or ssl.get_default_verify_paths().cafile
     directives = [
         "proxy_ssl_server_name on;",
         f"proxy_ssl_name {host};",
         "proxy_ssl_session_reuse on;",
-        f"proxy_ssl_verify {'on' if settings.opensearch_verify_certs else 'off'};",
+        f"proxy_ssl_verify {'on' if settings.opensearch.verify_certs else 'off'};",
     ]
-    if settings.opensearch_verify_certs:
+    if settings.opensearch.verify_certs:
         if not ca_file or not Path(ca_file).is_file():
             raise ServiceError(
                 SERVICE,

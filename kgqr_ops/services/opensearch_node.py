@@ -59,11 +59,11 @@ class OpenSearchNode(LocalService):
 
     @classmethod
     def cluster(cls, settings: Settings) -> list[ClusterMember]:
-        """The main cluster's nodes: `settings.opensearch_nodes` of them."""
-        port = port_of(settings.opensearch_url, 9200)
+        """The main cluster's nodes: `settings.opensearch.nodes` of them."""
+        port = port_of(settings.opensearch.url, 9200)
         return members(
-            cls.name, cls.cluster_name, settings.opensearch_nodes, port,
-            settings.opensearch_extra_node_base_port, port + 100, cls.data_root(settings),
+            cls.name, cls.cluster_name, settings.opensearch.nodes, port,
+            settings.opensearch.extra_node_base_port, port + 100, cls.data_root(settings),
         )  # fmt: skip
 
     @property
@@ -76,7 +76,7 @@ class OpenSearchNode(LocalService):
         return (
             self.base_dir(s)
             / "installs"
-            / f"opensearch-{s.opensearch_version}-plugins-{s.opensearch_plugin_version}"
+            / f"opensearch-{s.opensearch.version}-plugins-{s.opensearch.plugin_version}"
         )
 
     @property
@@ -86,17 +86,17 @@ class OpenSearchNode(LocalService):
     def _artifacts(self) -> tuple[maven.MavenArtifact, list[maven.MavenArtifact]]:
         s = self.settings
         distribution = maven.MavenArtifact(
-            "org.opensearch.distribution.integ-test-zip", "opensearch", s.opensearch_version
+            "org.opensearch.distribution.integ-test-zip", "opensearch", s.opensearch.version
         )
         plugins = [
             maven.MavenArtifact(
-                "org.opensearch.plugin", "opensearch-knn", s.opensearch_plugin_version
+                "org.opensearch.plugin", "opensearch-knn", s.opensearch.plugin_version
             ),
             maven.MavenArtifact(
                 "org.opensearch.plugin",
                 "neural-search",
-                s.opensearch_plugin_version,
-                sha256=NEURAL_SEARCH_SHA256.get(s.opensearch_plugin_version),
+                s.opensearch.plugin_version,
+                sha256=NEURAL_SEARCH_SHA256.get(s.opensearch.plugin_version),
             ),
         ]
         return distribution, plugins
@@ -118,7 +118,7 @@ class OpenSearchNode(LocalService):
                 home = extract_zip(dist_zip, Path(scratch))
                 add_missing_modules(
                     home,
-                    self.settings.opensearch_version,
+                    self.settings.opensearch.version,
                     self.layout.downloads,
                     self.layout.maven_repo,
                 )
@@ -129,7 +129,7 @@ class OpenSearchNode(LocalService):
                          plugin_zip.as_uri()],
                         env={"OPENSEARCH_JAVA_HOME": str(java_home), "PATH": "/usr/bin:/bin"},
                     )  # fmt: skip
-                add_engine_guard(home, java_home, self.settings.opensearch_version)
+                add_engine_guard(home, java_home, self.settings.opensearch.version)
                 (home / ".kgqr-installed").write_text(recipe)
                 replace_dir(home, self.install_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ class OpenSearchNode(LocalService):
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         java_home = find_java_home(self.settings.java_home)
-        heap = self.settings.opensearch_heap_mb
+        heap = self.settings.opensearch.heap_mb
         argv = as_service_user([
             str(self.install_dir / "bin" / "opensearch"),
             *self.member.options(),

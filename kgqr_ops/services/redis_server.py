@@ -23,7 +23,7 @@ class RedisServer(LocalService):
 
     @property
     def port(self) -> int:
-        return port_of(self.settings.redis_url, 6379)
+        return port_of(self.settings.redis.url, 6379)
 
     @property
     def config_file(self) -> Path:
@@ -32,8 +32,8 @@ class RedisServer(LocalService):
     @property
     def password(self) -> str:
         """The configured password, else the local one (made now if there is none yet)."""
-        if self.settings.redis_password is not None:
-            return self.settings.redis_password.get_secret_value()
+        if self.settings.redis.password is not None:
+            return self.settings.redis.password.get_secret_value()
         known = local_redis_password(self.settings.home)
         if known:
             return known
@@ -57,7 +57,7 @@ class RedisServer(LocalService):
             "--dir", str(self.layout.data(self.name)),
             "--daemonize", "no", "--save", "300 10", "--appendonly", "no",
             # Bounded: the caches (every key with a TTL) give way; queues never do.
-            "--maxmemory", f"{self.settings.redis_maxmemory_mb}mb",
+            "--maxmemory", f"{self.settings.redis.maxmemory_mb}mb",
             "--maxmemory-policy", "volatile-lru",
         ]  # fmt: skip
         return argv, {}

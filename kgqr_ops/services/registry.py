@@ -50,8 +50,8 @@ def remembered_nodes(settings: Settings, nodes: int | None = None) -> Settings:
     if nodes is not None:
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(str(nodes))
-    elif "opensearch_nodes" not in settings.model_fields_set and record.is_file():
+    elif "nodes" not in settings.opensearch.model_fields_set and record.is_file():
         nodes = int(record.read_text())
     if nodes is None:
         return settings
-    return settings.model_copy(update={"opensearch_nodes": nodes})
+    return settings.replaced({"opensearch_nodes": nodes})

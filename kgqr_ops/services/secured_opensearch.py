@@ -73,7 +73,7 @@ class SecuredOpenSearchNode(OpenSearchNode):
     @classmethod
     def cluster(cls, settings: Settings) -> list[ClusterMember]:
         """Always one node of its own (its transport port is set by node_options)."""
-        port = settings.secured_opensearch_port
+        port = settings.opensearch.secured_port
         return members(cls.name, cls.cluster_name, 1, port, 0, port + 100, cls.data_root(settings))
 
     @property
@@ -90,7 +90,7 @@ class SecuredOpenSearchNode(OpenSearchNode):
 
     def _artifacts(self) -> tuple[maven.MavenArtifact, list[maven.MavenArtifact]]:
         distribution, plugins = super()._artifacts()
-        version = self.settings.opensearch_plugin_version
+        version = self.settings.opensearch.plugin_version
         security = maven.MavenArtifact(
             "org.opensearch.plugin",
             "opensearch-security",
@@ -140,8 +140,16 @@ class SecuredOpenSearchNode(OpenSearchNode):
                 self.name, "not set up yet: run `kgqr services up opensearch-secured`"
             )
         s = self.settings
-        admin = s.secured_admin_password.get_secret_value() if s.secured_admin_password else None
-        kgqr = s.secured_kgqr_password.get_secret_value() if s.secured_kgqr_password else None
+        admin = (
+            s.opensearch.secured_admin_password.get_secret_value()
+            if s.opensearch.secured_admin_password
+            else None
+        )
+        kgqr = (
+            s.opensearch.secured_kgqr_password.get_secret_value()
+            if s.opensearch.secured_kgqr_password
+            else None
+        )
         values = {
             "admin_password": admin or stored.get("admin_password") or _password(),
             "kgqr_password": kgqr or stored.get("kgqr_password") or _password(),

@@ -150,7 +150,7 @@ def celery_echo(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
         [sys.executable, "-m", "celery", "-A", "ingest.celery_app", "worker",
          "--pool", "solo", "--concurrency", "1", "-Q", queue, "--loglevel", "WARNING",
          "--hostname", f"{queue}@%h"],
-        env={**os.environ, "KGQR_REDIS_URL": settings.redis_url},
+        env={**os.environ, "KGQR_REDIS_URL": settings.redis.url},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -171,12 +171,12 @@ def llm_json_object(settings: Settings) -> dict[str, Any]:
     from openai import OpenAI
 
     client = OpenAI(
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key.get_secret_value(),
-        timeout=settings.llm_timeout_s,
+        base_url=settings.llm.base_url,
+        api_key=settings.llm.api_key.get_secret_value(),
+        timeout=settings.llm.timeout_s,
     )
     answer = client.chat.completions.create(
-        model=settings.llm_model,
+        model=settings.llm.model,
         messages=[
             {
                 "role": "user",

@@ -111,7 +111,7 @@ class Caller:
             if counts_for_identity(name.lower())
         )
         anonymous = not any(name in KNOWN_CREDENTIAL_HEADERS for name, _ in found)
-        if anonymous and settings.anonymous_uses_service_account:
+        if anonymous and settings.proxy.anonymous_uses_service_account:
             authorization = service_authorization(settings)
             if authorization:
                 found = sorted([*found, ("authorization", authorization)])

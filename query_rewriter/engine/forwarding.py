@@ -98,7 +98,7 @@ class Upstream:
     """One keep-alive connection pool to OpenSearch for verbatim forwarding."""
 
     def __init__(self, settings: Settings) -> None:
-        self._base = settings.opensearch_url.rstrip("/")
+        self._base = settings.opensearch.url.rstrip("/")
         self._settings = settings
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=200, ssl=opensearch_ssl_context(settings)),
@@ -128,7 +128,7 @@ class Upstream:
         )
         if length is not None and not isinstance(body, bytes):
             outgoing["content-length"] = length
-        if self._settings.anonymous_uses_service_account:  # else only the caller's are sent
+        if self._settings.proxy.anonymous_uses_service_account:  # else only the caller's are sent
             for name, value in Caller.from_headers(outgoing, self._settings).credentials:
                 outgoing.setdefault(name, value)
         url = URL(f"{self._base}{path}{'?' + query if query else ''}", encoded=True)

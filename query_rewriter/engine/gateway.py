@@ -45,7 +45,7 @@ def opensearch_http_client(
         return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
     return httpx.AsyncClient(
-        base_url=settings.opensearch_url,
+        base_url=settings.opensearch.url,
         auth=opensearch_basic_auth(settings) if service_account else None,
         timeout=httpx.Timeout(60.0, connect=5.0),
         limits=limits,

@@ -67,7 +67,7 @@ class GraphSnapshots:
         KGQR_GRAPH_SNAPSHOT_CHECK_S has passed); None while Redis does not answer."""
         known = self._known.setdefault(kb, _KnownGraph())
         now = time.monotonic()
-        if now - known.looked_at >= self._settings.graph_snapshot_check_s:
+        if now - known.looked_at >= self._settings.graph.snapshot_check_s:
             known.looked_at = now
             try:
                 known.version = graph_version.parse(
@@ -80,7 +80,7 @@ class GraphSnapshots:
 
     async def current(self, kb: str) -> GraphSnapshot | None:
         """The KB's copy if it is current; else None, and a load starts if none runs."""
-        if self._settings.graph_snapshot_max_relations <= 0:
+        if self._settings.graph.snapshot_max_relations <= 0:
             return None
         version = await self.version(kb)
         if version is None:
@@ -131,7 +131,7 @@ class GraphSnapshots:
         return started
 
     async def _load(self, kb: str, known: _KnownGraph, version: int) -> None:
-        limit = self._settings.graph_snapshot_max_relations
+        limit = self._settings.graph.snapshot_max_relations
         started = time.perf_counter()
 
         def read() -> GraphSnapshot | None:

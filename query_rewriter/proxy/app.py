@@ -86,7 +86,7 @@ def create_app(
     """The proxy. `extra_routes` are pages mounted beside the engine's API (the workbench's
     tuning page, kgqr_ops/proxy_app.py): the read path does not know them."""
     settings = settings or get_settings()
-    check_default_strategy(settings.rewrite_default_strategy)
+    check_default_strategy(settings.rewrite.default_strategy)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -96,14 +96,14 @@ def create_app(
         service_http = engine.service  # kgqr's bookkeeping: log, definitions, plugins
 
         def redis_at(url: str) -> aioredis.Redis:
-            timeout = settings.redis_timeout_s
+            timeout = settings.redis.timeout_s
             return aioredis.Redis.from_url(
                 url, socket_timeout=timeout, socket_connect_timeout=timeout
             )
 
-        redis = redis_at(settings.cache_redis_url)
+        redis = redis_at(settings.redis.cache_url)
         # Graph versions are ingest's records (kgqr_core/graph_version.py), beside its jobs.
-        ingest_redis = redis_at(settings.redis_url)
+        ingest_redis = redis_at(settings.redis.url)
         graph = connections.async_neo4j_driver(settings)
         embedders = QueryEmbedders.from_settings(settings)
         await embedders.default()  # loaded before the first search, not during it
@@ -111,7 +111,7 @@ def create_app(
 
         snapshots = GraphSnapshots(settings, ingest_redis)
         await snapshots.preload(
-            settings.graph_snapshot_preload, lambda: knowledge_base_names(engine.as_kgqr())
+            settings.graph.snapshot_preload, lambda: knowledge_base_names(engine.as_kgqr())
         )
         llm = AsyncLlmClient(settings, redis)
         metrics.LLM_WAITING.set_function(lambda: llm.waiting)
@@ -123,16 +123,16 @@ def create_app(
                 settings,
                 llm,
                 RewriteCache(
-                    redis, settings.rewrite_cache_ttl_s, settings.rewrite_cache_max_entry_bytes
+                    redis, settings.rewrite.cache_ttl_s, settings.rewrite.cache_max_entry_bytes
                 ),
                 embedders,
                 lambda kb: meta_of(state, kb),
                 SnapshotGraph(graph, snapshots),
             ),
             IdentityResolver(engine),
-            query_log=QueryLog(service_http) if settings.query_log_enabled else None,
+            query_log=QueryLog(service_http) if settings.proxy.query_log_enabled else None,
         )
-        fusion = settings.hybrid_fusion
+        fusion = settings.rewrite.hybrid_fusion
         state.neural_search = fusion == "pipeline" or (
             fusion == "auto" and await _has_neural_search(service_http)
         )
@@ -144,7 +144,7 @@ def create_app(
             "kgqr proxy ready",
             extra={
                 "kgqr": {
-                    "opensearch": settings.opensearch_url,
+                    "opensearch": settings.opensearch.url,
                     "neural_search": state.neural_search,
                 }
             },
@@ -197,7 +197,7 @@ async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipel
         if not pipelines:
             return
         for name, body in hybrid_pipelines(
-            settings.hybrid_weights, settings.hybrid_boost_weights
+            settings.rewrite.hybrid_weights, settings.rewrite.hybrid_boost_weights
         ).items():
             await _ensure_pipeline(http, name, body)
     except httpx.HTTPError as exc:
@@ -237,7 +237,7 @@ async def metrics_endpoint(request: Request) -> Response:
 
 async def _metrics_refused(state: ProxyState, request: Request) -> Response | None:
     """The answer that refuses the request its metrics, or None when it may read them."""
-    token = state.settings.metrics_token
+    token = state.settings.proxy.metrics_token
     sent = request.headers.get("authorization", "")
     if token is not None and hmac.compare_digest(
         sent.encode(), f"Bearer {token.get_secret_value()}".encode()
@@ -293,7 +293,7 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
         # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
         metrics.PASSED_THROUGH.labels("refused").inc()
         return kind, await state.engine.forward(request)
-    limit = state.settings.max_body_bytes
+    limit = state.settings.proxy.max_body_bytes
     body = await read_body(request.headers.get("content-length"), request.stream(), limit)
     body = decode_body(body, request.headers.get("content-encoding"), limit)
     if search:
@@ -353,7 +353,7 @@ async def _search(
 ) -> Response:
     """The search `body` rewritten, or passed through: `as_sent` on the request's own path
     when kgqr need not read the answer."""
-    default = state.settings.rewrite_default_strategy
+    default = state.settings.rewrite.default_strategy
     plan = plan_search(index, query_params, body, default)
     headers = request_headers(request)
     if isinstance(plan, PassThrough):

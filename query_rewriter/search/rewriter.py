@@ -155,7 +155,7 @@ class Rewriter:
         # vector of its old model.
         config = strategy.config(params, self.settings)
         config["embedder"] = await self._model_of(kb)
-        config["llm_sample"] = self.settings.llm_sample  # another draw is another rewrite
+        config["llm_sample"] = self.settings.llm.sample  # another draw is another rewrite
         if strategy.reads_graph and self.graph is not None:
             config["graph_version"] = await self.graph.version(kb)
         if strategy.reads_plans:  # a new optimisation never serves old rewrites
@@ -181,18 +181,18 @@ class Rewriter:
         # A stale entry (evidence no longer readable) is made afresh below, and replaced.
         metrics.CACHE.labels("stale" if stale else "miss").inc()
 
-        budget_ms = self.settings.rewrite_budget_ms
+        budget_ms = self.settings.rewrite.budget_ms
         budgeted = budget_ms is not None and strategy.uses_llm
         # A budgeted rewrite keeps no search waiting: it may queue behind the others for an
         # LLM slot as long as the background timeout allows.
         timeout_s = (
-            self.settings.rewrite_background_timeout_s
+            self.settings.rewrite.background_timeout_s
             if budgeted
-            else self.settings.rewrite_timeout_s
+            else self.settings.rewrite.timeout_s
         )
 
         async def compute() -> RewriteOutcome:
-            if strategy.name != "base" and self._running >= self.settings.rewrite_max_concurrent:
+            if strategy.name != "base" and self._running >= self.settings.rewrite.max_concurrent:
                 return self._refused(strategy.name, query, params)
             self._running += 1
             metrics.REWRITES_RUNNING.inc()
@@ -214,7 +214,7 @@ class Rewriter:
             outcome, shared = await self.cache.coalesce(key, compute)
             return replace(outcome, cached=True) if shared else outcome
         task = self._background.get(key)
-        if task is None and len(self._background) < self.settings.rewrite_background_max:
+        if task is None and len(self._background) < self.settings.rewrite.background_max:
             task = asyncio.create_task(self.cache.coalesce(key, compute))
             self._background[key] = task
             task.add_done_callback(lambda done: self._background_done(key, strategy.name, done))
@@ -225,7 +225,7 @@ class Rewriter:
                 outcome, shared = task.result()
                 return replace(outcome, cached=True) if shared else outcome
         # Over budget: the fast strategy answers now (its own rewrite, cached as usual).
-        fast = STRATEGIES[self.settings.rewrite_budget_strategy]
+        fast = STRATEGIES[self.settings.rewrite.budget_strategy]
         metrics.BUDGETED.labels("fast" if task is not None else "fast_not_queued").inc()
         served = await self.rewrite(
             index=index,
@@ -278,7 +278,7 @@ class Rewriter:
         timeout_s: float | None = None,
     ) -> RewriteOutcome:
         started = time.perf_counter()
-        timeout_s = timeout_s or self.settings.rewrite_timeout_s
+        timeout_s = timeout_s or self.settings.rewrite.timeout_s
         timer = StageTimer()
         strategy_name = strategy.name
         alpha = param_value(ALPHA, params, self.settings)
@@ -358,7 +358,7 @@ class Rewriter:
     def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
         """A rewrite refused admission. Under load even embedding the query (CPU-bound,
         ~10 ms) would queue every search."""
-        limit = self.settings.rewrite_max_concurrent
+        limit = self.settings.rewrite.max_concurrent
         reason = f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
         return self._unrewritten(strategy, query, params, "admission", reason)
 

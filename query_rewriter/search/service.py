@@ -146,7 +146,7 @@ async def _rewritten_search(
     k = int(param_value(KNN_K, plan.params, state.settings))
     fusion_mode = int(param_value(FUSE_PLAIN, plan.params, state.settings))
     fuse = fusion_mode >= 1 and outcome.plain_vector is not None
-    boost_weights = state.settings.hybrid_boost_weights
+    boost_weights = state.settings.rewrite.hybrid_boost_weights
     body = hybrid_body(
         plan.body,
         plan.parsed,

@@ -57,7 +57,5 @@ class Strategy(abc.ABC):
         return {
             "strategy": self.name,
             "params": {p.name: param_value(p, values, settings) for p in (*COMMON, *self.params)},
-            "settings": settings.model_dump(
-                mode="json", include={*CONTEXT_SETTINGS, *self.settings}
-            ),
+            "settings": settings.values({*CONTEXT_SETTINGS, *self.settings}),
         }

@@ -86,7 +86,7 @@ class StrategyContext:
     def setting(self, name: str) -> Any:
         """A setting the strategy declared (Strategy.settings)."""
         self._check(name)
-        return getattr(self.settings, name)
+        return self.settings.value(name)
 
     def _check(self, name: str) -> None:
         if self.declared is not None and name not in self.declared:
@@ -144,7 +144,9 @@ class StrategyContext:
             vector = await self.query_vector(query)
             parsed = ParsedQuery(query, filters=filters or [])
             request = {"size": size, "_source": fields}
-            weights = HybridWeights(self.requested(HYBRID_BM25), self.settings.hybrid_boost_weights)
+            weights = HybridWeights(
+                self.requested(HYBRID_BM25), self.settings.rewrite.hybrid_boost_weights
+            )
             body = hybrid_body(request, parsed, query, vector, int(self.param(KNN_K)), weights)
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))

@@ -46,7 +46,7 @@ class Param:
         return f"kgqr parameter [{self.name}] must be {kind} from {self.low:g} to {self.high:g}"
 
     def default(self, settings: Settings) -> float:
-        return float(getattr(settings, self.setting))
+        return float(settings.value(self.setting))
 
 
 ALPHA = Param("rewrite.alpha", "rewrite_alpha", 0.0, 1.0, legacy="alpha")

@@ -283,7 +283,7 @@ def test_the_proxy_serves_the_stored_plan_without_an_llm_call(
     meta = kb_meta.load(opensearch, catalog_kb)
     assert meta is not None
     question = next(q for q in questions if q.category == TWO_HOPS and q.split == "test")
-    url_settings = settings.model_copy(update={"rewrite_cache_ttl_s": 0})
+    url_settings = settings.replaced({"rewrite_cache_ttl_s": 0})
     with running_proxy(url_settings) as url:
         before = _search(url, question.query)
         assert "no optimised plans" in before["kgqr"]["fallback"]["reason"]

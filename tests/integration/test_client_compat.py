@@ -47,12 +47,12 @@ def records(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, list[dict[str, Any]]]]:
     """Every client's records on each path, the paths run one after another."""
-    mapping = httpx.get(f"{settings.opensearch_url}/{movies_kb}/_mapping").json()
+    mapping = httpx.get(f"{settings.opensearch.url}/{movies_kb}/_mapping").json()
     (index_mapping,) = mapping.values()  # keyed by the index behind the KB's alias
     dimension = index_mapping["mappings"]["properties"]["vector"]["dimension"]
     folder = tmp_path_factory.mktemp("compat")
     with running_front(settings, "127.0.0.1", free_port(), port_of(proxy_url, 0)) as front:
-        urls = {"direct": settings.opensearch_url.rstrip("/"), "front": front, "kgqr": proxy_url}
+        urls = {"direct": settings.opensearch.url.rstrip("/"), "front": front, "kgqr": proxy_url}
         found = {}
         for path, url in urls.items():
             out = folder / f"{path}.json"

@@ -327,7 +327,7 @@ def test_a_yaml_search_is_answered_as_directly(
             params={"kgqr.strategy": "graph"} if url == entry_url else {},
             headers={"content-type": "application/yaml"},
         )
-        for url in (entry_url, settings.opensearch_url.rstrip("/"))
+        for url in (entry_url, settings.opensearch.url.rstrip("/"))
     ]
     via, direct = answers
     assert via.status_code == direct.status_code == 200
@@ -383,7 +383,7 @@ def test_kgqrs_answers_carry_the_headers_the_engines_would(
     warned = [
         httpx.post(url, params=params, json=facets, headers={"x-opaque-id": f"{unique_name}-{to}"})
         for to, url, params in (
-            ("direct", f"{settings.opensearch_url.rstrip('/')}/{movies_kb}/_search", {}),
+            ("direct", f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/_search", {}),
             ("kgqr", search, {"kgqr.explain": "true"}),
         )
     ]

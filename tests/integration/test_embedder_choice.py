@@ -42,14 +42,14 @@ def test_ingest_refuses_another_models_vectors(
 ) -> None:
     with pytest.raises(ValueError, match="holds vectors of embeddinggemma-300m"):
         check_embedder(opensearch, gemma_kb, settings)
-    check_embedder(opensearch, gemma_kb, settings.model_copy(
-        update={"embedder_model": "embeddinggemma-300m"}))  # fmt: skip
+    gemma = settings.replaced({"embedder_model": "embeddinggemma-300m"})
+    check_embedder(opensearch, gemma_kb, gemma)
 
 
 def test_a_proxy_not_allowed_the_kbs_model_runs_the_clients_own_search(
     settings: Settings, gemma_kb: str
 ) -> None:
-    only_minilm = settings.model_copy(update={"query_embedder_models": settings.embedder_model})
+    only_minilm = settings.replaced({"query_embedder_models": settings.embedder.model})
     with running_proxy(only_minilm) as url:
         response = httpx.post(
             f"{url}/{schema.documents_index(gemma_kb)}/_search",
@@ -74,10 +74,10 @@ def test_a_worker_embeds_a_chunk_with_the_model_its_job_was_checked_against(
     from ingest.tasks import chunk_sender
     from tests.integration.ingest_helpers import TINY_KB
 
-    gemma = settings.model_copy(update={"embedder_model": "embeddinggemma-300m"})
+    gemma = settings.replaced({"embedder_model": "embeddinggemma-300m"})
     job = job_runner.enqueue(
         open_source(TINY_KB), TINY_KB, kb_name, settings=gemma, opensearch=opensearch,
-        jobs=JobStore(redis_client), send=chunk_sender(kb_name, model=gemma.embedder_model),
+        jobs=JobStore(redis_client), send=chunk_sender(kb_name, model=gemma.embedder.model),
         dimension=768,
     )  # fmt: skip
     done = job_runner.follow(JobStore(redis_client), job.job_id, lambda _p: None, 300)

@@ -40,20 +40,20 @@ def _create(url: str, index: str, properties: dict[str, Any]) -> httpx.Response:
 def test_a_mapping_the_node_cannot_run_is_a_clear_400_on_every_path(
     entry_url: str, settings: Settings, unique_name: str, client: str
 ) -> None:
-    direct = _create(settings.opensearch_url.rstrip("/"), unique_name, CLIENT_MAPPINGS[client])
+    direct = _create(settings.opensearch.url.rstrip("/"), unique_name, CLIENT_MAPPINGS[client])
     assert direct.status_code == 400, direct.text
     error = direct.json()["error"]
     assert error["type"] == "illegal_argument_exception"
     assert '"engine": "lucene"' in error["reason"]
     via = _create(entry_url, unique_name, CLIENT_MAPPINGS[client])
     assert (via.status_code, via.json()) == (400, direct.json())
-    assert httpx.head(f"{settings.opensearch_url.rstrip('/')}/{unique_name}").status_code == 404
+    assert httpx.head(f"{settings.opensearch.url.rstrip('/')}/{unique_name}").status_code == 404
 
 
 def test_lucene_vectors_mapping_updates_and_templates_are_checked(
     settings: Settings, unique_name: str
 ) -> None:
-    url = settings.opensearch_url.rstrip("/")
+    url = settings.opensearch.url.rstrip("/")
     lucene = {**VECTOR, "method": {"name": "hnsw", "engine": "lucene", "space_type": "l2"}}
     assert _create(url, unique_name, {"v": lucene}).status_code == 200
     try:
@@ -78,7 +78,7 @@ def test_lucene_vectors_mapping_updates_and_templates_are_checked(
 def test_the_standard_modules_clients_rely_on_are_there(
     settings: Settings, unique_name: str
 ) -> None:
-    url = settings.opensearch_url.rstrip("/")
+    url = settings.opensearch.url.rstrip("/")
     pipeline = {"processors": [{"set": {"field": "via", "value": "ingest-common"}},
                                {"lowercase": {"field": "title"}}]}  # fmt: skip
     assert httpx.put(f"{url}/_ingest/pipeline/{unique_name}", json=pipeline).status_code == 200
@@ -150,7 +150,7 @@ def test_an_unrunnable_index_from_before_the_guard_is_named_and_removed(
 ) -> None:
     from kgqr_ops.services.unrunnable_indices import DELETE_COMMAND, delete_unrunnable
 
-    node = ScratchNode(settings.model_copy(update={"opensearch_heap_mb": 512}))
+    node = ScratchNode(settings.replaced({"opensearch_heap_mb": 512}))
     shutil.rmtree(node.data_dir, ignore_errors=True)
     url = f"http://127.0.0.1:{node.port}"
     try:

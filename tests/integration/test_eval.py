@@ -38,7 +38,7 @@ def judged(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client:
 
 @pytest.fixture(scope="module")
 def proxy(settings: Settings) -> Iterator[str]:
-    with running_proxy(settings.model_copy(update={"rewrite_cache_ttl_s": 0})) as url:
+    with running_proxy(settings.replaced({"rewrite_cache_ttl_s": 0})) as url:
         yield url
 
 
@@ -183,10 +183,10 @@ def test_samples_ask_the_llm_afresh_for_each_draw_and_report_the_spread(
 def test_a_proxy_on_another_draw_never_serves_a_rewrite_cached_from_the_first(
     judged: Path, scripted_llm: list[str]
 ) -> None:
-    cached = get_settings().model_copy(update={"rewrite_cache_ttl_s": 600})
+    cached = get_settings().replaced({"rewrite_cache_ttl_s": 600})
     index = documents_index(KB)
     for sample, prompts in ((0, 1), (0, 1), (1, 2)):
-        with running_proxy(cached.model_copy(update={"llm_sample": sample})) as url:
+        with running_proxy(cached.replaced({"llm_sample": sample})) as url:
             response = explained_search(url, index, "hyde", "a heist with bank robbers")
         assert response.status_code == 200, response.text[:300]
         assert len(scripted_llm) == prompts, f"sample {sample}"
@@ -240,7 +240,7 @@ def test_a_run_that_reads_the_graph_starts_once_the_proxy_reads_its_copy(
     """A fresh proxy expands in Neo4j until its graph copy is loaded; the run waits for the
     copy (else its first searches would read Neo4j's hub cap, the rest the copy's) and
     says where its graph reads went. A run that reads no graph does not wait."""
-    with running_proxy(settings.model_copy(update={"rewrite_cache_ttl_s": 0})) as fresh:
+    with running_proxy(settings.replaced({"rewrite_cache_ttl_s": 0})) as fresh:
         _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "base,graph", "--proxy", fresh,
               "--out", str(tmp_path / "graph"))  # fmt: skip
     config = json.loads((tmp_path / "graph.json").read_text())["config"]

@@ -171,8 +171,8 @@ def test_the_passage_two_hops_from_the_query_is_lifted_through_the_bridge_entity
 def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
     settings: Settings, movies_kb: str
 ) -> None:
-    no_graph = settings.model_copy(
-        update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "rewrite_cache_ttl_s": 0}
+    no_graph = settings.replaced(
+        {"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "rewrite_cache_ttl_s": 0}
     )
     with running_proxy(no_graph) as url:
         for strategy in ("graph", "graph_walk"):
@@ -210,8 +210,8 @@ def test_the_walk_on_the_proxys_copy_of_the_graph_lifts_as_neo4js_does(
     """A proxy copies the graph into memory on its first `graph` search; once it walks the
     copy, the same document is lifted by the same path. (Rewrites not cached: a cached one
     would not walk again.)"""
-    uncached = settings.model_copy(update={"rewrite_cache_ttl_s": 0})
-    with running_proxy(uncached.model_copy(update={"graph_snapshot_max_relations": 0})) as url:
+    uncached = settings.replaced({"rewrite_cache_ttl_s": 0})
+    with running_proxy(uncached.replaced({"graph_snapshot_max_relations": 0})) as url:
         from_neo4j, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
     assert explain["details"]["graph_source"] == "neo4j"
     deadline = time.monotonic() + 60
@@ -236,8 +236,8 @@ def test_a_preloaded_copy_answers_the_first_search(
     starts, so even its first `graph` search expands in memory; without, the first one
     reads Neo4j, however long the proxy has been up."""
     kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
-    configured = settings.model_copy(
-        update={"rewrite_cache_ttl_s": 0, "graph_snapshot_preload": kb if preload else ""}
+    configured = settings.replaced(
+        {"rewrite_cache_ttl_s": 0, "graph_snapshot_preload": kb if preload else ""}
     )
 
     def loaded() -> float:
@@ -259,13 +259,13 @@ def test_preloading_every_knowledge_base_reads_what_kgqr_meta_lists_or_nothing(
     kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
 
     async def preload_every_kb() -> tuple[list[str], list[str], list[str]]:
-        redis = aioredis.Redis.from_url(settings.redis_url)
+        redis = aioredis.Redis.from_url(settings.redis.url)
         service_http = opensearch_http_client(settings, service_account=True)
         as_kgqr = EngineSession(service_http, {})
         try:
             listed = await knowledge_base_names(as_kgqr)
             # Large KBs (benchmarks) are counted, not copied.
-            small = settings.model_copy(update={"graph_snapshot_max_relations": 100})
+            small = settings.replaced({"graph_snapshot_max_relations": 100})
             snapshots = GraphSnapshots(small, redis)
             started = await snapshots.preload("*", lambda: knowledge_base_names(as_kgqr))
             await snapshots.wait_for_loads()
@@ -306,13 +306,13 @@ def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
     (extra / "relations.jsonl").write_text(
         json.dumps({"source": "m9", "type": "directed_by", "target": "p1"}) + "\n"
     )
-    looking_often = settings.model_copy(update={"graph_snapshot_check_s": 0.05})
+    looking_often = settings.replaced({"graph_snapshot_check_s": 0.05})
 
     def directed_by_mann(snapshot: GraphSnapshot) -> set[str]:
         return snapshot.neighbours(["p1"], hops=1, cap=50).document_ids()
 
     async def follow_an_ingest() -> None:
-        redis = aioredis.Redis.from_url(settings.redis_url)
+        redis = aioredis.Redis.from_url(settings.redis.url)
         snapshots = GraphSnapshots(looking_often, redis)
         try:
             assert await snapshots.current(kb_name) is None  # nothing copied yet: Neo4j
@@ -344,8 +344,8 @@ def test_a_graph_too_large_to_copy_or_unknown_versions_expand_in_neo4j(
     kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
 
     async def sources() -> tuple[GraphSnapshot | None, GraphSnapshot | None]:
-        redis = aioredis.Redis.from_url(settings.redis_url)
-        small = GraphSnapshots(settings.model_copy(update={"graph_snapshot_max_relations": 3}),
+        redis = aioredis.Redis.from_url(settings.redis.url)
+        small = GraphSnapshots(settings.replaced({"graph_snapshot_max_relations": 3}),
                                redis)  # fmt: skip
         await small.current(kb)
         await small.wait_for_loads()
@@ -366,7 +366,7 @@ def test_a_cached_graph_rewrite_is_not_served_after_the_graph_changed(
     settings: Settings, redis_client: Any, movies_kb: str
 ) -> None:
     kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
-    looking_often = settings.model_copy(update={"graph_snapshot_check_s": 0.05})
+    looking_often = settings.replaced({"graph_snapshot_check_s": 0.05})
     with running_proxy(looking_often) as url:
         _, first = _ranked(url, movies_kb, "graph", "Al Pacino thriller")
         _, again = _ranked(url, movies_kb, "graph", "Al Pacino thriller")

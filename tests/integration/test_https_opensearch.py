@@ -71,7 +71,7 @@ def https_settings(
 ) -> Iterator[Settings]:
     """Settings for the https address, trusting the test certificate (copied out of nginx's
     run dir, which only exists while nginx runs)."""
-    port, upstream = free_port(), urlparse(settings.opensearch_url).netloc
+    port, upstream = free_port(), urlparse(settings.opensearch.url).netloc
     ca = tmp_path_factory.mktemp("tls") / "ca.pem"
 
     def config(run_dir: Path) -> str:
@@ -80,8 +80,8 @@ def https_settings(
         return _tls_terminator_config(run_dir, port, upstream)
 
     with running_nginx(config, "127.0.0.1", port):
-        yield settings.model_copy(
-            update={"opensearch_url": f"https://localhost:{port}", "opensearch_ca_certs": ca}
+        yield settings.replaced(
+            {"opensearch_url": f"https://localhost:{port}", "opensearch_ca_certs": ca}
         )
 
 
@@ -94,10 +94,10 @@ def managed_index(settings: Settings, opensearch: Any, neo4j_driver: Any, redis_
 
 def test_clients_check_the_certificate_against_the_configured_ca(https_settings: Settings) -> None:
     assert connections.opensearch_client(https_settings).info()["version"]["number"]
-    system_cas_only = https_settings.model_copy(update={"opensearch_ca_certs": None})
+    system_cas_only = https_settings.replaced({"opensearch_ca_certs": None})
     with pytest.raises(OpenSearchConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
         connections.opensearch_client(system_cas_only).info()
-    unchecked = system_cas_only.model_copy(update={"opensearch_verify_certs": False})
+    unchecked = system_cas_only.replaced({"opensearch_verify_certs": False})
     with pytest.warns(InsecureRequestWarning):  # said out loud, every request
         assert connections.opensearch_client(unchecked).cluster.health()["status"]
 
@@ -133,12 +133,12 @@ def test_proxy_and_front_forward_and_rewrite_over_https(
 def test_an_untrusted_certificate_is_a_bad_gateway_not_a_silent_downgrade(
     https_settings: Settings, entry: str
 ) -> None:
-    untrusted = https_settings.model_copy(update={"opensearch_ca_certs": None})
+    untrusted = https_settings.replaced({"opensearch_ca_certs": None})
     with _entry(untrusted, entry) as url:
         response = httpx.get(f"{url}/_cluster/health", timeout=30)
     assert response.status_code == 502
     if entry == "kgqr":  # nginx answers with its own page; kgqr says why, naming no address
         reason = response.json()["error"]["reason"]
         assert "certificate" in reason.lower()
-        netloc = urlparse(https_settings.opensearch_url).netloc
+        netloc = urlparse(https_settings.opensearch.url).netloc
         assert netloc not in reason and netloc.split(":")[0] not in reason

@@ -83,7 +83,7 @@ def test_a_hung_llm_costs_a_search_its_budget_only(settings: Settings, movies_kb
 
     try:
         with recording_llm(hang) as (llm_url, _prompts):
-            hung = settings.model_copy(update={
+            hung = settings.replaced({
                 "llm_base_url": llm_url, "llm_model": f"hung-{uuid.uuid4().hex[:6]}",
                 "rewrite_timeout_s": BUDGET_S, "llm_timeout_s": 60.0,
             })  # fmt: skip
@@ -102,13 +102,13 @@ def test_a_hung_cache_redis_is_a_miss_not_a_stalled_search(
     settings: Settings, movies_kb: str
 ) -> None:
     with own_redis() as (redis_url, pid):
-        cached = settings.model_copy(update={"cache_redis_url": redis_url})
+        cached = settings.replaced({"cache_redis_url": redis_url})
         with running_proxy(cached) as url:
             _timed_search(url, movies_kb, "base", "bank robbers")
             with paused(pid):
                 elapsed, explain = _timed_search(url, movies_kb, "base", "bank robbers")
             # The cache lookup gives up after KGQR_REDIS_TIMEOUT_S (and so does the write).
-            assert elapsed < 2 * settings.redis_timeout_s + SLACK_S, elapsed
+            assert elapsed < 2 * settings.redis.timeout_s + SLACK_S, elapsed
             assert explain["fallback"] is None and explain["cached"] is False
             text = "police chase"  # resumed: cached again, without restarting kgqr
             body = {"query": {"match": {"text": text}}, "size": 3}
@@ -129,7 +129,7 @@ def test_a_hung_neo4j_falls_back_at_the_graph_stage_and_recovers(
         return ENTITIES if '"entities"' in prompt else DOCUMENTS
 
     with recording_llm(script) as (llm_url, _prompts):
-        graphy = settings.model_copy(update={
+        graphy = settings.replaced({
             "llm_base_url": llm_url, "llm_model": f"stand-in-{uuid.uuid4().hex[:6]}",
             "rewrite_timeout_s": BUDGET_S,
         })  # fmt: skip

@@ -166,9 +166,9 @@ def test_only_a_worker_of_this_queue_counts_as_one(settings: Any, ingest_worker:
     from ingest.celery_app import app
 
     deadline = time.monotonic() + 60  # the session's worker may still be starting
-    while job_runner.workers_consuming(app, settings.ingest_queue) == 0:
+    while job_runner.workers_consuming(app, settings.redis.ingest_queue) == 0:
         assert time.monotonic() < deadline, "the session's ingest worker never answered"
-    assert job_runner.workers_consuming(app, f"{settings.ingest_queue}-elsewhere") == 0
+    assert job_runner.workers_consuming(app, f"{settings.redis.ingest_queue}-elsewhere") == 0
 
 
 def test_the_worker_command_restarts_its_worker_and_an_interrupt_ends_both(
@@ -196,7 +196,7 @@ def test_the_worker_command_restarts_its_worker_and_an_interrupt_ends_both(
     command = subprocess.Popen(
         [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "ingest", "worker",
          "-Q", unique_name, "--hostname", f"{unique_name}@%h"],
-        env={**os.environ, "KGQR_REDIS_URL": settings.redis_url},
+        env={**os.environ, "KGQR_REDIS_URL": settings.redis.url},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

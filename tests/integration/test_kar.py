@@ -112,7 +112,7 @@ def test_hub_nodes_are_capped(
 
 
 def test_drf_scores_equal_a_direct_cosine(settings: Settings, opensearch: Any, movies: str) -> None:
-    embedder = get_embedder(settings.embedder_model)
+    embedder = get_embedder(settings.embedder.model)
     query_vector = embedder.encode([QUERY])[0]
     ids = {"p1", "p3", "p4", "m3", "g1"}
 
@@ -134,7 +134,7 @@ def test_drf_scores_equal_a_direct_cosine(settings: Settings, opensearch: Any, m
 
 
 def test_drf_ranks_and_fetches_in_one_request(settings: Settings, movies: str) -> None:
-    query_vector = get_embedder(settings.embedder_model).encode([QUERY])[0]
+    query_vector = get_embedder(settings.embedder.model).encode([QUERY])[0]
     ids = {"p1", "p3", "p4", "m3", "g1"}
 
     async def ranked() -> tuple[dict[str, float], dict[str, tuple[float, dict[str, Any]]]]:
@@ -168,7 +168,7 @@ def test_msearch_answers_in_order_and_raises_on_a_failed_item(
 
 def _context(settings: Settings, http: httpx.AsyncClient, graph: Any,
              llm: AsyncLlmClient | None = None) -> StrategyContext:  # fmt: skip
-    embedder = get_embedder(settings.embedder_model)
+    embedder = get_embedder(settings.embedder.model)
 
     async def embed(texts: list[str]) -> np.ndarray:
         return embedder.encode(texts)
@@ -190,11 +190,11 @@ def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str
     scores = [n["score"] for n in details["neighbours"]]
     # Heat's neighbours (Michael Mann, Al Pacino, Crime film) are found and ranked.
     assert scores, "KAR found no neighbour"
-    assert scores == sorted(scores, reverse=True) and len(scores) <= llm_settings.kar_top_k
+    assert scores == sorted(scores, reverse=True) and len(scores) <= llm_settings.rewrite.kar_top_k
     assert details["triples"], "KAR showed the LLM no triple"
     for triple in details["triples"]:
         assert set(triple) == {"head", "relation", "tail"} and all(triple.values())
-    assert details["knowledge_format"] == llm_settings.kar_knowledge_format
+    assert details["knowledge_format"] == llm_settings.rewrite.kar_knowledge_format
     assert explain["expansions"]
     assert {"parse", "entity_retrieval", "propagate", "drf", "generate"} <= set(
         explain["stages_ms"]
@@ -207,7 +207,7 @@ def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str
 def test_kar_degrades_to_the_plain_query_when_neo4j_is_down(
     llm_settings: Settings, movies: str, unique_name: str
 ) -> None:
-    dead = llm_settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}"})
+    dead = llm_settings.replaced({"neo4j_uri": f"bolt://127.0.0.1:{free_port()}"})
     with running_proxy(dead) as url:
         response = explained_search(url, INDEX, "kar", f"{QUERY} {unique_name}")
     assert response.status_code == 200
@@ -254,7 +254,7 @@ def test_a_budgeted_search_is_served_fast_then_full(
     """Under a budget of 0 ms, an uncached kar search is answered by `graph` at once; the
     kar rewrite runs once in the background (an identical search meanwhile shares it), and
     the same search asked after it finished gets the full kar rewrite from the cache."""
-    budgeted = llm_settings.model_copy(update={"rewrite_budget_ms": 0, "rewrite_cache_ttl_s": 3600})
+    budgeted = llm_settings.replaced({"rewrite_budget_ms": 0, "rewrite_cache_ttl_s": 3600})
     query = f"{QUERY} ({unique_name})"
     cached_before = metric_sample("kgqr_background_rewrites_total", result="cached")
     with running_proxy(budgeted) as url:

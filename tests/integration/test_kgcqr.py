@@ -86,7 +86,7 @@ def chain_kb(
 
 async def _with_strategy_context(settings: Settings, use: Any) -> Any:
     """Run `use(ctx, embed)` with a strategy context over the chain knowledge base."""
-    embedder = get_embedder(settings.embedder_model)
+    embedder = get_embedder(settings.embedder.model)
 
     async def embed(texts: list[str]) -> np.ndarray:
         return embedder.encode(texts)

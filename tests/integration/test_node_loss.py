@@ -42,7 +42,7 @@ def _start(node: OpenSearchNode) -> None:
 
 @pytest.fixture(scope="module")
 def three_nodes(settings: Settings) -> Iterator[list[OpenSearchNode]]:
-    small = settings.model_copy(update={"opensearch_heap_mb": 512})
+    small = settings.replaced({"opensearch_heap_mb": 512})
     cluster = members("faults", "kgqr-faults", 3, HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE,
                       OpenSearchNode.data_root(settings))  # fmt: skip
     nodes = [OpenSearchNode(small, member) for member in cluster]
@@ -108,14 +108,14 @@ def test_a_data_node_killed_mid_ingest_loses_nothing(
     kb_name: str, tmp_path: Path,
 ) -> None:  # fmt: skip
     queue = f"kgqr-faults-{uuid.uuid4().hex[:8]}"
-    cluster = settings.model_copy(update={"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
+    cluster = settings.replaced({"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
                                           "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
     client = connections.opensearch_client(cluster)
     assert _health(client)["number_of_nodes"] == 3
     expected = _write_source(tmp_path)
     spec = f"jsonl:{tmp_path}"
     jobs = JobStore(redis_client)
-    worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch_url, "KGQR_INGEST_QUEUE": queue}
+    worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch.url, "KGQR_INGEST_QUEUE": queue}
     log = str(tmp_path / "worker.log")
     failed_searches: list[str] = []
     searches = 0
@@ -165,13 +165,13 @@ def test_rewritten_searches_answer_while_a_node_dies(
     """Searches through kgqr (`base`: hybrid BM25 + k-NN) without pause while a node that
     holds a primary is killed: none answers 5xx; how many were slower is printed."""
     queue = f"kgqr-faults-{uuid.uuid4().hex[:8]}"
-    cluster = settings.model_copy(update={"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
+    cluster = settings.replaced({"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
                                           "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
     client = connections.opensearch_client(cluster)
     assert _wait_green(client)["status"] == "green"
     _write_source(tmp_path)
     spec = f"jsonl:{tmp_path}"
-    worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch_url, "KGQR_INGEST_QUEUE": queue}
+    worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch.url, "KGQR_INGEST_QUEUE": queue}
     with job_runner.temporary_worker(cluster, str(tmp_path / "worker.log"), queues=queue,
                                      env=worker_env):  # fmt: skip
         job_runner.prepare_stores(cluster, client, neo4j_driver)

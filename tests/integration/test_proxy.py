@@ -109,7 +109,7 @@ def test_the_front_sends_only_kgqr_traffic_through_kgqr(
         # OpenSearch rejects kgqr's parameters, so a request carrying one goes to kgqr.
         plain = httpx.get(f"{front}/_cat/health", params={"kgqr.explain": "true"})
         assert plain.status_code == 200
-        assert httpx.get(f"{settings.opensearch_url}/_cat/health",
+        assert httpx.get(f"{settings.opensearch.url}/_cat/health",
                          params={"kgqr.explain": "true"}).status_code == 400  # fmt: skip
         assert _passthrough_count(proxy_url) == before + 1
 
@@ -136,7 +136,7 @@ def test_kgqr_metrics_count_what_the_front_passes_straight_through(
 def test_opensearch_errors_pass_through_unchanged(entry_url: str, settings: Settings) -> None:
     body = {"query": {"match": {"text": "x"}}}
     proxied = httpx.post(f"{entry_url}/kgqr-no-such-documents/_search", json=body)
-    direct = httpx.post(f"{settings.opensearch_url}/kgqr-no-such-documents/_search", json=body)
+    direct = httpx.post(f"{settings.opensearch.url}/kgqr-no-such-documents/_search", json=body)
     assert proxied.status_code == direct.status_code == 404
     assert proxied.json()["error"] == direct.json()["error"]
 
@@ -152,7 +152,7 @@ def test_pass_through_is_byte_for_byte(
     try:
         with httpx.Client(timeout=60) as client:
             proxied = client.get(f"{entry_url}/{index}/_search", headers=gzip)
-            direct = client.get(f"{settings.opensearch_url}/{index}/_search", headers=gzip)
+            direct = client.get(f"{settings.opensearch.url}/{index}/_search", headers=gzip)
             assert proxied.headers["content-encoding"] == "gzip"
             assert proxied.headers["content-encoding"] == direct.headers.get("content-encoding")
             assert proxied.json()["hits"] == direct.json()["hits"]
@@ -163,7 +163,7 @@ def test_pass_through_is_byte_for_byte(
             assert head.status_code == 200
             assert (
                 head.headers["content-length"]
-                == client.head(f"{settings.opensearch_url}/{index}").headers["content-length"]
+                == client.head(f"{settings.opensearch.url}/{index}").headers["content-length"]
             )
             cat = client.get(f"{entry_url}/_cat/indices/{index}",
                              params={"format": "json", "kgqr.explain": "true"})  # fmt: skip
@@ -226,7 +226,7 @@ def test_paging_the_engine_refuses_gets_the_engines_error(
     """kgqr read a body's size with int(): "abc" or null was a plain-text 500."""
     body = {**QUERY, **paging}
     via = _search(entry_url, movies_kb, body, **{"kgqr.strategy": "graph"})
-    direct = httpx.post(f"{settings.opensearch_url.rstrip('/')}/{movies_kb}/_search", json=body)
+    direct = httpx.post(f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/_search", json=body)
     assert via.status_code == direct.status_code == 400
     assert via.json()["error"]["type"] == direct.json()["error"]["type"]
     coerced = _search(entry_url, movies_kb, {**QUERY, "size": "2"}, **{"kgqr.strategy": "graph"})
@@ -348,7 +348,7 @@ def test_identical_concurrent_rewrites_share_one_llm_call(
 def _dead_llm_and_uncached_query(settings: Settings, unique_name: str) -> tuple[Settings, dict]:
     """Settings whose LLM port has nothing behind it, and a query no cache holds (Redis
     outlives test runs), so an LLM strategy really asks the LLM and fails."""
-    dead = settings.model_copy(update={"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    dead = settings.replaced({"llm_base_url": f"http://127.0.0.1:{free_port()}/v1"})
     text = f"{QUERY['query']['match']['text']} {unique_name}"
     return dead, {**QUERY, "query": {"match": {"text": text}}}
 
@@ -431,7 +431,7 @@ def test_metrics_count_requests_cache_hits_and_fallbacks(
 def test_client_side_fusion_when_the_pipeline_is_not_used(
     settings: Settings, movies_kb: str
 ) -> None:
-    client_fusion = settings.model_copy(update={"hybrid_fusion": "client"})
+    client_fusion = settings.replaced({"hybrid_fusion": "client"})
     with running_proxy(client_fusion) as url:
         result = _search(url, movies_kb, QUERY, **{"kgqr.explain": "true"}).json()
     hits = result["hits"]["hits"]
@@ -474,7 +474,7 @@ def test_default_strategy_none_passes_searches_through(
 ) -> None:
     """`none` is how a user configures no default (env and TOML have no null; unset means
     `base`): it used to be read as a strategy named "none", a 400 on every search."""
-    configured = Settings(**{**settings.model_dump(), "rewrite_default_strategy": "none"})
+    configured = settings.replaced({"rewrite_default_strategy": "none"})
     direct = opensearch.search(index=movies_kb, body=QUERY)
     with running_proxy(configured) as url:
         plain = _search(url, movies_kb, QUERY, **{"kgqr.explain": "true"})
@@ -499,7 +499,7 @@ def test_the_engine_pipeline_follows_the_weight_setting(
     opensearch.transport.perform_request("PUT", path, body=stale)
     with running_proxy(settings):
         installed = opensearch.transport.perform_request("GET", path)[schema.HYBRID_PIPELINE]
-    assert installed == schema.hybrid_pipeline(settings.hybrid_weights) != stale
+    assert installed == schema.hybrid_pipeline(settings.rewrite.hybrid_weights) != stale
 
 
 def test_a_passed_through_body_is_bounded_by_the_engine_not_by_kgqr(
@@ -507,7 +507,7 @@ def test_a_passed_through_body_is_bounded_by_the_engine_not_by_kgqr(
 ) -> None:
     """KGQR_MAX_BODY_BYTES bounds the bodies kgqr reads (searches); a `_bulk` over it was
     kgqr's 413 where the engine (and the front) took it. Other bodies now stream through."""
-    small = settings.model_copy(update={"max_body_bytes": 2000})
+    small = settings.replaced({"max_body_bytes": 2000})
     lines = [
         line
         for i in range(10)

@@ -139,7 +139,7 @@ def test_an_interrupted_reembed_resumes_and_holds_ingest_off(
     with pytest.raises(ValueError, match="is being re-embedded"):
         enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB, tiny_kb)
     with pytest.raises(reembed.ReembedError, match="unfinished"):
-        reembed.reembed(opensearch, redis_client, tiny_kb, get_embedder(settings.embedder_model),
+        reembed.reembed(opensearch, redis_client, tiny_kb, get_embedder(settings.embedder.model),
                         384, lambda _p: None)  # fmt: skip
 
     seen: list[reembed.Progress] = []
@@ -162,7 +162,7 @@ def test_vectors_of_an_older_document_form_are_reembedded_with_the_same_model(
     with pytest.raises(ValueError, match="older document form"):
         enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB, tiny_kb)
 
-    minilm = get_embedder(settings.embedder_model)
+    minilm = get_embedder(settings.embedder.model)
     reembed.reembed(opensearch, redis_client, tiny_kb, minilm, 384, lambda _p: None)
     meta = kb_meta.load(opensearch, tiny_kb)
     assert meta is not None and meta.document_revision == 1

@@ -36,7 +36,7 @@ def test_frequent_logged_queries_are_warmed_once(
     settings: Settings, opensearch: Any, movies_kb: str, unique_name: str, tmp_path: Path
 ) -> None:
     often, once, new = (f"heat pacino {unique_name} {n}" for n in ("often", "once", "new"))
-    with running_proxy(settings.model_copy(update={"query_log_enabled": True})) as url:
+    with running_proxy(settings.replaced({"query_log_enabled": True})) as url:
         for text in (often, often, often, once):
             _search(url, movies_kb, text)
     opensearch.indices.refresh(index=schema.QUERY_LOG_INDEX)

@@ -158,7 +158,7 @@ def secured(settings: Settings) -> SecuredCredentials:
     if not node.is_healthy():
         pytest.fail(
             "no secured OpenSearch answers on port "
-            f"{settings.secured_opensearch_port}: run `kgqr services up opensearch-secured`"
+            f"{settings.opensearch.secured_port}: run `kgqr services up opensearch-secured`"
         )
     return node.credentials()
 
@@ -168,8 +168,8 @@ def _trusting(secured: SecuredCredentials) -> ssl.SSLContext:
 
 
 def _as(settings: Settings, credentials: SecuredCredentials, user: str, password: str) -> Settings:
-    return settings.model_copy(
-        update={
+    return settings.replaced(
+        {
             "opensearch_url": credentials.url,
             "opensearch_user": user,
             "opensearch_password": SecretStr(password),
@@ -290,8 +290,8 @@ def proxy(
     """kgqr serve in front of the secured node as its service user, with a recording LLM
     (a model name of this run's own, so no cached answer hides a prompt)."""
     with recording_llm(_script) as (llm_url, prompts):
-        proxied = _as(settings, secured, "kgqr", secured.kgqr_password).model_copy(
-            update={
+        proxied = _as(settings, secured, "kgqr", secured.kgqr_password).replaced(
+            {
                 "llm_base_url": llm_url,
                 "llm_model": f"stand-in-{uuid.uuid4().hex[:8]}",
                 "query_log_enabled": True,
@@ -534,7 +534,7 @@ def test_a_metrics_token_opens_the_metrics_to_its_holder_too(
     monitors the engine itself lets read its node stats."""
     token = SecretStr("scrape-" + secrets.token_urlsafe(8))
     proxied = _as(settings, secured, "kgqr", secured.kgqr_password)
-    with running_proxy(proxied.model_copy(update={"metrics_token": token})) as url:
+    with running_proxy(proxied.replaced({"metrics_token": token})) as url:
         path = f"{url}/_kgqr/metrics"
         assert httpx.get(path).status_code == 401
         assert httpx.get(path, headers={"authorization": "Bearer nope"}).status_code == 401
@@ -872,7 +872,7 @@ def test_a_chain_of_follows_goes_on_only_from_documents_the_caller_may_read(
         {"id": "films", "op": "follow", "from": "first", "relation": "starring",
          "direction": "in", "type": "movie"},
     ]})  # fmt: skip
-    embedder = get_embedder(settings.embedder_model)
+    embedder = get_embedder(settings.embedder.model)
 
     async def embed(texts: list[str]) -> Any:
         return embedder.encode(texts)

@@ -104,7 +104,7 @@ def test_redis_refuses_a_client_without_its_password(settings: Settings) -> None
     from kgqr_core.connections import redis_client
 
     assert redis_client(settings).ping()  # kgqr's own clients carry the password
-    address = urlsplit(settings.redis_url)
+    address = urlsplit(settings.redis.url)
     anonymous = redis.Redis(host=address.hostname or "127.0.0.1", port=address.port or 6379)
     with pytest.raises(redis.AuthenticationError):
         anonymous.set("kgqr-anonymous-write", "x")

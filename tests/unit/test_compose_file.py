@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kgqr_core.settings import Settings
+from kgqr_core.settings import FLAT, Settings
 
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 
@@ -29,9 +29,9 @@ def test_declares_every_part_of_kgqr(compose: dict[str, Any]) -> None:
 
 def test_engine_versions_match_the_local_services(compose: dict[str, Any]) -> None:
     services, defaults = compose["services"], Settings()
-    assert services["opensearch"]["image"].endswith(f":{defaults.opensearch_version}")
-    assert services["dashboards"]["image"].endswith(f":{defaults.opensearch_version}")
-    neo4j_minor = ".".join(defaults.neo4j_version.split(".")[:2])
+    assert services["opensearch"]["image"].endswith(f":{defaults.opensearch.version}")
+    assert services["dashboards"]["image"].endswith(f":{defaults.opensearch.version}")
+    neo4j_minor = ".".join(defaults.neo4j.version.split(".")[:2])
     assert services["neo4j"]["image"].startswith(f"neo4j:{neo4j_minor}")
 
 
@@ -48,7 +48,7 @@ def test_dependencies_exist_and_wait_for_health(compose: dict[str, Any]) -> None
 
 
 def test_kgqr_containers_are_configured_through_real_settings(compose: dict[str, Any]) -> None:
-    fields = {name.upper() for name in Settings.model_fields}
+    fields = {name.upper() for name in FLAT}
     for name in ("rewriter", "worker"):
         environment = compose["services"][name]["environment"]
         for variable in environment:

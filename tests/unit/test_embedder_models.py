@@ -78,8 +78,8 @@ def test_the_registered_models_say_what_they_are() -> None:
     assert gemma.document_text("", "Heat starred Al Pacino.") == (
         "title: none | text: Heat starred Al Pacino."
     )
-    assert gemma.document_revision > MODELS[Settings().embedder_model].document_revision
-    assert MODELS[Settings().embedder_model].dimension == 384
+    assert gemma.document_revision > MODELS[Settings().embedder.model].document_revision
+    assert MODELS[Settings().embedder.model].dimension == 384
 
 
 @pytest.mark.slow  # loads a model: left out of scripts/test-quick.sh

@@ -114,7 +114,9 @@ def test_time_budgets_and_limits_may_differ_but_rankings_settings_may_not(
     run = [load_earlier_run(path)]
     # A time budget is not among the settings a run records now; an earlier run that
     # recorded it is compared on the rest.
-    assert "rewrite_timeout_s" not in run_config(Settings(rewrite_timeout_s=400))["settings"]
+    assert (
+        "rewrite_timeout_s" not in run_config(Settings.of({"rewrite_timeout_s": 400}))["settings"]
+    )
     recorded_now = {k: v for k, v in CONFIG["settings"].items() if k != "rewrite_timeout_s"}
     budget = {**CONFIG, "limit": 50, "settings": recorded_now}
     assert reusable_results(run, budget, QUERIES, ["hyde"])

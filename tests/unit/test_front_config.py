@@ -16,8 +16,8 @@ from kgqr_ops.services.errors import ServiceError
 
 def test_every_placeholder_is_filled(tmp_path: Path) -> None:
     config = render_config(
-        Settings(opensearch_url="http://search.internal:9300"), "0.0.0.0:9202", "127.0.0.1:9201",
-        tmp_path, tmp_path / "status.sock",
+        Settings.of({"opensearch_url": "http://search.internal:9300"}), "0.0.0.0:9202",
+        "127.0.0.1:9201", tmp_path, tmp_path / "status.sock",
     )  # fmt: skip
     assert not re.search(r"@[A-Z_]+@", config)
     assert "server search.internal:9300;" in config
@@ -28,17 +28,19 @@ def test_every_placeholder_is_filled(tmp_path: Path) -> None:
 
 
 def test_callers_without_credentials_never_get_kgqrs_by_default(tmp_path: Path) -> None:
-    settings = Settings(opensearch_user="admin", opensearch_password=SecretStr("s3cret"))
+    settings = Settings.of({"opensearch_user": "admin", "opensearch_password": SecretStr("s3cret")})
     config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
     assert '""       "";' in config
     assert base64.b64encode(b"admin:s3cret").decode() not in config
 
 
 def test_lending_kgqrs_account_to_anonymous_callers_is_an_opt_in(tmp_path: Path) -> None:
-    settings = Settings(
-        opensearch_user="admin",
-        opensearch_password=SecretStr("s3cret"),
-        anonymous_uses_service_account=True,
+    settings = Settings.of(
+        {
+            "opensearch_user": "admin",
+            "opensearch_password": SecretStr("s3cret"),
+            "anonymous_uses_service_account": True,
+        }
     )
     config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
     expected = "Basic " + base64.b64encode(b"admin:s3cret").decode()

@@ -78,7 +78,7 @@ async def settings_for(endpoint: ScriptedStream) -> AsyncIterator[Settings]:
     server = await asyncio.start_server(endpoint.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        yield Settings(llm_base_url=f"http://127.0.0.1:{port}/v1", llm_model="m")
+        yield Settings.of({"llm_base_url": f"http://127.0.0.1:{port}/v1", "llm_model": "m"})
     finally:
         server.close()
 

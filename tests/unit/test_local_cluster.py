@@ -29,9 +29,9 @@ def test_three_nodes_share_seeds_and_node_one_bootstraps(tmp_path: Path) -> None
 
 def test_the_node_count_is_remembered_and_every_node_is_a_service(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
-    assert remembered_nodes(settings).opensearch_nodes == 1
+    assert remembered_nodes(settings).opensearch.nodes == 1
     three = remembered_nodes(settings, 3)
-    assert remembered_nodes(settings).opensearch_nodes == 3  # a later `status` or `down`
+    assert remembered_nodes(settings).opensearch.nodes == 3  # a later `status` or `down`
     nodes = [s for s in local_services(three, ("opensearch",)) if isinstance(s, OpenSearchNode)]
     assert [(n.name, n.port) for n in nodes] == [
         ("opensearch", 9200), ("opensearch-2", 9262), ("opensearch-3", 9263)]  # fmt: skip

@@ -216,6 +216,6 @@ def test_redis_gets_a_password_that_no_command_line_shows(tmp_path: Path) -> Non
         assert secret.stat().st_mode & 0o077 == 0  # its owner's alone
     assert RedisServer(settings).command()[0] == argv  # made once, then kept
     # Every kgqr client of this machine's Redis reads it; another host's URL is left alone.
-    mine = Settings(home=tmp_path, cache_redis_url="redis://cache.example:6379/1")
-    assert mine.redis_url == f"redis://:{password}@127.0.0.1:6379/0"
-    assert mine.cache_redis_url == "redis://cache.example:6379/1"
+    mine = Settings.of({"home": tmp_path, "cache_redis_url": "redis://cache.example:6379/1"})
+    assert mine.redis.url == f"redis://:{password}@127.0.0.1:6379/0"
+    assert mine.redis.cache_url == "redis://cache.example:6379/1"

@@ -39,7 +39,7 @@ class GatedLlm:
 def _rewriter(settings: Settings, llm: object, embed: object) -> Rewriter:
     async def meta_of(kb: str) -> KnowledgeBaseMeta:
         structure = DocumentStructure(types={"movie": ["title", "text"]})
-        return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=settings.embedder_model,
+        return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=settings.embedder.model,
                                  dimension=4)  # fmt: skip
 
     return Rewriter(settings, llm, RewriteCache(None, 0), QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
@@ -57,7 +57,7 @@ def _rewrite(rewriter: Rewriter, query: str):  # type: ignore[no-untyped-def]
 def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None:
     async def run() -> None:
         llm = GatedLlm()
-        rewriter = _rewriter(Settings(rewrite_max_concurrent=2), llm, _embed)
+        rewriter = _rewriter(Settings.of({"rewrite_max_concurrent": 2}), llm, _embed)
         first = [asyncio.create_task(_rewrite(rewriter, f"query {n}")) for n in range(2)]
         await asyncio.sleep(0.05)
         started = time.perf_counter()
@@ -88,7 +88,7 @@ def test_context_embedding_past_the_budget_falls_back_to_the_query_vector() -> N
     async def run() -> None:
         llm = GatedLlm()
         llm.release.set()
-        rewriter = _rewriter(Settings(rewrite_timeout_s=0.3), llm, slow_context)
+        rewriter = _rewriter(Settings.of({"rewrite_timeout_s": 0.3}), llm, slow_context)
         started = time.perf_counter()
         outcome = await _rewrite(rewriter, "heat")
         assert time.perf_counter() - started < 1.0
@@ -104,7 +104,7 @@ def test_llm_calls_wait_for_a_slot_and_a_waiter_that_gives_up_never_reaches_the_
 
     async def run() -> None:
         async with settings_for(endpoint) as base:
-            client = AsyncLlmClient(base.model_copy(update={"llm_max_concurrent": 1}))
+            client = AsyncLlmClient(base.replaced({"llm_max_concurrent": 1}))
             try:
                 first = asyncio.create_task(client.complete(LlmRequest.user("one")))
                 await asyncio.sleep(0.05)

@@ -321,7 +321,7 @@ def test_a_rewrite_that_fails_after_an_llm_call_still_reports_the_call() -> None
 
     async def meta_of(kb: str) -> KnowledgeBaseMeta:
         structure = DocumentStructure(types={"passage": ["title", "text"]})
-        return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=Settings().embedder_model,
+        return KnowledgeBaseMeta(kb=kb, structure=structure, embedder=Settings().embedder.model,
                                  dimension=4)  # fmt: skip
 
     rewriter = Rewriter(Settings(), EchoingLlm(), None, QueryEmbedders.single(embed), meta_of)  # type: ignore[arg-type]
@@ -384,8 +384,8 @@ def test_a_strategy_cannot_read_a_knob_it_did_not_declare() -> None:
         ctx.param(KAR_K)
     kar = StrategyContext(Settings(), "i", "kb", None, None, None, None,  # type: ignore[arg-type]
                           declared=STRATEGIES["kar"].declared())  # fmt: skip
-    assert kar.setting("kar_hub_cap") == Settings().kar_hub_cap
-    assert kar.param(KAR_K) == Settings().kar_top_k
+    assert kar.setting("kar_hub_cap") == Settings().rewrite.kar_hub_cap
+    assert kar.param(KAR_K) == Settings().rewrite.kar_top_k
 
 
 @pytest.mark.parametrize(

@@ -16,11 +16,13 @@ def _free_port() -> int:
 
 def test_missing_services_names_each_unreachable_one() -> None:
     port = _free_port()
-    settings = Settings(
-        opensearch_url=f"http://127.0.0.1:{port}",
-        neo4j_uri=f"bolt://127.0.0.1:{port}",
-        redis_url=f"redis://127.0.0.1:{port}/0",
-        llm_base_url=f"http://127.0.0.1:{port}/v1",
+    settings = Settings.of(
+        {
+            "opensearch_url": f"http://127.0.0.1:{port}",
+            "neo4j_uri": f"bolt://127.0.0.1:{port}",
+            "redis_url": f"redis://127.0.0.1:{port}/0",
+            "llm_base_url": f"http://127.0.0.1:{port}/v1",
+        }
     )
     assert service_discovery.missing_services(settings) == ["opensearch", "neo4j", "redis", "llm"]
 

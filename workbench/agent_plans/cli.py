@@ -82,7 +82,7 @@ def optimize(
     async def run_all() -> PlanBook:
         previous = book_of(meta)
         book = PlanBook(version=(previous.version + 1) if previous else 1,
-                        llm_model=settings.llm_model)  # fmt: skip
+                        llm_model=settings.llm.model)  # fmt: skip
         async with PlanSession.open(settings, kb, meta) as session:
             for category, questions in sorted(train.items()):
                 if not val.get(category):

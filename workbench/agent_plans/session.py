@@ -72,7 +72,7 @@ class PlanSession:
                 plan = validate(fill(template, query.text), self.meta.structure)
                 run = await asyncio.wait_for(
                     execute(plan, query.text, self.context()),
-                    self.settings.agent_time_budget_ms / 1000,
+                    self.settings.agent.time_budget_ms / 1000,
                 )
                 outcomes.append(Outcome(query, run.answer))
             except (PlanError, TimeoutError) as exc:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from kgqr_core.cli_groups import DefaultRunGroup
-from kgqr_core.settings import Settings, get_settings
+from kgqr_core.settings import FLAT, Settings, get_settings
 from kgqr_ops.cli_options import (
     caller_option,
     checked_kb_name,
@@ -87,7 +87,7 @@ def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
         return
     from kgqr_ops.background_proxy import running_proxy
 
-    with running_proxy(settings.model_copy(update={"rewrite_cache_ttl_s": 0})) as started:
+    with running_proxy(settings.replaced({"rewrite_cache_ttl_s": 0})) as started:
         yield started
 
 
@@ -96,11 +96,11 @@ def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     declares it reads (strategies.SHAPING_SETTINGS) and the hybrid search's."""
     from query_rewriter.strategies import SHAPING_SETTINGS
 
-    hybrid = {name for name in Settings.model_fields if name.startswith("hybrid_")}
+    hybrid = {name for name in FLAT if name.startswith("hybrid_")}
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **extra,
-        "settings": settings.model_dump(mode="json", include=set(SHAPING_SETTINGS | hybrid)),
+        "settings": settings.values(SHAPING_SETTINGS | hybrid),
     }
 
 
@@ -294,8 +294,8 @@ def run(
                 bar.set_postfix(strategy=result.strategy, sample=result.sample, refresh=False)
                 bar.update()
 
-            for sample, drawn in enumerate(draws, start=settings.llm_sample):
-                drawing = settings.model_copy(update={"llm_sample": sample})
+            for sample, drawn in enumerate(draws, start=settings.llm.sample):
+                drawing = settings.replaced({"llm_sample": sample})
                 with proxy_url(options.proxy, drawing) as url:
                     drawing_run = evaluate(url, kb, queries, drawn, options.params,
                                            **options.pacing, on_result=advance, config=config,

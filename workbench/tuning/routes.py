@@ -60,7 +60,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
         raise RewriteRequestError(
             415, "media_type_header_exception", "kgqr's POST endpoints accept application/json only"
         )
-    limit = state.settings.max_body_bytes
+    limit = state.settings.proxy.max_body_bytes
     raw = await read_body(request.headers.get("content-length"), request.stream(), limit)
     return await off_the_loop_if_large(raw, lambda: _object(raw))
 
@@ -149,7 +149,7 @@ async def options(request: Request) -> Response:
             "strategies": [
                 {"name": s.name, "kind": s.kind, "llm_calls": s.llm_calls} for s in by_kind()
             ],
-            "selected": preselected(state.settings.rewrite_default_strategy),
+            "selected": preselected(state.settings.rewrite.default_strategy),
             "llm_call_cost": LLM_CALL_COST,
         }
     )
