@@ -884,10 +884,8 @@ class ConfigFile(TomlConfigSettingsSource):
 
     def __init__(self, settings_cls: type[BaseSettings], toml_file: Path) -> None:
         super().__init__(settings_cls, toml_file=toml_file)
-        problems = [
-            _unknown_key(key, value) for key, value in self.toml_data.items()
-            if _unknown_key(key, value)
-        ]  # fmt: skip
+        found = (_unknown_key(key, value) for key, value in self.toml_data.items())
+        problems = [problem for problem in found if problem]
         if problems:
             raise ConfigurationError(
                 f"config file {toml_file}: {'; '.join(problems)} (settings are listed in "
