@@ -144,3 +144,16 @@ def test_a_jsonl_without_a_config_line_is_refused(tmp_path: Path) -> None:
     path.write_text('{"query": "heist film", "relevant": ["m1"]}\n')
     with pytest.raises(ResumeError, match="no config line"):
         load_earlier_run(path)
+
+
+def test_a_report_made_before_the_settings_had_sections_is_still_comparable() -> None:
+    """Reports record settings by their flat names, as they did when the settings were one
+    flat class: a report of that time (bench/results/page-depth/), its settings read back
+    by those names, records the same block, so `--resume` can reuse it."""
+    from workbench.evaluation.resume import config_differences
+
+    report = Path(__file__).resolve().parents[2] / "bench/results/page-depth"
+    earlier = json.loads((report / "eval-musique-dev50-base-graph.json").read_text())["config"]
+    now = run_config(Settings.of(earlier["settings"]), queries=50)
+    assert now["settings"] == earlier["settings"]
+    assert config_differences(earlier, {**earlier, "settings": now["settings"]}) == []

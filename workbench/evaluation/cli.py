@@ -100,7 +100,9 @@ def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **extra,
-        "settings": settings.values(SHAPING_SETTINGS | hybrid),
+        # Settings as set, not derived (hybrid.bm25's default comes from hybrid_weights):
+        # an earlier report's settings are compared key by key (resume.py).
+        "settings": settings.values(name for name in SHAPING_SETTINGS | hybrid if name in FLAT),
     }
 
 
