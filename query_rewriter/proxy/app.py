@@ -335,11 +335,12 @@ async def handle_search_template(
     metrics.PASSED_THROUGH.labels("template").inc()
     if not explain:
         return await state.engine.forward(request, raw, decoded=True)
-    plan = PassThrough("template", rendered, True, engine_params(query_params))
+    answer = AnswerFormat.of(query_params)
+    plan = PassThrough("template", rendered, True, engine_params(query_params), answer)
     upstream = await passed_through_search(
         state, index, payload, plan, headers, endpoint="_search/template"
     )
-    return AnswerFormat.of(query_params).written(upstream, plan.explanation())
+    return plan.answer.written(upstream, plan.explanation())
 
 
 async def _search(

@@ -147,7 +147,7 @@ class Rewriter:
         gateway: Search,
         caller: str,
     ) -> RewriteOutcome:
-        """`caller` is the identity OpenSearch resolved (caller.IdentityResolver): a rewrite
+        """`caller` is the identity OpenSearch resolved (engine/identities.py): a rewrite
         may quote documents only that caller can read, so it is cached per caller."""
         # What shapes a rewrite is what its strategy declared (it cannot read anything
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.

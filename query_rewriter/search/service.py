@@ -48,12 +48,10 @@ async def run_plan(
     caller = Caller.from_headers(headers, state.settings)
     session = state.engine.as_caller(caller, headers)
     identity = await state.identities.identity(caller)
-    # OpenSearch refuses these credentials, or this search: its own answer, no rewrite.
-    refused = identity is None or await state.identities.search_refused(caller, plan.index)
     outcome: RewriteOutcome | None = None
     searched = Searched(None, None, None)  # the caller's own search, unless rewritten
-    started = time.perf_counter()
-    if identity is not None and not refused:
+    # Unless OpenSearch refuses these credentials, or this search: then its own answer.
+    if identity is not None and not await state.identities.search_refused(caller, plan.index):
         outcome = await state.rewriter.rewrite(
             index=plan.index,
             kb=plan.kb,
