@@ -19,6 +19,7 @@ from ingest.records import (
     RECORD_ADAPTER,
     CorpusTriple,
     Document,
+    Link,
     Mention,
     Rejected,
     Relation,
@@ -42,6 +43,7 @@ class ChunkOutcome:
 class _Sorted:
     documents: list[Document] = field(default_factory=list)
     relations: list[Relation] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)
     triples: list[CorpusTriple] = field(default_factory=list)
     failures: list[WriteFailure] = field(default_factory=list)
@@ -62,6 +64,8 @@ def _sort(records: list[dict[str, Any]]) -> _Sorted:
             sorted_.documents.append(record)
         elif isinstance(record, Relation):
             sorted_.relations.append(record)
+        elif isinstance(record, Link):
+            sorted_.links.append(record)
         elif isinstance(record, Mention):
             sorted_.mentions.append(record)
         else:
@@ -93,15 +97,16 @@ def ingest_chunk(
 
     documents_ok = _write_documents(resources, kb, batch)
     graph_writer.write_relations(resources.neo4j, kb, batch.relations)
+    graph_writer.write_links(resources.neo4j, kb, batch.links)
     graph_writer.write_mentions(resources.neo4j, kb, batch.mentions)
     triples_ok = _write_triples(resources, kb, batch)
-    if documents_ok or batch.relations or batch.mentions or triples_ok:
+    if documents_ok or batch.relations or batch.links or batch.mentions or triples_ok:
         graph_version.bump(resources.redis, kb)
 
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)
     outcome.counts = {
         "documents": documents_ok,
-        "relations": len(batch.relations),
+        "relations": len(batch.relations) + len(batch.links),
         "mentions": len(batch.mentions),
         "triples": triples_ok,
         "rejected": len(batch.failures),

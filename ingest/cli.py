@@ -7,8 +7,9 @@ import datetime as dt
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -33,6 +34,22 @@ The source is split into chunks that Celery workers ingest. Running the same com
 again resumes the same job (same job id): finished chunks are skipped, lost ones resent.
 Bad records are set aside in the index kgqr-KB-deadletter (see `kgqr ingest rejected`).
 """
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def job_options(command: F) -> F:
+    """`--restart` and `--worker`, for every command that runs a Celery job."""
+    restart = click.option("--restart", is_flag=True, help="Forget earlier progress of this job.")
+    worker = click.option(
+        "--worker",
+        type=click.Choice(["auto", "never"]),
+        default="auto",
+        show_default=True,
+        help="auto: start a temporary worker when none answers.",
+    )
+    return restart(worker(command))
 
 
 @click.group("ingest", cls=DefaultRunGroup)
@@ -60,14 +77,7 @@ def ingest() -> None:
 @click.option(
     "--limit", type=click.IntRange(min=1), default=None, help="Only the first N documents."
 )
-@click.option("--restart", is_flag=True, help="Forget earlier progress of this job.")
-@click.option(
-    "--worker",
-    type=click.Choice(["auto", "never"]),
-    default="auto",
-    show_default=True,
-    help="auto: start a temporary worker when none answers.",
-)
+@job_options
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -89,10 +99,8 @@ def ingest() -> None:
 def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, restart: bool,
         worker: str, timeout: float | None, shards: int | None,
         replicas: str | None) -> None:  # fmt: skip
-    from tqdm import tqdm
 
     from ingest import job_runner
-    from ingest.celery_app import app
     from ingest.job_store import JobStore
     from ingest.sources import open_source
     from ingest.tasks import chunk_sender
@@ -132,6 +140,32 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     if not wait:
         click.echo(f"follow it with: kgqr ingest status {enqueued.job_id}")
         return
+    final = follow_job(
+        settings, jobs, enqueued, kb, lambda: send(open_source(source, limit=limit), False),
+        worker, timeout,
+    )  # fmt: skip
+    _print_progress(final)
+    if not final.finished or final.failed:
+        raise SystemExit(1)
+    opensearch.indices.refresh(index=f"kgqr-{kb}-*")  # searchable the moment we say "done"
+
+
+def follow_job(
+    settings: Any,
+    jobs: Any,
+    enqueued: Any,
+    desc: str,
+    resend_chunks: Callable[[], Any],
+    worker: str,
+    timeout: float | None,
+) -> Any:
+    """Follow a job with a progress bar to its end, starting a temporary worker when none
+    takes the queue (`worker` "auto") and re-sending lost chunks when it stalls."""
+    from tqdm import tqdm
+
+    from ingest import job_runner
+    from ingest.celery_app import app
+
     queue = settings.redis.ingest_queue
     needs_worker = worker == "auto" and job_runner.workers_consuming(app, queue) == 0
     if needs_worker:
@@ -147,7 +181,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     if needs_worker:  # a SIGTERM ends the temporary worker too (its `finally`), no orphan
         signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(128 + signal.SIGTERM))
     interval = 0.5 if sys.stderr.isatty() else 15.0  # CI logs get a line every 15 s
-    bar = tqdm(total=enqueued.chunks_total, unit="chunk", desc=kb, mininterval=interval)
+    bar = tqdm(total=enqueued.chunks_total, unit="chunk", desc=desc, mininterval=interval)
     with context, bar:
 
         def show(progress: Any) -> None:
@@ -158,15 +192,11 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
             bar.set_postfix(postfix, refresh=False)
 
         resend = job_runner.resender(
-            app, enqueued.job_id, lambda: send(open_source(source, limit=limit), False),
-            lambda line: bar.write(line),
-        )  # fmt: skip
+            app, enqueued.job_id, resend_chunks, lambda line: bar.write(line)
+        )
         final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout,
                                   on_stall=resend)  # fmt: skip
-    _print_progress(final)
-    if not final.finished or final.failed:
-        raise SystemExit(1)
-    opensearch.indices.refresh(index=f"kgqr-{kb}-*")  # searchable the moment we say "done"
+    return final
 
 
 @ingest.command()

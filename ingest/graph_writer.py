@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ingest.records import CorpusTriple, Document, Mention, Relation
+from ingest.records import CorpusTriple, Document, Link, Mention, Relation
 from kgqr_core.ids import entity_id
 from plugin.neo4j import procedures
 from plugin.schema import node_label, relation_type
@@ -91,6 +91,32 @@ def _merge_entity(var: str, key: str) -> str:
         f"MERGE ({var}:Node {{kb: $kb, id: row.{key}}}) "
         f"ON CREATE SET {var}:Entity, {var}.type = 'entity', {var}.name = row.{key}_name "
     )
+
+
+def write_links(driver: Any, kb: str, links: Sequence[Link]) -> None:
+    """An attached index's edges: its documents are nodes of type `document` (the strategies
+    score and show only nodes with a document), the entities its values name are shared
+    entity nodes, as a passage's mentions are."""
+    by_type: dict[tuple[str, bool], list[dict[str, Any]]] = defaultdict(list)
+    for link in links:
+        row: dict[str, str | None] = {"source": link.source, "relation": link.type}
+        if link.entity is not None:
+            row |= {"entity": entity_id(link.entity), "entity_name": link.entity}
+        else:
+            row["target"] = link.target
+        by_type[(relation_type(link.type), link.entity is not None)].append(row)
+    document = "MERGE ({v}:Node {{kb: $kb, id: row.{key}}}) ON CREATE SET {v}.type = 'document' "
+    for (rel_type, to_entity), rows in by_type.items():
+        target = _merge_entity("t", "entity") if to_entity else document.format(v="t", key="target")
+        _run_batched(
+            driver,
+            "UNWIND $rows AS row "
+            + document.format(v="s", key="source")
+            + target
+            + f"MERGE (s)-[r:`{rel_type}`]->(t) SET r.relation = row.relation",
+            rows,
+            kb=kb,
+        )
 
 
 def write_mentions(driver: Any, kb: str, mentions: Sequence[Mention]) -> None:

@@ -57,6 +57,11 @@ def check_embedder(opensearch: Any, kb: str, settings: Settings) -> None:
     existing = kb_meta.load(opensearch, kb)
     if existing is None:
         return
+    if existing.attached is not None:
+        raise ValueError(
+            f"knowledge base {kb!r} is the attached index {existing.attached.index}: kgqr "
+            f"writes nothing to it; build its graph with `kgqr kb graph {kb} ...`"
+        )
     model = settings.embedder.model
     if existing.embedder != model:
         raise ValueError(
@@ -103,6 +108,54 @@ def enqueue(
         settings.opensearch.kb_replicas,
     )
     installer.add_new_document_fields(opensearch, kb)
+    job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
+    kb_meta.save(
+        opensearch,
+        KnowledgeBaseMeta(
+            kb=kb,
+            structure=job.structure,
+            embedder=settings.embedder.model,
+            dimension=dimension,
+            document_revision=document_revision(settings.embedder.model),
+        ),
+    )
+    return job
+
+
+def enqueue_graph(
+    source: Source,
+    spec: str,
+    kb: str,
+    *,
+    opensearch: Any,
+    jobs: JobStore,
+    send: Callable[[str, int, list[dict[str, Any]], bool], None],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    restart: bool = False,
+) -> EnqueuedJob:
+    """Send the chunks of an attached index's graph (Link records: Neo4j only), resumable
+    as any ingest job; its relation names join the knowledge base's structure."""
+    meta = kb_meta.load(opensearch, kb)
+    if meta is None or meta.attached is None:
+        raise ValueError(
+            f"knowledge base {kb!r} is not an attached index: attach one with "
+            f"`kgqr kb attach {kb} --index INDEX` first"
+        )
+    job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
+    kb_meta.save(opensearch, meta.model_copy(update={"structure": job.structure}))
+    return job
+
+
+def _send_chunks(
+    source: Source,
+    spec: str,
+    kb: str,
+    jobs: JobStore,
+    send: Callable[[str, int, list[dict[str, Any]], bool], None],
+    chunk_size: int,
+    restart: bool,
+) -> EnqueuedJob:
+    """Stream the source into chunks, send those not yet done, and read its structure."""
     job_id = job_id_for(source, kb)
     if restart:
         jobs.forget(job_id)
@@ -117,7 +170,7 @@ def enqueue(
         for record in chunk:
             if record["kind"] == "document":
                 types.setdefault(record["type"], {}).update(dict.fromkeys(record["fields"]))
-            elif record["kind"] == "relation":
+            elif record["kind"] in ("relation", "link"):
                 relations[record["type"]] = None
         if chunk_no not in done:
             send(job_id, chunk_no, chunk, source.extract_triples)
@@ -127,16 +180,6 @@ def enqueue(
         types={name: list(fields) for name, fields in types.items()}, relations=list(relations)
     )
     structure = source.structure().merge(seen)
-    kb_meta.save(
-        opensearch,
-        KnowledgeBaseMeta(
-            kb=kb,
-            structure=structure,
-            embedder=settings.embedder.model,
-            dimension=dimension,
-            document_revision=document_revision(settings.embedder.model),
-        ),
-    )
     return EnqueuedJob(job_id, total, sent, total - sent, structure)
 
 

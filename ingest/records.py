@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     field_validator,
+    model_validator,
 )
 
 from plugin.schema import has_name_characters
@@ -100,6 +101,24 @@ class Relation(BaseModel):
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
+class Link(BaseModel):
+    """A typed edge of an attached index's graph, keyed by the index's own `_id`s: from a
+    document to another document (`target`) or to the entity a value names (`entity`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["link"] = "link"
+    source: DocumentId
+    type: GraphName
+    target: DocumentId | None = None
+    entity: NonEmpty | None = None
+
+    @model_validator(mode="after")
+    def _one_end(self) -> Link:
+        if (self.target is None) == (self.entity is None):
+            raise ValueError("a link needs exactly one of `target` (a document id) or `entity`")
+        return self
+
+
 class CorpusTriple(BaseModel):
     """A (head, relation, tail) fact extracted from one passage (KG-CQR's corpus KG)."""
 
@@ -141,7 +160,7 @@ class Rejected(BaseModel):
 
 
 Record = Annotated[
-    Document | Relation | CorpusTriple | Mention | Rejected, Field(discriminator="kind")
+    Document | Relation | Link | CorpusTriple | Mention | Rejected, Field(discriminator="kind")
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 

@@ -80,6 +80,16 @@ def add_new_document_fields(client: Any, kb: str) -> None:
     client.indices.put_mapping(index=index, body={"properties": fields})
 
 
+def install_meta_index(client: Any) -> None:
+    """kgqr-meta's template, and the fields it has gained since an existing kgqr-meta was
+    made (an attached index's field map would else be mapped field by field). Needs no
+    embedder: attaching an index loads none of kgqr's."""
+    template = schema.opensearch_resource("kb-meta-template")
+    client.indices.put_index_template(name="kgqr-kb-meta", body=template)
+    if client.indices.exists(index=schema.META_INDEX):
+        client.indices.put_mapping(index=schema.META_INDEX, body=template["template"]["mappings"])
+
+
 def install_neo4j(driver: Any) -> list[str]:
     statements = schema.neo4j_statements()
     for statement in statements:

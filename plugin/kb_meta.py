@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from plugin.field_map import FieldMap
 from plugin.schema import META_INDEX, check_kb_name
 
 
@@ -45,6 +46,15 @@ class KnowledgeBaseMeta(BaseModel):
     # The agent strategy's optimised plan templates (`kgqr agent optimize`), as JSON text:
     # plans hold values of any type, which a mapped object field would fix at first sight.
     agent_plans: str | None = None
+    # An index the team attached (`kgqr kb attach`): its field map; None for a knowledge
+    # base kgqr ingested into its own indices.
+    attached: FieldMap | None = None
+
+    def fields(self) -> FieldMap:
+        """Where this knowledge base's documents keep their words and vectors."""
+        if self.attached is not None:
+            return self.attached
+        return FieldMap.own(self.kb, self.embedder, self.dimension)
 
 
 def load(client: Any, kb: str) -> KnowledgeBaseMeta | None:
@@ -55,14 +65,15 @@ def load(client: Any, kb: str) -> KnowledgeBaseMeta | None:
 
 def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
     """Store meta, merging its structure into what earlier jobs recorded; stored agent
-    plans are kept when `meta` has none (an ingest job knows nothing of them), so only
-    `clear_agent_plans` removes them."""
+    plans and an attached index's field map are kept when `meta` has none (an ingest or
+    graph job knows nothing of them), so only `clear_agent_plans` and a detach remove them."""
     existing = load(client, meta.kb)
     if existing is not None:
         meta = meta.model_copy(
             update={
                 "structure": existing.structure.merge(meta.structure),
                 "agent_plans": meta.agent_plans or existing.agent_plans,
+                "attached": meta.attached or existing.attached,
             }
         )
     body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}

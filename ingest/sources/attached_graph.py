@@ -1,0 +1,135 @@
+"""A graph for an index kgqr did not build, from what its team has, keyed by the index's
+own `_id`s: a relations file (`relations:FILE`), or the keyword fields of its documents
+(`IndexFieldsSource`, built by `kgqr kb graph --from-fields`). Both yield `Link` records,
+which ingest tasks write into Neo4j only: nothing is written to the team's index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ingest.records import Link, Record, Rejected
+from ingest.sources.base import Source, json_lines
+from plugin.field_map import FieldMap
+from plugin.kb_meta import DocumentStructure
+
+SCAN_PAGE = 1_000
+
+
+class RelationsFileSource(Source):
+    """JSONL lines `{"source": ID, "relation": R, "target": ID}` (a document to another)
+    or `{"source": ID, "relation": R, "entity": NAME}` (a document to what it names);
+    `type` is read as `relation` too, as kgqr's own relation records name it."""
+
+    kind = "relations"
+    reads_a_folder = False
+    reads_a_file = True
+
+    def structure(self) -> DocumentStructure:
+        return DocumentStructure()
+
+    def records(self) -> Iterator[Record]:
+        for line in json_lines(self.path, self.limit):
+            if line.error is not None:
+                yield line.rejected(self.path.name)
+                continue
+            data = line.value
+            try:
+                if not isinstance(data, dict):
+                    raise ValueError("a line must be a JSON object")
+                yield Link(
+                    source=str(data["source"]),
+                    type=str(data["relation"] if "relation" in data else data["type"]),
+                    target=None if data.get("target") is None else str(data["target"]),
+                    entity=None if data.get("entity") is None else str(data["entity"]),
+                )
+            except (ValidationError, ValueError, KeyError) as exc:
+                yield line.rejected(self.path.name, f"{type(exc).__name__}: {exc}")
+
+
+def field_values(source: dict[str, Any], path: str) -> list[str]:
+    """A document's values of a (dotted) field, as strings: one for a scalar, each of a
+    list's, none when absent."""
+    value: Any = source
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    items = value if isinstance(value, list) else [value]
+    return [str(item) for item in items if item is not None and str(item).strip()]
+
+
+class IndexFieldsSource(Source):
+    """Typed edges from an attached index's entity fields (`brand: Acme` -> BRAND -> the
+    entity Acme, shared by every document with that brand) and reference fields (`cites:
+    [ID]` -> CITES -> that document). Read in `_id` order, so a resumed job cuts the
+    same chunks."""
+
+    kind = "index-fields"
+
+    def __init__(self, client: Any, fields: FieldMap, limit: int | None = None) -> None:
+        self.client = client
+        self.fields = fields
+        self.limit = limit
+        self.path = Path(fields.index)
+
+    def structure(self) -> DocumentStructure:
+        relations = [*self.fields.entity_fields, *self.fields.reference_fields]
+        return DocumentStructure(relations=[name.rsplit(".", 1)[-1] for name in relations])
+
+    def files(self) -> list[Path]:
+        return []
+
+    def fingerprint(self) -> str:
+        """The index's document count and its fields: an index the team has since written
+        to is a new job (`kgqr kb sync` keeps up with changes)."""
+        count = self.client.count(index=self.fields.index)["count"]
+        key = f"{self.fields.index}|{self.fields.entity_fields}|{self.fields.reference_fields}"
+        return hashlib.sha1(f"{key}|{count}|{self.limit}".encode()).hexdigest()[:16]
+
+    def records(self) -> Iterator[Record]:
+        for read, hit in enumerate(self._hits()):
+            if self.limit is not None and read >= self.limit:
+                return
+            yield from self.links_of(hit["_id"], hit.get("_source") or {})
+
+    def links_of(self, doc_id: str, source: dict[str, Any]) -> Iterator[Record]:
+        """One document's edges (a value no edge can hold is set aside, with its reason)."""
+        for path in self.fields.entity_fields:
+            for value in field_values(source, path):
+                yield self._link(doc_id, path, entity=value)
+        for path in self.fields.reference_fields:
+            for value in field_values(source, path):
+                yield self._link(doc_id, path, target=value)
+
+    @staticmethod
+    def _link(
+        doc_id: str, path: str, entity: str | None = None, target: str | None = None
+    ) -> Record:
+        relation = path.rsplit(".", 1)[-1]
+        try:
+            return Link(source=doc_id, type=relation, entity=entity, target=target)
+        except ValidationError as exc:
+            reason = f"{doc_id} {path}: {exc.errors()[0]['msg']}"
+            return Rejected(reason=reason, raw=str(entity or target)[:4000], stage="fields")
+
+    def _hits(self) -> Iterator[dict[str, Any]]:
+        wanted = [*self.fields.entity_fields, *self.fields.reference_fields]
+        after: list[Any] | None = None
+        while True:
+            body: dict[str, Any] = {
+                "size": SCAN_PAGE,
+                "_source": wanted,
+                "sort": [{"_id": "asc"}],
+                "query": {"match_all": {}},
+            }
+            if after is not None:
+                body["search_after"] = after
+            hits = self.client.search(index=self.fields.index, body=body)["hits"]["hits"]
+            yield from hits
+            if len(hits) < SCAN_PAGE:
+                return
+            after = hits[-1]["sort"]

@@ -1,0 +1,217 @@
+"""Where a knowledge base's documents keep what kgqr reads: which index, which fields hold
+words (and how much each counts), which holds vectors and what model made them, and which
+hold entities or references to other documents.
+
+kgqr's own knowledge bases all have the same map (`FieldMap.own`); an index a team
+attached (`kgqr kb attach`) has the one its mapping allows and its team chose. The map is
+checked against the index's mapping when it is made, so a search never meets a field the
+index does not have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from plugin.schema import documents_index
+
+# The fields the read path asks of a hit, as kgqr's own documents name them.
+OWN_TEXT_FIELDS = {"title": 2.0, "text": 1.0}
+OWN_VECTOR_FIELD = "vector"
+TEXT_TYPES = ("text", "match_only_text")
+KEYWORD_TYPES = ("keyword", "constant_keyword", "wildcard")
+# Field names third-party clients give the text they embedded (LangChain `text`,
+# Haystack `content`, LlamaIndex `content`), and a title's usual names: suggested first.
+BODY_NAMES = ("text", "content", "body", "page_content", "passage", "description")
+TITLE_NAMES = ("title", "name", "headline")
+
+
+class FieldMap(BaseModel):
+    """A knowledge base's fields. `text_fields` empty: each search uses the fields the
+    caller's own query names (an attached index's default, since the team's queries
+    already say where its words are)."""
+
+    index: str
+    text_fields: dict[str, float] = Field(default_factory=dict)
+    title_field: str | None = None  # what explains and prompts call a document
+    body_field: str | None = None  # the text prompts read
+    vector_field: str | None = None
+    # A kgqr embedder name or a sentence-transformers folder; None with no vector field.
+    vector_model: str | None = None
+    dimension: int | None = None
+    # Keyword fields whose values become entity nodes (`brand: Acme` -> BRAND -> Acme),
+    # and fields holding ids of other documents of the index (`cites: [id, ...]`).
+    entity_fields: list[str] = Field(default_factory=list)
+    reference_fields: list[str] = Field(default_factory=list)
+    # Search the fields the caller's own query names rather than `text_fields` (an
+    # attached index whose team gave no --text: its queries already say where words are).
+    follow_query_fields: bool = False
+
+    @classmethod
+    def own(cls, kb: str, model: str | None = None, dimension: int | None = None) -> FieldMap:
+        """The map of a knowledge base kgqr ingested."""
+        return cls(
+            index=documents_index(kb),
+            text_fields=dict(OWN_TEXT_FIELDS),
+            title_field="title",
+            body_field="body",
+            vector_field=OWN_VECTOR_FIELD,
+            vector_model=model,
+            dimension=dimension,
+        )
+
+    def boosted_text_fields(self) -> list[str]:
+        """The text fields as a multi_match names them (`title^2`)."""
+        return [_boosted(name, boost) for name, boost in self.text_fields.items()]
+
+    def source_fields(self) -> list[str]:
+        """The fields a strategy reads from a hit: title and body."""
+        return [name for name in (self.title_field, self.body_field) if name]
+
+
+def _boosted(name: str, boost: float) -> str:
+    return name if boost == 1.0 else f"{name}^{boost:g}"
+
+
+def parse_boosted(spec: str) -> tuple[str, float]:
+    """`title^2` -> ("title", 2.0); `text` -> ("text", 1.0)."""
+    name, _, boost = spec.partition("^")
+    try:
+        value = float(boost) if boost else 1.0
+    except ValueError:
+        raise ValueError(f"{spec!r}: a boost after ^ must be a number") from None
+    if not name or value <= 0:
+        raise ValueError(f"{spec!r}: expected FIELD or FIELD^BOOST with a positive boost")
+    return name, value
+
+
+@dataclass(frozen=True)
+class MappedField:
+    path: str
+    type: str
+    dimension: int | None = None
+    space_type: str | None = None
+
+
+def mapped_fields(mapping: Mapping[str, Any]) -> dict[str, MappedField]:
+    """Every field of an index mapping (an index's `mappings`, or several indices' answer
+    to GET _mapping merged), by dotted path, sub-fields (`title.raw`) included."""
+    found: dict[str, MappedField] = {}
+    for path, spec in _walk(mapping.get("properties") or {}, ""):
+        method = spec.get("method") or {}
+        dimension = spec.get("dimension")
+        found[path] = MappedField(
+            path,
+            str(spec.get("type", "object")),
+            int(dimension) if isinstance(dimension, int | str) and str(dimension).isdigit()
+            else None,
+            method.get("space_type") or spec.get("space_type"),
+        )
+    return found
+
+
+def _walk(properties: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, spec in properties.items():
+        if not isinstance(spec, dict):
+            continue
+        path = f"{prefix}{name}"
+        yield path, spec
+        yield from _walk(spec.get("properties") or {}, f"{path}.")
+        yield from _walk(spec.get("fields") or {}, f"{path}.")
+
+
+def index_mapping(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """GET INDEX/_mapping's answer (one entry per index behind an alias) as one mapping;
+    a field the indices map differently keeps the first's type, and `conflicts` in
+    check_field_map reports it."""
+    properties: dict[str, Any] = {}
+    for entry in answer.values():
+        for name, spec in ((entry.get("mappings") or {}).get("properties") or {}).items():
+            properties.setdefault(name, spec)
+    return {"properties": properties}
+
+
+def suggest_field_map(index: str, mapping: Mapping[str, Any]) -> FieldMap:
+    """A map the mapping allows, from the names teams and clients usually give: the body
+    and title text fields, the only knn_vector field, no entity fields (those are a choice
+    the team makes, from what it knows its keywords mean)."""
+    fields = mapped_fields(mapping)
+    texts = [f.path for f in fields.values() if f.type in TEXT_TYPES]
+    body = _first_named(texts, BODY_NAMES) or (texts[0] if texts else None)
+    title = _first_named([t for t in texts if t != body], TITLE_NAMES)
+    vectors = [f for f in fields.values() if f.type == "knn_vector"]
+    vector = vectors[0] if len(vectors) == 1 else None
+    text_fields = {**({title: 2.0} if title else {}), **({body: 1.0} if body else {})}
+    return FieldMap(
+        index=index,
+        text_fields=text_fields,
+        title_field=title,
+        body_field=body,
+        vector_field=vector.path if vector else None,
+        dimension=vector.dimension if vector else None,
+    )
+
+
+def _first_named(paths: list[str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        for path in paths:
+            if path == name or path.rsplit(".", 1)[-1] == name:
+                return path
+    return None
+
+
+def check_field_map(
+    field_map: FieldMap, mapping: Mapping[str, Any], model_dimension: int | None = None
+) -> list[str]:
+    """What the mapping contradicts in `field_map`, one sentence each (empty: it fits).
+    `model_dimension`: the size of the vectors `vector_model` makes, if known."""
+    fields = mapped_fields(mapping)
+    problems = []
+
+    def typed(name: str, role: str, types: tuple[str, ...]) -> MappedField | None:
+        mapped = fields.get(name)
+        if mapped is None:
+            near = ", ".join(sorted(f.path for f in fields.values() if f.type in types)[:8])
+            problems.append(
+                f"{role} [{name}] is not in the index's mapping"
+                + (f" (its {'/'.join(types)} fields: {near})" if near else "")
+            )
+            return None
+        if mapped.type not in types:
+            problems.append(
+                f"{role} [{name}] is mapped as {mapped.type}, not {' or '.join(types)}"
+            )
+            return None
+        return mapped
+
+    for name in field_map.text_fields:
+        typed(name, "text field", TEXT_TYPES)
+    shown = {"title field": field_map.title_field, "body field": field_map.body_field}
+    for role, shown_name in shown.items():
+        if shown_name:
+            typed(shown_name, role, (*TEXT_TYPES, *KEYWORD_TYPES))
+    for name in field_map.entity_fields:
+        typed(name, "entity field", KEYWORD_TYPES)
+    for name in field_map.reference_fields:
+        typed(name, "reference field", KEYWORD_TYPES)
+    if field_map.vector_field:
+        vector = typed(field_map.vector_field, "vector field", ("knn_vector",))
+        if field_map.vector_model is None:
+            problems.append(
+                f"vector field [{field_map.vector_field}] needs the model that made its "
+                "vectors (--model): kgqr embeds queries with it"
+            )
+        held = vector.dimension if vector is not None else None
+        if held is not None and model_dimension is not None and held != model_dimension:
+            problems.append(
+                f"vector field [{field_map.vector_field}] holds {held}-dimensional vectors, "
+                f"and {field_map.vector_model} makes {model_dimension}-dimensional ones"
+            )
+    elif field_map.vector_model:
+        problems.append(f"--model {field_map.vector_model} is given without a vector field")
+    if not field_map.text_fields and not any(f.type in TEXT_TYPES for f in fields.values()):
+        problems.append("the index maps no text field: kgqr has no words to search")
+    return problems

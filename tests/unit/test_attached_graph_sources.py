@@ -1,0 +1,60 @@
+"""The graph sources of an attached index: a relations file and the index's own keyword
+fields, each line or value that cannot be an edge set aside with its reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from ingest.records import Link, Rejected
+from ingest.sources import open_source
+from ingest.sources.attached_graph import IndexFieldsSource, field_values
+from plugin.field_map import FieldMap
+
+
+def test_a_relations_file_gives_links_and_sets_bad_lines_aside(tmp_path: Path) -> None:
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text(
+        '{"source": "d1", "relation": "cites", "target": "d2"}\n'
+        '{"source": "d1", "type": "made by", "entity": "Acme"}\n'
+        '{"source": "d3", "relation": "cites"}\n'
+        "not json\n"
+        '["a list"]\n'
+    )
+    records = list(open_source(f"relations:{edges}").records())
+    assert records[:2] == [
+        Link(source="d1", type="cites", target="d2"),
+        Link(source="d1", type="made by", entity="Acme"),
+    ]
+    assert [type(r) for r in records[2:]] == [Rejected] * 3
+    assert "exactly one of `target`" in records[2].reason  # type: ignore[union-attr]
+    assert records[2].reason.startswith("edges.jsonl:3:")  # type: ignore[union-attr]
+
+
+def test_a_link_has_one_end() -> None:
+    with pytest.raises(ValidationError, match="exactly one"):
+        Link(source="d1", type="cites", target="d2", entity="Acme")
+
+
+def test_field_values_read_dotted_paths_lists_and_skip_blanks() -> None:
+    source = {"metadata": {"brand": "Acme", "tags": ["a", "", None, 3]}}
+    assert field_values(source, "metadata.brand") == ["Acme"]
+    assert field_values(source, "metadata.tags") == ["a", "3"]
+    assert field_values(source, "metadata.missing") == []
+
+
+def test_keyword_fields_become_entity_and_reference_links() -> None:
+    fields = FieldMap(index="shop", entity_fields=["meta.brand"], reference_fields=["cites"])
+    source = IndexFieldsSource(None, fields)
+    doc: dict[str, Any] = {"meta": {"brand": ["Acme", "Zeta"]}, "cites": "d2"}
+    assert list(source.links_of("d1", doc)) == [
+        Link(source="d1", type="brand", entity="Acme"),
+        Link(source="d1", type="brand", entity="Zeta"),
+        Link(source="d1", type="cites", target="d2"),
+    ]
+    too_long = list(source.links_of("d1", {"cites": "x" * 600}))
+    assert isinstance(too_long[0], Rejected) and "512" in too_long[0].reason
+    assert source.structure().relations == ["brand", "cites"]
