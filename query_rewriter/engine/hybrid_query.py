@@ -6,33 +6,56 @@ here: every hybrid search kgqr runs, a rewrite's, the plain query's for fusion, 
 initial hits a strategy reads, is `hybrid_body`'s.
 
 The client's ``from``/``size``/``_source``/``aggs``/``sort`` and other top-level options
-are kept; its filters (``bool.filter``/``must_not``) apply to both clauses.
+are kept; its query and filters (``bool.filter``/``must_not``) filter every clause. The
+fields searched are the knowledge base's (`SearchFields`: kgqr's own, or an attached
+index's field map).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
 
+from plugin.field_map import FieldMap
 from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE, hybrid_pipeline
 from query_rewriter.engine.forwarding import json_answer
 from query_rewriter.engine.gateway import EngineSession
-from query_rewriter.engine.original_facets import without_aggregations
+from query_rewriter.engine.original_facets import AGGREGATION_KEYS, without_aggregations
 from query_rewriter.engine.query_text import ParsedQuery
 
-TEXT_FIELDS = ["title^2", "text"]  # query_text.WORD_FIELDS: a caller's query on others filters
-VECTOR_FIELD = "vector"
 RRF_K = 60
 # A fused ranking reads both rankings this deep (or to the end of the page, if deeper)
 # whatever the page, so the fused order, and so each page, is the same however a client
 # pages through it.
 FUSION_DEPTH = 50
 HYBRID_NOT_TOP_LEVEL = "hybrid query must be a top level query"
+
+
+@dataclass(frozen=True)
+class SearchFields:
+    """The fields one search reads: words (multi_match names, boosts kept) and vectors."""
+
+    text: tuple[str, ...]
+    vector: str
+
+    @classmethod
+    def of(cls, fields: FieldMap, parsed: ParsedQuery | None = None) -> SearchFields:
+        """The map's fields; an attached index that follows the caller's fields searches
+        those the caller's query named (the team's own queries say where its words are)."""
+        text = tuple(fields.boosted_text_fields())
+        named = parsed.fields if parsed is not None else ()
+        if fields.follow_query_fields and named and "*" not in named:
+            text = named
+        return cls(text, fields.vector_field or "")
+
+
+OWN_FIELDS = SearchFields.of(FieldMap.own("own"))
 
 
 @dataclass(frozen=True)
@@ -63,18 +86,19 @@ def mean_vector(vectors: np.ndarray) -> np.ndarray | None:
     return mean / norm if norm > 0 else None
 
 
-def _bool(must: dict[str, Any], parsed: ParsedQuery) -> dict[str, Any]:
+def _bool(must: dict[str, Any], parsed: ParsedQuery, added: Collection[str] = ()) -> dict[str, Any]:
+    """`must` under the caller's filters, among their query's matches (and `added`)."""
     clause: dict[str, Any] = {"must": [must]}
-    if parsed.filters:
-        clause["filter"] = parsed.filters
+    if within := parsed.within(added):
+        clause["filter"] = within
     if parsed.must_not:
         clause["must_not"] = parsed.must_not
     return {"bool": clause} if len(clause) > 1 else must
 
 
-def bm25_clause(text: str, parsed: ParsedQuery) -> dict[str, Any]:
+def bm25_clause(text: str, parsed: ParsedQuery, fields: SearchFields) -> dict[str, Any]:
     lexical: dict[str, Any] = {
-        "multi_match": {"query": text, "fields": TEXT_FIELDS, **parsed.fuzzy}
+        "multi_match": {"query": text, "fields": list(fields.text), **parsed.fuzzy}
     }
     if parsed.named:
         # The caller's named clauses, optional and at no score: the ranking stays the
@@ -85,22 +109,36 @@ def bm25_clause(text: str, parsed: ParsedQuery) -> dict[str, Any]:
     return _bool(lexical, parsed)
 
 
-def boost_clause(boosts: dict[str, float], parsed: ParsedQuery) -> dict[str, Any]:
+def boost_clause(
+    boosts: dict[str, float], parsed: ParsedQuery, added: Collection[str] = ()
+) -> dict[str, Any]:
     """Graph-constrained boosting: the documents the knowledge graph links to the query,
     each scored by its weight (its DRF similarity). As its own hybrid sub-query it is
-    normalised like the others, so its pipeline weight says how much the graph counts."""
+    normalised like the others, so its pipeline weight says how much the graph counts.
+    Documents are named by `_id`, which every index has (the graph is keyed by it).
+    Of the boosted documents the caller's query does not match, only `added` are added."""
     should = [
-        {"constant_score": {"filter": {"term": {"id": doc_id}}, "boost": round(weight, 4)}}
+        {"constant_score": {"filter": {"ids": {"values": [doc_id]}}, "boost": round(weight, 4)}}
         for doc_id, weight in boosts.items()
     ]
-    return _bool({"bool": {"should": should, "minimum_should_match": 1}}, parsed)
+    return _bool({"bool": {"should": should, "minimum_should_match": 1}}, parsed, added)
 
 
-def knn_clause(vector: np.ndarray, k: int, parsed: ParsedQuery) -> dict[str, Any]:
+def knn_clause(
+    vector: np.ndarray, k: int, parsed: ParsedQuery, fields: SearchFields
+) -> dict[str, Any]:
     knn: dict[str, Any] = {"vector": [round(float(x), 6) for x in vector], "k": k}
-    if parsed.filters or parsed.must_not:
-        knn["filter"] = {"bool": {"filter": parsed.filters, "must_not": parsed.must_not}}
-    return {"knn": {VECTOR_FIELD: knn}}
+    if (within := parsed.within()) or parsed.must_not:
+        knn["filter"] = {"bool": {"filter": within, "must_not": parsed.must_not}}
+    return {"knn": {fields.vector: knn}}
+
+
+def graph_adds(client_body: dict[str, Any], parsed: ParsedQuery, weights: HybridWeights) -> bool:
+    """Whether the graph's linked documents may join the caller's matches: not under
+    aggregations (its facets describe the hits), a query that demands more than a word,
+    or a graph given no weight (`graph.weight=0` leaves the plain ranking as it was)."""
+    aggregates = any(key in client_body for key in AGGREGATION_KEYS)
+    return not aggregates and parsed.demands is None and weights.boost_share != 0
 
 
 def hybrid_body(
@@ -112,10 +150,14 @@ def hybrid_body(
     weights: HybridWeights,
     boosts: dict[str, float] | None = None,
     deep: bool = False,
+    fields: SearchFields | None = None,
+    added: Collection[str] = (),
 ) -> dict[str, Any]:
     """The client's body with its query replaced by the hybrid query, weighed; `deep`:
     read from the top to FUSION_DEPTH at least, for a ranking fused before its page is cut
-    (search/plain_fusion.py)."""
+    (search/plain_fusion.py). `fields`: kgqr's own documents' unless given. `added`: the
+    documents the graph adds to the caller's matches (graph_adds)."""
+    fields = fields or OWN_FIELDS
     body = {key: value for key, value in client_body.items() if key not in ("query", "ext")}
     if deep:
         start, size = int(body.get("from", 0)), int(body.get("size", 10))
@@ -123,11 +165,14 @@ def hybrid_body(
     size = int(body.get("size", 10))
     start = int(body.get("from", 0))
     hybrid: dict[str, Any] = {
-        "queries": [bm25_clause(expanded_text, parsed), knn_clause(vector, max(k, size), parsed)]
+        "queries": [
+            bm25_clause(expanded_text, parsed, fields),
+            knn_clause(vector, max(k, size), parsed, fields),
+        ]
     }
     positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
     if positive:
-        hybrid["queries"].append(boost_clause(positive, parsed))
+        hybrid["queries"].append(boost_clause(positive, parsed, added))
     # Every page of a search reads each sub-query equally deep, so min-max normalisation
     # sees the same scores and pages join up: without it the engine reads from + size
     # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.

@@ -1,17 +1,22 @@
-"""What `hits.total` and `aggregations` mean under a rewrite: those of the caller's query.
+"""What `hits.total` and `aggregations` mean under a rewrite: the documents a client can
+page through, counted by the caller's own query.
 
-A rewritten search is a hybrid of BM25 over the expanded text and a k-NN clause, and the
-k-NN side matches k documents whatever their relevance. Its total and facet counts would
-describe the rewrite's candidate pool, not what the caller asked (a match with 2 hits
-became a total of 8, and its terms buckets covered all 8). Search UIs show totals and
-facets as "documents matching what I typed", so kgqr keeps that meaning: the rewrite
-changes which hits come back and in what order; `hits.total` and `aggregations` are the
-original query's, from a size-0 search run beside the rewritten one.
+A rewritten search is a hybrid of BM25 over the expanded text and a k-NN clause; both run
+among the caller's query's matches (query_text.py), so the rewrite changes the order of
+those documents. Its own total would count the candidate pool instead, so the total and
+facets come from a size-0 search of the caller's query run beside the rewritten one. The
+graph may add documents it links to the query (unless the search aggregates, or its query
+demands more than a word): that size-0 search then counts them too, so `hits.total` is
+always the number of documents the rewritten search can return. (kgqr once answered a
+total of 2 above five hits, and an app paging by the total could not reach the rest.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
+
+from query_rewriter.engine.query_text import ParsedQuery
 
 AGGREGATION_KEYS = ("aggs", "aggregations")
 # Options that shape the returned hits only; a size-0 search for totals and facets needs
@@ -38,10 +43,18 @@ HIT_SHAPING_KEYS = {
 }
 
 
-def facet_body(client_body: dict[str, Any]) -> dict[str, Any]:
-    """The caller's search reduced to what decides its total and aggregations."""
+def facet_body(
+    client_body: dict[str, Any], parsed: ParsedQuery | None = None, added: Collection[str] = ()
+) -> dict[str, Any]:
+    """The caller's search reduced to what decides its total and aggregations; with
+    `added` (documents the graph adds, under the caller's filters), counting those too."""
     body = {k: v for k, v in client_body.items() if k not in HIT_SHAPING_KEYS}
     body["size"] = 0
+    if added and parsed is not None and parsed.query is not None:
+        counted: dict[str, Any] = {"filter": parsed.within(added)}
+        if parsed.must_not:
+            counted["must_not"] = parsed.must_not
+        body["query"] = {"bool": counted}
     return body
 
 

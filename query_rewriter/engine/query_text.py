@@ -6,11 +6,19 @@ Understood: ``match``, ``match_phrase``, ``multi_match``, ``query_string``,
 the request then passes through unchanged; so does a query_string whose text is the query
 language rather than words (query_syntax). A query that demands more of a hit than one
 of its words (a phrase, `operator: and`, `minimum_should_match`, several required clauses)
-is kept whole as a filter too: the rewrite ranks within what the caller asked for.
+is named in the explain (`kept_as_filter`).
+
+The caller's query is kept whole (`ParsedQuery.query`): the rewrite's BM25 and k-NN sides
+rank only what it matches, so no document the caller's words do not match comes back
+because its vector was near. What the graph links to the query may be added, and is
+counted in `hits.total` (original_facets.py); a search with aggregations, or a query that
+demands more than a word, keeps even those to its matches, so its facets and total
+describe exactly the hits a client pages through.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +42,27 @@ class ParsedQuery:
     # kept on the rewritten BM25 side: without it "Cristofer Nolen" matched nothing there.
     fuzzy: dict[str, Any] = field(default_factory=dict)
     # What the caller's query demands of every hit beyond one of its words ("a phrase
-    # [match_phrase]"); the query is then among `filters`, so the hits through kgqr are
-    # hits of the caller's query (k-NN neighbours without the phrase came back, under a
-    # total counting only the hits with it).
+    # [match_phrase]"): the graph then adds nothing outside its matches either.
     demands: str | None = None
+    # The fields the caller's text clauses name, boosts kept (`content`, `title^2`); empty
+    # when they name none (the engine's default field).
+    fields: tuple[str, ...] = ()
+    # The caller's whole query: what the rewritten search ranks within. None for a query
+    # kgqr made itself (a strategy's own searches).
+    query: dict[str, Any] | None = None
+
+    def within(self, added: Collection[str] = ()) -> list[dict[str, Any]]:
+        """The filters a rewritten clause runs under: the caller's, and their whole query
+        (with `added`: their query, or one of the documents the graph added)."""
+        if self.query is None:
+            return list(self.filters)
+        if not added:
+            return [*self.filters, self.query]
+        linked = {"ids": {"values": sorted(added)}}
+        return [
+            *self.filters,
+            {"bool": {"should": [self.query, linked], "minimum_should_match": 1}},
+        ]
 
 
 def _text_of(clause: dict[str, Any]) -> str | None:
@@ -91,25 +116,31 @@ def _fuzzy_of(clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {}
 
 
-# Where the rewrite looks for words (hybrid_query.TEXT_FIELDS), and every field (`*`, a
-# query_string's default): a clause on one of these asks for the document's words.
+# Where kgqr's own documents keep their words (plugin.field_map.OWN_TEXT_FIELDS), and
+# every field (`*`, a query_string's default): a clause on one of these asks for the
+# document's words. An attached index names its own (FieldMap.text_fields).
 WORD_FIELDS = ("title", "text", "*")
 
 
-def _fields_of(clause: dict[str, Any]) -> list[str]:
-    """The fields a text clause names, boosts stripped; none when it names none."""
+def _named_fields(clause: dict[str, Any]) -> list[str]:
+    """The fields a text clause names, boosts kept; none when it names none."""
     ((kind, body),) = clause.items()
     if kind in ("match", "match_phrase"):
-        return list(body)
-    named = [*_as_list(body.get("fields")), *_as_list(body.get("default_field"))]
-    return [str(name).split("^")[0] for name in named]
+        return [str(name) for name in body]
+    return [str(name) for name in (*_as_list(body.get("fields")),
+                                   *_as_list(body.get("default_field")))]  # fmt: skip
 
 
-def _demand_of(clause: dict[str, Any]) -> str | None:
+def _fields_of(clause: dict[str, Any]) -> list[str]:
+    """The fields a text clause names, boosts stripped."""
+    return [name.split("^")[0] for name in _named_fields(clause)]
+
+
+def _demand_of(clause: dict[str, Any], word_fields: tuple[str, ...]) -> str | None:
     """What one text clause (_text_of has read it) asks beyond any one of its words."""
     ((kind, _),) = clause.items()
     options = _options(clause)
-    other = [name for name in _fields_of(clause) if name not in WORD_FIELDS]
+    other = [name for name in _fields_of(clause) if name not in word_fields]
     if other:  # `type: movie`, `title.raw`: not words the rewrite can look for elsewhere
         return f"its own field [{kind} on {other[0]}]"
     if "analyzer" in options:
@@ -127,13 +158,15 @@ def _demand_of(clause: dict[str, Any]) -> str | None:
     return None
 
 
-def _bool_demand(clauses: dict[str, Any], must: list[Any], should: list[Any]) -> str | None:
+def _bool_demand(
+    clauses: dict[str, Any], must: list[Any], should: list[Any], word_fields: tuple[str, ...]
+) -> str | None:
     """What a bool of text clauses asks beyond any one word of any of them: its clauses'
     own demands, its minimum_should_match, or several clauses every hit must match."""
     if not must and clauses.get("filter") and "minimum_should_match" not in clauses:
         return None  # should clauses beside a filter are optional: it demands no word
     for clause in must or should:  # beside a must, should clauses are optional
-        demand = _demand_of(clause)
+        demand = _demand_of(clause, word_fields)
         if demand:
             return demand
     if "minimum_should_match" in clauses:
@@ -153,15 +186,16 @@ def _syntax_of(clauses: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def parse_query(query: Any) -> ParsedQuery | None:
-    """The text to rewrite and the filters to keep, or None if kgqr should not touch it."""
+def parse_query(query: Any, word_fields: tuple[str, ...] = WORD_FIELDS) -> ParsedQuery | None:
+    """The text to rewrite and the filters to keep, or None if kgqr should not touch it.
+    `word_fields`: the fields that hold the knowledge base's words (and `*`)."""
     if not isinstance(query, dict):
         return None
     text = _text_of(query)
     if text is not None:
         if not text.strip():
             return None
-        return _parsed(text.strip(), [query], _demand_of(query), query)
+        return _parsed(text.strip(), [query], _demand_of(query, word_fields), query)
     if set(query) != {"bool"} or not isinstance(query["bool"], dict):
         return None
     clauses = query["bool"]
@@ -181,7 +215,7 @@ def parse_query(query: Any) -> ParsedQuery | None:
     return _parsed(
         joined,
         text_clauses,
-        _bool_demand(clauses, must, should),
+        _bool_demand(clauses, must, should, word_fields),
         query,
         _as_list(clauses.get("filter")),
         _as_list(clauses.get("must_not")),
@@ -196,15 +230,16 @@ def _parsed(
     filters: list[dict[str, Any]] | None = None,
     must_not: list[dict[str, Any]] | None = None,
 ) -> ParsedQuery:
-    """The whole caller's query joins the filters when it demands more than a word (its
-    own filter and must_not are then there twice, harmless; its text part alone could
-    demand what the bool does not)."""
+    """The caller's query, kept whole beside its filters (which it holds too; its text part
+    alone could demand less than the bool does)."""
     return ParsedQuery(
         text,
-        [*(filters or []), *([query] if demands else [])],
+        filters or [],
         must_not or [],
         _syntax_of(text_clauses),
         [clause for clause in text_clauses if _is_named(clause)],
         _fuzzy_of(text_clauses),
         demands,
+        tuple(dict.fromkeys(name for clause in text_clauses for name in _named_fields(clause))),
+        query,
     )

@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 from kgqr_core import connections
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings, get_settings
-from plugin.schema import hybrid_pipelines, kb_of_documents_index, proxy_index_templates
+from plugin.schema import hybrid_pipelines, proxy_index_templates
 from query_rewriter import metrics
 from query_rewriter.engine.answer_format import AnswerFormat
 from query_rewriter.engine.caller import Caller
@@ -324,7 +324,8 @@ async def handle_search_template(
     """A template search on a knowledge base, planned as the search it renders; anything
     else (another index, a body only the engine reads, a template it will not render for
     the caller) is sent on as it came."""
-    if kb_of_documents_index(index) is None or engine_read(request.headers.get("content-type")):
+    target = await state.kb_indices.target(index)
+    if target is None or engine_read(request.headers.get("content-type")):
         return await state.engine.forward(request, raw, decoded=True)
     query_params, headers = dict(request.query_params), request_headers(request)
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
@@ -355,7 +356,7 @@ async def _search(
     """The search `body` rewritten, or passed through: `as_sent` on the request's own path
     when kgqr need not read the answer."""
     default = state.settings.rewrite.default_strategy
-    plan = plan_search(index, query_params, body, default)
+    plan = plan_search(index, query_params, body, default, await state.kb_indices.target(index))
     headers = request_headers(request)
     if isinstance(plan, PassThrough):
         metrics.PASSED_THROUGH.labels(plan.code).inc()

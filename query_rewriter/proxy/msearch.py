@@ -13,7 +13,6 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from plugin.schema import kb_of_documents_index
 from query_rewriter import metrics
 from query_rewriter.engine.answer_format import AnswerFormat, json_params, with_explain
 from query_rewriter.engine.errors import RewriteRequestError
@@ -71,7 +70,8 @@ async def handle_msearch_template(
     answered as one `_msearch`. Sent on as it came when no item searches a knowledge base,
     or when the engine does not render one of them for the caller (it answers then)."""
     lines, checked = await _read_items(raw, path_index, state.settings.proxy.msearch_max_items)
-    if not any(kb_of_documents_index(header.single_index or "") for header in checked):
+    targets = [await state.kb_indices.target(h.single_index or "") for h in checked]
+    if not any(targets):
         return await state.engine.forward(request, raw, decoded=True)
     headers = request_headers(request)
     rendered = await asyncio.gather(
@@ -131,7 +131,8 @@ async def _answer(
             # MultiSearch sets them) are the item's own URL parameters.
             default = state.settings.rewrite.default_strategy
             params = {**query_params, **header.params}
-            plans.append(plan_search(header.single_index, params, body, default))
+            target = await state.kb_indices.target(header.single_index)
+            plans.append(plan_search(header.single_index, params, body, default, target))
         else:
             plans.append(replace(NOT_ONE_INDEX, explain=explain_asked(query_params, body)))
     if (binary := engine_written(query_params)) is not None:

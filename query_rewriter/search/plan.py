@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from plugin.field_map import FieldMap
 from plugin.schema import kb_of_documents_index
 from query_rewriter.engine.answer_format import FORMAT_PARAMS, AnswerFormat, opensearch_flag
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.query_syntax import MAX_QUERY_CHARS
-from query_rewriter.engine.query_text import ParsedQuery, parse_query
+from query_rewriter.engine.query_text import WORD_FIELDS, ParsedQuery, parse_query
 from query_rewriter.search.explain import Explain
+from query_rewriter.search.kb_indices import SearchTarget
 from query_rewriter.strategies import ALL_PARAMS, STRATEGIES, known_strategy
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.params import HYBRID_BM25, request_params
@@ -45,6 +47,7 @@ class SearchPlan:
     # installed pipeline's weights, the settings'.
     bm25: float | None = None
     answer: AnswerFormat = field(default_factory=AnswerFormat)  # the caller's format
+    fields: FieldMap | None = None  # an attached index's field map; None: kgqr's own
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,8 @@ def _pass_through(
         )
     if kb is None:
         return "not_a_knowledge_base", (
-            f"[{index}] is not one knowledge base's documents index (kgqr-KB-documents)"
+            f"[{index}] is not one knowledge base's documents index (kgqr-KB-documents) "
+            "nor an index attached as one (kgqr kb attach)"
         )
     if "scroll" in query_params:
         return "scroll", "a scroll search: its later pages come from the engine's scroll context"
@@ -346,16 +350,34 @@ def _pass_through(
 
 
 def plan_search(
-    index: str, query_params: dict[str, str], body: dict[str, Any], default_strategy: str | None
+    index: str,
+    query_params: dict[str, str],
+    body: dict[str, Any],
+    default_strategy: str | None,
+    target: SearchTarget | None = None,
 ) -> SearchPlan | PassThrough:
     """The rewrite to do, or why the search passes through (after strip_kgqr). The query
-    string is read here, whole, once: what follows gets the plan."""
+    string is read here, whole, once: what follows gets the plan. `target`: the knowledge
+    base `index` is (KnowledgeBaseIndices.target); by default, the kgqr-KB-documents
+    index `index` names, if it is one."""
     options = _strategy_options(query_params, body)
     explain = _flag(options.get("explain", False))
     named = options.get("strategy", default_strategy)
-    kb = kb_of_documents_index(index)
-    parsed = parse_query(body.get("query"))
+    if target is None and (own := kb_of_documents_index(index)) is not None:
+        target = SearchTarget(own)
+    kb = target.kb if target is not None else None
+    word_fields = target.word_fields if target is not None else None
+    parsed = parse_query(body.get("query"), word_fields or WORD_FIELDS)
     passing = _pass_through(index, query_params, body, named, kb, parsed)
+    attached = target.fields if target is not None else None
+    if passing is None and attached is not None and not attached.vector_field:
+        passing = (
+            "no_vectors",
+            (
+                f"[{index}] is attached without a vector field, and kgqr rewrites only "
+                "searches it can add a k-NN side to (BM25-only rewriting is not built yet)"
+            ),
+        )
     sent = engine_params(query_params)
     answer = AnswerFormat.of(query_params)
     if answer.binary is not None:  # only the engine writes its answer: nothing to rewrite
@@ -387,6 +409,7 @@ def plan_search(
         sent,
         given.values.get(HYBRID_BM25.name),
         answer,
+        target.fields if target is not None else None,
     )
 
 

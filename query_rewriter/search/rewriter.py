@@ -312,6 +312,7 @@ class Rewriter:
                 declared=strategy.declared(),
                 usage=usage,
                 meta=meta,
+                fields=meta.attached if meta is not None else None,
             )
             rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=timeout_s)
         except Exception as exc:  # any failure of a strategy degrades to the plain query

@@ -17,7 +17,14 @@ from query_rewriter import metrics
 from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.forwarding import json_answer
 from query_rewriter.engine.gateway import EngineSession
-from query_rewriter.engine.hybrid_query import HybridWeights, hybrid_body, rewritten_search
+from query_rewriter.engine.hybrid_query import (
+    OWN_FIELDS,
+    HybridWeights,
+    SearchFields,
+    graph_adds,
+    hybrid_body,
+    rewritten_search,
+)
 from query_rewriter.engine.original_facets import facet_body, with_original_facets
 from query_rewriter.search.explain import Explain, Fallback
 from query_rewriter.search.plain_fusion import fuse_protecting_top
@@ -87,6 +94,8 @@ async def run_plan(
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
     explain = outcome.explain(searched.body or plan.body)
     explain["fusion"] = searched.fusion
+    if searched.within:
+        explain["hits_from"] = searched.within
     if plan.parsed.demands:
         explain["kept_as_filter"] = plan.parsed.demands
     if plan.warnings:
@@ -134,6 +143,7 @@ class Searched:
     body: dict[str, Any] | None
     fusion: str | None
     failure: str | None = None
+    within: str | None = None  # what the hits (and hits.total) are drawn from
 
 
 async def _rewritten_search(
@@ -145,24 +155,32 @@ async def _rewritten_search(
     fusion_mode = int(param_value(FUSE_PLAIN, plan.params, state.settings))
     fuse = fusion_mode >= 1 and outcome.plain_vector is not None
     boost_weights = state.settings.rewrite.hybrid_boost_weights
+    fields = SearchFields.of(plan.fields, plan.parsed) if plan.fields else OWN_FIELDS
+    weighed = HybridWeights(plan.bm25, boost_weights, outcome.rewrite.boost_share)
+    # The documents the graph adds to the caller's matches, which the total then counts.
+    added = outcome.rewrite.graph_linked() if graph_adds(plan.body, plan.parsed, weighed) else set()
     body = hybrid_body(
         plan.body,
         plan.parsed,
         outcome.rewrite.expanded_text,
         np.asarray(outcome.vector, dtype=np.float32),
         k,
-        HybridWeights(plan.bm25, boost_weights, outcome.rewrite.boost_share),
+        weighed,
         boosts=outcome.rewrite.boost_ids,
         deep=fuse,
+        fields=fields,
+        added=added,
     )
     plain = None
     if fuse:  # `base`'s ranking (the query alone) down to the end of the page
         vector = np.asarray(outcome.plain_vector, dtype=np.float32)
         weights = HybridWeights(plan.bm25, boost_weights)
-        plain = hybrid_body(plan.body, plan.parsed, plan.parsed.text, vector, k, weights, deep=True)
+        plain = hybrid_body(
+            plan.body, plan.parsed, plan.parsed.text, vector, k, weights, deep=True, fields=fields
+        )
     answers = await rewritten_search(
-        session, plan.index, body, plain, facet_body(plan.body), plan.sent_params,
-        state.neural_search,
+        session, plan.index, body, plain, facet_body(plan.body, plan.parsed, added),
+        plan.sent_params, state.neural_search,
     )  # fmt: skip
     upstream, facets, fusion = answers.ranked, answers.facets, answers.fusion
     failed = upstream if upstream.status_code >= 400 else facets
@@ -181,7 +199,12 @@ async def _rewritten_search(
                               "max_score": hits[0]["_score"] if hits else None}  # fmt: skip
             how = "RRF" if rrf else "the rest in the strategy's order"
             fusion = f"{fusion}; fused with base ({how}, its top {keep} kept)"
-        return Searched(json_answer(merged, upstream, facets, *plain_answers), body, fusion)
+        within = "the query's matches" + (
+            " and the documents the graph links to it" if added else ""
+        )
+        return Searched(
+            json_answer(merged, upstream, facets, *plain_answers), body, fusion, within=within
+        )
     if upstream.status_code in (401, 403, 404):
         return Searched(upstream, body, fusion)  # the caller's own refusal, as the engine gave it
     # A re-embed may have moved the KB to another model (its vectors no longer fit the

@@ -11,6 +11,7 @@ from plugin import kb_meta
 from plugin.schema import META_INDEX
 from query_rewriter.engine.gateway import Engine, EngineSession
 from query_rewriter.engine.identities import IdentityResolver
+from query_rewriter.search.kb_indices import KnowledgeBaseIndices, attached_in_meta
 from query_rewriter.search.query_log import QueryLog
 from query_rewriter.search.rewriter import Rewriter
 
@@ -31,6 +32,11 @@ class ProxyState:
     kb_metas: dict[str, tuple[float, kb_meta.KnowledgeBaseMeta | None]] = field(
         default_factory=dict
     )
+    # Which knowledge base a searched index is (kgqr's own, or an attached index).
+    kb_indices: KnowledgeBaseIndices = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kb_indices = KnowledgeBaseIndices(lambda: attached_in_meta(self.engine.as_kgqr()))
 
 
 async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | None:

@@ -11,9 +11,12 @@ import numpy as np
 from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
+from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.engine.hybrid_query import (
+    OWN_FIELDS,
     HybridWeights,
+    SearchFields,
     bm25_clause,
     hybrid_body,
     search_params,
@@ -61,6 +64,21 @@ class StrategyContext:
     declared: frozenset[str] | None = None
     usage: LlmUsage = field(default_factory=LlmUsage)
     meta: KnowledgeBaseMeta | None = None  # the KB's kgqr-meta record, where there is one
+    # Where the KB's documents keep words, titles and vectors (an attached index's map);
+    # None: kgqr's own documents.
+    fields: FieldMap | None = None
+
+    @property
+    def search_fields(self) -> SearchFields:
+        return SearchFields.of(self.fields) if self.fields is not None else OWN_FIELDS
+
+    @property
+    def title_field(self) -> str:
+        return (self.fields.title_field if self.fields else "title") or ""
+
+    @property
+    def body_field(self) -> str:
+        return (self.fields.body_field if self.fields else "body") or ""
 
     async def query_vector(self, text: str) -> np.ndarray:
         if text not in self.query_vectors:
@@ -147,30 +165,45 @@ class StrategyContext:
             weights = HybridWeights(
                 self.requested(HYBRID_BM25), self.settings.rewrite.hybrid_boost_weights
             )
-            body = hybrid_body(request, parsed, query, vector, int(self.param(KNN_K)), weights)
+            searched = self.search_fields
+            body = hybrid_body(
+                request, parsed, query, vector, int(self.param(KNN_K)), weights, fields=searched
+            )
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:
-                body = {**request, "query": bm25_clause(query, parsed)}
+                body = {**request, "query": bm25_clause(query, parsed, searched)}
                 response = await self.opensearch.search(self.index, body)
         hits: list[dict[str, Any]] = response["hits"]["hits"]
         return hits
 
     async def initial_hits(self, query: str, size: int) -> list[dict[str, Any]]:
         """The plain query's top hits as PRF and RAR show them to the LLM: id, title, text."""
+        title, body = self.title_field, self.body_field
         return [
             {
                 "id": hit["_id"],
-                "title": hit["_source"].get("title", ""),
-                "text": self.truncate(hit["_source"].get("body", "")),
+                "title": source_text(hit["_source"], title),
+                "text": self.truncate(source_text(hit["_source"], body)),
             }
-            for hit in await self.plain_hits(query, size, ["title", "body"])
+            for hit in await self.plain_hits(query, size, [f for f in (title, body) if f])
         ]
 
     def format_documents(self, documents: list[dict[str, Any]]) -> str:
         return "\n".join(
             f"[{i}] {doc['title']}: {doc['text']}" for i, doc in enumerate(documents, start=1)
         )
+
+
+def source_text(source: dict[str, Any], path: str) -> str:
+    """A hit's field as text, by dotted path (`metadata.title`, as third-party clients
+    nest theirs); empty when the hit lacks it (or field-level security hid it)."""
+    value: Any = source
+    for part in path.split(".") if path else ():
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None or value is source:
+        return ""
+    return value if isinstance(value, str) else _flatten(value)
 
 
 def _flatten(value: Any) -> str:

@@ -63,6 +63,14 @@ class Rewrite:
     # re-checked against (search/evidence.py).
     sources: list[str] = field(default_factory=list)
 
+    def graph_linked(self) -> set[str]:
+        """The boosted documents the graph linked to the query (the explain's graph
+        nodes): those a search may add to the caller's matches. Other boosts (the plain
+        hits a strategy marks, an LLM's picks) only reorder the matches."""
+        nodes = self.details.get("graph_nodes") or []
+        linked = {str(node["id"]) for node in nodes if isinstance(node, dict) and "id" in node}
+        return {doc for doc in linked if self.boost_ids.get(doc, 0) > 0}
+
     @property
     def expanded_text(self) -> str:
         return " ".join([self.query, *self.expansions]).strip()

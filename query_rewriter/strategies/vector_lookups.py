@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from plugin.schema import triples_index
-from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.context import StrategyContext, source_text
 from query_rewriter.strategies.services import Search
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ async def _cosine_hits(
         "source": "knn_score",
         "lang": "knn",
         "params": {
-            "field": "vector",
+            "field": ctx.search_fields.vector,
             "query_value": [float(x) for x in query_vector],
             "space_type": "cosinesimil",
         },
@@ -160,8 +160,9 @@ async def nearest_readable_triples(
 async def titles_as_read(ctx: StrategyContext, index: str, ids: set[str]) -> dict[str, str]:
     """The titles of `ids` as the caller's own fetch returns them: field-level security
     may hide or mask `title`, and one the fetch lacks is named by its id, saying so."""
-    found = await by_ids(ctx, index, sorted(ids), ["title"])
+    title = ctx.title_field
+    found = await by_ids(ctx, index, sorted(ids), [title] if title else [])
     return {
-        node: str(source["title"]) if source.get("title") else f"{node} (no title you may read)"
+        node: text if (text := source_text(source, title)) else f"{node} (no title you may read)"
         for node, source in found.items()
     }

@@ -39,6 +39,16 @@ def _ids(result: dict[str, Any]) -> list[str]:
     return [hit["_id"] for hit in result["hits"]["hits"]]
 
 
+def _agrees_with_its_total(rewritten: dict[str, Any], direct: dict[str, Any], size: int) -> None:
+    """A rewritten answer a client can page by: as many hits as its total allows, each one
+    of the query's matches or a document the graph linked to it (counted in the total)."""
+    total = rewritten["hits"]["total"]["value"]
+    assert len(_ids(rewritten)) == min(size, total), (total, _ids(rewritten))
+    linked = {node["id"] for node in rewritten["kgqr"]["details"].get("graph_nodes", [])}
+    assert set(_ids(rewritten)) <= set(_ids(direct)) | linked
+    assert total == direct["hits"]["total"]["value"] + len(linked - set(_ids(direct)))
+
+
 def test_gzipped_request_bodies_work_as_they_do_directly(
     entry_url: str, movies_kb: str, opensearch: Any, unique_name: str
 ) -> None:
@@ -73,7 +83,11 @@ def test_pages_of_a_rewritten_search_join_up_into_its_ranking(
         response = httpx.post(
             f"{proxy_url}/{movies_kb}/_search",
             params={"kgqr.strategy": strategy},
-            json={"query": {"match": {"text": "American film actor"}}, "from": start, "size": size},
+            json={
+                "query": {"match": {"text": "a film about an American crime"}},
+                "from": start,
+                "size": size,
+            },
             timeout=300,
         )
         assert response.status_code == 200 and "x-kgqr-fallback" not in response.headers
@@ -147,8 +161,9 @@ def _type_facets(client: OpenSearch, index: str, text: str) -> Any:
 def test_totals_and_aggregations_are_the_original_querys(
     entry_url: str, movies_kb: str, opensearch: Any
 ) -> None:
-    """The rewrite changes the hits and their order; hits.total and aggregations keep
-    meaning "documents matching what the caller asked" (README: Search semantics)."""
+    """The rewrite changes the order of the hits only: hits.total and aggregations keep
+    meaning "documents matching what the caller asked", and the hits are those documents
+    (README: Search semantics). kgqr once returned five hits under a total of 3."""
     via = OpenSearch(hosts=[entry_url], timeout=300)
     search = Search(index=movies_kb).query(AMERICAN).extra(size=5)
     search.aggs.bucket("types", "terms", field="type")
@@ -159,7 +174,7 @@ def test_totals_and_aggregations_are_the_original_querys(
     assert rewritten.hits.total.to_dict() == direct_result.hits.total.to_dict()
     assert rewritten.aggregations.to_dict() == direct_result.aggregations.to_dict()
     assert search.using(via).count() == 3
-    assert len(rewritten.hits) > 3  # the dense side still brings in other documents
+    assert {hit.meta.id for hit in rewritten.hits} == {hit.meta.id for hit in direct_result.hits}
     facets_direct = _type_facets(opensearch, movies_kb, "American")
     facets_via = _type_facets(via, movies_kb, "American")
     assert facets_via.facets.type == facets_direct.facets.type == [("person", 3, False)]
@@ -248,9 +263,11 @@ def test_a_uri_search_is_rewritten_as_the_body_search_opensearch_makes_of_it(
     in_body = {"query": {"query_string": {"query": "Pacino"}}, "size": 5}
     body = client.search(index=movies_kb, body=in_body, params=params)
     assert uri["kgqr"]["query"] == "Pacino" and uri["kgqr"]["fallback"] is None
-    assert _ids(uri) == _ids(body) and len(_ids(uri)) == 5  # k-NN adds to the one match
+    assert _ids(uri) == _ids(body) and _ids(uri)[0] == "p2"  # the one match, then its links
+    _agrees_with_its_total(uri, opensearch.search(index=movies_kb, q="Pacino", size=100), 5)
     for options in ({"q": "Pacino", "df": "title"}, {"q": "American", "df": "title"}):
-        rewritten = client.search(index=movies_kb, params={**options, "kgqr.strategy": "graph"})
+        # `base`: no graph adds documents, so the total is the query's own.
+        rewritten = client.search(index=movies_kb, params={**options, "kgqr.strategy": "base"})
         assert (
             rewritten["hits"]["total"]
             == opensearch.search(index=movies_kb, params=options)["hits"]["total"]
@@ -282,7 +299,8 @@ def test_a_query_string_in_the_query_language_is_answered_as_directly(
         index=movies_kb, q="Which American actor starred in Heat?", size=5, params=params
     )
     assert "passed_through" not in asked["kgqr"] and asked["kgqr"]["fallback"] is None
-    assert len(_ids(asked)) == 5  # rewritten: the k-NN side adds to the text's matches
+    direct = opensearch.search(index=movies_kb, q="Which American actor starred in Heat?", size=99)
+    _agrees_with_its_total(asked, direct, 5)  # rewritten: its matches and the graph's links
 
 
 def test_a_search_carried_in_the_url_is_rewritten_like_one_in_the_body(
@@ -298,7 +316,9 @@ def test_a_search_carried_in_the_url_is_rewritten_like_one_in_the_body(
     carried = httpx.get(search, params={**in_url, **params}, timeout=60).json()
     sent = httpx.post(search, params=params, json=body, timeout=60).json()
     assert carried["kgqr"]["strategy"] == "graph" and carried["kgqr"]["fallback"] is None
-    assert _ids(carried) == _ids(sent) and len(_ids(carried)) == 5
+    matched = opensearch.search(index=movies_kb, body={**body, "size": 99})
+    assert _ids(carried) == _ids(sent)
+    _agrees_with_its_total(carried, matched, 5)
     sorted_in_url = {**in_url, "source": json.dumps({**body, "sort": [{"id": "desc"}]})}
     passed = httpx.get(search, params={**sorted_in_url, **params}, timeout=60).json()
     direct = opensearch.transport.perform_request(
@@ -450,7 +470,7 @@ def test_a_fuzzy_match_keeps_its_typo_tolerance(entry_url: str, movies_kb: str) 
         f"{entry_url}/{movies_kb}/_search", params=params, json={"query": fuzzy, "size": 3}
     ).json()
     assert answer["hits"]["hits"][0]["_id"] == "p2" and answer["hits"]["hits"][0]["_score"] > 0.5
-    lexical = answer["kgqr"]["final_query"]["query"]["hybrid"]["queries"][0]
+    lexical = answer["kgqr"]["final_query"]["query"]["hybrid"]["queries"][0]["bool"]["must"][0]
     assert lexical["multi_match"]["fuzziness"] == "AUTO"
 
 

@@ -179,7 +179,9 @@ def test_managed_index_gets_a_hybrid_search(entry_url: str, movies_kb: str) -> N
     explain = result["kgqr"]
     assert explain["strategy"] == "base" and explain["fallback"] is None
     hybrid = explain["final_query"]["query"]["hybrid"]["queries"]
-    assert "multi_match" in hybrid[0] and "knn" in hybrid[1]
+    # The BM25 side searches the expanded text among what the caller's query matches.
+    assert "multi_match" in hybrid[0]["bool"]["must"][0] and "knn" in hybrid[1]
+    assert hybrid[0]["bool"]["filter"] == [QUERY["query"]]
     assert result["hits"]["hits"][0]["_id"] == "m1"
     assert "kgqr" not in _search(entry_url, movies_kb, QUERY).json()
 
@@ -281,7 +283,8 @@ def test_msearch_rewrites_managed_items_and_keeps_the_rest(
     assert first["hits"]["hits"][0]["_id"] == "m1"
     assert second["status"] == 200 and second["hits"]["total"]["value"] > 0
     assert second["kgqr"] == {"passed_through": "[kgqr-meta] is not one knowledge base's "
-                              "documents index (kgqr-KB-documents)"}  # fmt: skip
+                              "documents index (kgqr-KB-documents) nor an index attached as "
+                              "one (kgqr kb attach)"}  # fmt: skip
 
 
 @pytest.mark.parametrize("strategy", ["prf", "hyde", "rar", "agr"])
@@ -296,9 +299,9 @@ def test_each_baseline_strategy_expands_the_query(
     assert explain["expansions"] and all(e.strip() for e in explain["expansions"])
     expected_calls = {"prf": 0, "hyde": 1, "rar": 1, "agr": 5}[strategy]
     assert explain["llm_calls"] == expected_calls
-    assert explain["final_query"]["query"]["hybrid"]["queries"][0]["multi_match"][
-        "query"
-    ].startswith(QUERY["query"]["match"]["text"])
+    assert explain["final_query"]["query"]["hybrid"]["queries"][0]["bool"]["must"][0][
+        "multi_match"
+    ]["query"].startswith(QUERY["query"]["match"]["text"])
     assert response.json()["hits"]["hits"]
 
 
@@ -446,8 +449,10 @@ def test_a_requests_bm25_weight_decides_between_the_two_rankings(
 ) -> None:
     """`hybrid.bm25=1` ranks as BM25 alone, `0` as k-NN alone: the weight reaches the
     engine as the request's own pipeline, not the shared one."""
-    text = "police chasing bank robbers"
-    bm25 = opensearch.search(index=movies_kb, body={"query": {"match": {"text": text}}})
+    text = "an American actor in a crime film"  # matched by every document
+    # BM25 as the rewrite's text side reads it: title and text (query_text.WORD_FIELDS).
+    lexical = {"multi_match": {"query": text, "fields": ["title^2", "text"]}}
+    bm25 = opensearch.search(index=movies_kb, body={"query": lexical})
     bm25_ids = [hit["_id"] for hit in bm25["hits"]["hits"]]
 
     def ranked(weight: float) -> tuple[list[str], dict[str, Any]]:
@@ -466,7 +471,7 @@ def test_a_requests_bm25_weight_decides_between_the_two_rankings(
     weights = explain["final_query"]["search_pipeline"]["phase_results_processors"][0]
     assert weights["normalization-processor"]["combination"]["parameters"]["weights"] == [1.0, 0.0]
     only_knn, _ = ranked(0.0)
-    assert only_knn != only_bm25  # the movies no BM25 term matches rank by vector alone
+    assert only_knn != only_bm25  # the same matches, ranked by vector alone
 
 
 def test_default_strategy_none_passes_searches_through(

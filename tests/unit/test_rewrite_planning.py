@@ -12,11 +12,13 @@ from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.hybrid_query import (
     HybridWeights,
     fuse,
+    graph_adds,
     hybrid_body,
     mean_vector,
     rrf_fuse,
     search_params,
 )
+from query_rewriter.engine.original_facets import facet_body
 from query_rewriter.engine.query_syntax import syntax_used
 from query_rewriter.engine.query_text import ParsedQuery, parse_query
 from query_rewriter.search.cache import rewrite_key
@@ -57,10 +59,19 @@ def test_query_text_is_found(query: dict, text: str) -> None:
 
 
 def test_bool_filters_are_kept_aside() -> None:
-    parsed = parse_query({"bool": {"must": {"match": {"text": "heat"}},
-                                   "filter": {"term": {"type": "movie"}},
-                                   "must_not": [{"term": {"id": "m2"}}]}})  # fmt: skip
-    assert parsed == ParsedQuery("heat", [{"term": {"type": "movie"}}], [{"term": {"id": "m2"}}])
+    query = {"bool": {"must": {"match": {"text": "heat"}},
+                      "filter": {"term": {"type": "movie"}},
+                      "must_not": [{"term": {"id": "m2"}}]}}  # fmt: skip
+    parsed = parse_query(query)
+    # The whole query is kept: the rewrite ranks only what the caller's query matches.
+    assert parsed == ParsedQuery(
+        "heat",
+        [{"term": {"type": "movie"}}],
+        [{"term": {"id": "m2"}}],
+        fields=("text",),
+        query=query,
+    )
+    assert parsed.within() == [{"term": {"type": "movie"}}, query]
 
 
 @pytest.mark.parametrize(
@@ -347,7 +358,7 @@ def test_graph_boost_becomes_a_third_sub_query_with_its_own_pipeline() -> None:
     boost = boosted["query"]["hybrid"]["queries"][2]["bool"]
     assert boost["filter"] == [{"term": {"type": "movie"}}]
     (should,) = boost["must"][0]["bool"]["should"]  # negative similarities are dropped
-    assert should == {"constant_score": {"filter": {"term": {"id": "m1"}}, "boost": 0.6}}
+    assert should == {"constant_score": {"filter": {"ids": {"values": ["m1"]}}, "boost": 0.6}}
 
 
 def test_a_strategys_cache_config_is_what_it_declares_resolved() -> None:
@@ -485,9 +496,9 @@ def test_named_text_clauses_are_kept_at_no_score() -> None:
     assert parsed is not None and parsed.named == [named]
     single = parse_query(named)
     assert single is not None and single.named == [named]
-    assert parse_query(plain) == ParsedQuery("pacino")  # nothing named: the clause as before
+    assert parse_query(plain) == ParsedQuery("pacino", fields=("text",), query=plain)
     body = hybrid_body({"size": 2}, parsed, "heat pacino", np.ones(3), k=5, weights=SHARED)
-    lexical = body["query"]["hybrid"]["queries"][0]["bool"]
+    lexical = body["query"]["hybrid"]["queries"][0]["bool"]["must"][0]["bool"]
     assert lexical["should"] == [{"bool": {"should": [named], "boost": 0}}]
     assert lexical["must"][0]["multi_match"]["query"] == "heat pacino"
 
@@ -497,8 +508,9 @@ def test_a_fuzzy_match_hands_its_options_to_the_rewrite() -> None:
     parsed = parse_query({"bool": {"should": [{"match": {"title": "heat"}}, fuzzy]}})
     assert parsed is not None and parsed.fuzzy == {"fuzziness": 1, "prefix_length": 2}
     body = hybrid_body({}, parsed, "heat pacnio", np.ones(3), k=5, weights=SHARED)
-    assert body["query"]["hybrid"]["queries"][0]["multi_match"]["fuzziness"] == 1
-    assert parse_query({"query_string": {"query": "heat", "fuzziness": 2}}) == ParsedQuery("heat")
+    assert body["query"]["hybrid"]["queries"][0]["bool"]["must"][0]["multi_match"]["fuzziness"] == 1
+    fuzzy_syntax = {"query_string": {"query": "heat", "fuzziness": 2}}
+    assert parse_query(fuzzy_syntax) == ParsedQuery("heat", query=fuzzy_syntax)
 
 
 HEAT, MANN = {"match": {"text": "heat"}}, {"match": {"title": "mann"}}
@@ -549,11 +561,41 @@ def test_a_query_that_demands_more_than_a_word_filters_the_rewrite(
 ) -> None:
     parsed = parse_query(query)
     assert parsed is not None and parsed.demands == demands
-    assert (query in parsed.filters) == (demands is not None)
     queries = hybrid_body({}, parsed, "heat mann expansion", np.ones(3), k=5, weights=SHARED)[
         "query"
     ]["hybrid"]
     lexical, knn = queries["queries"]
-    if demands is not None:  # both sides rank only the caller's own hits
-        assert query in lexical["bool"]["filter"]
-        assert query in knn["knn"]["vector"]["filter"]["bool"]["filter"]
+    # Whatever it demands, both sides rank only the caller's own hits.
+    assert parsed.query == query
+    assert query in lexical["bool"]["filter"]
+    assert query in knn["knn"]["vector"]["filter"]["bool"]["filter"]
+
+
+def test_the_graph_adds_documents_only_where_no_facet_or_demand_forbids_it() -> None:
+    """BM25 and k-NN rank within the caller's matches; the documents the graph linked may
+    be added (and are counted in the total), except under aggregations, a demanding query
+    or a graph given no weight."""
+    query = {"bool": {"must": [HEAT], "filter": [TYPE], "must_not": [{"term": {"id": "m9"}}]}}
+    parsed = parse_query(query)
+    assert parsed is not None
+    weights = HybridWeights(None, (0.25, 0.55, 0.2))
+    assert graph_adds({}, parsed, weights)
+    assert not graph_adds({"aggs": {"t": {"terms": {"field": "type"}}}}, parsed, weights)
+    phrase = parse_query({"match_phrase": {"text": "heat mann"}})
+    assert phrase is not None and not graph_adds({}, phrase, weights)
+    assert not graph_adds({}, parsed, HybridWeights(None, (0.25, 0.55, 0.2), boost_share=0))
+
+    def boost_filters(added: set[str]) -> Any:
+        body = hybrid_body({}, parsed, "heat", np.ones(3), 5, SHARED, {"m2": 0.5, "m1": 1e-4},
+                           added=added)  # fmt: skip
+        return body["query"]["hybrid"]["queries"][2]["bool"]["filter"]
+
+    either = {"bool": {"should": [query, {"ids": {"values": ["m2"]}}], "minimum_should_match": 1}}
+    assert boost_filters(set()) == [TYPE, query]
+    assert boost_filters({"m2"}) == [TYPE, either]
+    counted = facet_body({"query": query, "size": 5}, parsed, {"m2"})
+    assert counted == {
+        "size": 0,
+        "query": {"bool": {"filter": [TYPE, either], "must_not": [{"term": {"id": "m9"}}]}},
+    }
+    assert facet_body({"query": query}, parsed) == {"query": query, "size": 0}

@@ -1,0 +1,84 @@
+"""Which knowledge base a searched index belongs to: kgqr's own by their names
+(`kgqr-KB-documents`), attached ones by the index or alias they were attached as.
+
+The attached ones are read from kgqr-meta with kgqr's account (bookkeeping: which names
+kgqr rewrites, never any document) and kept for a minute, so a `kgqr kb attach` or
+`detach` reaches every proxy within that.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kgqr_core.single_flight import SingleFlight
+from plugin.field_map import FieldMap
+from plugin.schema import META_INDEX, kb_of_documents_index
+from query_rewriter.engine.gateway import EngineSession
+
+log = logging.getLogger("kgqr.proxy")
+ATTACHED_TTL_S = 60.0
+
+
+@dataclass(frozen=True)
+class SearchTarget:
+    """The knowledge base a search reads, and its field map (None: kgqr's own index)."""
+
+    kb: str
+    fields: FieldMap | None = None
+
+    @property
+    def word_fields(self) -> tuple[str, ...] | None:
+        """The fields that hold the KB's words, for query_text; None: kgqr's own."""
+        if self.fields is None:
+            return None
+        return (*self.fields.text_fields, "*")
+
+
+Attached = dict[str, SearchTarget]
+
+
+async def attached_in_meta(session: EngineSession) -> Attached:
+    """Index or alias name -> its attached knowledge base, from kgqr-meta."""
+    answer = await session.search(
+        META_INDEX, {"size": 1000, "_source": ["kb", "attached"], "query": {"match_all": {}}}
+    )
+    found: Attached = {}
+    for hit in answer["hits"]["hits"]:
+        source = hit["_source"]
+        if source.get("attached"):
+            fields = FieldMap.model_validate(source["attached"])
+            found[fields.index] = SearchTarget(source["kb"], fields)
+    return found
+
+
+class KnowledgeBaseIndices:
+    def __init__(self, read: Callable[[], Awaitable[Attached]], ttl_s: float = ATTACHED_TTL_S):
+        self._read = read
+        self._ttl_s = ttl_s
+        self._attached: Attached = {}
+        self._fresh_until = 0.0
+        self._reading: SingleFlight[Attached] = SingleFlight()
+
+    async def target(self, index: str) -> SearchTarget | None:
+        """The knowledge base `index` searches, or None for any other index."""
+        own = kb_of_documents_index(index)
+        if own is not None:
+            return SearchTarget(own)
+        return (await self._current()).get(index)
+
+    def forget(self) -> None:
+        """Read kgqr-meta again at the next search (after a change kgqr made itself)."""
+        self._fresh_until = 0.0
+
+    async def _current(self) -> Attached:
+        if time.monotonic() < self._fresh_until:
+            return self._attached
+        try:
+            self._attached, _ = await self._reading.run("attached", self._read)
+        except Exception as exc:  # no kgqr-meta yet, or the engine briefly away
+            log.info("attached indices not read: %s", exc)
+        self._fresh_until = time.monotonic() + self._ttl_s
+        return self._attached

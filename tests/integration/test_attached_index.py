@@ -1,0 +1,216 @@
+"""A team's own index, written with opensearch-py in its own mapping and field names,
+attached as a knowledge base: its graph built from a relations file and from its keyword
+fields, its searches rewritten through kgqr in its own fields, nothing written to it, and
+detaching it leaves it as it was.
+
+The index holds the tiny movie KB: `headline`, `content`, `genre` (keyword), `embedding`
+(the same model kgqr's own KBs use here), under the same ids as the fixture's relations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner, Result
+
+from ingest.kb_removal import drop_knowledge_base
+from kgqr_core.embedder import get_embedder
+from kgqr_core.settings import Settings
+from kgqr_ops.cli import main
+from plugin import kb_meta, schema
+
+pytestmark = pytest.mark.quick
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_kb"
+KB = "team-movies"
+INDEX = "team-movies-articles"
+QUERY = {"match": {"content": "Heat, the 1995 film about bank robbers"}}
+MAPPING = {
+    "settings": {"index": {"knn": True, "number_of_shards": 1, "number_of_replicas": 0}},
+    "mappings": {
+        "properties": {
+            "headline": {"type": "text"},
+            "content": {"type": "text"},
+            "genre": {"type": "keyword"},
+            "embedding": {"type": "knn_vector", "dimension": 384,
+                          "method": {"name": "hnsw", "engine": "lucene",
+                                     "space_type": "cosinesimil"}},
+        }
+    },
+}  # fmt: skip
+
+
+def _documents() -> list[dict[str, Any]]:
+    documents = []
+    for line in (FIXTURE / "documents.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        fields = record.get("fields") or {}
+        content = record.get("text") or "\n".join(f"{k}: {v}" for k, v in fields.items())
+        genre = fields.get("genre")
+        documents.append({"id": record["id"], "headline": record["title"],
+                          "content": content, **({"genre": genre} if genre else {})})  # fmt: skip
+    return documents
+
+
+def kgqr(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def team_index(settings: Settings, opensearch: Any) -> Iterator[str]:
+    """The team's index as its own app writes it (kgqr plays no part)."""
+    opensearch.indices.delete(index=INDEX, ignore=[404])
+    opensearch.indices.create(index=INDEX, body=MAPPING)
+    documents = _documents()
+    vectors = get_embedder(settings.embedder.model).encode(
+        [d["content"] for d in documents], [d["headline"] for d in documents]
+    )
+    for document, vector in zip(documents, vectors, strict=True):
+        body = {k: v for k, v in document.items() if k != "id"} | {"embedding": vector.tolist()}
+        opensearch.index(index=INDEX, id=document["id"], body=body)
+    opensearch.indices.refresh(index=INDEX)
+    yield INDEX
+    opensearch.indices.delete(index=INDEX, ignore=[404])
+
+
+def _index_state(opensearch: Any) -> tuple[Any, ...]:
+    """What a write to the team's index would change: mapping, settings, writes counted."""
+    stats = opensearch.indices.stats(index=INDEX, metric="indexing,docs")
+    total = stats["indices"][INDEX]["total"]
+    return (
+        opensearch.indices.get_mapping(index=INDEX),
+        opensearch.indices.get_settings(index=INDEX)[INDEX]["settings"]["index"].get("version"),
+        total["indexing"]["index_total"],
+        total["indexing"]["delete_total"],
+        total["docs"]["count"],
+    )
+
+
+def test_a_dry_run_shows_the_suggested_field_map_and_writes_nothing(
+    settings: Settings, opensearch: Any, team_index: str
+) -> None:
+    shown = kgqr("kb", "attach", KB, "--index", team_index, "--model",
+                 settings.embedder.model, "--dry-run")  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert "content" in shown.output and "headline" in shown.output
+    assert "embedding (384 dims" in shown.output and "dry run" in shown.output
+    assert kb_meta.load(opensearch, KB) is None
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--text", "genre"], "text field [genre] is mapped as keyword"),
+        (["--entity-field", "headline"], "entity field [headline] is mapped as text"),
+        (["--vector", "nowhere"], "vector field [nowhere] is not in the index's mapping"),
+        ([], "needs the model that made its vectors"),
+    ],
+)
+def test_a_field_map_the_mapping_contradicts_is_refused(
+    settings: Settings, opensearch: Any, team_index: str, options: list[str], reason: str
+) -> None:
+    model = ["--model", settings.embedder.model] if options else []
+    refused = kgqr("kb", "attach", KB, "--index", team_index, *model, *options)
+    assert refused.exit_code == 1 and reason in refused.output, refused.output
+    assert kb_meta.load(opensearch, KB) is None
+
+
+def test_kgqrs_own_indices_cannot_be_attached(opensearch: Any) -> None:
+    refused = kgqr("kb", "attach", KB, "--index", schema.META_INDEX, "--dry-run")
+    assert refused.exit_code == 1 and "kgqr's own indices" in refused.output
+
+
+@pytest.fixture(scope="module")
+def attached(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    team_index: str, ingest_worker: Any,
+) -> Iterator[tuple[str, tuple[Any, ...]]]:  # fmt: skip
+    """The index attached, its graph built from the fixture's relations file and from its
+    `genre` field; yields its state before kgqr touched anything."""
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
+    before = _index_state(opensearch)
+    done = kgqr("kb", "attach", KB, "--index", team_index, "--model", settings.embedder.model,
+                "--entity-field", "genre")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    for source in (["--relations", str(FIXTURE / "relations.jsonl")], ["--from-fields"]):
+        built = kgqr("kb", "graph", KB, *source)
+        assert built.exit_code == 0, built.output
+    yield team_index, before
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KB)
+
+
+def test_the_graph_is_keyed_by_the_indexs_own_ids(
+    neo4j_driver: Any, attached: tuple[str, Any]
+) -> None:
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (s:Node {kb: $kb})-[r]->(t:Node {kb: $kb}) "
+        "RETURN s.id AS source, r.relation AS relation, t.id AS target, t.type AS type",
+        kb=KB,
+    )
+    edges = {(r["source"], r["relation"], r["target"], r["type"]) for r in records}
+    assert ("m1", "starring", "p2", "document") in edges
+    assert ("m1", "genre", "entity:crime thriller", "entity") in edges
+    assert len(edges) == 9 + 3  # the file's nine relations, one genre per movie
+
+
+def test_both_kinds_of_knowledge_base_are_listed_and_shown(attached: tuple[str, Any]) -> None:
+    listed = kgqr("kb", "list")
+    line = next(line for line in listed.output.splitlines() if line.startswith(KB + " "))
+    assert "attached" in line and INDEX in line
+    shown = kgqr("kb", "show", KB)
+    assert "entities:    genre" in shown.output and '"relations"' in shown.output
+    assert "starring" in shown.output
+
+
+def _search(url: str, body: dict[str, Any], **params: str) -> dict[str, Any]:
+    answer = httpx.post(f"{url}/{INDEX}/_search", params=params, json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_a_search_on_the_attached_index_is_rewritten_in_its_own_fields(
+    proxy_url: str, attached: tuple[str, Any], settings: Settings
+) -> None:
+    body = {"query": QUERY, "size": 5, "_source": ["headline"],
+            "aggs": {"genres": {"terms": {"field": "genre"}}}}  # fmt: skip
+    direct = _search(settings.opensearch.url, body)
+    through = _search(proxy_url, body, **{"kgqr.strategy": "graph", "kgqr.explain": "true"})
+    explained = through["kgqr"]
+    assert explained["strategy"] == "graph", explained
+    assert explained.get("fallback") is None, explained["fallback"]
+    assert explained["details"]["seeds"] == ["m1"]  # Heat, the plain query's first hit
+    assert "p2" in {node["id"] for node in explained["details"]["graph_nodes"]}
+    bm25, knn, _boost = explained["final_query"]["query"]["hybrid"]["queries"]
+    assert "content" in json.dumps(bm25) and set(knn["knn"]) == {"embedding"}
+    # Totals and facets are the caller's query's, and the hits are among its matches.
+    assert through["hits"]["total"] == direct["hits"]["total"]
+    assert through["aggregations"] == direct["aggregations"]
+    matches = _search(settings.opensearch.url, {"query": QUERY, "size": 100, "_source": False})
+    matched = {hit["_id"] for hit in matches["hits"]["hits"]}
+    assert {hit["_id"] for hit in through["hits"]["hits"]} <= matched
+    assert all(set(hit["_source"]) <= {"headline"} for hit in through["hits"]["hits"])
+
+
+def test_nothing_is_written_to_the_attached_index(
+    opensearch: Any, proxy_url: str, attached: tuple[str, Any]
+) -> None:
+    _search(proxy_url, {"query": QUERY}, **{"kgqr.strategy": "graph"})
+    assert _index_state(opensearch) == attached[1]
+
+
+def test_detaching_removes_kgqrs_records_and_leaves_the_index(
+    opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
+) -> None:
+    detached = kgqr("kb", "detach", KB, "--yes")
+    assert detached.exit_code == 0 and f"{INDEX} untouched" in detached.output
+    assert kb_meta.load(opensearch, KB) is None
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=KB
+    )
+    assert records[0]["n"] == 0
+    assert _index_state(opensearch) == attached[1]

@@ -1,0 +1,140 @@
+"""An attached index's field map: suggested from its mapping, refused where the mapping
+contradicts it, and read by the search kgqr builds (fields, vectors, `_id` boosts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from plugin.field_map import (
+    FieldMap,
+    check_field_map,
+    index_mapping,
+    mapped_fields,
+    parse_boosted,
+    suggest_field_map,
+)
+from query_rewriter.engine.hybrid_query import HybridWeights, SearchFields, hybrid_body
+from query_rewriter.engine.query_text import parse_query
+from query_rewriter.search.kb_indices import SearchTarget
+from query_rewriter.search.plan import PassThrough, SearchPlan, plan_search
+
+# What LangChain's OpenSearchVectorSearch makes, with a keyword field of the team's own.
+LANGCHAIN = {
+    "properties": {
+        "text": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+        "vector_field": {"type": "knn_vector", "dimension": 384,
+                         "method": {"name": "hnsw", "engine": "lucene",
+                                    "space_type": "cosinesimil"}},
+        "metadata": {"properties": {"title": {"type": "text"}, "brand": {"type": "keyword"}}},
+    }
+}  # fmt: skip
+HAYSTACK = {
+    "properties": {
+        "content": {"type": "text"},
+        "embedding": {"type": "knn_vector", "dimension": 384},
+        "category": {"type": "keyword"},
+    }
+}
+
+
+def test_the_mapping_is_read_to_dotted_paths_with_sub_fields() -> None:
+    fields = mapped_fields(LANGCHAIN)
+    assert fields["metadata.brand"].type == "keyword"
+    assert fields["text.keyword"].type == "keyword"
+    assert fields["vector_field"].dimension == 384
+    assert fields["vector_field"].space_type == "cosinesimil"
+
+
+@pytest.mark.parametrize(
+    ("mapping", "text", "title", "vector"),
+    [
+        (LANGCHAIN, {"metadata.title": 2.0, "text": 1.0}, "metadata.title", "vector_field"),
+        (HAYSTACK, {"content": 1.0}, None, "embedding"),
+    ],
+)
+def test_a_field_map_is_suggested_from_the_names_clients_give(
+    mapping: dict[str, Any], text: dict[str, float], title: str | None, vector: str
+) -> None:
+    suggested = suggest_field_map("articles", mapping)
+    assert suggested.text_fields == text
+    assert suggested.title_field == title
+    assert suggested.vector_field == vector and suggested.dimension == 384
+    assert suggested.entity_fields == []  # what a keyword means is the team's call
+
+
+def test_a_field_map_the_mapping_contradicts_is_refused_with_every_reason() -> None:
+    wrong = FieldMap(
+        index="articles",
+        text_fields={"body": 1.0, "metadata.brand": 1.0},
+        vector_field="text",
+        entity_fields=["metadata.title"],
+    )
+    problems = check_field_map(wrong, LANGCHAIN, model_dimension=768)
+    assert problems == [
+        "text field [body] is not in the index's mapping (its text/match_only_text fields: "
+        "metadata.title, text)",
+        "text field [metadata.brand] is mapped as keyword, not text or match_only_text",
+        "entity field [metadata.title] is mapped as text, not keyword or constant_keyword "
+        "or wildcard",
+        "vector field [text] is mapped as text, not knn_vector",
+        "vector field [text] needs the model that made its vectors (--model): kgqr embeds "
+        "queries with it",
+    ]
+
+
+def test_vectors_of_another_size_than_the_models_are_refused() -> None:
+    fits = suggest_field_map("articles", HAYSTACK).model_copy(update={"vector_model": "m"})
+    assert check_field_map(fits, HAYSTACK, model_dimension=384) == []
+    assert check_field_map(fits, HAYSTACK, model_dimension=768) == [
+        "vector field [embedding] holds 384-dimensional vectors, and m makes 768-dimensional ones"
+    ]
+
+
+def test_indices_behind_an_alias_are_read_as_one_mapping() -> None:
+    answer = {"a-v1": {"mappings": HAYSTACK}, "a-v2": {"mappings": LANGCHAIN}}
+    merged = mapped_fields(index_mapping(answer))
+    assert {"content", "text", "embedding", "vector_field"} <= set(merged)
+
+
+def test_boosts_are_read_and_bad_ones_refused() -> None:
+    assert parse_boosted("title^2") == ("title", 2.0)
+    assert parse_boosted("text") == ("text", 1.0)
+    for bad in ("title^x", "^2", "title^0"):
+        with pytest.raises(ValueError, match=r"title|boost"):
+            parse_boosted(bad)
+
+
+ATTACHED = suggest_field_map("articles", HAYSTACK).model_copy(
+    update={"vector_model": "m", "follow_query_fields": True}
+)
+
+
+def test_an_attached_index_is_searched_in_its_own_fields_and_boosted_by_id() -> None:
+    parsed = parse_query({"match": {"content": "heat"}}, ("content", "*"))
+    assert parsed is not None and parsed.demands is None  # its word field, not a filter
+    fields = SearchFields.of(ATTACHED, parsed)
+    assert fields == SearchFields(("content",), "embedding")
+    weights = HybridWeights(None, (0.25, 0.55, 0.2))
+    body = hybrid_body({}, parsed, "heat", np.ones(3), 5, weights, {"d1": 0.5}, fields=fields)
+    lexical, knn, boost = body["query"]["hybrid"]["queries"]
+    assert lexical["bool"]["must"][0]["multi_match"]["fields"] == ["content"]
+    assert set(knn["knn"]) == {"embedding"}
+    (boosted,) = boost["bool"]["must"][0]["bool"]["should"]
+    assert boosted["constant_score"]["filter"] == {"ids": {"values": ["d1"]}}
+
+
+def test_a_caller_query_naming_no_field_searches_the_maps_text_fields() -> None:
+    parsed = parse_query({"query_string": {"query": "heat"}}, ("content", "*"))
+    assert SearchFields.of(ATTACHED, parsed).text == ("content",)
+
+
+def test_a_search_on_an_attached_index_is_planned_with_its_field_map() -> None:
+    target = SearchTarget("articles", ATTACHED)
+    body = {"query": {"match": {"content": "heat"}}}
+    plan = plan_search("articles", {"kgqr.strategy": "graph"}, body, None, target)
+    assert isinstance(plan, SearchPlan) and plan.kb == "articles" and plan.fields == ATTACHED
+    unattached = plan_search("articles", {"kgqr.strategy": "graph"}, body, None)
+    assert isinstance(unattached, PassThrough) and unattached.code == "not_a_knowledge_base"
