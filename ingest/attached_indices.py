@@ -39,12 +39,21 @@ class FieldChoices:
 
 
 def mapping_of(client: Any, index: str) -> dict[str, Any]:
+    """The index's mapping, read with kgqr's ingest account (which needs only
+    `indices:admin/mappings/get` on it, and `read` for graph sources and sync)."""
+    from opensearchpy.exceptions import AuthorizationException, NotFoundError
+
     if index.startswith("kgqr-"):
         raise AttachRefused(f"[{index}] is one of kgqr's own indices: attach a team's index")
-    if not client.indices.exists(index=index):
-        raise AttachRefused(f"no index or alias [{index}] (check the name, and that kgqr's "
-                            "account may read it: GET INDEX/_mapping)")  # fmt: skip
-    return index_mapping(client.indices.get_mapping(index=index))
+    try:
+        return index_mapping(client.indices.get_mapping(index=index))
+    except NotFoundError:
+        raise AttachRefused(f"no index or alias [{index}]: check the name") from None
+    except AuthorizationException:
+        raise AttachRefused(
+            f"kgqr's ingest account may not read [{index}]'s mapping: grant it "
+            "indices:admin/mappings/get and read on the index (docs/attached-indices.md)"
+        ) from None
 
 
 def field_map_for(index: str, mapping: dict[str, Any], chosen: FieldChoices) -> FieldMap:

@@ -57,6 +57,18 @@ def _documents() -> list[dict[str, Any]]:
     return documents
 
 
+def team_documents(model: str) -> list[tuple[str, dict[str, Any]]]:
+    """(id, source) of each document as the team's app writes it, with its vector."""
+    documents = _documents()
+    vectors = get_embedder(model).encode(
+        [d["content"] for d in documents], [d["headline"] for d in documents]
+    )
+    return [
+        (d["id"], {k: v for k, v in d.items() if k != "id"} | {"embedding": vector.tolist()})
+        for d, vector in zip(documents, vectors, strict=True)
+    ]
+
+
 def kgqr(*args: str) -> Result:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
@@ -66,13 +78,8 @@ def team_index(settings: Settings, opensearch: Any) -> Iterator[str]:
     """The team's index as its own app writes it (kgqr plays no part)."""
     opensearch.indices.delete(index=INDEX, ignore=[404])
     opensearch.indices.create(index=INDEX, body=MAPPING)
-    documents = _documents()
-    vectors = get_embedder(settings.embedder.model).encode(
-        [d["content"] for d in documents], [d["headline"] for d in documents]
-    )
-    for document, vector in zip(documents, vectors, strict=True):
-        body = {k: v for k, v in document.items() if k != "id"} | {"embedding": vector.tolist()}
-        opensearch.index(index=INDEX, id=document["id"], body=body)
+    for doc_id, body in team_documents(settings.embedder.model):
+        opensearch.index(index=INDEX, id=doc_id, body=body)
     opensearch.indices.refresh(index=INDEX)
     yield INDEX
     opensearch.indices.delete(index=INDEX, ignore=[404])

@@ -90,7 +90,11 @@ OWNERS_RECORDS = [
                      passage_id="d9"),
     ]
 ]  # fmt: skip
-PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*", f"kgqr-{OWNERS_KB}-*"]
+# A team's own index attached as a knowledge base (`kgqr kb attach`), under the same
+# roles: `restricted` reads it with p2 hidden, `kgqr` may not read it at all.
+TEAM_KB = "sec-team"
+TEAM_INDEX = "team-secured-movies"
+PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*", f"kgqr-{OWNERS_KB}-*", TEAM_INDEX]
 # The agent's stored plan for the movie KB: the film a question names, then its cast.
 CAST_PLAN = {
     "steps": [
@@ -112,7 +116,8 @@ ROLES: dict[str, dict[str, Any]] = {
             {
                 "index_patterns": PATTERNS,
                 "allowed_actions": ["read"],
-                "dls": json.dumps({"bool": {"must_not": {"terms": {"id": ["p2"]}}}}),
+                # By _id: the team's index has no `id` field of kgqr's.
+                "dls": json.dumps({"bool": {"must_not": {"ids": {"values": ["p2"]}}}}),
             }
         ],
     },
@@ -761,7 +766,7 @@ def test_an_llm_answer_made_for_one_caller_is_not_served_to_another(
 
 def _restricted_role(secured: SecuredCredentials, hidden: list[str]) -> None:
     """Set the restricted role's document-level security to hide `hidden`."""
-    dls = json.dumps({"bool": {"must_not": {"terms": {"id": hidden}}}})
+    dls = json.dumps({"bool": {"must_not": {"ids": {"values": hidden}}}})
     index_permissions = [{**ROLES["kgqr_test_restricted"]["index_permissions"][0], "dls": dls}]
     answer = httpx.put(
         f"{secured.url}/_plugins/_security/api/roles/kgqr_test_restricted",
@@ -1029,3 +1034,85 @@ def test_kgqr_eval_scores_judged_queries_as_the_user_it_is_given(
         assert scored.exit_code == 0, scored.output
         (row,) = json.loads(out.with_suffix(".json").read_text())["strategies"]
         assert row["metrics"]["Hit@1"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def secured_team_index(
+    settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any,
+    users: dict[str, str],
+) -> Iterator[str]:  # fmt: skip
+    """The team's index, written by the admin as the team's app would, attached and given
+    its graph by kgqr-ingest, which the team lets read that one index (its mapping for the
+    attach, its documents for graph sources)."""
+    from ingest.attached_indices import FieldChoices, attach, checked, field_map_for, mapping_of
+    from ingest.sources.attached_graph import RelationsFileSource
+    from tests.integration.test_attached_index import FIXTURE, MAPPING, team_documents
+
+    admin = connections.opensearch_client(_as(settings, secured, "admin", secured.admin_password))
+    admin.indices.delete(index=TEAM_INDEX, ignore=[404])
+    admin.indices.create(index=TEAM_INDEX, body=MAPPING)
+    for doc_id, body in team_documents(settings.embedder.model):
+        admin.index(index=TEAM_INDEX, id=doc_id, body=body, refresh=True)
+    role = {
+        "index_permissions": [
+            {
+                "index_patterns": [TEAM_INDEX],
+                "allowed_actions": ["read", "indices:admin/mappings/get"],
+            }
+        ]
+    }
+    with httpx.Client(
+        base_url=secured.url,
+        verify=_trusting(secured),
+        headers={"authorization": secured.admin_authorization},
+    ) as api:
+        for path, body in (
+            ("roles/kgqr_test_attach", role),
+            ("rolesmapping/kgqr_test_attach", {"users": ["kgqr-ingest"]}),
+        ):
+            answer = api.put(f"/_plugins/_security/api/{path}", json=body)
+            assert answer.status_code in (200, 201), answer.text  # fmt: skip
+
+    def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
+        mapping = mapping_of(opensearch, TEAM_INDEX)
+        chosen = FieldChoices(vector_model=settings.embedder.model)
+        attach(opensearch, TEAM_KB, checked(field_map_for(TEAM_INDEX, mapping, chosen), mapping))
+
+        def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
+            ingest_chunk(resources, job_id, TEAM_KB, chunk, records, extract)
+
+        relations = FIXTURE / "relations.jsonl"
+        job_runner.enqueue_graph(RelationsFileSource(relations), str(relations), TEAM_KB,
+                                 opensearch=opensearch, jobs=JobStore(redis_client), send=send,
+                                 restart=True)  # fmt: skip
+
+    with _ingested(settings, secured, neo4j_driver, redis_client, TEAM_KB, write):
+        yield TEAM_INDEX
+    admin.indices.delete(index=TEAM_INDEX, ignore=[404])
+    admin.close()
+
+
+def test_an_attached_index_is_searched_and_graphed_only_as_the_caller_may_read_it(
+    secured: SecuredCredentials, secured_team_index: str, proxy: tuple[str, list[str]],
+    users: dict[str, str],
+) -> None:  # fmt: skip
+    """Heat's neighbour Al Pacino (p2) is a graph node for a reader of the team's index and
+    nowhere for the restricted user, whose DLS hides it; kgqr's own account is refused the
+    index, so every request made for them went with their credentials."""
+    as_kgqr = httpx.post(
+        f"{secured.url}/{TEAM_INDEX}/_search",
+        json={},
+        headers={"authorization": users["kgqr"]},
+        verify=_trusting(secured),
+    )
+    assert as_kgqr.status_code == 403  # fmt: skip
+    body = {"query": {"match": {"content": "Heat, the 1995 film about bank robbers"}}, "size": 8}
+    seen = _what_each_saw(proxy, users, TEAM_INDEX, body, "graph", evidence="graph_nodes")
+    response, _ = seen["restricted"]
+    at = response.find(HIDDEN)
+    assert at < 0 and '"p2"' not in response, response[max(0, at - 600) : at + 200]
+    shown = json.loads(seen["reader"][0])
+    assert "p2" in {node["id"] for node in shown["kgqr"]["details"]["graph_nodes"]}
+    assert "p2" in {hit["_id"] for hit in shown["hits"]["hits"]}
+    outsider = _explained(proxy[0], TEAM_INDEX, "graph", body, {"authorization": users["outsider"]})
+    assert outsider.status_code == 403  # the engine's refusal, as directly
