@@ -92,6 +92,16 @@ def attach(client: Any, kb: str, field_map: FieldMap) -> KnowledgeBaseMeta:
     existing = kb_meta.load(client, kb) if client.indices.exists(index=schema.META_INDEX) else None
     if existing is not None and existing.attached is None:
         raise AttachRefused(f"{kb!r} is a knowledge base kgqr ingested: choose another name")
+    for other in attached_knowledge_bases(client):
+        if (
+            other.kb != kb
+            and other.attached is not None
+            and other.attached.index == field_map.index
+        ):
+            # A search names an index: it can be rewritten with one knowledge base's graph.
+            raise AttachRefused(
+                f"[{field_map.index}] is already attached as {other.kb!r}: detach it first"
+            )
     installer.install_meta_index(client)
     meta = KnowledgeBaseMeta(
         kb=kb,

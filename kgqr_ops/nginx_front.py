@@ -11,12 +11,15 @@ manage reaches OpenSearch as sent, where `kgqr serve` alone would drop it.
 from __future__ import annotations
 
 import ctypes
+import logging
+import re
 import signal
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -32,6 +35,33 @@ from query_rewriter.proxy.front_status import status_socket
 
 SERVICE = "front"
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+ROUTES_FILE = "attached-routes.conf"
+ROUTES_REFRESH_S = 10.0
+log = logging.getLogger("kgqr.front")
+
+
+def attached_routes(indices: Iterable[str]) -> str:
+    """nginx `map` lines sending every request on an attached index (alone, first in a
+    list, or with a path after it) to kgqr."""
+    return "".join(f'    "~^/{re.escape(index)}(/|,|\\?|$)" kgqr;\n' for index in sorted(indices))
+
+
+def attached_index_names(settings: Settings) -> list[str] | None:
+    """The indices attached as knowledge bases, read from kgqr-meta with kgqr's account
+    (bookkeeping); None when they cannot be read (the front keeps the routes it has)."""
+    from kgqr_core import connections
+    from plugin.schema import META_INDEX
+
+    try:
+        client = connections.opensearch_client(settings)
+        body = {"size": 1000, "_source": ["attached.index"], "query": {"match_all": {}}}
+        hits = client.search(index=META_INDEX, body=body)["hits"]["hits"]
+    except Exception as exc:  # no kgqr-meta yet, or the engine away: keep what we have
+        log.info("attached indices not read: %s", exc)
+        return None
+    return [
+        str(hit["_source"]["attached"]["index"]) for hit in hits if hit["_source"].get("attached")
+    ]
 
 
 def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, status: Path) -> str:
@@ -95,24 +125,48 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
     status = status_socket(settings, kgqr_port, port)
     status.parent.mkdir(parents=True, exist_ok=True)
     status.unlink(missing_ok=True)
+    stop = threading.Event()
+
+    def config_for(run_dir: Path) -> str:
+        (run_dir / ROUTES_FILE).write_text(attached_routes(attached_index_names(settings) or []))
+        return render_config(settings, f"{host}:{port}", f"127.0.0.1:{kgqr_port}", run_dir, status)
+
     try:
-        with running_nginx(
-            lambda run_dir: render_config(
-                settings, f"{host}:{port}", f"127.0.0.1:{kgqr_port}", run_dir, status
-            ),
-            host,
-            port,
-        ):
+        with running_nginx(config_for, host, port) as (process, run_dir):
+            keeper = threading.Thread(
+                target=_keep_routes, args=(settings, run_dir, process, stop), daemon=True
+            )
+            keeper.start()
             yield f"http://{host}:{port}"
     finally:
+        stop.set()
         status.unlink(missing_ok=True)
 
 
+def _keep_routes(
+    settings: Settings, run_dir: Path, process: subprocess.Popen[bytes], stop: threading.Event
+) -> None:
+    """Rewrite the attached indices' routes when kgqr-meta's list changes, and have nginx
+    reload them (SIGHUP: new workers take the new map; requests in flight finish)."""
+    routes = run_dir / ROUTES_FILE
+    while not stop.wait(ROUTES_REFRESH_S):
+        names = attached_index_names(settings)
+        wanted = attached_routes(names) if names is not None else None
+        if wanted is None or wanted == routes.read_text() or process.poll() is not None:
+            continue
+        routes.write_text(wanted)
+        process.send_signal(signal.SIGHUP)
+        log.info("front routes attached indices to kgqr: %s", ", ".join(sorted(names or [])))
+
+
 @contextmanager
-def running_nginx(config_for: Callable[[Path], str], host: str, port: int) -> Iterator[None]:
+def running_nginx(
+    config_for: Callable[[Path], str], host: str, port: int
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """nginx with the config `config_for(run_dir)` renders, until the block ends, once it
-    listens on host:port. run_dir is fresh and removed afterwards; the config must put its
-    pid file and temp folders there (nginx's defaults are system paths)."""
+    listens on host:port; yields its process and run_dir. run_dir is fresh and removed
+    afterwards; the config must put its pid file and temp folders there (nginx's defaults
+    are system paths)."""
     nginx = ensure_installed(SERVICE, "nginx", "nginx-light")
     # Removed on every way out, a config that cannot be rendered included.
     with tempfile.TemporaryDirectory(prefix="kgqr-front-") as tmp:
@@ -129,7 +183,7 @@ def running_nginx(config_for: Callable[[Path], str], host: str, port: int) -> It
         )
         try:
             _wait_for_port(process, host, port)
-            yield
+            yield process, run_dir
         finally:
             terminate_child(process, timeout_s=10)
 

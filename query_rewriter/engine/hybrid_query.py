@@ -164,12 +164,10 @@ def hybrid_body(
         body = {**body, "from": 0, "size": max(start + size, FUSION_DEPTH)}
     size = int(body.get("size", 10))
     start = int(body.get("from", 0))
-    hybrid: dict[str, Any] = {
-        "queries": [
-            bm25_clause(expanded_text, parsed, fields),
-            knn_clause(vector, max(k, size), parsed, fields),
-        ]
-    }
+    queries = [bm25_clause(expanded_text, parsed, fields)]
+    if fields.vector:  # an attached index without vectors: BM25 (and the graph) only
+        queries.append(knn_clause(vector, max(k, size), parsed, fields))
+    hybrid: dict[str, Any] = {"queries": queries}
     positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
     if positive:
         hybrid["queries"].append(boost_clause(positive, parsed, added))
@@ -178,7 +176,7 @@ def hybrid_body(
     # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.
     hybrid["pagination_depth"] = max(k, start + size)
     body["query"] = {"hybrid": hybrid}
-    body = _weighted(body, weights)
+    body = _weighted(body, weights) if fields.vector else _weighted_without_knn(body, weights)
     return _highlighting_the_callers_query(body, client_body.get("query"))
 
 
@@ -225,6 +223,18 @@ def _weighted(body: dict[str, Any], weights: HybridWeights) -> dict[str, Any]:
     boost = boost if boost_share is None else boost_share
     shares = (bm25 * (1 - boost), (1 - bm25) * (1 - boost), boost)[: len(queries)]
     return {**body, "search_pipeline": hybrid_pipeline(shares)}
+
+
+def _weighted_without_knn(body: dict[str, Any], weights: HybridWeights) -> dict[str, Any]:
+    """A hybrid of BM25 and the graph boost alone, always weighed inline (the installed
+    pipelines weigh a k-NN side this search lacks): the boost keeps its share, BM25 the
+    rest."""
+    queries = body["query"]["hybrid"]["queries"]
+    boost = 0.0
+    if len(queries) == 2:
+        configured = weights.boost_weights[2] / sum(weights.boost_weights)
+        boost = configured if weights.boost_share is None else weights.boost_share
+    return {**body, "search_pipeline": hybrid_pipeline((1 - boost, boost)[: len(queries)])}
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ class Explain(TypedDict, total=False):
     final_query: dict[str, Any] | None
     fusion: str | None  # "pipeline", "client ...", or None when no hybrid search ran
     hits_from: str  # what the hits and hits.total are drawn from (engine/original_facets.py)
+    signals: list[str]  # what ranked them: "bm25", "knn" (a vector field), "graph" (boosts)
     # What the caller's query demands of every hit beyond one word ("a phrase
     # [match_phrase]"): the query then filters every side, and hits are its hits.
     kept_as_filter: str

@@ -2,8 +2,9 @@
 (`kgqr-KB-documents`), attached ones by the index or alias they were attached as.
 
 The attached ones are read from kgqr-meta with kgqr's account (bookkeeping: which names
-kgqr rewrites, never any document) and kept for a minute, so a `kgqr kb attach` or
-`detach` reaches every proxy within that.
+kgqr rewrites, never any document) and kept for a minute, so a `kgqr kb detach` reaches
+every proxy within that; a name not among them is looked up again every few seconds, so
+a new attach is rewritten within those.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from query_rewriter.engine.gateway import EngineSession
 
 log = logging.getLogger("kgqr.proxy")
 ATTACHED_TTL_S = 60.0
+MISS_TTL_S = 5.0  # an unknown name reads kgqr-meta again at most this often
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class KnowledgeBaseIndices:
         self._read = read
         self._ttl_s = ttl_s
         self._attached: Attached = {}
-        self._fresh_until = 0.0
+        self._read_at = -ttl_s
         self._reading: SingleFlight[Attached] = SingleFlight()
 
     async def target(self, index: str) -> SearchTarget | None:
@@ -67,18 +69,14 @@ class KnowledgeBaseIndices:
         own = kb_of_documents_index(index)
         if own is not None:
             return SearchTarget(own)
-        return (await self._current()).get(index)
+        age = time.monotonic() - self._read_at
+        if age > self._ttl_s or (index not in self._attached and age > MISS_TTL_S):
+            await self._refresh()
+        return self._attached.get(index)
 
-    def forget(self) -> None:
-        """Read kgqr-meta again at the next search (after a change kgqr made itself)."""
-        self._fresh_until = 0.0
-
-    async def _current(self) -> Attached:
-        if time.monotonic() < self._fresh_until:
-            return self._attached
+    async def _refresh(self) -> None:
         try:
             self._attached, _ = await self._reading.run("attached", self._read)
         except Exception as exc:  # no kgqr-meta yet, or the engine briefly away
             log.info("attached indices not read: %s", exc)
-        self._fresh_until = time.monotonic() + self._ttl_s
-        return self._attached
+        self._read_at = time.monotonic()

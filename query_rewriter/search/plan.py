@@ -369,15 +369,6 @@ def plan_search(
     word_fields = target.word_fields if target is not None else None
     parsed = parse_query(body.get("query"), word_fields or WORD_FIELDS)
     passing = _pass_through(index, query_params, body, named, kb, parsed)
-    attached = target.fields if target is not None else None
-    if passing is None and attached is not None and not attached.vector_field:
-        passing = (
-            "no_vectors",
-            (
-                f"[{index}] is attached without a vector field, and kgqr rewrites only "
-                "searches it can add a k-NN side to (BM25-only rewriting is not built yet)"
-            ),
-        )
     sent = engine_params(query_params)
     answer = AnswerFormat.of(query_params)
     if answer.binary is not None:  # only the engine writes its answer: nothing to rewrite

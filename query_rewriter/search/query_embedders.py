@@ -60,6 +60,12 @@ class MicroBatcher:
                     future.set_result(vector)
 
 
+async def no_vectors(texts: list[str]) -> np.ndarray:
+    """The embedder of an attached index without vectors: zero-width vectors, so its
+    rewrites run over BM25 and the graph alone (hybrid_query leaves out the k-NN side)."""
+    return np.zeros((len(texts), 0), dtype=np.float32)
+
+
 async def sentence_transformers_embed(model: str) -> Embed:
     """Load `model` off the event loop (seconds; EmbeddingGemma ~15 s) and encode there,
     concurrent queries micro-batched."""

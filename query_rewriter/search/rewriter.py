@@ -25,7 +25,7 @@ from query_rewriter.engine.hybrid_query import fuse, mean_vector
 from query_rewriter.search.cache import RewriteCache, rewrite_key
 from query_rewriter.search.evidence import RecordingSearch, still_readable
 from query_rewriter.search.explain import Budget, Explain, Fallback
-from query_rewriter.search.query_embedders import EmbedderRefused, QueryEmbedders
+from query_rewriter.search.query_embedders import EmbedderRefused, QueryEmbedders, no_vectors
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.agent.plan_book import book_of
 from query_rewriter.strategies.base import Strategy
@@ -292,7 +292,12 @@ class Rewriter:
             structure = meta.structure if meta is not None else DocumentStructure()
             try:
                 with timer.stage("embedder"):
-                    embed = await self.embedders.for_model(self.embedders.model_for(meta))
+                    vectorless = meta is not None and not meta.fields().vector_field
+                    embed = (
+                        no_vectors
+                        if vectorless
+                        else await self.embedders.for_model(self.embedders.model_for(meta))
+                    )
             except EmbedderRefused as exc:
                 # Its vectors and the query vectors would live in different spaces: a k-NN
                 # search between them would answer, and mean nothing.

@@ -96,6 +96,7 @@ async def run_plan(
     explain["fusion"] = searched.fusion
     if searched.within:
         explain["hits_from"] = searched.within
+        explain["signals"] = list(searched.signals)
     if plan.parsed.demands:
         explain["kept_as_filter"] = plan.parsed.demands
     if plan.warnings:
@@ -144,6 +145,7 @@ class Searched:
     fusion: str | None
     failure: str | None = None
     within: str | None = None  # what the hits (and hits.total) are drawn from
+    signals: tuple[str, ...] = ()  # what ranked them: bm25, knn (a vector field), graph
 
 
 async def _rewritten_search(
@@ -202,9 +204,11 @@ async def _rewritten_search(
         within = "the query's matches" + (
             " and the documents the graph links to it" if added else ""
         )
-        return Searched(
-            json_answer(merged, upstream, facets, *plain_answers), body, fusion, within=within
-        )
+        sub_queries = len(body["query"]["hybrid"]["queries"])
+        signals = ("bm25", *(["knn"] if fields.vector else []),
+                   *(["graph"] if sub_queries > 1 + bool(fields.vector) else []))  # fmt: skip
+        answer = json_answer(merged, upstream, facets, *plain_answers)
+        return Searched(answer, body, fusion, within=within, signals=signals)
     if upstream.status_code in (401, 403, 404):
         return Searched(upstream, body, fusion)  # the caller's own refusal, as the engine gave it
     # A re-embed may have moved the KB to another model (its vectors no longer fit the

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from plugin.schema import triples_index
+from query_rewriter.engine.hybrid_query import bm25_clause
+from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.strategies.context import StrategyContext, source_text
 from query_rewriter.strategies.services import Search
 
@@ -60,6 +62,34 @@ async def exact_cosine(
         return {}
     hits = await _cosine_hits(ctx, index, query_vector, ids, top, None)
     return {hit["_id"]: _cosine(hit) for hit in hits}
+
+
+# A linked document's similarity when it shares no word with the query (BM25 only).
+LINKED_FLOOR = 0.1
+
+
+async def query_similarity(
+    ctx: StrategyContext, query: str, ids: set[str], top: int | None = None
+) -> dict[str, float]:
+    """Each id's similarity to the query (the `top` most similar, with `top`): the cosine
+    of its stored vector, or, in a knowledge base without vectors, BM25's: its score for the
+    query over the best one's, above LINKED_FLOOR, which an id sharing no word with the
+    query keeps (the graph linked it: a second hop rarely repeats the question's words).
+    Only ids the caller may read score at all."""
+    if ctx.search_fields.vector:
+        return await exact_cosine(ctx, ctx.index, await ctx.query_vector(query), ids, top)
+    if not ids:
+        return {}
+    words = bm25_clause(query, ParsedQuery(query), ctx.search_fields)
+    scored = {"bool": {"should": [words], "filter": [{"ids": {"values": sorted(ids)}}]}}
+    body = {"size": min(len(ids), top or len(ids)), "_source": False, "query": scored}
+    hits = (await ctx.opensearch.search(ctx.index, body))["hits"]["hits"]
+    best = max((float(hit["_score"] or 0.0) for hit in hits), default=0.0)
+    share = 1.0 - LINKED_FLOOR
+    return {
+        hit["_id"]: LINKED_FLOOR + share * (float(hit["_score"] or 0.0) / best if best else 0.0)
+        for hit in hits
+    }
 
 
 async def most_similar_documents(

@@ -10,6 +10,7 @@ The index holds the tiny movie KB: `headline`, `content`, `genre` (keyword), `em
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,12 @@ from click.testing import CliRunner, Result
 from ingest.kb_removal import drop_knowledge_base
 from kgqr_core.embedder import get_embedder
 from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import free_port
 from kgqr_ops.cli import main
+from kgqr_ops.nginx_front import running_front
+from kgqr_ops.services.local_service import port_of
 from plugin import kb_meta, schema
+from query_rewriter.search.kb_indices import MISS_TTL_S
 
 pytestmark = pytest.mark.quick
 
@@ -30,7 +35,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_kb"
 KB = "team-movies"
 INDEX = "team-movies-articles"
 QUERY = {"match": {"content": "Heat, the 1995 film about bank robbers"}}
-MAPPING = {
+MAPPING: dict[str, Any] = {
     "settings": {"index": {"knn": True, "number_of_shards": 1, "number_of_replicas": 0}},
     "mappings": {
         "properties": {
@@ -175,6 +180,7 @@ def test_both_kinds_of_knowledge_base_are_listed_and_shown(attached: tuple[str, 
 
 
 def _search(url: str, body: dict[str, Any], **params: str) -> dict[str, Any]:
+    """A search of the attached index at `url`, answered 200."""
     answer = httpx.post(f"{url}/{INDEX}/_search", params=params, json=body, timeout=120)
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
@@ -203,11 +209,82 @@ def test_a_search_on_the_attached_index_is_rewritten_in_its_own_fields(
     assert all(set(hit["_source"]) <= {"headline"} for hit in through["hits"]["hits"])
 
 
+def test_the_front_sends_searches_on_the_attached_index_to_kgqr(
+    settings: Settings, proxy_url: str, attached: tuple[str, Any]
+) -> None:
+    """A client pointed at the front with only its URL changed: no kgqr in the URL (the
+    options ride in the body), so only the front's routes for attached indices take it to
+    kgqr; another index still goes straight to the engine."""
+    body = {"query": QUERY, "ext": {"kgqr": {"strategy": "graph", "explain": True}}}
+    with running_front(settings, "127.0.0.1", free_port(), port_of(proxy_url, 0)) as front:
+        answer = _search(front, body)
+        assert answer["kgqr"]["strategy"] == "graph" and answer["kgqr"]["details"]["seeds"]
+        other = httpx.post(f"{front}/{schema.META_INDEX}/_search", json={"size": 0}, timeout=60)
+        assert "kgqr" not in other.json()
+
+
 def test_nothing_is_written_to_the_attached_index(
     opensearch: Any, proxy_url: str, attached: tuple[str, Any]
 ) -> None:
     _search(proxy_url, {"query": QUERY}, **{"kgqr.strategy": "graph"})
     assert _index_state(opensearch) == attached[1]
+
+
+def test_an_index_cannot_be_attached_as_two_knowledge_bases(
+    settings: Settings, attached: tuple[str, Any]
+) -> None:
+    twice = kgqr("kb", "attach", "team-twice", "--index", INDEX, "--model", settings.embedder.model)
+    assert twice.exit_code == 1 and f"already attached as '{KB}'" in twice.output
+
+
+PLAIN_KB, PLAIN_INDEX = "team-plain", "team-movies-plain"
+
+
+@pytest.fixture(scope="module")
+def attached_without_vectors(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
+) -> Iterator[str]:
+    """The same documents in an index with no vector field (BM25 only, as opensearch-dsl
+    writes one), attached, its graph from the relations file."""
+    opensearch.indices.delete(index=PLAIN_INDEX, ignore=[404])
+    properties = {k: v for k, v in MAPPING["mappings"]["properties"].items() if k != "embedding"}
+    opensearch.indices.create(index=PLAIN_INDEX, body={"mappings": {"properties": properties}})
+    for document in _documents():
+        opensearch.index(index=PLAIN_INDEX, id=document.pop("id"), body=document)
+    opensearch.indices.refresh(index=PLAIN_INDEX)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, PLAIN_KB)
+    done = kgqr("kb", "attach", PLAIN_KB, "--index", PLAIN_INDEX)
+    assert done.exit_code == 0 and "vectors:     none" in done.output, done.output
+    built = kgqr("kb", "graph", PLAIN_KB, "--relations", str(FIXTURE / "relations.jsonl"))
+    assert built.exit_code == 0, built.output
+    yield PLAIN_INDEX
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, PLAIN_KB)
+    opensearch.indices.delete(index=PLAIN_INDEX, ignore=[404])
+
+
+@pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
+def test_without_vectors_the_graph_strategies_rank_over_bm25(
+    proxy_url: str, attached_without_vectors: str, strategy: str
+) -> None:
+    """Collateral (m2) names neither Tom Cruise nor a hitman: BM25 cannot find it, the
+    graph adds it from Tom Cruise (p3), and the explain says which signals ranked."""
+    body = {"query": {"match": {"content": "Tom Cruise hitman"}}, "size": 5}
+    params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+    deadline = time.monotonic() + 2 * MISS_TTL_S  # a proxy learns of a new attach this soon
+    while True:
+        answer = httpx.post(f"{proxy_url}/{PLAIN_INDEX}/_search", params=params, json=body,
+                            timeout=120).json()  # fmt: skip
+        if "passed_through" not in answer["kgqr"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    explained = answer["kgqr"]
+    assert explained.get("fallback") is None, explained["fallback"]
+    assert explained.get("signals") == ["bm25", "graph"], explained
+    queries = explained["final_query"]["query"]["hybrid"]["queries"]
+    assert len(queries) == 2 and "knn" not in json.dumps(queries)
+    ranked = [hit["_id"] for hit in answer["hits"]["hits"]]
+    assert ranked[0] == "p3" and "m2" in ranked, explained["details"]
+    assert answer["hits"]["total"]["value"] == len(ranked)  # p3 and what the graph added
 
 
 def test_detaching_removes_kgqrs_records_and_leaves_the_index(

@@ -21,7 +21,7 @@ from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.graph.walk import BOOSTS, SEEDS, WEIGHT, strongest_paths
 from query_rewriter.strategies.rewrite import Rewrite
-from query_rewriter.strategies.vector_lookups import exact_cosine
+from query_rewriter.strategies.vector_lookups import query_similarity
 
 # Below any similarity worth a boost: it only marks the plain hits as seen by the boost
 # sub-query (see GraphBridge.rewrite).
@@ -50,9 +50,8 @@ class GraphBridge(Strategy):
             # With the caller's credentials: a document they may not read scores nothing.
             # Only the best graph.boosts: a first hit that mentions hubs reaches thousands,
             # more clauses than the engine takes in one query.
-            vector = await ctx.query_vector(query)
             top = int(ctx.param(BOOSTS))
-            cosines = await exact_cosine(ctx, ctx.index, vector, candidates, top=top)
+            cosines = await query_similarity(ctx, query, candidates, top=top)
         ranked = sorted(
             (node for node, cosine in cosines.items() if cosine > FLOOR),
             key=lambda node: -cosines[node],
