@@ -238,3 +238,80 @@ def graph(name: str, relations: Path | None, from_fields: bool, restart: bool,
     _print_progress(final)
     if not final.finished or final.failed:
         raise SystemExit(1)
+
+
+@kb.command()
+@click.argument("name", callback=_name)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Read every document again, not only those "
+    "written since the last sync (an index re-created under the same name).",
+)
+@click.option("--follow", is_flag=True, help="Keep syncing until interrupted.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=1),
+    default=10.0,
+    show_default=True,
+    help="Seconds between syncs with --follow.",
+)
+@job_options
+def sync(name: str, full: bool, follow: bool, interval: float, restart: bool,
+         worker: str) -> None:  # fmt: skip
+    """Bring an attached index's graph up to what its team's app wrote: the edges of
+    documents added or changed since the last sync re-derived from their entity and
+    reference fields, and deleted documents' nodes removed with every edge they had
+    (docs/attached-indices.md says how changes are found, and the limits)."""
+    import time
+
+    while True:
+        _sync_once(name, full, restart, worker)
+        if not follow:
+            return
+        full = restart = False
+        time.sleep(interval)
+
+
+def _sync_once(name: str, full: bool, restart: bool, worker: str) -> None:
+    from ingest import index_sync, job_runner
+    from ingest.cli import _print_progress, follow_job
+    from ingest.job_store import JobStore
+    from ingest.tasks import chunk_sender
+    from kgqr_core import connections, graph_version
+    from plugin import kb_meta
+
+    settings, client = get_settings(), _client()
+    meta = _meta(name)
+    if meta.attached is None:
+        raise click.ClickException(f"{name!r} is kgqr's own knowledge base: ingest keeps it")
+    fields = meta.attached
+    redis = connections.redis_client(settings)
+    until = index_sync.highest_seq_nos(client, fields.index)
+    changes = index_sync.ChangedDocumentsSource(
+        client, fields, {} if full else (meta.synced or {}), until
+    )
+    with connections.neo4j_driver(settings) as neo4j:
+        gone = index_sync.deleted_documents(client, neo4j, name, fields.index)
+        index_sync.remove_documents(neo4j, name, gone)
+        changed = [doc_id for doc_id, _ in changes.documents()]
+        index_sync.remove_field_edges(neo4j, name, fields, changed)
+    if changed and (fields.entity_fields or fields.reference_fields):
+        jobs = JobStore(redis)
+
+        def send(restart_: bool) -> job_runner.EnqueuedJob:
+            return job_runner.enqueue_graph(
+                changes, f"sync:{fields.index}", name, opensearch=client, jobs=jobs,
+                send=chunk_sender(name), restart=restart_,
+            )  # fmt: skip
+
+        final = follow_job(settings, jobs, send(restart), name, lambda: send(False), worker, None)
+        _print_progress(final)
+        if not final.finished or final.failed:
+            raise SystemExit(1)
+    graph_version.bump(redis, name)
+    kb_meta.save(client, meta.model_copy(update={"synced": until}))
+    click.echo(
+        f"synced {name}: {len(changed)} documents written since the last sync, "
+        f"{len(gone)} deleted (their nodes and edges removed)"
+    )

@@ -106,7 +106,8 @@ def mapped_fields(mapping: Mapping[str, Any]) -> dict[str, MappedField]:
         found[path] = MappedField(
             path,
             str(spec.get("type", "object")),
-            int(dimension) if isinstance(dimension, int | str) and str(dimension).isdigit()
+            int(dimension)
+            if isinstance(dimension, int | str) and str(dimension).isdigit()
             else None,
             method.get("space_type") or spec.get("space_type"),
         )
@@ -181,9 +182,7 @@ def check_field_map(
             )
             return None
         if mapped.type not in types:
-            problems.append(
-                f"{role} [{name}] is mapped as {mapped.type}, not {' or '.join(types)}"
-            )
+            problems.append(f"{role} [{name}] is mapped as {mapped.type}, not {' or '.join(types)}")
             return None
         return mapped
 

@@ -49,6 +49,8 @@ class KnowledgeBaseMeta(BaseModel):
     # An index the team attached (`kgqr kb attach`): its field map; None for a knowledge
     # base kgqr ingested into its own indices.
     attached: FieldMap | None = None
+    # An attached index's sync checkpoints: "index/shard" -> the highest _seq_no synced.
+    synced: dict[str, int] | None = None
 
     def fields(self) -> FieldMap:
         """Where this knowledge base's documents keep their words and vectors."""
@@ -74,6 +76,7 @@ def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
                 "structure": existing.structure.merge(meta.structure),
                 "agent_plans": meta.agent_plans or existing.agent_plans,
                 "attached": meta.attached or existing.attached,
+                "synced": meta.synced or existing.synced,
             }
         )
     body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}

