@@ -128,7 +128,9 @@ def knn_clause(
     vector: np.ndarray, k: int, parsed: ParsedQuery, fields: SearchFields
 ) -> dict[str, Any]:
     knn: dict[str, Any] = {"vector": [round(float(x), 6) for x in vector], "k": k}
-    if (within := parsed.within()) or parsed.must_not:
+    # A vector query's own matches are this clause's: its filters alone apply.
+    within = parsed.within() if parsed.vector is None else list(parsed.filters)
+    if within or parsed.must_not:
         knn["filter"] = {"bool": {"filter": within, "must_not": parsed.must_not}}
     return {"knn": {fields.vector: knn}}
 
@@ -164,8 +166,10 @@ def hybrid_body(
         body = {**body, "from": 0, "size": max(start + size, FUSION_DEPTH)}
     size = int(body.get("size", 10))
     start = int(body.get("from", 0))
-    queries = [bm25_clause(expanded_text, parsed, fields)]
-    if fields.vector:  # an attached index without vectors: BM25 (and the graph) only
+    # A vector query has no words (k-NN and the graph only); an attached index without
+    # vectors has no k-NN side (BM25 and the graph only).
+    queries = [bm25_clause(expanded_text, parsed, fields)] if parsed.vector is None else []
+    if fields.vector:
         queries.append(knn_clause(vector, max(k, size), parsed, fields))
     hybrid: dict[str, Any] = {"queries": queries}
     positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
@@ -176,7 +180,8 @@ def hybrid_body(
     # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.
     hybrid["pagination_depth"] = max(k, start + size)
     body["query"] = {"hybrid": hybrid}
-    body = _weighted(body, weights) if fields.vector else _weighted_without_knn(body, weights)
+    both = parsed.vector is None and bool(fields.vector)
+    body = _weighted(body, weights) if both else _weighted_one_side(body, weights)
     return _highlighting_the_callers_query(body, client_body.get("query"))
 
 
@@ -225,10 +230,10 @@ def _weighted(body: dict[str, Any], weights: HybridWeights) -> dict[str, Any]:
     return {**body, "search_pipeline": hybrid_pipeline(shares)}
 
 
-def _weighted_without_knn(body: dict[str, Any], weights: HybridWeights) -> dict[str, Any]:
-    """A hybrid of BM25 and the graph boost alone, always weighed inline (the installed
-    pipelines weigh a k-NN side this search lacks): the boost keeps its share, BM25 the
-    rest."""
+def _weighted_one_side(body: dict[str, Any], weights: HybridWeights) -> dict[str, Any]:
+    """A hybrid of one ranking (BM25 without vectors, k-NN for a vector query) and the
+    graph boost, always weighed inline (the installed pipelines weigh both sides): the
+    boost keeps its share, the ranking the rest."""
     queries = body["query"]["hybrid"]["queries"]
     boost = 0.0
     if len(queries) == 2:

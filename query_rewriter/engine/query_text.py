@@ -18,6 +18,8 @@ describe exactly the hits a client pages through.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +52,10 @@ class ParsedQuery:
     # The caller's whole query: what the rewritten search ranks within. None for a query
     # kgqr made itself (a strategy's own searches).
     query: dict[str, Any] | None = None
+    # A vector query's vector (a `knn` query on the KB's vector field, as LangChain's,
+    # Haystack's and LlamaIndex's retrievers send): the caller embedded the text, so the
+    # rewrite has this vector and no words (`text` only names it, for the cache).
+    vector: tuple[float, ...] | None = None
 
     def within(self, added: Collection[str] = ()) -> list[dict[str, Any]]:
         """The filters a rewritten clause runs under: the caller's, and their whole query
@@ -184,6 +190,32 @@ def _syntax_of(clauses: list[dict[str, Any]]) -> str | None:
         if found:
             return found
     return None
+
+
+VECTOR_QUERY_OPTIONS = {"vector", "k", "filter", "boost"}
+
+
+def parse_vector_query(query: Any, vector_field: str) -> ParsedQuery | None:
+    """A `knn` query on `vector_field` with no option but `k`, a `filter` (kept as a
+    filter) and `boost`; None for anything else (a radial search, other options)."""
+    if not isinstance(query, dict) or set(query) != {"knn"} or not isinstance(query["knn"], dict):
+        return None
+    (field_name, options), *rest = query["knn"].items()
+    if rest or field_name != vector_field or not isinstance(options, dict):
+        return None
+    vector, k = options.get("vector"), options.get("k")
+    if not set(options) <= VECTOR_QUERY_OPTIONS or not isinstance(k, int) or k < 1:
+        return None
+    if (
+        not isinstance(vector, list)
+        or not vector
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector)
+    ):
+        return None
+    digest = hashlib.sha1(json.dumps(vector).encode()).hexdigest()[:16]
+    filters = [options["filter"]] if isinstance(options.get("filter"), dict) else []
+    return ParsedQuery(f"vector query {digest}", filters, query=query,
+                       vector=tuple(float(x) for x in vector))  # fmt: skip
 
 
 def parse_query(query: Any, word_fields: tuple[str, ...] = WORD_FIELDS) -> ParsedQuery | None:

@@ -13,12 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from plugin.field_map import FieldMap
+from plugin.field_map import OWN_VECTOR_FIELD, FieldMap
 from plugin.schema import kb_of_documents_index
 from query_rewriter.engine.answer_format import FORMAT_PARAMS, AnswerFormat, opensearch_flag
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.query_syntax import MAX_QUERY_CHARS
-from query_rewriter.engine.query_text import WORD_FIELDS, ParsedQuery, parse_query
+from query_rewriter.engine.query_text import (
+    WORD_FIELDS,
+    ParsedQuery,
+    parse_query,
+    parse_vector_query,
+)
 from query_rewriter.search.explain import Explain
 from query_rewriter.search.kb_indices import SearchTarget
 from query_rewriter.strategies import ALL_PARAMS, STRATEGIES, known_strategy
@@ -330,8 +335,9 @@ def _pass_through(
     if parsed is None:
         return "query_shape", (
             "kgqr rewrites match, match_phrase, multi_match, query_string and "
-            "simple_query_string queries (alone or in a bool's must/should) and URL q= "
-            "searches; this query is sent as it is"
+            "simple_query_string queries (alone or in a bool's must/should), URL q= "
+            "searches and knn queries on the knowledge base's vector field; this query is "
+            "sent as it is"
         )
     if len(parsed.text) > MAX_QUERY_CHARS:
         return "query_length", (
@@ -345,6 +351,17 @@ def _pass_through(
         return "query_syntax", (
             f"{parsed.syntax}: kgqr rewrites plain words, and this "
             "query says more than its words, so it is sent as it is"
+        )
+    return None
+
+
+def _vector_query_refused(strategy: Strategy | None) -> tuple[str, str] | None:
+    """Why a vector query passes through with this strategy, if it does: an LLM strategy
+    would need the words the caller's client turned into the vector."""
+    if strategy is not None and strategy.uses_llm:
+        return "vector_query", (
+            f"a k-NN query carries a vector and no words, and {strategy.name} asks an LLM "
+            "about the words: only the LLM-free strategies rewrite it"
         )
     return None
 
@@ -368,6 +385,11 @@ def plan_search(
     kb = target.kb if target is not None else None
     word_fields = target.word_fields if target is not None else None
     parsed = parse_query(body.get("query"), word_fields or WORD_FIELDS)
+    vector_field = (
+        (target.fields.vector_field if target.fields else OWN_VECTOR_FIELD) if target else None
+    )
+    if parsed is None and vector_field:
+        parsed = parse_vector_query(body.get("query"), vector_field)
     passing = _pass_through(index, query_params, body, named, kb, parsed)
     sent = engine_params(query_params)
     answer = AnswerFormat.of(query_params)
@@ -385,6 +407,8 @@ def plan_search(
         strategy = STRATEGIES[known]
     declared = strategy.params if strategy is not None else ALL_PARAMS
     given = request_params(declared, options["params"])
+    if passing is None and parsed is not None and parsed.vector is not None:
+        passing = _vector_query_refused(strategy)
     if passing is not None:
         return PassThrough(*passing, explain=explain, sent_params=sent, answer=answer)
     assert parsed is not None and kb is not None and strategy is not None  # _pass_through

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -146,9 +146,11 @@ class Rewriter:
         params: dict[str, float],
         gateway: Search,
         caller: str,
+        query_vector: Sequence[float] | None = None,
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (engine/identities.py): a rewrite
-        may quote documents only that caller can read, so it is cached per caller."""
+        may quote documents only that caller can read, so it is cached per caller.
+        `query_vector`: a vector query's own vector (`query` then only names it)."""
         # What shapes a rewrite is what its strategy declared (it cannot read anything
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
         # The vectors' model too: a re-embedded knowledge base never gets a cached query
@@ -199,7 +201,7 @@ class Rewriter:
             recorded = RecordingSearch(gateway, index)
             try:
                 outcome = await self._compute(
-                    index, kb, strategy, query, params, recorded, caller, timeout_s
+                    index, kb, strategy, query, params, recorded, caller, timeout_s, query_vector
                 )
             finally:
                 self._running -= 1
@@ -235,6 +237,7 @@ class Rewriter:
             params={k: v for k, v in params.items() if k in fast.declared()},
             gateway=gateway,
             caller=caller,
+            query_vector=query_vector,
         )
         pending = strategy.name if task is not None else None
         budget: Budget = {"served": fast.name, "pending": pending, "budget_ms": budget_ms}
@@ -276,6 +279,7 @@ class Rewriter:
         gateway: Search,
         caller: str,
         timeout_s: float | None = None,
+        given_vector: Sequence[float] | None = None,
     ) -> RewriteOutcome:
         started = time.perf_counter()
         timeout_s = timeout_s or self.settings.rewrite.timeout_s
@@ -318,7 +322,10 @@ class Rewriter:
                 usage=usage,
                 meta=meta,
                 fields=meta.attached if meta is not None else None,
+                vector_query=given_vector is not None,
             )
+            if given_vector is not None:  # the caller's client embedded it: no embedding
+                ctx.query_vectors[query] = np.asarray(given_vector, dtype=np.float32)
             rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=timeout_s)
         except Exception as exc:  # any failure of a strategy degrades to the plain query
             stage = timer.current or "rewrite"
@@ -329,6 +336,8 @@ class Rewriter:
             rewrite = Rewrite(strategy="base", query=query)
         timer.current = None
         known = ctx.query_vectors.get(query) if ctx is not None else None
+        if known is None and given_vector is not None:  # the strategy failed early
+            known = np.asarray(given_vector, dtype=np.float32)
         embed = embed or await self.embedders.default()
         remaining = timeout_s - (time.perf_counter() - started)
         try:

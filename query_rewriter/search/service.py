@@ -67,6 +67,7 @@ async def run_plan(
             params=plan.params,
             gateway=state.engine.as_caller(caller),
             caller=identity,
+            query_vector=plan.parsed.vector,
         )
         started = time.perf_counter()
         if outcome.vector is not None:  # else refused admission: the caller's own search
@@ -205,8 +206,9 @@ async def _rewritten_search(
             " and the documents the graph links to it" if added else ""
         )
         sub_queries = len(body["query"]["hybrid"]["queries"])
-        signals = ("bm25", *(["knn"] if fields.vector else []),
-                   *(["graph"] if sub_queries > 1 + bool(fields.vector) else []))  # fmt: skip
+        sides = [side for side, used in (("bm25", plan.parsed.vector is None),
+                                         ("knn", bool(fields.vector))) if used]  # fmt: skip
+        signals = (*sides, *(["graph"] if sub_queries > len(sides) else []))
         answer = json_answer(merged, upstream, facets, *plain_answers)
         return Searched(answer, body, fusion, within=within, signals=signals)
     if upstream.status_code in (401, 403, 404):

@@ -67,6 +67,9 @@ class StrategyContext:
     # Where the KB's documents keep words, titles and vectors (an attached index's map);
     # None: kgqr's own documents.
     fields: FieldMap | None = None
+    # A vector query's rewrite: `query_vectors` holds the caller's vector under the query's
+    # name, and the plain hits are the k-NN search of it alone (it has no words).
+    vector_query: bool = False
 
     @property
     def search_fields(self) -> SearchFields:
@@ -166,9 +169,10 @@ class StrategyContext:
                 self.requested(HYBRID_BM25), self.settings.rewrite.hybrid_boost_weights
             )
             searched = self.search_fields
-            body = hybrid_body(
-                request, parsed, query, vector, int(self.param(KNN_K)), weights, fields=searched
-            )
+            k = int(self.param(KNN_K))
+            if self.vector_query:
+                parsed = ParsedQuery(query, filters=filters or [], vector=tuple(vector))
+            body = hybrid_body(request, parsed, query, vector, k, weights, fields=searched)
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:

@@ -209,6 +209,32 @@ def test_a_search_on_the_attached_index_is_rewritten_in_its_own_fields(
     assert all(set(hit["_source"]) <= {"headline"} for hit in through["hits"]["hits"])
 
 
+def test_a_vector_query_from_a_retriever_is_rewritten_with_the_graph(
+    proxy_url: str, attached: tuple[str, Any], settings: Settings
+) -> None:
+    """What LangChain's, Haystack's and LlamaIndex's retrievers send: a `knn` query with a
+    vector their client embedded. The graph strategy takes its first hit and the
+    caller's vector (kgqr embeds nothing); Collateral (m2), which names neither Tom
+    Cruise nor a hitman, is added from Tom Cruise (p3)."""
+    vector = get_embedder(settings.embedder.model).encode_queries(["Tom Cruise hitman"])[0]
+    body = {"size": 4, "query": {"knn": {"embedding": {"vector": vector.tolist(), "k": 4}}}}
+    params = {"kgqr.strategy": "graph", "kgqr.explain": "true"}
+    answer = _search(proxy_url, body, **params)
+    explained = answer["kgqr"]
+    assert explained.get("fallback") is None, explained["fallback"]
+    assert explained["signals"] == ["knn", "graph"]
+    assert explained["details"]["seeds"] == ["p3"]
+    ranked = [hit["_id"] for hit in answer["hits"]["hits"]]
+    direct = _search(settings.opensearch.url, body)
+    assert (
+        ranked[0] == "p3"
+        and "m2" in ranked
+        and "m2" not in [h["_id"] for h in direct["hits"]["hits"]]
+    )
+    asked_llm = _search(proxy_url, body, **{**params, "kgqr.strategy": "hyde"})
+    assert asked_llm["kgqr"]["passed_through"].startswith("a k-NN query carries a vector")
+
+
 def test_the_front_sends_searches_on_the_attached_index_to_kgqr(
     settings: Settings, proxy_url: str, attached: tuple[str, Any]
 ) -> None:

@@ -17,7 +17,7 @@ from plugin.field_map import (
     suggest_field_map,
 )
 from query_rewriter.engine.hybrid_query import HybridWeights, SearchFields, hybrid_body
-from query_rewriter.engine.query_text import parse_query
+from query_rewriter.engine.query_text import parse_query, parse_vector_query
 from query_rewriter.search.kb_indices import SearchTarget
 from query_rewriter.search.plan import PassThrough, SearchPlan, plan_search
 
@@ -138,3 +138,44 @@ def test_a_search_on_an_attached_index_is_planned_with_its_field_map() -> None:
     assert isinstance(plan, SearchPlan) and plan.kb == "articles" and plan.fields == ATTACHED
     unattached = plan_search("articles", {"kgqr.strategy": "graph"}, body, None)
     assert isinstance(unattached, PassThrough) and unattached.code == "not_a_knowledge_base"
+
+
+@pytest.mark.parametrize(
+    ("query", "read"),
+    [
+        ({"knn": {"embedding": {"vector": [0.1, 0.2], "k": 4}}}, True),
+        ({"knn": {"embedding": {"vector": [1, 0], "k": 4, "filter": {"term": {"a": 1}}}}}, True),
+        ({"knn": {"other": {"vector": [0.1], "k": 4}}}, False),  # not the KB's vectors
+        ({"knn": {"embedding": {"vector": [0.1], "k": 4, "max_distance": 2}}}, False),
+        ({"knn": {"embedding": {"vector": [], "k": 4}}}, False),
+        ({"knn": {"embedding": {"vector": [True], "k": 4}}}, False),
+        ({"knn": {"embedding": {"vector": [0.1], "k": 0}}}, False),
+        ({"match": {"content": "x"}}, False),
+    ],
+)
+def test_a_retrievers_vector_query_is_read_with_its_filter(query: Any, read: bool) -> None:
+    parsed = parse_vector_query(query, "embedding")
+    assert (parsed is not None) == read
+    if parsed is not None:
+        assert parsed.vector is not None and parsed.query == query
+        assert parsed.filters == ([query["knn"]["embedding"]["filter"]]
+                                  if "filter" in query["knn"]["embedding"] else [])  # fmt: skip
+        # Named by its vector, for the cache: another vector is another rewrite.
+        other = parse_vector_query({"knn": {"embedding": {"vector": [0.3], "k": 4}}}, "embedding")
+        assert other is not None and other.text != parsed.text
+
+
+def test_a_vector_query_searches_its_own_knn_side_and_the_graph_only() -> None:
+    query = {"knn": {"embedding": {"vector": [1.0, 0.0], "k": 4}}}
+    parsed = parse_vector_query(query, "embedding")
+    assert parsed is not None
+    fields = SearchFields(("content",), "embedding")
+    weights = HybridWeights(None, (0.25, 0.55, 0.2))
+    body = hybrid_body({}, parsed, parsed.text, np.array([1.0, 0.0]), 4, weights, {"d1": 0.5},
+                       fields=fields, added={"d1"})  # fmt: skip
+    knn, boost = body["query"]["hybrid"]["queries"]
+    assert "filter" not in knn["knn"]["embedding"]  # its own matches are this clause's
+    either = boost["bool"]["filter"][0]["bool"]["should"]  # the caller's k nearest, or linked
+    assert either == [query, {"ids": {"values": ["d1"]}}]
+    shares = body["search_pipeline"]["phase_results_processors"][0]["normalization-processor"]
+    assert shares["combination"]["parameters"]["weights"] == [0.8, 0.2]
