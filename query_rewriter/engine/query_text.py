@@ -196,13 +196,45 @@ VECTOR_QUERY_OPTIONS = {"vector", "k", "filter", "boost"}
 
 
 def parse_vector_query(query: Any, vector_field: str) -> ParsedQuery | None:
-    """A `knn` query on `vector_field` with no option but `k`, a `filter` (kept as a
-    filter) and `boost`; None for anything else (a radial search, other options)."""
-    if not isinstance(query, dict) or set(query) != {"knn"} or not isinstance(query["knn"], dict):
+    """A `knn` query on `vector_field` with no option but `k`, a `filter` and `boost`,
+    alone or as the one `must` clause of a bool (Haystack's) whose `filter` and `must_not`
+    are kept; None for anything else (a radial search, other options)."""
+    if not isinstance(query, dict):
         return None
-    (field_name, options), *rest = query["knn"].items()
-    if rest or field_name != vector_field or not isinstance(options, dict):
+    filters: list[dict[str, Any]] = []
+    must_not: list[dict[str, Any]] = []
+    knn = query
+    if set(query) == {"bool"} and isinstance(query["bool"], dict):
+        clauses = query["bool"]
+        must = _as_list(clauses.get("must"))
+        if not set(clauses) <= {"must", "filter", "must_not"} or len(must) != 1:
+            return None
+        knn, filters, must_not = (
+            must[0],
+            _as_list(clauses.get("filter")),
+            _as_list(clauses.get("must_not")),
+        )
+    vector = _knn_vector(knn, vector_field)
+    if vector is None:
         return None
+    own_filter = knn["knn"][vector_field].get("filter")
+    filters = [*filters, *([own_filter] if isinstance(own_filter, dict) else [])]
+    digest = hashlib.sha1(json.dumps(vector).encode()).hexdigest()[:16]
+    return ParsedQuery(f"vector query {digest}", filters, must_not, query=query,
+                       vector=tuple(float(x) for x in vector))  # fmt: skip
+
+
+def _knn_vector(clause: Any, vector_field: str) -> list[Any] | None:
+    """A `knn` clause's vector, if it is one kgqr reads (see parse_vector_query)."""
+    if (
+        not isinstance(clause, dict)
+        or set(clause) != {"knn"}
+        or not isinstance(clause["knn"], dict)
+    ):
+        return None
+    if list(clause["knn"]) != [vector_field] or not isinstance(clause["knn"][vector_field], dict):
+        return None
+    options = clause["knn"][vector_field]
     vector, k = options.get("vector"), options.get("k")
     if not set(options) <= VECTOR_QUERY_OPTIONS or not isinstance(k, int) or k < 1:
         return None
@@ -212,10 +244,7 @@ def parse_vector_query(query: Any, vector_field: str) -> ParsedQuery | None:
         or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector)
     ):
         return None
-    digest = hashlib.sha1(json.dumps(vector).encode()).hexdigest()[:16]
-    filters = [options["filter"]] if isinstance(options.get("filter"), dict) else []
-    return ParsedQuery(f"vector query {digest}", filters, query=query,
-                       vector=tuple(float(x) for x in vector))  # fmt: skip
+    return vector
 
 
 def parse_query(query: Any, word_fields: tuple[str, ...] = WORD_FIELDS) -> ParsedQuery | None:

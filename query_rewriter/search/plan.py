@@ -279,6 +279,19 @@ def _sort_key(name: str, order: Any) -> str:
     return "_score:asc" if ascending else name
 
 
+def _no_threshold(min_score: Any) -> bool:
+    """A `min_score` that keeps every hit (LangChain sends 0.0 with every vector search):
+    every score, the engine's and a rewrite's normalised ones alike, is at least 0."""
+    return isinstance(min_score, int | float) and not isinstance(min_score, bool) and min_score <= 0
+
+
+def _without_empty_threshold(body: dict[str, Any]) -> dict[str, Any]:
+    """The body without a `min_score` that keeps every hit (_no_threshold)."""
+    if "min_score" in body and _no_threshold(body["min_score"]):
+        return {k: v for k, v in body.items() if k != "min_score"}
+    return body
+
+
 def _pass_through(
     index: str,
     query_params: dict[str, str],
@@ -316,7 +329,7 @@ def _pass_through(
             "sorted by a field or by ascending score, not by relevance: a rewrite changes "
             "relevance, and its k-NN neighbours would be sorted in among the query's own matches"
         )
-    if "min_score" in body:
+    if "min_score" in body and not _no_threshold(body["min_score"]):
         return "min_score", (
             "min_score: a threshold on the engine's own scores, which a rewritten search "
             "replaces with normalised hybrid ones (the threshold would not hold)"
@@ -417,7 +430,7 @@ def plan_search(
         kb,
         strategy,
         parsed,
-        with_paging(query_params, strip_kgqr(body)),
+        with_paging(query_params, _without_empty_threshold(strip_kgqr(body))),
         explain,
         given.values,
         given.warnings,

@@ -151,6 +151,25 @@ def test_a_search_on_an_attached_index_is_planned_with_its_field_map() -> None:
         ({"knn": {"embedding": {"vector": [True], "k": 4}}}, False),
         ({"knn": {"embedding": {"vector": [0.1], "k": 0}}}, False),
         ({"match": {"content": "x"}}, False),
+        # Haystack's: the knn as a bool's one must clause, its filters beside it.
+        (
+            {
+                "bool": {
+                    "must": [{"knn": {"embedding": {"vector": [0.1], "k": 4}}}],
+                    "filter": [{"term": {"a": 1}}],
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "bool": {
+                    "must": [{"knn": {"embedding": {"vector": [0.1], "k": 4}}}],
+                    "should": [{"term": {"a": 1}}],
+                }
+            },
+            False,
+        ),
     ],
 )
 def test_a_retrievers_vector_query_is_read_with_its_filter(query: Any, read: bool) -> None:
@@ -158,8 +177,9 @@ def test_a_retrievers_vector_query_is_read_with_its_filter(query: Any, read: boo
     assert (parsed is not None) == read
     if parsed is not None:
         assert parsed.vector is not None and parsed.query == query
-        assert parsed.filters == ([query["knn"]["embedding"]["filter"]]
-                                  if "filter" in query["knn"]["embedding"] else [])  # fmt: skip
+        knn = query["bool"]["must"][0] if "bool" in query else query
+        own = [knn["knn"]["embedding"]["filter"]] if "filter" in knn["knn"]["embedding"] else []
+        assert parsed.filters == [*query.get("bool", {}).get("filter", []), *own]
         # Named by its vector, for the cache: another vector is another rewrite.
         other = parse_vector_query({"knn": {"embedding": {"vector": [0.3], "k": 4}}}, "embedding")
         assert other is not None and other.text != parsed.text

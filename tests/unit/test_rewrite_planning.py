@@ -127,6 +127,11 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
         assert _passes(index, {}, {**body, "sort": sort}, "graph") == "sort", sort
     assert _passes(index, {"sort": "year:desc"}, body, "graph") == "sort"
     assert _passes(index, {}, {**body, "min_score": 2}, "graph") == "min_score"
+    # 0 keeps every hit (LangChain sends it with every vector search): rewritten, without it.
+    for keeps_all in (0, 0.0, -1):
+        plan = plan_search(index, {}, {**body, "min_score": keeps_all}, "graph")
+        assert isinstance(plan, SearchPlan) and "min_score" not in plan.body, keeps_all
+    assert _passes(index, {}, {**body, "min_score": True}, "graph") == "min_score"
     own = {"search_pipeline": "mine"}
     assert _passes(index, own, body, "graph") == _passes(index, {}, {**body, **own}, "graph")
     assert _passes(index, own, body, "graph") == "search_pipeline"
