@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner, Result
+from opensearchpy import OpenSearch
+from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 
 from ingest.kb_removal import drop_knowledge_base
 from kgqr_core.embedder import get_embedder
@@ -233,6 +235,34 @@ def test_a_vector_query_from_a_retriever_is_rewritten_with_the_graph(
     )
     asked_llm = _search(proxy_url, body, **{**params, "kgqr.strategy": "hyde"})
     assert asked_llm["kgqr"]["passed_through"].startswith("a k-NN query carries a vector")
+
+
+class GenreFacets(FacetedSearch):  # type: ignore[misc]
+    """A search UI's faceted search over the team's index."""
+
+    index = INDEX
+    fields = ("content", "headline")
+    facets = {"genre": TermsFacet(field="genre")}  # noqa: RUF012 (how FacetedSearch reads it)
+
+
+@pytest.mark.parametrize("chosen", [{}, {"genre": "crime thriller"}])
+def test_a_faceted_search_keeps_its_facets_and_totals_and_only_the_order_changes(
+    settings: Settings, proxy_url: str, attached: tuple[str, Any], chosen: dict[str, str]
+) -> None:
+    def run(url: str, graph: bool) -> Any:
+        class Through(GenreFacets):  # the client is a class attribute there
+            using = OpenSearch(hosts=[url], timeout=300)  # type: ignore[assignment]
+
+            def search(self) -> Any:  # through kgqr, asking for `graph`
+                found = super().search()
+                return found.extra(ext={"kgqr": {"strategy": "graph"}}) if graph else found
+
+        return Through("an American actor in a crime film", filters=chosen).execute()
+
+    direct, through = run(settings.opensearch.url, False), run(proxy_url, True)
+    assert through.facets.genre == direct.facets.genre and direct.facets.genre
+    assert through.hits.total.to_dict() == direct.hits.total.to_dict()
+    assert sorted(h.meta.id for h in through.hits) == sorted(h.meta.id for h in direct.hits)
 
 
 def test_the_front_sends_searches_on_the_attached_index_to_kgqr(
