@@ -19,6 +19,7 @@ from ingest.records import (
     RECORD_ADAPTER,
     CorpusTriple,
     Document,
+    ExtractFrom,
     Link,
     Mention,
     Rejected,
@@ -44,6 +45,7 @@ class _Sorted:
     documents: list[Document] = field(default_factory=list)
     relations: list[Relation] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
+    to_extract: list[ExtractFrom] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)
     triples: list[CorpusTriple] = field(default_factory=list)
     failures: list[WriteFailure] = field(default_factory=list)
@@ -66,6 +68,8 @@ def _sort(records: list[dict[str, Any]]) -> _Sorted:
             sorted_.relations.append(record)
         elif isinstance(record, Link):
             sorted_.links.append(record)
+        elif isinstance(record, ExtractFrom):
+            sorted_.to_extract.append(record)
         elif isinstance(record, Mention):
             sorted_.mentions.append(record)
         else:
@@ -86,14 +90,17 @@ def ingest_chunk(
     outcome = ChunkOutcome()
     batch = _sort(records)
 
-    if extract_triples:
-        for document in batch.documents:
-            extraction = extract(resources.llm, document)
-            batch.triples.extend(extraction.triples)
-            batch.mentions.extend(extraction.mentions)
-            outcome.problems.extend(extraction.problems)
-            outcome.llm_calls += extraction.llm_calls
-            outcome.cached_llm_calls += extraction.cached_calls
+    passages = [*(batch.documents if extract_triples else []),
+                *(record.as_passage() for record in batch.to_extract)]  # fmt: skip
+    # An attached index's documents are graph nodes only (they stay in the team's index).
+    graph_writer.write_document_nodes(resources.neo4j, kb, [r.id for r in batch.to_extract])
+    for document in passages:
+        extraction = extract(resources.llm, document)
+        batch.triples.extend(extraction.triples)
+        batch.mentions.extend(extraction.mentions)
+        outcome.problems.extend(extraction.problems)
+        outcome.llm_calls += extraction.llm_calls
+        outcome.cached_llm_calls += extraction.cached_calls
 
     documents_ok = _write_documents(resources, kb, batch)
     graph_writer.write_relations(resources.neo4j, kb, batch.relations)

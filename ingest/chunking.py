@@ -16,7 +16,8 @@ GRAPH_ONLY_PER_EMBEDDED = 64
 """Relations and mentions cost the embedder nothing and Neo4j writes them fastest in
 large transactions (16k-relation chunks loaded 1.6-2.1x faster than 256-relation ones), so
 a chunk takes this many of them for each embedded record."""
-EMBEDDED_KINDS = frozenset({"document", "triple"})
+# What costs a chunk its time: embedding (documents, triples) or an LLM's reading (extract).
+EMBEDDED_KINDS = frozenset({"document", "triple", "extract"})
 
 
 def chunks(source: Source, size: int) -> Iterator[list[dict[str, Any]]]:

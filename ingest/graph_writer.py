@@ -93,6 +93,18 @@ def _merge_entity(var: str, key: str) -> str:
     )
 
 
+def write_document_nodes(driver: Any, kb: str, ids: Sequence[str]) -> None:
+    """Nodes for an attached index's documents (type `document`), for mentions and triples
+    read from them to hang on."""
+    _run_batched(
+        driver,
+        "UNWIND $rows AS row MERGE (n:Node {kb: $kb, id: row.id}) "
+        "ON CREATE SET n.type = 'document'",
+        [{"id": doc_id} for doc_id in ids],
+        kb=kb,
+    )
+
+
 def write_links(driver: Any, kb: str, links: Sequence[Link]) -> None:
     """An attached index's edges: its documents are nodes of type `document` (the strategies
     score and show only nodes with a document), the entities its values name are shared

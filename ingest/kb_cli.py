@@ -27,6 +27,10 @@ reason. Without --text, each search reads the fields the caller's own query name
 """
 
 
+# Documents per Celery task for LLM extraction: two LLM calls each, 15-80 s a call here.
+EXTRACT_CHUNK = 8
+
+
 def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return checked_kb_name(value, ctx=ctx, param=param)
 
@@ -189,22 +193,39 @@ def detach(name: str) -> None:
     is_flag=True,
     help="Edges from the entity and reference fields the field map names.",
 )
+@click.option(
+    "--extract",
+    "extract_fields",
+    multiple=True,
+    metavar="FIELD",
+    help="Triples the LLM reads in these text fields (repeat; two LLM calls a document).",
+)
 @job_options
-def graph(name: str, relations: Path | None, from_fields: bool, restart: bool,
-          worker: str) -> None:  # fmt: skip
+def graph(name: str, relations: Path | None, from_fields: bool,
+          extract_fields: tuple[str, ...], restart: bool, worker: str) -> None:  # fmt: skip
     """Build an attached index's graph in Neo4j, keyed by the index's own ids, through
-    Celery like ingest (resumable: the same command again resumes)."""
+    Celery like ingest (resumable: the same command again resumes). One source a run:
+    a relations file, the field map's entity/reference fields, or LLM triple extraction
+    over chosen text fields (KG-CQR's construction; its triples go to kgqr's own
+    kgqr-KB-triples index, readable only through the documents they came from)."""
     from ingest import job_runner
+    from ingest.attached_indices import mapping_of
+    from ingest.chunking import DEFAULT_CHUNK_SIZE
     from ingest.cli import _print_progress, follow_job
     from ingest.job_store import JobStore
-    from ingest.sources.attached_graph import IndexFieldsSource, RelationsFileSource
+    from ingest.sources.attached_graph import (
+        IndexFieldsSource,
+        IndexTextSource,
+        RelationsFileSource,
+    )
     from ingest.sources.base import Source
     from ingest.tasks import chunk_sender
     from kgqr_core import connections
     from plugin import installer
+    from plugin.field_map import check_field_map
 
-    if (relations is None) == (not from_fields):
-        raise click.UsageError("give one of --relations FILE or --from-fields")
+    if [relations is not None, from_fields, bool(extract_fields)].count(True) != 1:
+        raise click.UsageError("give one of --relations FILE, --from-fields or --extract FIELD")
     settings, client = get_settings(), _client()
     field_map = _meta(name).attached
     if field_map is None:
@@ -214,19 +235,35 @@ def graph(name: str, relations: Path | None, from_fields: bool, restart: bool,
             f"{name!r} names no entity or reference fields: attach it again with "
             "--entity-field / --reference-field"
         )
+    if extract_fields:  # text fields the mapping has, or every reason it has not
+        chosen = field_map.model_copy(update={"text_fields": dict.fromkeys(extract_fields, 1.0)})
+        if problems := check_field_map(chosen, mapping_of(client, field_map.index)):
+            raise click.ClickException("\n".join(problems))
     jobs = JobStore(connections.redis_client(settings))
     with connections.neo4j_driver(settings) as neo4j:
-        installer.install_neo4j(neo4j)
+        if extract_fields:  # triples get TTR vectors in kgqr's own triples index
+            job_runner.prepare_stores(settings, client, neo4j)
+        else:
+            installer.install_neo4j(neo4j)
 
     def source() -> Source:
         if relations is not None:
             return RelationsFileSource(relations)
+        if extract_fields:
+            return IndexTextSource(client, field_map, list(extract_fields))
         return IndexFieldsSource(client, field_map)
+
+    spec = (
+        str(relations)
+        if relations
+        else f"{'extract' if extract_fields else 'fields'}:{field_map.index}"
+    )
+    chunk_size = EXTRACT_CHUNK if extract_fields else DEFAULT_CHUNK_SIZE
 
     def send(restart_: bool) -> job_runner.EnqueuedJob:
         return job_runner.enqueue_graph(
-            source(), str(relations or f"fields:{field_map.index}"), name, opensearch=client,
-            jobs=jobs, send=chunk_sender(name), restart=restart_,
+            source(), spec, name, opensearch=client, jobs=jobs, send=chunk_sender(name),
+            chunk_size=chunk_size, restart=restart_,
         )  # fmt: skip
 
     enqueued = send(restart)

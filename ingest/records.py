@@ -119,6 +119,20 @@ class Link(BaseModel):
         return self
 
 
+class ExtractFrom(BaseModel):
+    """An attached index's document whose chosen text fields the LLM reads for triples
+    (KG-CQR's construction); only its graph is written, never the document."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["extract"] = "extract"
+    id: DocumentId
+    title: Title = ""
+    text: str
+
+    def as_passage(self) -> Document:
+        return Document(id=self.id, type="document", title=self.title, text=self.text)
+
+
 class CorpusTriple(BaseModel):
     """A (head, relation, tail) fact extracted from one passage (KG-CQR's corpus KG)."""
 
@@ -160,7 +174,8 @@ class Rejected(BaseModel):
 
 
 Record = Annotated[
-    Document | Relation | Link | CorpusTriple | Mention | Rejected, Field(discriminator="kind")
+    Document | Relation | Link | ExtractFrom | CorpusTriple | Mention | Rejected,
+    Field(discriminator="kind"),
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 

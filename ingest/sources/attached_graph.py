@@ -1,7 +1,8 @@
 """A graph for an index kgqr did not build, from what its team has, keyed by the index's
-own `_id`s: a relations file (`relations:FILE`), or the keyword fields of its documents
-(`IndexFieldsSource`, built by `kgqr kb graph --from-fields`). Both yield `Link` records,
-which ingest tasks write into Neo4j only: nothing is written to the team's index.
+own `_id`s: a relations file (`relations:FILE`), the keyword fields of its documents
+(`IndexFieldsSource`, `kgqr kb graph --from-fields`), or what an LLM reads in chosen text
+fields (`IndexTextSource`, `--extract FIELD`). Ingest tasks write their records into Neo4j
+(and extracted triples into kgqr's own triples index): nothing into the team's index.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ingest.records import Link, Record, Rejected
+from ingest.records import ExtractFrom, Link, Record, Rejected
 from ingest.sources.base import Source, json_lines
 from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure
@@ -118,18 +119,57 @@ class IndexFieldsSource(Source):
 
     def _hits(self) -> Iterator[dict[str, Any]]:
         wanted = [*self.fields.entity_fields, *self.fields.reference_fields]
-        after: list[Any] | None = None
-        while True:
-            body: dict[str, Any] = {
-                "size": SCAN_PAGE,
-                "_source": wanted,
-                "sort": [{"_id": "asc"}],
-                "query": {"match_all": {}},
-            }
-            if after is not None:
-                body["search_after"] = after
-            hits = self.client.search(index=self.fields.index, body=body)["hits"]["hits"]
-            yield from hits
-            if len(hits) < SCAN_PAGE:
+        return scan_in_id_order(self.client, self.fields.index, wanted)
+
+
+def scan_in_id_order(client: Any, index: str, fields: list[str]) -> Iterator[dict[str, Any]]:
+    """Every document's `fields`, in `_id` order: a resumed job cuts the same chunks."""
+    after: list[Any] | None = None
+    while True:
+        body: dict[str, Any] = {
+            "size": SCAN_PAGE,
+            "_source": fields,
+            "sort": [{"_id": "asc"}],
+            "query": {"match_all": {}},
+        }
+        if after is not None:
+            body["search_after"] = after
+        hits = client.search(index=index, body=body)["hits"]["hits"]
+        yield from hits
+        if len(hits) < SCAN_PAGE:
+            return
+        after = hits[-1]["sort"]
+
+
+class IndexTextSource(IndexFieldsSource):
+    """The chosen text fields of each document, for the LLM to read triples from (two calls
+    a document: hours for thousands on a CPU; answers are cached, a re-run resumes)."""
+
+    kind = "index-extract"
+
+    def __init__(self, client: Any, fields: FieldMap, text_fields: list[str],
+                 limit: int | None = None) -> None:  # fmt: skip
+        super().__init__(client, fields, limit)
+        self.text_fields = text_fields
+
+    def structure(self) -> DocumentStructure:
+        return DocumentStructure()
+
+    def fingerprint(self) -> str:
+        return hashlib.sha1(f"{super().fingerprint()}|{self.text_fields}".encode()).hexdigest()[:16]
+
+    def records(self) -> Iterator[Record]:
+        title = self.fields.title_field
+        wanted = [*self.text_fields, *([title] if title else [])]
+        for read, hit in enumerate(scan_in_id_order(self.client, self.fields.index, wanted)):
+            if self.limit is not None and read >= self.limit:
                 return
-            after = hits[-1]["sort"]
+            source = hit.get("_source") or {}
+            text = "\n".join(v for f in self.text_fields for v in field_values(source, f))
+            if not text.strip():
+                continue  # nothing to read (or the fields are empty for this document)
+            heading = " ".join(field_values(source, title))[:1024] if title else ""
+            try:
+                yield ExtractFrom(id=hit["_id"], title=heading, text=text)
+            except ValidationError as exc:
+                yield Rejected(reason=f"{hit['_id']}: {exc.errors()[0]['msg']}", raw=text[:4000])

@@ -343,6 +343,57 @@ def test_without_vectors_the_graph_strategies_rank_over_bm25(
     assert answer["hits"]["total"]["value"] == len(ranked)  # p3 and what the graph added
 
 
+def _extracted(prompt: str) -> str:
+    """The stand-in LLM: Tom Cruise's page and Collateral's name one entity (Collateral);
+    TTR sentences for whatever it was asked."""
+    if "Tom Cruise" in prompt and "triples" in prompt.lower() and "sentences" not in prompt:
+        return json.dumps({"triples": [["Tom Cruise", "played a hitman in", "Collateral"]]})
+    if "cab driver" in prompt and "sentences" not in prompt:
+        return json.dumps({"triples": [["Collateral", "is about", "a cab driver"]]})
+    if "sentences" in prompt:
+        return json.dumps({"sentences": ["A sentence read from the document."]})
+    return json.dumps({"triples": []})
+
+
+def test_the_llm_reads_triples_from_chosen_text_fields_into_the_graph_only(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
+) -> None:
+    """`kgqr kb graph --extract content`'s source and task, with a stand-in LLM: the
+    triples' entities hang off the index's own documents, the triples (with their source
+    document) go to kgqr's own triples index, and the team's index is not written."""
+    from ingest.chunk_ingest import ingest_chunk
+    from ingest.sources.attached_graph import IndexTextSource
+    from ingest.worker_resources import WorkerResources
+    from tests.integration.recording_llm import recording_llm
+
+    refused = kgqr("kb", "graph", KB, "--extract", "genre")
+    assert refused.exit_code == 1 and "text field [genre] is mapped as keyword" in refused.output
+    meta = kb_meta.load(opensearch, KB)
+    assert meta is not None and meta.attached is not None
+    source = IndexTextSource(opensearch, meta.attached, ["content"])
+    records = [record.model_dump(mode="json") for record in source.records()]
+    assert {r["kind"] for r in records} == {"extract"} and len(records) == 8
+    assert next(r for r in records if r["id"] == "p3")["title"] == "Tom Cruise"
+    before = _index_state(opensearch)
+    with recording_llm(_extracted) as (url, prompts):
+        stand_in = settings.replaced({"llm_base_url": url, "llm_model": f"stand-in-{time.time()}"})
+        resources = WorkerResources(stand_in)
+        try:
+            outcome = ingest_chunk(resources, f"extract-{time.time()}", KB, 0, records)
+        finally:
+            resources.neo4j.close()
+    assert outcome.counts["triples"] == 2 and len(prompts) == 8 + 2  # a TTR call per hit
+    found, _, _ = neo4j_driver.execute_query(
+        "MATCH (p:Node {kb: $kb})-[:MENTIONS]->(e:Node {kb: $kb, id: 'entity:collateral'}) "
+        "RETURN p.id AS doc, p.type AS type ORDER BY doc", kb=KB,
+    )  # fmt: skip
+    assert [(r["doc"], r["type"]) for r in found] == [("m2", "document"), ("p3", "document")]
+    opensearch.indices.refresh(index=schema.triples_index(KB))
+    triples = opensearch.search(index=schema.triples_index(KB), body={"size": 10})["hits"]["hits"]
+    assert sorted(hit["_source"]["passage_id"] for hit in triples) == ["m2", "p3"]
+    assert _index_state(opensearch) == before
+
+
 def _genre_edges(neo4j_driver: Any) -> dict[str, set[str]]:
     records, _, _ = neo4j_driver.execute_query(
         "MATCH (s:Node {kb: $kb})-[r {relation: 'genre'}]->(t) RETURN s.id AS doc, t.name AS genre",
