@@ -98,6 +98,7 @@ def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
         raise click.ClickException(f"cannot attach {index} as {name}:\n{exc}") from exc
     click.echo(_describe(field_map))
     if dry_run:
+        click.echo(_rewrites(field_map))
         click.echo("dry run: nothing written")
         return
     try:
@@ -126,6 +127,33 @@ def _describe(field_map: Any) -> str:
         f"vectors:     {vectors}",
         f"entities:    {', '.join(field_map.entity_fields) or '-'}",
         f"references:  {', '.join(field_map.reference_fields) or '-'}",
+    ])  # fmt: skip
+
+
+def _rewrites(field_map: Any) -> str:
+    """What a dry run promises: which searches on the index kgqr would rewrite, and how."""
+    words = (
+        "the fields the caller's query names"
+        if field_map.follow_query_fields
+        else ", ".join(field_map.boosted_text_fields())
+    )
+    knn = (f" + k-NN on {field_map.vector_field} (queries embedded with "
+           f"{field_map.vector_model})" if field_map.vector_field else "")  # fmt: skip
+    vector_queries = (
+        f"\n  knn queries on {field_map.vector_field} (LangChain, Haystack, LlamaIndex "
+        "retrievers): that k-NN + the graph, with the caller's own vector"
+        if field_map.vector_field
+        else ""
+    )
+    return "\n".join([
+        f"searches on {field_map.index} through kgqr, once attached:",
+        f"  match / multi_match / query_string: BM25 over {words}{knn} + the graph's boosts",
+        *([vector_queries.strip("\n")] if vector_queries else []),
+        "  ranked within the caller's matches; documents the graph links to the query are",
+        "  added and counted in hits.total, except under aggregations (facets and totals",
+        "  then exactly the direct search's); filters, _source, highlight kept",
+        "  passed through as sent: sorted, scroll, size 0, min_score > 0, own",
+        "  search_pipeline, collapse; every request with the caller's own credentials",
     ])  # fmt: skip
 
 

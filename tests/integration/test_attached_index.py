@@ -113,6 +113,7 @@ def test_a_dry_run_shows_the_suggested_field_map_and_writes_nothing(
     assert shown.exit_code == 0, shown.output
     assert "content" in shown.output and "headline" in shown.output
     assert "embedding (384 dims" in shown.output and "dry run" in shown.output
+    assert "knn queries on embedding" in shown.output  # what would be rewritten, and how
     assert kb_meta.load(opensearch, KB) is None
 
 
