@@ -10,6 +10,8 @@ The index holds the tiny movie KB: `headline`, `content`, `genre` (keyword), `em
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -429,6 +431,28 @@ def test_sync_brings_the_apps_adds_changes_and_deletes_into_the_graph(
     assert records[0]["n"] == 0  # Tom Cruise's node, and every edge it had, removed
     again = kgqr("kb", "sync", KB)
     assert "0 documents written since the last sync, 0 deleted" in again.output
+
+
+def test_sync_follow_keeps_up_until_stopped(
+    opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
+) -> None:
+    follow = subprocess.Popen(
+        [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "kb", "sync", KB,
+         "--follow", "--interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        written = {"headline": "Miami Vice", "content": "plot: Two detectives.",
+                   "genre": "crime drama"}  # fmt: skip
+        opensearch.index(index=INDEX, id="m5", refresh=True, body=written)
+        deadline = time.monotonic() + 60
+        while _genre_edges(neo4j_driver).get("m5") != {"crime drama"}:
+            assert follow.poll() is None, follow.communicate()[0]
+            assert time.monotonic() < deadline, "the followed sync never wrote m5's genre"
+            time.sleep(0.5)
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
 
 
 def test_detaching_removes_kgqrs_records_and_leaves_the_index(
