@@ -5,6 +5,7 @@ then or later; detaching removes only what kgqr made (its meta entry, graph, job
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,15 +39,21 @@ class FieldChoices:
     reference_fields: tuple[str, ...] = ()
 
 
+# Characters an index or alias name cannot hold, and those that make a name a pattern, a
+# list or date math (`*`, `,`, `<`): a search names one index or alias to be rewritten.
+NOT_ONE_NAME = re.compile(r'[*,<>|"\\/?# :]|^[_.+-]')
+
+
 def mapping_of(client: Any, index: str) -> dict[str, Any]:
-    """The index's mapping, read with kgqr's ingest account (which needs only
-    `indices:admin/mappings/get` on it, and `read` for graph sources and sync)."""
+    """The mapping of the one index (or single-index alias) `index` names, read with kgqr's
+    ingest account (which needs only `indices:admin/mappings/get` on it, and `read` for
+    graph sources and sync)."""
     from opensearchpy.exceptions import AuthorizationException, NotFoundError
 
-    if index.startswith("kgqr-"):
-        raise AttachRefused(f"[{index}] is one of kgqr's own indices: attach a team's index")
+    if NOT_ONE_NAME.search(index) or index == "_all":
+        raise AttachRefused(f"[{index}] is not one index or alias name (no patterns or lists)")
     try:
-        return index_mapping(client.indices.get_mapping(index=index))
+        answer = client.indices.get_mapping(index=index)
     except NotFoundError:
         raise AttachRefused(f"no index or alias [{index}]: check the name") from None
     except AuthorizationException:
@@ -54,6 +61,16 @@ def mapping_of(client: Any, index: str) -> dict[str, Any]:
             f"kgqr's ingest account may not read [{index}]'s mapping: grant it "
             "indices:admin/mappings/get and read on the index (docs/attached-indices.md)"
         ) from None
+    if any(name.startswith("kgqr-") for name in answer):
+        raise AttachRefused(f"[{index}] is one of kgqr's own indices: attach a team's index")
+    if len(answer) > 1:
+        # The graph is keyed by _id, which is unique only within one index: an id two of
+        # them share would be one node, and a caller's right to one would read as both.
+        raise AttachRefused(
+            f"[{index}] is an alias over {len(answer)} indices ({', '.join(sorted(answer))}): "
+            "attach an index, or an alias over one"
+        )
+    return index_mapping(answer)
 
 
 def field_map_for(index: str, mapping: dict[str, Any], chosen: FieldChoices) -> FieldMap:
@@ -110,9 +127,14 @@ def attach(client: Any, kb: str, field_map: FieldMap) -> KnowledgeBaseMeta:
         dimension=field_map.dimension or 0,
         attached=field_map,
     )
-    if existing is not None:  # a re-attach replaces the map, keeps what graph jobs found
-        meta = meta.model_copy(update={"structure": existing.structure})
-        client.delete(index=schema.META_INDEX, id=kb, refresh=True)
+    elsewhere = existing.attached.index if existing and existing.attached else field_map.index
+    if elsewhere != field_map.index:  # its graph is keyed by the other index's ids
+        raise AttachRefused(
+            f"{kb!r} is attached to [{elsewhere}]: detach it first "
+            f"(kgqr kb detach {kb}) to attach [{field_map.index}] under this name"
+        )
+    # The same index again: the new map replaces the old, and what graph jobs, sync and
+    # the agent's plans recorded stays (kb_meta.save merges them).
     return kb_meta.save(client, meta)
 
 

@@ -39,17 +39,21 @@ Bad records are set aside in the index kgqr-KB-deadletter (see `kgqr ingest reje
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def job_options(command: F) -> F:
-    """`--restart` and `--worker`, for every command that runs a Celery job."""
-    restart = click.option("--restart", is_flag=True, help="Forget earlier progress of this job.")
-    worker = click.option(
+def worker_option(command: F) -> F:
+    """`--worker`, for every command that runs a Celery job."""
+    return click.option(
         "--worker",
         type=click.Choice(["auto", "never"]),
         default="auto",
         show_default=True,
         help="auto: start a temporary worker when none answers.",
-    )
-    return restart(worker(command))
+    )(command)
+
+
+def job_options(command: F) -> F:
+    """`--restart` and `--worker`, for every command that runs a resumable Celery job."""
+    restart = click.option("--restart", is_flag=True, help="Forget earlier progress of this job.")
+    return restart(worker_option(command))
 
 
 @click.group("ingest", cls=DefaultRunGroup)

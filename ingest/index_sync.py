@@ -13,9 +13,17 @@ others with every edge they had. Between a deletion and the next sync no search 
 deleted document's edges either: every graph candidate is checked against the index, as
 the caller, before it is boosted or shown (strategies/vector_lookups.py).
 
+Each sync reads OVERLAP writes per shard before its checkpoint again: a write numbered
+before the checkpoint but made searchable only after the last sync read it (a refresh
+racing the sync) is caught then. The edges of every document read are removed before the
+job runs and the job always starts over, so an interrupted sync, run again, rewrites all
+of them.
+
 Limits: checkpoints are per index name and shard, so an index deleted and re-created
-under the same name (or restored from a snapshot) needs `kgqr kb sync --full`; edges from a
-relations file are the file's and change only when it is loaded again.
+under the same name (or restored from a snapshot) needs `kgqr kb sync --full`; a write made
+visible more than OVERLAP writes late is missed until then; edges from a relations file
+or LLM extraction are those sources' and change only when they are loaded again; a
+filtered alias is synced as the whole index behind it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ from plugin.kb_meta import DocumentStructure
 
 PAGE = 1_000
 EXISTENCE_BATCH = 10_000
+# Writes a shard numbered before the checkpoint but made searchable after it (a refresh
+# racing the last sync) are read again: re-deriving a document's edges is idempotent.
+OVERLAP = 1_000
 
 Checkpoints = dict[str, int]  # "index/shard" -> the highest _seq_no synced
 
@@ -59,6 +70,11 @@ def highest_seq_nos(client: Any, index: str) -> Checkpoints:
         hits = _shard_search(client, name, shard, body)
         latest[f"{name}/{shard}"] = int(hits[0]["sort"][0]) if hits else -1
     return latest
+
+
+def with_overlap(checkpoints: Checkpoints) -> Checkpoints:
+    """The checkpoints moved back by OVERLAP writes per shard."""
+    return {key: max(-1, seq_no - OVERLAP) for key, seq_no in checkpoints.items()}
 
 
 class ChangedDocumentsSource(Source):

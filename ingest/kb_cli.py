@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ingest.cli import job_options
+from ingest.cli import job_options, worker_option
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import checked_kb_name
 
@@ -263,6 +263,13 @@ def graph(name: str, relations: Path | None, from_fields: bool,
             f"{name!r} names no entity or reference fields: attach it again with "
             "--entity-field / --reference-field"
         )
+    model = field_map.vector_model
+    if extract_fields and model and model != settings.embedder.model:
+        # The triples' TTR vectors are searched with the KB's query vectors.
+        raise click.ClickException(
+            f"{name!r} holds vectors of {model}, and triples would be embedded with "
+            f"{settings.embedder.model}: run with KGQR_EMBEDDER_MODEL={model}"
+        )
     if extract_fields:  # text fields the mapping has, or every reason it has not
         chosen = field_map.model_copy(update={"text_fields": dict.fromkeys(extract_fields, 1.0)})
         if problems := check_field_map(chosen, mapping_of(client, field_map.index)):
@@ -321,9 +328,8 @@ def graph(name: str, relations: Path | None, from_fields: bool,
     show_default=True,
     help="Seconds between syncs with --follow.",
 )
-@job_options
-def sync(name: str, full: bool, follow: bool, interval: float, restart: bool,
-         worker: str) -> None:  # fmt: skip
+@worker_option
+def sync(name: str, full: bool, follow: bool, interval: float, worker: str) -> None:
     """Bring an attached index's graph up to what its team's app wrote: the edges of
     documents added or changed since the last sync re-derived from their entity and
     reference fields, and deleted documents' nodes removed with every edge they had
@@ -331,14 +337,14 @@ def sync(name: str, full: bool, follow: bool, interval: float, restart: bool,
     import time
 
     while True:
-        _sync_once(name, full, restart, worker)
+        _sync_once(name, full, worker)
         if not follow:
             return
-        full = restart = False
+        full = False
         time.sleep(interval)
 
 
-def _sync_once(name: str, full: bool, restart: bool, worker: str) -> None:
+def _sync_once(name: str, full: bool, worker: str) -> None:
     from ingest import index_sync, job_runner
     from ingest.cli import _print_progress, follow_job
     from ingest.job_store import JobStore
@@ -353,9 +359,8 @@ def _sync_once(name: str, full: bool, restart: bool, worker: str) -> None:
     fields = meta.attached
     redis = connections.redis_client(settings)
     until = index_sync.highest_seq_nos(client, fields.index)
-    changes = index_sync.ChangedDocumentsSource(
-        client, fields, {} if full else (meta.synced or {}), until
-    )
+    since = {} if full else index_sync.with_overlap(meta.synced or {})
+    changes = index_sync.ChangedDocumentsSource(client, fields, since, until)
     with connections.neo4j_driver(settings) as neo4j:
         gone = index_sync.deleted_documents(client, neo4j, name, fields.index)
         index_sync.remove_documents(neo4j, name, gone)
@@ -370,13 +375,16 @@ def _sync_once(name: str, full: bool, restart: bool, worker: str) -> None:
                 send=chunk_sender(name), restart=restart_,
             )  # fmt: skip
 
-        final = follow_job(settings, jobs, send(restart), name, lambda: send(False), worker, None)
+        # Always from the start: the edges of every changed document were just removed, so
+        # a chunk an interrupted run finished must be written again.
+        final = follow_job(settings, jobs, send(True), name, lambda: send(False), worker, None)
         _print_progress(final)
         if not final.finished or final.failed:
             raise SystemExit(1)
     graph_version.bump(redis, name)
     kb_meta.save(client, meta.model_copy(update={"synced": until}))
     click.echo(
-        f"synced {name}: {len(changed)} documents written since the last sync, "
-        f"{len(gone)} deleted (their nodes and edges removed)"
+        f"synced {name}: {len(changed)} documents read (written since the last sync, and "
+        f"up to {index_sync.OVERLAP} writes a shard before it), {len(gone)} deleted (their "
+        "nodes and edges removed)"
     )

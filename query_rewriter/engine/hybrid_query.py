@@ -140,7 +140,8 @@ def graph_adds(client_body: dict[str, Any], parsed: ParsedQuery, weights: Hybrid
     aggregations (its facets describe the hits), a query that demands more than a word,
     or a graph given no weight (`graph.weight=0` leaves the plain ranking as it was)."""
     aggregates = any(key in client_body for key in AGGREGATION_KEYS)
-    return not aggregates and parsed.demands is None and weights.boost_share != 0
+    share = weights.boost_share if weights.boost_share is not None else weights.boost_weights[2]
+    return not aggregates and parsed.demands is None and share != 0
 
 
 def hybrid_body(
@@ -169,8 +170,8 @@ def hybrid_body(
     # A vector query has no words (k-NN and the graph only); an attached index without
     # vectors has no k-NN side (BM25 and the graph only).
     queries = [bm25_clause(expanded_text, parsed, fields)] if parsed.vector is None else []
-    if fields.vector:
-        queries.append(knn_clause(vector, max(k, size), parsed, fields))
+    if fields.vector:  # a vector query's own k: its matches are its k nearest
+        queries.append(knn_clause(vector, parsed.vector_k or max(k, size), parsed, fields))
     hybrid: dict[str, Any] = {"queries": queries}
     positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
     if positive:

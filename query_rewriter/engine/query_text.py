@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,7 @@ class ParsedQuery:
     # Haystack's and LlamaIndex's retrievers send): the caller embedded the text, so the
     # rewrite has this vector and no words (`text` only names it, for the cache).
     vector: tuple[float, ...] | None = None
+    vector_k: int | None = None  # its k: the rewrite's k-NN side reads that many, no more
 
     def within(self, added: Collection[str] = ()) -> list[dict[str, Any]]:
         """The filters a rewritten clause runs under: the caller's, and their whole query
@@ -221,7 +223,8 @@ def parse_vector_query(query: Any, vector_field: str) -> ParsedQuery | None:
     filters = [*filters, *([own_filter] if isinstance(own_filter, dict) else [])]
     digest = hashlib.sha1(json.dumps(vector).encode()).hexdigest()[:16]
     return ParsedQuery(f"vector query {digest}", filters, must_not, query=query,
-                       vector=tuple(float(x) for x in vector))  # fmt: skip
+                       vector=tuple(float(x) for x in vector),
+                       vector_k=int(knn["knn"][vector_field]["k"]))  # fmt: skip
 
 
 def _knn_vector(clause: Any, vector_field: str) -> list[Any] | None:
@@ -238,13 +241,20 @@ def _knn_vector(clause: Any, vector_field: str) -> list[Any] | None:
     vector, k = options.get("vector"), options.get("k")
     if not set(options) <= VECTOR_QUERY_OPTIONS or not isinstance(k, int) or k < 1:
         return None
-    if (
-        not isinstance(vector, list)
-        or not vector
-        or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector)
-    ):
+    if not isinstance(vector, list) or not vector or not all(map(_finite_number, vector)):
         return None
     return vector
+
+
+def _finite_number(value: Any) -> bool:
+    """A number a vector can hold: not a bool, NaN, an infinity, or an int too large for a
+    float (which the engine refuses with its own error)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def parse_query(query: Any, word_fields: tuple[str, ...] = WORD_FIELDS) -> ParsedQuery | None:

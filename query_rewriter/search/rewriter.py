@@ -158,6 +158,13 @@ class Rewriter:
         config = strategy.config(params, self.settings)
         config["embedder"] = await self._model_of(kb)
         config["llm_sample"] = self.settings.llm.sample  # another draw is another rewrite
+        # An attached index's field map shapes what its searches read; a vector query is
+        # named by its vector's digest, which a text query could spell out.
+        meta = await self.meta_of(kb)
+        if meta is not None and meta.attached is not None:
+            config["fields"] = meta.attached.model_dump(mode="json")
+        if query_vector is not None:
+            config["vector_query"] = True
         if strategy.reads_graph and self.graph is not None:
             config["graph_version"] = await self.graph.version(kb)
         if strategy.reads_plans:  # a new optimisation never serves old rewrites

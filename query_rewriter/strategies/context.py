@@ -176,6 +176,8 @@ class StrategyContext:
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:
+                if self.vector_query:  # no words to fall back on: the rewrite falls back
+                    raise
                 body = {**request, "query": bm25_clause(query, parsed, searched)}
                 response = await self.opensearch.search(self.index, body)
         hits: list[dict[str, Any]] = response["hits"]["hits"]

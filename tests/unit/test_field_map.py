@@ -149,6 +149,8 @@ def test_a_search_on_an_attached_index_is_planned_with_its_field_map() -> None:
         ({"knn": {"embedding": {"vector": [0.1], "k": 4, "max_distance": 2}}}, False),
         ({"knn": {"embedding": {"vector": [], "k": 4}}}, False),
         ({"knn": {"embedding": {"vector": [True], "k": 4}}}, False),
+        ({"knn": {"embedding": {"vector": [10**400], "k": 4}}}, False),  # no float holds it
+        ({"knn": {"embedding": {"vector": [float("nan")], "k": 4}}}, False),
         ({"knn": {"embedding": {"vector": [0.1], "k": 0}}}, False),
         ({"match": {"content": "x"}}, False),
         # Haystack's: the knn as a bool's one must clause, its filters beside it.
