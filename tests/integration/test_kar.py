@@ -224,8 +224,8 @@ def test_kar_boost_adds_the_graph_as_a_third_sub_query(llm_settings: Settings, m
     assert explain["fallback"] is None, explain["fallback"]
     queries = explain["final_query"]["query"]["hybrid"]["queries"]
     assert len(queries) == 3
-    boosted = {c["constant_score"]["filter"]["term"]["id"]
-               for c in queries[2]["bool"]["should"]}  # fmt: skip
+    boost = queries[2]["bool"]["must"][0]["bool"]  # under the caller's matches
+    boosted = {c["constant_score"]["filter"]["ids"]["values"][0] for c in boost["should"]}
     assert boosted == {n["id"] for n in explain["details"]["neighbours"] if n["score"] > 0}
     assert response.json()["hits"]["hits"]
 
@@ -235,7 +235,12 @@ def test_kar_index_links_entities_by_the_index_and_asks_the_llm_once(
 ) -> None:
     with running_proxy(llm_settings) as url:
         response = explained_search(url, INDEX, "kar_index", QUERY, params={"kar.seeds": 3})
-        plain = explained_search(url, INDEX, "base", QUERY, size=3)
+        # The plain query over every document (its words optional beside a match_all
+        # filter): a rewrite ranks within the caller's matches, the strategy's own plain
+        # search within all.
+        every = {"bool": {"should": [{"match": {"text": QUERY}}], "filter": [{"match_all": {}}]}}
+        plain = httpx.post(f"{url}/{INDEX}/_search", params={"kgqr.strategy": "base"},
+                           json={"query": every, "size": 3}, timeout=600)  # fmt: skip
     explain = response.json()["kgqr"]
     assert explain["fallback"] is None, explain["fallback"]
     details = explain["details"]
