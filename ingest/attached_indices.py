@@ -142,6 +142,6 @@ def attached_knowledge_bases(client: Any) -> list[KnowledgeBaseMeta]:
     """Every knowledge base kgqr-meta lists, own and attached, by name."""
     if not client.indices.exists(index=schema.META_INDEX):
         return []
-    body = {"size": 1000, "sort": [{"kb": "asc"}], "query": {"match_all": {}}}
+    body = {"size": schema.META_READ_SIZE, "sort": [{"kb": "asc"}], "query": {"match_all": {}}}
     hits = client.search(index=schema.META_INDEX, body=body)["hits"]["hits"]
     return [KnowledgeBaseMeta.model_validate(hit["_source"]) for hit in hits]

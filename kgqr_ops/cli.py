@@ -103,3 +103,7 @@ def main() -> None:
     Configuration comes from KGQR_* environment variables and an optional TOML file
     (KGQR_CONFIG, ./kgqr.toml or ~/.config/kgqr/config.toml).
     """
+
+
+if __name__ == "__main__":  # `python -m kgqr_ops.cli` ran nothing and exited 0
+    main()

@@ -50,11 +50,11 @@ def attached_index_names(settings: Settings) -> list[str] | None:
     """The indices attached as knowledge bases, read from kgqr-meta with kgqr's account
     (bookkeeping); None when they cannot be read (the front keeps the routes it has)."""
     from kgqr_core import connections
-    from plugin.schema import META_INDEX
+    from plugin.schema import META_INDEX, META_READ_SIZE
 
     try:
         client = connections.opensearch_client(settings)
-        body = {"size": 1000, "_source": ["attached.index"], "query": {"match_all": {}}}
+        body = {"size": META_READ_SIZE, "_source": ["attached.index"], "query": {"match_all": {}}}
         hits = client.search(index=META_INDEX, body=body)["hits"]["hits"]
     except Exception as exc:  # no kgqr-meta yet, or the engine away: keep what we have
         log.info("attached indices not read: %s", exc)

@@ -15,6 +15,9 @@ from typing import Any
 
 KB_NAME = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,63}\Z")  # \Z: `$` let a trailing newline in
 META_INDEX = "kgqr-meta"
+# The most knowledge bases kgqr-meta is read for at once: the engine's result window (each
+# reader once took the first 1,000, and the 1,001st KB went unseen).
+META_READ_SIZE = 10_000
 HYBRID_PIPELINE = "kgqr-hybrid"
 # Three sub-queries: BM25, k-NN, and the documents the knowledge graph links to the query.
 HYBRID_BOOST_PIPELINE = "kgqr-hybrid-boost"

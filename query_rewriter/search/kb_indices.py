@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kgqr_core.single_flight import SingleFlight
 from plugin.field_map import FieldMap
-from plugin.schema import META_INDEX, kb_of_documents_index
+from plugin.schema import META_INDEX, META_READ_SIZE, kb_of_documents_index
 from query_rewriter.engine.gateway import EngineSession
 
 log = logging.getLogger("kgqr.proxy")
@@ -45,7 +45,8 @@ Attached = dict[str, SearchTarget]
 async def attached_in_meta(session: EngineSession) -> Attached:
     """Index or alias name -> its attached knowledge base, from kgqr-meta."""
     answer = await session.search(
-        META_INDEX, {"size": 1000, "_source": ["kb", "attached"], "query": {"match_all": {}}}
+        META_INDEX,
+        {"size": META_READ_SIZE, "_source": ["kb", "attached"], "query": {"match_all": {}}},
     )
     found: Attached = {}
     for hit in answer["hits"]["hits"]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from kgqr_core.settings import Settings
 from plugin import kb_meta
-from plugin.schema import META_INDEX
+from plugin.schema import META_INDEX, META_READ_SIZE
 from query_rewriter.engine.gateway import Engine, EngineSession
 from query_rewriter.engine.identities import IdentityResolver
 from query_rewriter.search.kb_indices import KnowledgeBaseIndices, attached_in_meta
@@ -58,6 +58,6 @@ async def knowledge_base_names(session: EngineSession) -> list[str]:
     page asks as the caller, graph preloading as kgqr (its bookkeeping, never shown to a
     caller). Raises when refused."""
     answer = await session.search(
-        META_INDEX, {"size": 1000, "_source": ["kb"], "sort": [{"kb": "asc"}]}
+        META_INDEX, {"size": META_READ_SIZE, "_source": ["kb"], "sort": [{"kb": "asc"}]}
     )
     return [hit["_source"]["kb"] for hit in answer["hits"]["hits"]]
