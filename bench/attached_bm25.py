@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from opensearchpy import helpers
 
-from bench.attached_retrievers import KGQR, _kgqr, _scores, corpus_files
+from bench.attached_retrievers import KGQR, corpus_files, run_kgqr, scores_of
 from bench.bench_common import proxy_process, save
 from kgqr_core import connections
 from kgqr_core.settings import get_settings
@@ -59,17 +59,17 @@ def main() -> None:
                    for d in lines)  # fmt: skip
         helpers.bulk(opensearch, actions, refresh=True)
         try:
-            _kgqr("kb", "attach", kb, "--index", index, "--no-vectors", "--text", "title^2",
+            run_kgqr("kb", "attach", kb, "--index", index, "--no-vectors", "--text", "title^2",
                   "--text", "body")  # fmt: skip
-            _kgqr("kb", "graph", kb, "--relations", str(relations))
+            run_kgqr("kb", "graph", kb, "--relations", str(relations))
             time.sleep(MISS_TTL_S + 1)
             direct = {q.id: _ranked(settings.opensearch.url, index, q.text, args.k, None)
                       for q in judged_queries}  # fmt: skip
-            rows["BM25 (direct)"] = _scores(direct, judged)
+            rows["BM25 (direct)"] = scores_of(direct, judged)
             for strategy in STRATEGIES:
                 ranked = {q.id: _ranked(proxy.url, index, q.text, args.k, strategy)
                           for q in judged_queries}  # fmt: skip
-                rows[f"{strategy} through kgqr"] = _scores(ranked, judged)
+                rows[f"{strategy} through kgqr"] = scores_of(ranked, judged)
         finally:
             subprocess.run([*KGQR, "kb", "detach", kb, "--yes"], capture_output=True)
             opensearch.indices.delete(index=index, ignore=[404])

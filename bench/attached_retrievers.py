@@ -78,7 +78,7 @@ def corpus_files(spec: str, folder: Path, model: str) -> tuple[Path, Path, int]:
 KGQR = [sys.executable, "-c", "from kgqr_ops.cli import main; main()"]
 
 
-def _kgqr(*args: str) -> None:
+def run_kgqr(*args: str) -> None:
     done = subprocess.run([*KGQR, *args], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"kgqr {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
@@ -109,7 +109,9 @@ def _own_kb_ranked(
     return ranked
 
 
-def _scores(ranked: dict[str, list[str]], judged: dict[str, dict[str, float]]) -> dict[str, float]:
+def scores_of(
+    ranked: dict[str, list[str]], judged: dict[str, dict[str, float]]
+) -> dict[str, float]:
     per_query = [score_query(ranked.get(qid, []), grades) for qid, grades in judged.items()]
     means = mean_scores(per_query)
     return {"R@5": round(100 * means["R@5"], 1), "MRR": round(100 * means["MRR"], 1)}
@@ -166,8 +168,8 @@ def main() -> None:
             "direct": _own_kb_ranked(settings.opensearch.url, own_index, lines, args.k),
             "kgqr": _own_kb_ranked(proxy.url, own_index, lines, args.k),
         }
-        rows.append(("kgqr's own KB (opensearch-py knn)", _scores(own["direct"], judged),
-                     _scores(own["kgqr"], judged)))  # fmt: skip
+        rows.append(("kgqr's own KB (opensearch-py knn)", scores_of(own["direct"], judged),
+                     scores_of(own["kgqr"], judged)))  # fmt: skip
         for client in args.clients.split(","):
             index = kb = f"bench-{client}-{kind}"
             opensearch.indices.delete(index=index, ignore=[404])
@@ -176,13 +178,13 @@ def main() -> None:
                 _drive(python, "write", client, "--url", settings.opensearch.url, "--index", index,
                        f"--docs={docs}")  # fmt: skip
                 written = time.perf_counter() - started
-                _kgqr("kb", "attach", kb, "--index", index, "--model", settings.embedder.model)
-                _kgqr("kb", "graph", kb, "--relations", str(relations))
+                run_kgqr("kb", "attach", kb, "--index", index, "--model", settings.embedder.model)
+                run_kgqr("kb", "graph", kb, "--relations", str(relations))
                 time.sleep(MISS_TTL_S + 1)  # the proxy rereads attached indices this often
                 urls = {"direct": settings.opensearch.url, "kgqr": proxy.url}
                 ranked = dict(_paths(python, client, index, urls, queries, args.k, folder))
                 rows.append(
-                    (client, _scores(ranked["direct"], judged), _scores(ranked["kgqr"], judged))
+                    (client, scores_of(ranked["direct"], judged), scores_of(ranked["kgqr"], judged))
                 )
                 figures[f"{client}_write_s"] = round(written, 1)
             finally:

@@ -93,13 +93,17 @@ def _merge_entity(var: str, key: str) -> str:
     )
 
 
+# An attached index's document as a node (type `document`: the strategies score and show
+# only nodes with a document), MERGEd from row.<key>.
+DOCUMENT_NODE = "MERGE ({v}:Node {{kb: $kb, id: row.{key}}}) ON CREATE SET {v}.type = 'document' "
+
+
 def write_document_nodes(driver: Any, kb: str, ids: Sequence[str]) -> None:
-    """Nodes for an attached index's documents (type `document`), for mentions and triples
-    read from them to hang on."""
+    """Nodes for an attached index's documents, for mentions and triples read from them to
+    hang on."""
     _run_batched(
         driver,
-        "UNWIND $rows AS row MERGE (n:Node {kb: $kb, id: row.id}) "
-        "ON CREATE SET n.type = 'document'",
+        "UNWIND $rows AS row " + DOCUMENT_NODE.format(v="n", key="id"),
         [{"id": doc_id} for doc_id in ids],
         kb=kb,
     )
@@ -117,13 +121,14 @@ def write_links(driver: Any, kb: str, links: Sequence[Link]) -> None:
         else:
             row["target"] = link.target
         by_type[(relation_type(link.type), link.entity is not None)].append(row)
-    document = "MERGE ({v}:Node {{kb: $kb, id: row.{key}}}) ON CREATE SET {v}.type = 'document' "
     for (rel_type, to_entity), rows in by_type.items():
-        target = _merge_entity("t", "entity") if to_entity else document.format(v="t", key="target")
+        target = (
+            _merge_entity("t", "entity") if to_entity else DOCUMENT_NODE.format(v="t", key="target")
+        )
         _run_batched(
             driver,
             "UNWIND $rows AS row "
-            + document.format(v="s", key="source")
+            + DOCUMENT_NODE.format(v="s", key="source")
             + target
             + f"MERGE (s)-[r:`{rel_type}`]->(t) SET r.relation = row.relation",
             rows,

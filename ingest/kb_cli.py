@@ -139,16 +139,14 @@ def _rewrites(field_map: Any) -> str:
     )
     knn = (f" + k-NN on {field_map.vector_field} (queries embedded with "
            f"{field_map.vector_model})" if field_map.vector_field else "")  # fmt: skip
-    vector_queries = (
-        f"\n  knn queries on {field_map.vector_field} (LangChain, Haystack, LlamaIndex "
+    vector_queries = [
+        f"  knn queries on {field_map.vector_field} (LangChain, Haystack, LlamaIndex "
         "retrievers): that k-NN + the graph, with the caller's own vector"
-        if field_map.vector_field
-        else ""
-    )
+    ] if field_map.vector_field else []  # fmt: skip
     return "\n".join([
         f"searches on {field_map.index} through kgqr, once attached:",
         f"  match / multi_match / query_string: BM25 over {words}{knn} + the graph's boosts",
-        *([vector_queries.strip("\n")] if vector_queries else []),
+        *vector_queries,
         "  ranked within the caller's matches; documents the graph links to the query are",
         "  added and counted in hits.total, except under aggregations (facets and totals",
         "  then exactly the direct search's); filters, _source, highlight kept",
@@ -172,10 +170,10 @@ def list_command() -> None:
         click.echo(f"{meta.kb:<24} {kind:<9} {index:<32} {meta.embedder or '(no vectors)'}")
 
 
-def _meta(name: str) -> Any:
+def _meta(client: Any, name: str) -> Any:
     from plugin import kb_meta
 
-    meta = kb_meta.load(_client(), name)
+    meta = kb_meta.load(client, name)
     if meta is None:
         raise click.ClickException(f"no knowledge base {name!r} (see `kgqr kb list`)")
     return meta
@@ -185,7 +183,7 @@ def _meta(name: str) -> Any:
 @click.argument("name", callback=_name)
 def show(name: str) -> None:
     """A knowledge base's record: its field map, structure and model."""
-    meta = _meta(name)
+    meta = _meta(_client(), name)
     click.echo(_describe(meta.fields()))
     click.echo(f"structure:   {json.dumps(meta.structure.model_dump())}")
 
@@ -199,12 +197,13 @@ def detach(name: str) -> None:
     from ingest.kb_removal import drop_knowledge_base
     from kgqr_core import connections
 
-    meta = _meta(name)
+    client = _client()
+    meta = _meta(client, name)
     if meta.attached is None:
         raise click.ClickException(f"{name!r} is kgqr's own knowledge base: `kgqr ingest drop`")
     settings = get_settings()
     with connections.neo4j_driver(settings) as neo4j:
-        removed = drop_knowledge_base(_client(), neo4j, connections.redis_client(settings), name)
+        removed = drop_knowledge_base(client, neo4j, connections.redis_client(settings), name)
     click.echo(f"detached {name}: {removed.nodes} graph nodes removed; "
                f"{meta.attached.index} untouched")  # fmt: skip
 
@@ -255,7 +254,7 @@ def graph(name: str, relations: Path | None, from_fields: bool,
     if [relations is not None, from_fields, bool(extract_fields)].count(True) != 1:
         raise click.UsageError("give one of --relations FILE, --from-fields or --extract FIELD")
     settings, client = get_settings(), _client()
-    field_map = _meta(name).attached
+    field_map = _meta(client, name).attached
     if field_map is None:
         raise click.ClickException(f"{name!r} is kgqr's own knowledge base: its graph is ingested")
     if from_fields and not (field_map.entity_fields or field_map.reference_fields):
@@ -353,7 +352,7 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     from plugin import kb_meta
 
     settings, client = get_settings(), _client()
-    meta = _meta(name)
+    meta = _meta(client, name)
     if meta.attached is None:
         raise click.ClickException(f"{name!r} is kgqr's own knowledge base: ingest keeps it")
     fields = meta.attached

@@ -67,10 +67,6 @@ class FieldMap(BaseModel):
         """The text fields as a multi_match names them (`title^2`)."""
         return [_boosted(name, boost) for name, boost in self.text_fields.items()]
 
-    def source_fields(self) -> list[str]:
-        """The fields a strategy reads from a hit: title and body."""
-        return [name for name in (self.title_field, self.body_field) if name]
-
 
 def _boosted(name: str, boost: float) -> str:
     return name if boost == 1.0 else f"{name}^{boost:g}"
@@ -126,8 +122,8 @@ def _walk(properties: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, dic
 
 def index_mapping(answer: Mapping[str, Any]) -> dict[str, Any]:
     """GET INDEX/_mapping's answer (one entry per index behind an alias) as one mapping;
-    a field the indices map differently keeps the first's type, and `conflicts` in
-    check_field_map reports it."""
+    a field the indices map differently keeps the first's type (attach takes one index:
+    ingest/attached_indices.py refuses an alias over several)."""
     properties: dict[str, Any] = {}
     for entry in answer.values():
         for name, spec in ((entry.get("mappings") or {}).get("properties") or {}).items():

@@ -7,10 +7,10 @@ those documents. Its own total would count the candidate pool instead, so the to
 facets come from a size-0 search of the caller's query run beside the rewritten one. The
 graph may add documents it links to the query (unless the search aggregates, or its query
 demands more than a word): that size-0 search then counts them too, so `hits.total` is
-the number of documents the rewritten search can return. (One gap: a document the
-caller's query matches only in fields the rewrite's BM25 side does not search, e.g. a
-query_string on `*`, is counted but reached only through the k-NN side.) (kgqr once answered a
-total of 2 above five hits, and an app paging by the total could not reach the rest.)
+the number of documents the rewritten search can return (kgqr once answered a total of 2
+above five hits, and an app paging by the total could not reach the rest). One gap: a
+document the caller's query matches only in fields the rewrite's BM25 side does not search
+(a query_string on `*`) is counted, but reached only through the k-NN side.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kgqr_core.single_flight import SingleFlight
-from plugin.field_map import FieldMap
+from plugin.field_map import OWN_VECTOR_FIELD, FieldMap
 from plugin.schema import META_INDEX, META_READ_SIZE, kb_of_documents_index
 from query_rewriter.engine.gateway import EngineSession
 
@@ -37,6 +37,11 @@ class SearchTarget:
         if self.fields is None:
             return None
         return (*self.fields.text_fields, "*")
+
+    @property
+    def vector_field(self) -> str | None:
+        """The field a vector query must name to be rewritten; None: the KB has none."""
+        return self.fields.vector_field if self.fields is not None else OWN_VECTOR_FIELD
 
 
 Attached = dict[str, SearchTarget]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from plugin.field_map import OWN_VECTOR_FIELD, FieldMap
+from plugin.field_map import FieldMap
 from plugin.schema import kb_of_documents_index
 from query_rewriter.engine.answer_format import FORMAT_PARAMS, AnswerFormat, opensearch_flag
 from query_rewriter.engine.errors import RewriteRequestError
@@ -398,9 +398,7 @@ def plan_search(
     kb = target.kb if target is not None else None
     word_fields = target.word_fields if target is not None else None
     parsed = parse_query(body.get("query"), word_fields or WORD_FIELDS)
-    vector_field = (
-        (target.fields.vector_field if target.fields else OWN_VECTOR_FIELD) if target else None
-    )
+    vector_field = target.vector_field if target is not None else None
     if parsed is None and vector_field:
         parsed = parse_vector_query(body.get("query"), vector_field)
     passing = _pass_through(index, query_params, body, named, kb, parsed)

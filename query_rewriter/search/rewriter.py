@@ -128,13 +128,13 @@ class Rewriter:
         # (identical ones share one); referenced here so they are not collected mid-flight.
         self._background: dict[str, asyncio.Task[tuple[RewriteOutcome, bool]]] = {}
 
-    async def _model_of(self, kb: str) -> str:
-        """The model `kb`'s vectors came from; the default while its meta cannot be read
-        (the search then goes on, and a mismatch falls back at the engine)."""
+    async def _meta_or_none(self, kb: str) -> KnowledgeBaseMeta | None:
+        """`kb`'s meta; None while it cannot be read (the search then goes on with the
+        default model, and a mismatch falls back at the engine)."""
         try:
-            return self.embedders.model_for(await self.meta_of(kb))
+            return await self.meta_of(kb)
         except Exception:
-            return self.embedders.default_model
+            return None
 
     async def rewrite(
         self,
@@ -156,11 +156,11 @@ class Rewriter:
         # The vectors' model too: a re-embedded knowledge base never gets a cached query
         # vector of its old model.
         config = strategy.config(params, self.settings)
-        config["embedder"] = await self._model_of(kb)
+        meta = await self._meta_or_none(kb)
+        config["embedder"] = self.embedders.model_for(meta)
         config["llm_sample"] = self.settings.llm.sample  # another draw is another rewrite
         # An attached index's field map shapes what its searches read; a vector query is
         # named by its vector's digest, which a text query could spell out.
-        meta = await self.meta_of(kb)
         if meta is not None and meta.attached is not None:
             config["fields"] = meta.attached.model_dump(mode="json")
         if query_vector is not None:
