@@ -90,14 +90,19 @@ def ingest_chunk(
     outcome = ChunkOutcome()
     batch = _sort(records)
 
-    passages = [*(batch.documents if extract_triples else []),
-                *(record.as_passage() for record in batch.to_extract)]  # fmt: skip
+    own = batch.documents if extract_triples else []
+    passages = [
+        *((document, None) for document in own),
+        *((record.as_passage(), record.evidence) for record in batch.to_extract),
+    ]
     # An attached index's documents are graph nodes only (they stay in the team's index).
     graph_writer.write_document_nodes(resources.neo4j, kb, [r.id for r in batch.to_extract])
-    for document in passages:
+    for document, evidence in passages:
         extraction = extract(resources.llm, document)
-        batch.triples.extend(extraction.triples)
-        batch.mentions.extend(extraction.mentions)
+        # What is read from an attached index's fields is usable only where they show.
+        read_from = {"evidence": evidence}
+        batch.triples.extend(t.model_copy(update=read_from) for t in extraction.triples)
+        batch.mentions.extend(m.model_copy(update=read_from) for m in extraction.mentions)
         outcome.problems.extend(extraction.problems)
         outcome.llm_calls += extraction.llm_calls
         outcome.cached_llm_calls += extraction.cached_calls

@@ -115,7 +115,11 @@ def write_links(driver: Any, kb: str, links: Sequence[Link]) -> None:
     entity nodes, as a passage's mentions are."""
     by_type: dict[tuple[str, bool], list[dict[str, Any]]] = defaultdict(list)
     for link in links:
-        row: dict[str, str | None] = {"source": link.source, "relation": link.type}
+        row: dict[str, Any] = {
+            "source": link.source,
+            "relation": link.type,
+            "evidence": link.evidence,
+        }
         if link.entity is not None:
             row |= {"entity": entity_id(link.entity), "entity_name": link.entity}
         else:
@@ -130,7 +134,9 @@ def write_links(driver: Any, kb: str, links: Sequence[Link]) -> None:
             "UNWIND $rows AS row "
             + DOCUMENT_NODE.format(v="s", key="source")
             + target
-            + f"MERGE (s)-[r:`{rel_type}`]->(t) SET r.relation = row.relation",
+            + f"MERGE (s)-[r:`{rel_type}`]->(t) SET r.relation = row.relation, "
+            # A field's edge a relations file repeats keeps its field's evidence.
+            + "r.field_evidence = coalesce(row.evidence, r.field_evidence)",
             rows,
             kb=kb,
         )
@@ -138,14 +144,16 @@ def write_links(driver: Any, kb: str, links: Sequence[Link]) -> None:
 
 def write_mentions(driver: Any, kb: str, mentions: Sequence[Mention]) -> None:
     rows = [
-        {"passage": m.passage_id, "entity": entity_id(m.entity), "entity_name": m.entity}
+        {"passage": m.passage_id, "entity": entity_id(m.entity), "entity_name": m.entity,
+         "evidence": m.evidence}
         for m in mentions
-    ]
+    ]  # fmt: skip
     _run_batched(
         driver,
         "UNWIND $rows AS row "
         + _merge_entity("e", "entity")
-        + "MERGE (p:Node {kb: $kb, id: row.passage}) MERGE (p)-[:MENTIONS]->(e)",
+        + "MERGE (p:Node {kb: $kb, id: row.passage}) MERGE (p)-[m:MENTIONS]->(e) "
+        + "SET m.field_evidence = row.evidence",
         rows,
         kb=kb,
     )
@@ -160,6 +168,7 @@ def write_triples(driver: Any, kb: str, triples: Sequence[CorpusTriple]) -> None
             "head": entity_id(t.head), "head_name": t.head,
             "tail": entity_id(t.tail), "tail_name": t.tail,
             "relation": t.relation, "ttr": t.ttr, "passage": t.passage_id,
+            "evidence": t.evidence,
         }
         for t in triples
     ]  # fmt: skip
@@ -169,9 +178,11 @@ def write_triples(driver: Any, kb: str, triples: Sequence[CorpusTriple]) -> None
         + _merge_entity("h", "head")
         + _merge_entity("t", "tail")
         + "MERGE (h)-[r:RELATION {triple_id: row.triple_id}]->(t) "
-        "SET r.relation = row.relation, r.ttr = row.ttr, r.passage_id = row.passage "
+        "SET r.relation = row.relation, r.ttr = row.ttr, r.passage_id = row.passage, "
+        "r.field_evidence = row.evidence "
         + "MERGE (p:Node {kb: $kb, id: row.passage}) "
-        + "MERGE (p)-[:MENTIONS]->(h) MERGE (p)-[:MENTIONS]->(t)",
+        + "MERGE (p)-[mh:MENTIONS]->(h) MERGE (p)-[mt:MENTIONS]->(t) "
+        + "SET mh.field_evidence = row.evidence, mt.field_evidence = row.evidence",
         rows,
         kb=kb,
     )

@@ -107,7 +107,7 @@ def enqueue(
         settings.opensearch.kb_shards,
         settings.opensearch.kb_replicas,
     )
-    installer.add_new_document_fields(opensearch, kb)
+    installer.add_new_fields(opensearch, kb, "documents")
     job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
     kb_meta.save(
         opensearch,
@@ -141,6 +141,8 @@ def enqueue_graph(
             f"knowledge base {kb!r} is not an attached index: attach one with "
             f"`kgqr kb attach {kb} --index INDEX` first"
         )
+    # Triples read from its fields carry their evidence, a field older indices lack.
+    installer.add_new_fields(opensearch, kb, "triples")
     job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
     kb_meta.save(opensearch, meta.model_copy(update={"structure": job.structure}))
     return job

@@ -76,6 +76,7 @@ def write_triples(
             "id": t.triple_id, "kb": kb, "head": t.head, "relation": t.relation, "tail": t.tail,
             "passage_id": t.passage_id, "ttr": t.ttr, "ttr_source": t.ttr_source,
             "vector": vector.tolist(),
+            **({"field_evidence": t.evidence} if t.evidence else {}),
         }, t)
         for t, vector in zip(triples, vectors, strict=True)
     ]  # fmt: skip

@@ -111,6 +111,9 @@ class Link(BaseModel):
     type: GraphName
     target: DocumentId | None = None
     entity: NonEmpty | None = None
+    # Stored FieldEvidence ([document, digest, field]) for an edge read from a field; None
+    # for a relations file's, which any reader of the source document may use.
+    evidence: list[str] | None = None
 
     @model_validator(mode="after")
     def _one_end(self) -> Link:
@@ -128,6 +131,9 @@ class ExtractFrom(BaseModel):
     id: DocumentId
     title: Title = ""
     text: str
+    # Stored FieldEvidence of the fields read: what the triples read from them need a
+    # caller to see.
+    evidence: list[str] | None = None
 
     def as_passage(self) -> Document:
         return Document(id=self.id, type="document", title=self.title, text=self.text)
@@ -144,6 +150,7 @@ class CorpusTriple(BaseModel):
     passage_id: DocumentId
     ttr: str | None = None
     ttr_source: Literal["llm", "template", "given"] | None = None
+    evidence: list[str] | None = None  # ExtractFrom.evidence, for a triple read from fields
 
     @property
     def triple_id(self) -> str:
@@ -162,6 +169,7 @@ class Mention(BaseModel):
     kind: Literal["mention"] = "mention"
     passage_id: DocumentId
     entity: NonEmpty
+    evidence: list[str] | None = None  # ExtractFrom.evidence, for a mention read from fields
 
 
 class Rejected(BaseModel):

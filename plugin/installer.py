@@ -69,13 +69,14 @@ def ensure_triples_index(client: Any, kb: str, dimension: int) -> None:
     ensure_kb_index(client, kb, "triples", dimension, shards, str(replicas))
 
 
-def add_new_document_fields(client: Any, kb: str) -> None:
-    """Give a knowledge base's existing documents index the fields kgqr's template has
-    gained since it was made (its mapping is strict, so a write with them would fail)."""
-    index = schema.documents_index(kb)
+def add_new_fields(client: Any, kb: str, role: str) -> None:
+    """Give a knowledge base's existing `role` index ("documents", "triples") the fields
+    kgqr's template has gained since it was made (its mapping is strict, so a write with
+    them would fail)."""
+    index = schema.kb_index(kb, role)
     if not client.indices.exists(index=index):
         return  # made from the current template at the first write
-    properties = schema.index_templates(1)["kgqr-documents"]["template"]["mappings"]["properties"]
+    properties = schema.index_templates(1)[f"kgqr-{role}"]["template"]["mappings"]["properties"]
     fields = {name: mapping for name, mapping in properties.items() if name != "vector"}
     client.indices.put_mapping(index=index, body={"properties": fields})
 

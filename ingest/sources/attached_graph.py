@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ingest.records import ExtractFrom, Link, Record, Rejected
 from ingest.sources.base import Source, json_lines
+from kgqr_core.field_evidence import FieldEvidence, field_values, joined_text
 from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure
 
@@ -53,16 +54,6 @@ class RelationsFileSource(Source):
                 yield line.rejected(self.path.name, f"{type(exc).__name__}: {exc}")
 
 
-def field_values(source: dict[str, Any], path: str) -> list[str]:
-    """A document's values of a (dotted) field, as strings: one for a scalar, each of a
-    list's, none when absent."""
-    value: Any = source
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    items = value if isinstance(value, list) else [value]
-    return [str(item) for item in items if item is not None and str(item).strip()]
-
-
 class IndexFieldsSource(Source):
     """Typed edges from an attached index's entity fields (`brand: Acme` -> BRAND -> the
     entity Acme, shared by every document with that brand) and reference fields (`cites:
@@ -98,24 +89,27 @@ class IndexFieldsSource(Source):
             yield from self.links_of(hit["_id"], hit.get("_source") or {})
 
     def links_of(self, doc_id: str, source: dict[str, Any]) -> Iterator[Record]:
-        """One document's edges (a value no edge can hold is set aside, with its reason)."""
+        """One document's edges (a value no edge can hold is set aside, with its reason),
+        each with the field value it was read from as its evidence."""
         for path in self.fields.entity_fields:
             for value in field_values(source, path):
-                yield self._link(doc_id, path, entity=value)
+                yield self._link(doc_id, path, value, to_entity=True)
         for path in self.fields.reference_fields:
             for value in field_values(source, path):
-                yield self._link(doc_id, path, target=value)
+                yield self._link(doc_id, path, value, to_entity=False)
 
     @staticmethod
-    def _link(
-        doc_id: str, path: str, entity: str | None = None, target: str | None = None
-    ) -> Record:
+    def _link(doc_id: str, path: str, value: str, to_entity: bool) -> Record:
         relation = path.rsplit(".", 1)[-1]
+        evidence = FieldEvidence.of_value(doc_id, path, value).as_stored()
+        entity, target = (value, None) if to_entity else (None, value)
         try:
-            return Link(source=doc_id, type=relation, entity=entity, target=target)
+            return Link(
+                source=doc_id, type=relation, entity=entity, target=target, evidence=evidence
+            )
         except ValidationError as exc:
             reason = f"{doc_id} {path}: {exc.errors()[0]['msg']}"
-            return Rejected(reason=reason, raw=str(entity or target)[:4000], stage="fields")
+            return Rejected(reason=reason, raw=value[:4000], stage="fields")
 
     def _hits(self) -> Iterator[dict[str, Any]]:
         wanted = [*self.fields.entity_fields, *self.fields.reference_fields]
@@ -165,11 +159,13 @@ class IndexTextSource(IndexFieldsSource):
             if self.limit is not None and read >= self.limit:
                 return
             source = hit.get("_source") or {}
-            text = "\n".join(v for f in self.text_fields for v in field_values(source, f))
+            text = joined_text(source, self.text_fields)
             if not text.strip():
                 continue  # nothing to read (or the fields are empty for this document)
             heading = " ".join(field_values(source, title))[:1024] if title else ""
+            # The LLM reads the title too: its triples need a caller to see both.
+            evidence = FieldEvidence.of_text(hit["_id"], wanted, source).as_stored()
             try:
-                yield ExtractFrom(id=hit["_id"], title=heading, text=text)
+                yield ExtractFrom(id=hit["_id"], title=heading, text=text, evidence=evidence)
             except ValidationError as exc:
                 yield Rejected(reason=f"{hit['_id']}: {exc.errors()[0]['msg']}", raw=text[:4000])

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of
 from query_rewriter.graph.store import Neighbour, Neighbourhood, Reach
 from query_rewriter.graph.store import has_document as has_document_type
 
@@ -24,7 +25,7 @@ NODES = "MATCH (n:Node {kb: $kb}) RETURN n.id AS id, n.type AS type, n.name AS n
 RELATIONSHIPS = """
 MATCH (a:Node {kb: $kb})-[r]->(b:Node {kb: $kb})
 RETURN a.id AS source, b.id AS target, coalesce(r.relation, toLower(type(r))) AS relation,
-       r.passage_id AS passage
+       coalesce(r.field_evidence, r.passage_id) AS evidence
 """
 
 
@@ -45,8 +46,9 @@ def _slices(
 class GraphSnapshot:
     """Node i's edges are positions offsets[i]..offsets[i+1] of `neighbour` (the node at
     the other end), `relation` (a number into `relations`), `outgoing` (node i is the
-    relationship's start) and `source` (the node of the passage a triple edge was read
-    from, -1 for other edges), in the order they were read."""
+    relationship's start) and `source` (its evidence: the node of the passage a triple edge
+    was read from, or for an edge read from an attached document's fields -2 less its
+    number in `field_evidence`; -1 for other edges), in the order they were read."""
 
     version: int
     ids: list[str]
@@ -60,17 +62,19 @@ class GraphSnapshot:
     outgoing: np.ndarray
     source: np.ndarray
     relations: list[str]
+    field_evidence: list[FieldEvidence]
 
     @classmethod
     def build(
         cls,
         version: int,
         nodes: Iterable[tuple[str, str | None, str | None]],
-        relationships: Iterable[tuple[str, ...]],
+        relationships: Iterable[tuple[Any, ...]],
     ) -> GraphSnapshot:
-        """From (id, type, name) nodes and (start id, end id, relation[, source passage id])
-        relationships; a relationship whose end or source is not among the nodes (written
-        between the two reads) is left out, since no caller's right to it could be checked."""
+        """From (id, type, name) nodes and (start id, end id, relation[, evidence])
+        relationships, the evidence a passage id or a stored FieldEvidence; a relationship
+        whose end or passage is not among the nodes (written between the two reads) is left
+        out, since no caller's right to it could be checked."""
         ids: list[str] = []
         types: list[str | None] = []
         names: list[str | None] = []
@@ -80,14 +84,23 @@ class GraphSnapshot:
             names.append(name)
         position = {node_id: number for number, node_id in enumerate(ids)}
         numbered: dict[str, int] = {}
+        gates: dict[FieldEvidence, int] = {}
         starts, ends, kinds, sources = [], [], [], []
-        for start, end, relation, *passage in relationships:
-            read_from = passage[0] if passage else None
-            if start in position and end in position and (read_from in position or not read_from):
+        for start, end, relation, *stored in relationships:
+            evidence = evidence_of(stored[0]) if stored else None
+            if isinstance(evidence, FieldEvidence):
+                read_from = -2 - gates.setdefault(evidence, len(gates))
+            elif evidence:
+                if evidence not in position:
+                    continue
+                read_from = position[evidence]
+            else:
+                read_from = -1
+            if start in position and end in position:
                 starts.append(position[start])
                 ends.append(position[end])
                 kinds.append(numbered.setdefault(relation, len(numbered)))
-                sources.append(position[read_from] if read_from else -1)
+                sources.append(read_from)
         start_numbers, end_numbers = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
         owner = np.concatenate([start_numbers, end_numbers])
         other = np.concatenate([end_numbers, start_numbers])
@@ -113,6 +126,7 @@ class GraphSnapshot:
             outgoing=outgoing[order],
             source=np.concatenate([source, source])[order],
             relations=list(numbered),
+            field_evidence=list(gates),
         )
 
     @property
@@ -163,17 +177,28 @@ class SnapshotNeighbourhood:
         starts = np.concatenate([self.first_seed, first_node[self.second_row]])
         return starts, np.concatenate([first_node, self.graph.neighbour[self.second_edge]])
 
-    def evidence_ids(self) -> set[str]:
+    def evidence_ids(self) -> set[Evidence]:
         graph = self.graph
         edges = np.concatenate([self.first_edge, self.second_edge])
         nodes = np.unique(graph.neighbour[edges])
         sources = np.unique(graph.source[edges])
         numbers = np.union1d(nodes[graph.has_document[nodes]], sources[sources >= 0])
-        return {graph.ids[n] for n in numbers.tolist()} - self.seeds
+        found: set[Evidence] = {graph.ids[n] for n in numbers.tolist()} - self.seeds
+        return found | self.field_evidence()
 
-    def without(self, hidden: Collection[str]) -> SnapshotNeighbourhood:
+    def field_evidence(self) -> set[FieldEvidence]:
         graph = self.graph
-        blocked = np.asarray([graph.position[i] for i in hidden if i in graph.position], np.int64)
+        sources = np.unique(graph.source[np.concatenate([self.first_edge, self.second_edge])])
+        return {graph.field_evidence[-2 - n] for n in sources[sources <= -2].tolist()}
+
+    def without(self, hidden: Collection[Evidence]) -> SnapshotNeighbourhood:
+        graph = self.graph
+        gate = {evidence: -2 - n for n, evidence in enumerate(graph.field_evidence)}
+        blocked = np.asarray(
+            [graph.position[e] if isinstance(e, str) else gate[e] for e in hidden
+             if e in graph.position or e in gate],
+            np.int64,
+        )  # fmt: skip
         if not len(blocked):
             return self
 
@@ -267,8 +292,10 @@ class SnapshotNeighbourhood:
         return [graph.ids[node], graph.types[node], relation, bool(graph.outgoing[edge]),
                 graph.names[node], self._source_of(edge)]  # fmt: skip
 
-    def _source_of(self, edge: int) -> str | None:
+    def _source_of(self, edge: int) -> Evidence | None:
         source = int(self.graph.source[edge])
+        if source <= -2:
+            return self.graph.field_evidence[-2 - source]
         return self.graph.ids[source] if source >= 0 else None
 
     def names(self) -> dict[str, str]:

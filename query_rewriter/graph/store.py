@@ -13,13 +13,16 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from neo4j import AsyncDriver
 
+from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of
 from plugin.schema import relation_type
 
-# A row is [seed, relation, outgoing, id, name, type, second hops, source passage]; a second
-# hop is [id, type, relation, outgoing, name, source passage]. The name only when asked for,
+# A row is [seed, relation, outgoing, id, name, type, second hops, evidence]; a second
+# hop is [id, type, relation, outgoing, name, evidence]. The name only when asked for,
 # since reading thousands of names costs Neo4j a third of the query and only `kar_no_drf`
-# uses them. The source passage is the one a triple (an entity-to-entity RELATION) was read
-# from, null for other relationships: a caller may use the edge only if they may read it.
+# uses them. The evidence is what a caller must be able to read to use the edge, beside its
+# ends: the passage a triple (an entity-to-entity RELATION) was read from, or the fields of
+# an attached index's document an edge was read from (kgqr_core/field_evidence.py); null
+# for other relationships.
 NEIGHBOURS = """
 UNWIND $seeds AS seed
 MATCH (s:Node {kb: $kb, id: seed})
@@ -33,11 +36,12 @@ CALL (s, n1) {
   WITH r2, n2 LIMIT $cap
   RETURN collect(CASE WHEN n2 IS NULL THEN null ELSE [
     n2.id, n2.type, coalesce(r2.relation, toLower(type(r2))), startNode(r2) = n1,
-    CASE WHEN $names THEN n2.name END, r2.passage_id
+    CASE WHEN $names THEN n2.name END, coalesce(r2.field_evidence, r2.passage_id)
   ] END) AS second
 }
 RETURN collect([seed, coalesce(r1.relation, toLower(type(r1))), startNode(r1) = s,
-                n1.id, n1.name, n1.type, second, r1.passage_id]) AS rows
+                n1.id, n1.name, n1.type, second,
+                coalesce(r1.field_evidence, r1.passage_id)]) AS rows
 """
 
 
@@ -50,18 +54,30 @@ def has_document(node_type: str | None) -> bool:
     return node_type not in (None, "entity")
 
 
+def with_evidence(rows: list[list[Any]]) -> list[list[Any]]:
+    """NEIGHBOURS rows with each stored FieldEvidence (a list) made one, in place: the
+    readability check and `without` take evidence as hashable values."""
+    for row in rows:
+        if row[7] is not None:
+            row[7] = evidence_of(row[7])
+        for hop in row[6]:
+            if hop[5] is not None:
+                hop[5] = evidence_of(hop[5])
+    return rows
+
+
 class FollowedEdge(NamedTuple):
     """One relationship a plan's `follow` took: where from, where to, the target's type,
-    and the passage a triple edge was read from (None for other edges)."""
+    and its evidence (a triple's passage, a field's; None for other edges)."""
 
     source: str
     target: str
     target_type: str | None
-    passage: str | None
+    passage: Evidence | None
 
-    def evidence(self) -> set[str]:
+    def evidence(self) -> set[Evidence]:
         """What a caller must be able to read to use this edge: its target's document and
-        its source passage."""
+        its evidence."""
         needed = {self.target} if has_document(self.target_type) else set()
         return needed | ({self.passage} if self.passage else set())
 
@@ -158,10 +174,10 @@ class Neighbourhood:
         """The part that paths to `ids` run through (all of it: rows are already read)."""
         return self
 
-    def evidence_ids(self) -> set[str]:
+    def evidence_ids(self) -> set[Evidence]:
         """What a caller must be able to read for this neighbourhood to be theirs: every
-        reached node with a document and every passage a triple edge was read from."""
-        found: set[str] = set()
+        reached node with a document and every edge's evidence."""
+        found: set[Evidence] = set()
         for row in self.rows:
             if has_document(row[5]):
                 found.add(row[3])
@@ -174,9 +190,16 @@ class Neighbourhood:
                     found.add(hop[5])
         return found - self.seeds
 
-    def without(self, hidden: Collection[str]) -> Neighbourhood:
-        """The neighbourhood less every step into a `hidden` node or along an edge read
-        from a `hidden` passage (a first step's second hops go with it)."""
+    def field_evidence(self) -> set[FieldEvidence]:
+        """The evidence of edges read from fields, alone: cheap where there is none."""
+        found = {row[7] for row in self.rows if isinstance(row[7], FieldEvidence)}
+        for row in self.rows:
+            found.update(hop[5] for hop in row[6] if isinstance(hop[5], FieldEvidence))
+        return found
+
+    def without(self, hidden: Collection[Evidence]) -> Neighbourhood:
+        """The neighbourhood less every step into a `hidden` node or along an edge with
+        `hidden` evidence (a first step's second hops go with it)."""
         blocked = set(hidden)
         if not blocked:
             return self
@@ -285,9 +308,11 @@ class Neighbours(Protocol):
 
     def around(self, ids: Collection[str] | None) -> Neighbourhood: ...
 
-    def evidence_ids(self) -> set[str]: ...
+    def evidence_ids(self) -> set[Evidence]: ...
 
-    def without(self, hidden: Collection[str]) -> Neighbours: ...
+    def field_evidence(self) -> set[FieldEvidence]: ...
+
+    def without(self, hidden: Collection[Evidence]) -> Neighbours: ...
 
     def document_ids(self) -> set[str]: ...
 
@@ -310,7 +335,8 @@ UNWIND $frontier AS source
 MATCH (e:Node {kb: $kb, id: source})
 CALL (e) {
   MATCH (e)-[r:RELATION]-(n:Node)
-  RETURN r.triple_id AS triple_id, n.id AS target, r.passage_id AS passage LIMIT $cap
+  RETURN r.triple_id AS triple_id, n.id AS target,
+         coalesce(r.field_evidence, r.passage_id) AS passage LIMIT $cap
 }
 RETURN collect([source, triple_id, target, passage]) AS edges
 """
@@ -322,7 +348,8 @@ MATCH (s:Node {kb: $kb, id: source})
 CALL (s) {
   MATCH (s)PATTERN(t:Node)
   WHERE $type IS NULL OR t.type = $type
-  RETURN t.id AS target, t.type AS target_type, r.passage_id AS passage LIMIT $cap
+  RETURN t.id AS target, t.type AS target_type,
+         coalesce(r.field_evidence, r.passage_id) AS passage LIMIT $cap
 }
 RETURN collect([source, target, target_type, passage]) AS pairs
 """
@@ -367,18 +394,18 @@ class Neo4jGraph:
         records, _, _ = await self._driver.execute_query(
             NEIGHBOURS, kb=kb, seeds=node_ids, hops=hops, cap=cap, names=with_names, routing_="r"
         )
-        return Neighbourhood(frozenset(node_ids), records[0]["rows"])
+        return Neighbourhood(frozenset(node_ids), with_evidence(records[0]["rows"]))
 
     async def entity_edges(
         self, kb: str, frontier: list[str], cap: int = 50
-    ) -> list[tuple[str, str, str, str | None]]:
-        """(source entity, triple id, other entity, source passage) for RELATION edges of
-        the frontier, capped per node; one round trip for the whole frontier."""
+    ) -> list[tuple[str, str, str, Evidence | None]]:
+        """(source entity, triple id, other entity, evidence) for RELATION edges of the
+        frontier, capped per node; one round trip for the whole frontier."""
         records, _, _ = await self._driver.execute_query(
             ENTITY_EDGES, kb=kb, frontier=frontier, cap=cap, routing_="r"
         )
-        return [(source, triple_id, target, passage) for source, triple_id, target, passage
-                in records[0]["edges"]]  # fmt: skip
+        return [(source, triple_id, target, evidence_of(passage))
+                for source, triple_id, target, passage in records[0]["edges"]]  # fmt: skip
 
     async def named_paths(
         self, kb: str, answers: list[str], text: str, cap: int = 3
@@ -407,4 +434,7 @@ class Neo4jGraph:
             FOLLOW.replace("PATTERN", pattern),
             kb=kb, sources=sources, type=node_type, cap=cap, routing_="r",
         )  # fmt: skip
-        return [FollowedEdge(*pair) for pair in records[0]["pairs"]]
+        return [
+            FollowedEdge(source, target, target_type, evidence_of(passage))
+            for source, target, target_type, passage in records[0]["pairs"]
+        ]

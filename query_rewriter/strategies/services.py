@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kgqr_core.field_evidence import Evidence
 from kgqr_core.llm import LlmAnswer, LlmRequest
 from query_rewriter.graph.store import FollowedEdge, Neighbours
 
@@ -45,7 +46,7 @@ class Graph(Protocol):
 
     async def entity_edges(
         self, kb: str, frontier: list[str], cap: int = 50
-    ) -> list[tuple[str, str, str, str | None]]: ...
+    ) -> list[tuple[str, str, str, Evidence | None]]: ...
 
     async def follow(
         self,

@@ -10,9 +10,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of
 from plugin.schema import triples_index
 from query_rewriter.engine.hybrid_query import bm25_clause
 from query_rewriter.engine.query_text import ParsedQuery
+from query_rewriter.graph.store import Neighbours
 from query_rewriter.strategies.context import StrategyContext, source_text
 from query_rewriter.strategies.services import Search
 
@@ -126,9 +128,18 @@ CHECKS_AT_ONCE = 4  # ids queries one readability check keeps in flight
 MAX_TRIPLE_DEPTH = 1_000
 
 
-async def readable_ids(ctx: StrategyContext, index: str, ids: set[str]) -> set[str]:
-    """The ids the caller may read (readable_among, through the strategy's search)."""
-    return await readable_among(ctx.opensearch, index, ids)
+async def readable_ids(
+    ctx: StrategyContext, index: str, evidence: Collection[Evidence]
+) -> set[Evidence]:
+    """What of `evidence` the caller may use: the ids they may read (readable_among) and
+    the field evidence their own fetch shows (shown_evidence), through the strategy's
+    search."""
+    ids = {item for item in evidence if isinstance(item, str)}
+    gates = {item for item in evidence if isinstance(item, FieldEvidence)}
+    readable, shown = await asyncio.gather(
+        readable_among(ctx.opensearch, index, ids), shown_evidence(ctx.opensearch, index, gates)
+    )
+    return {*readable, *shown}
 
 
 async def readable_among(search: Search, index: str, ids: Collection[str]) -> set[str]:
@@ -155,15 +166,61 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
     return set().union(*await asyncio.gather(*map(readable, chunks)))
 
 
+async def shown_evidence(
+    search: Search, index: str, gates: Collection[FieldEvidence]
+) -> set[FieldEvidence]:
+    """The field evidence the caller's own fetch of each document shows. Field-level
+    security hides a field, masking changes its values, and a document changed since its
+    graph was read shows other ones: each leaves the edges read from them unusable (one
+    fetch of the fields per IDS_PER_QUERY documents)."""
+    if not gates:
+        return set()
+    documents = sorted({gate.document for gate in gates})
+    fields = sorted({field for gate in gates for field in gate.fields})
+    slots = asyncio.Semaphore(CHECKS_AT_ONCE)
+
+    async def fetch(chunk: list[str]) -> dict[str, dict[str, Any]]:
+        body = {"size": len(chunk), "_source": fields, "query": {"ids": {"values": chunk}}}
+        async with slots:
+            hits = (await search.search(index, body))["hits"]["hits"]
+        return {hit["_id"]: hit.get("_source") or {} for hit in hits}
+
+    chunks = [documents[at : at + IDS_PER_QUERY] for at in range(0, len(documents), IDS_PER_QUERY)]
+    shown: dict[str, dict[str, Any]] = {}
+    for found in await asyncio.gather(*map(fetch, chunks)):
+        shown.update(found)
+    return {gate for gate in gates if gate.shown_in(shown.get(gate.document))}
+
+
+TRIPLE_EVIDENCE_FIELDS = ("passage_id", "field_evidence")
+
+
+async def without_hidden_fields(ctx: StrategyContext, hood: Neighbours) -> Neighbours:
+    """The neighbourhood less the edges read from fields the caller's fetch does not show.
+    For a strategy that checks the documents it reaches itself (by scoring them as the
+    caller), and so reads nothing here for a graph with no edge read from fields."""
+    gates = hood.field_evidence()
+    if not gates:
+        return hood
+    with ctx.timer.stage("readable"):
+        return hood.without(gates - await shown_evidence(ctx.opensearch, ctx.index, gates))
+
+
+def triple_evidence(source: dict[str, Any]) -> Evidence | None:
+    """What a triples index entry needs a caller to read: the fields it was read from
+    (an attached index's), else its passage."""
+    return evidence_of(source.get("field_evidence") or source.get("passage_id"))
+
+
 async def with_readable_passage(
-    ctx: StrategyContext, items: list[T], passage_of: Callable[[T], Any]
+    ctx: StrategyContext, items: list[T], evidence_of_item: Callable[[T], Evidence | None]
 ) -> list[T]:
-    """The items (triples, triple edges) whose source passage the caller may read, in
-    order. A triple states what its passage says, so it reaches a prompt, a path or an
-    explain only with that permission, whatever the triples index's own roles allow."""
-    passages = {str(passage) for item in items if (passage := passage_of(item))}
-    allowed = await readable_ids(ctx, ctx.index, passages)
-    return [item for item in items if passage_of(item) in allowed]
+    """The items (triples, triple edges) whose evidence the caller may read, in order. A
+    triple states what its passage says, so it reaches a prompt, a path or an explain only
+    with that permission, whatever the triples index's own roles allow."""
+    evidence = {found for item in items if (found := evidence_of_item(item))}
+    allowed = await readable_ids(ctx, ctx.index, evidence)
+    return [item for item in items if evidence_of_item(item) in allowed]
 
 
 async def nearest_readable_triples(
@@ -176,12 +233,13 @@ async def nearest_readable_triples(
     who may read them all gets exactly the first search's k."""
     index = triples_index(ctx.kb)
     depth = k
+    wanted = sorted({*fields, *TRIPLE_EVIDENCE_FIELDS})
     while True:
         vector = [float(x) for x in query_vector]
-        body = {"size": depth, "_source": fields,
+        body = {"size": depth, "_source": wanted,
                 "query": {"knn": {"vector": {"vector": vector, "k": depth}}}}  # fmt: skip
         hits: list[dict[str, Any]] = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-        readable = await with_readable_passage(ctx, hits, lambda h: h["_source"].get("passage_id"))
+        readable = await with_readable_passage(ctx, hits, lambda h: triple_evidence(h["_source"]))
         if len(readable) >= k or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
             return readable[:k]
         depth = min(4 * depth, MAX_TRIPLE_DEPTH)

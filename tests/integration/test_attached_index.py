@@ -25,6 +25,7 @@ from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 
 from ingest.kb_removal import drop_knowledge_base
 from kgqr_core.embedder import get_embedder
+from kgqr_core.field_evidence import FieldEvidence
 from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import free_port
 from kgqr_ops.cli import main
@@ -396,13 +397,23 @@ def test_the_llm_reads_triples_from_chosen_text_fields_into_the_graph_only(
             resources.neo4j.close()
     assert outcome.counts["triples"] == 2 and len(prompts) == 8 + 2  # a TTR call per hit
     found, _, _ = neo4j_driver.execute_query(
-        "MATCH (p:Node {kb: $kb})-[:MENTIONS]->(e:Node {kb: $kb, id: 'entity:collateral'}) "
-        "RETURN p.id AS doc, p.type AS type ORDER BY doc", kb=KB,
+        "MATCH (p:Node {kb: $kb})-[m:MENTIONS]->(e:Node {kb: $kb, id: 'entity:collateral'}) "
+        "RETURN p.id AS doc, p.type AS type, m.field_evidence AS evidence ORDER BY doc", kb=KB,
     )  # fmt: skip
     assert [(r["doc"], r["type"]) for r in found] == [("m2", "document"), ("p3", "document")]
     opensearch.indices.refresh(index=schema.triples_index(KB))
     triples = opensearch.search(index=schema.triples_index(KB), body={"size": 10})["hits"]["hits"]
     assert sorted(hit["_source"]["passage_id"] for hit in triples) == ["m2", "p3"]
+    # Each edge and triple needs a caller to see the fields it was read from (the content,
+    # and the headline the LLM read as its title) as they were read.
+    for doc, stored in [*((r["doc"], r["evidence"]) for r in found),
+                        *((h["_source"]["passage_id"], h["_source"]["field_evidence"])
+                          for h in triples)]:  # fmt: skip
+        evidence = FieldEvidence.stored(stored)
+        assert evidence.document == doc and evidence.fields == ("content", "headline")
+        as_read = opensearch.get(index=INDEX, id=doc)["_source"]
+        assert evidence.shown_in(as_read)
+        assert not evidence.shown_in({**as_read, "content": "another text"})
     assert _index_state(opensearch) == before
 
 

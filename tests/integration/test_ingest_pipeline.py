@@ -373,7 +373,7 @@ def test_an_index_made_by_an_older_template_gains_the_new_fields(
     try:
         before = opensearch.indices.get_mapping(index=index)[index]["mappings"]["properties"]
         assert "metadata" not in before
-        installer.add_new_document_fields(opensearch, kb_name)
+        installer.add_new_fields(opensearch, kb_name, "documents")
         opensearch.index(index=index, id="d1", body={"id": "d1", "metadata": {"type": "t"}})
         properties = opensearch.indices.get_mapping(index=index)[index]["mappings"]["properties"]
         assert {"metadata", "title", "text", "fields"} <= set(properties)

@@ -15,6 +15,7 @@ import base64
 import json
 import secrets
 import ssl
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,6 +53,7 @@ from plugin.kb_meta import DocumentStructure
 from query_rewriter.engine.caller import IMPERSONATION_HEADER
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.store import Neo4jGraph
+from query_rewriter.search.kb_indices import MISS_TTL_S
 from query_rewriter.search.state import knowledge_base_names
 from query_rewriter.strategies.agent.executor import execute
 from query_rewriter.strategies.agent.plan import Plan
@@ -94,7 +96,11 @@ OWNERS_RECORDS = [
 # roles: `restricted` reads it with p2 hidden, `kgqr` may not read it at all.
 TEAM_KB = "sec-team"
 TEAM_INDEX = "team-secured-movies"
-PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*", f"kgqr-{OWNERS_KB}-*", TEAM_INDEX]
+# A team's shop index whose graph comes from its `brand` field (`kgqr kb graph
+# --from-fields`): `brandless` reads every product but not its brand, `masked` sees it hashed.
+SHOP_KB = "sec-shop"
+SHOP_INDEX = "team-secured-shop"
+PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*", f"kgqr-{OWNERS_KB}-*", TEAM_INDEX, SHOP_INDEX]
 # The agent's stored plan for the movie KB: the film a question names, then its cast.
 CAST_PLAN = {
     "steps": [
@@ -127,6 +133,18 @@ ROLES: dict[str, dict[str, Any]] = {
         "cluster_permissions": ["cluster_composite_ops_ro"],
         "index_permissions": [
             {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~title"]}
+        ],
+    },
+    "kgqr_test_brandless": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~brand"]}
+        ],
+    },
+    "kgqr_test_masked": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {"index_patterns": PATTERNS, "allowed_actions": ["read"], "masked_fields": ["brand"]}
         ],
     },
     # Searches the KB and keeps the tuning page's judgments and rankings.
@@ -1036,6 +1054,34 @@ def test_kgqr_eval_scores_judged_queries_as_the_user_it_is_given(
         assert row["metrics"]["Hit@1"] == 1.0
 
 
+def _graph_in_process(resources: WorkerResources, redis: Any, kb: str, source: Any) -> None:
+    """An attached KB's graph job, its chunks run here as kgqr-ingest (`kgqr kb graph`)."""
+
+    def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
+        ingest_chunk(resources, job_id, kb, chunk, records, extract)
+
+    job_runner.enqueue_graph(source, str(source.path), kb, opensearch=resources.opensearch,
+                             jobs=JobStore(redis), send=send, restart=True)  # fmt: skip
+
+
+def _let_ingest_attach(secured: SecuredCredentials, role: str, index: str) -> None:
+    """What a team grants kgqr-ingest on its index: its mapping (attach) and its documents
+    (graph sources), nothing else."""
+    allowed = ["read", "indices:admin/mappings/get"]
+    definition = {"index_permissions": [{"index_patterns": [index], "allowed_actions": allowed}]}
+    with httpx.Client(
+        base_url=secured.url,
+        verify=_trusting(secured),
+        headers={"authorization": secured.admin_authorization},
+    ) as api:
+        for path, body in (
+            (f"roles/{role}", definition),
+            (f"rolesmapping/{role}", {"users": ["kgqr-ingest"]}),
+        ):
+            answer = api.put(f"/_plugins/_security/api/{path}", json=body)
+            assert answer.status_code in (200, 201), answer.text  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def secured_team_index(
     settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any,
@@ -1053,43 +1099,101 @@ def secured_team_index(
     admin.indices.create(index=TEAM_INDEX, body=MAPPING)
     for doc_id, body in team_documents(settings.embedder.model):
         admin.index(index=TEAM_INDEX, id=doc_id, body=body, refresh=True)
-    role = {
-        "index_permissions": [
-            {
-                "index_patterns": [TEAM_INDEX],
-                "allowed_actions": ["read", "indices:admin/mappings/get"],
-            }
-        ]
-    }
-    with httpx.Client(
-        base_url=secured.url,
-        verify=_trusting(secured),
-        headers={"authorization": secured.admin_authorization},
-    ) as api:
-        for path, body in (
-            ("roles/kgqr_test_attach", role),
-            ("rolesmapping/kgqr_test_attach", {"users": ["kgqr-ingest"]}),
-        ):
-            answer = api.put(f"/_plugins/_security/api/{path}", json=body)
-            assert answer.status_code in (200, 201), answer.text  # fmt: skip
+    _let_ingest_attach(secured, "kgqr_test_attach", TEAM_INDEX)
 
     def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
         mapping = mapping_of(opensearch, TEAM_INDEX)
         chosen = FieldChoices(vector_model=settings.embedder.model)
         attach(opensearch, TEAM_KB, checked(field_map_for(TEAM_INDEX, mapping, chosen), mapping))
-
-        def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
-            ingest_chunk(resources, job_id, TEAM_KB, chunk, records, extract)
-
         relations = FIXTURE / "relations.jsonl"
-        job_runner.enqueue_graph(RelationsFileSource(relations), str(relations), TEAM_KB,
-                                 opensearch=opensearch, jobs=JobStore(redis_client), send=send,
-                                 restart=True)  # fmt: skip
+        _graph_in_process(resources, redis_client, TEAM_KB, RelationsFileSource(relations))
 
     with _ingested(settings, secured, neo4j_driver, redis_client, TEAM_KB, write):
         yield TEAM_INDEX
     admin.indices.delete(index=TEAM_INDEX, ignore=[404])
     admin.close()
+
+
+SHOP = {
+    "s1": {"name": "Heavy anvil", "description": "A heavy anvil for blacksmiths", "brand": "Acme"},
+    "s2": {"name": "Rocket skates", "description": "Skates with rockets on", "brand": "Acme"},
+    "s3": {"name": "Light anvil", "description": "A light anvil for jewellers", "brand": "Zeta"},
+    "s4": {"name": "Portable hole", "description": "A hole to carry about", "brand": "Acme"},
+}
+SHOP_QUERY = {"query": {"match": {"description": "heavy anvil for blacksmiths"}}, "size": 4}
+
+
+@pytest.fixture(scope="module")
+def secured_shop_index(
+    settings: Settings, secured: SecuredCredentials, neo4j_driver: Any, redis_client: Any,
+    users: dict[str, str],
+) -> Iterator[str]:  # fmt: skip
+    """The shop's index, written by the admin, attached without vectors and given a graph
+    from its `brand` field by kgqr-ingest, which reads every field."""
+    from ingest.attached_indices import FieldChoices, attach, checked, field_map_for, mapping_of
+    from ingest.sources.attached_graph import IndexFieldsSource
+
+    admin = connections.opensearch_client(_as(settings, secured, "admin", secured.admin_password))
+    admin.indices.delete(index=SHOP_INDEX, ignore=[404])
+    admin.indices.create(
+        index=SHOP_INDEX,
+        body={"mappings": {"properties": {
+            "name": {"type": "text"}, "description": {"type": "text"}, "brand": {"type": "keyword"}
+        }}},
+    )  # fmt: skip
+    for doc_id, product in SHOP.items():
+        admin.index(index=SHOP_INDEX, id=doc_id, body=product, refresh=True)
+    _let_ingest_attach(secured, "kgqr_test_attach_shop", SHOP_INDEX)
+
+    def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
+        mapping = mapping_of(opensearch, SHOP_INDEX)
+        chosen = FieldChoices(no_vectors=True, entity_fields=("brand",))
+        fields = checked(field_map_for(SHOP_INDEX, mapping, chosen), mapping)
+        attach(opensearch, SHOP_KB, fields)
+        _graph_in_process(resources, redis_client, SHOP_KB, IndexFieldsSource(opensearch, fields))
+
+    with _ingested(settings, secured, neo4j_driver, redis_client, SHOP_KB, write):
+        yield SHOP_INDEX
+    admin.indices.delete(index=SHOP_INDEX, ignore=[404])
+    admin.close()
+
+
+def _until_rewritten(url: str, index: str, body: dict[str, Any], authorization: str) -> None:
+    """Wait until the proxy rewrites `body` on a just-attached index: it reads kgqr-meta
+    again for an unknown name at most every kb_indices.MISS_TTL_S."""
+    deadline = time.monotonic() + MISS_TTL_S + 5
+    while time.monotonic() < deadline:
+        answer = _explained(url, index, "base", body, {"authorization": authorization})
+        if "passed_through" not in answer.json().get("kgqr", {}):
+            return
+        time.sleep(0.5)
+    pytest.fail(f"kgqr never took {index} for a knowledge base: {answer.text[:600]}")
+
+
+@pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
+def test_a_graph_read_from_a_field_leads_only_callers_who_see_the_field(
+    strategy: str, secured_shop_index: str, proxy: tuple[str, list[str]],
+    users: dict[str, str],
+) -> None:  # fmt: skip
+    """The heavy anvil's brand, Acme, leads a reader to the skates and the hole. A caller
+    whose field-level security hides `brand`, or whose masking hashes it, may read every
+    product but is led nowhere by the brand, and never sees its name."""
+    _until_rewritten(proxy[0], SHOP_INDEX, SHOP_QUERY, users["reader"])
+    led_to: dict[str, set[str]] = {}
+    for who in ("reader", "brandless", "masked"):
+        answer = _explained(proxy[0], SHOP_INDEX, strategy, SHOP_QUERY,
+                            {"authorization": users[who]})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        explain = answer.json()["kgqr"]
+        assert explain["fallback"] is None, explain["fallback"]
+        assert {hit["_id"] for hit in answer.json()["hits"]["hits"]} >= {"s1", "s3"}, who
+        nodes = explain["details"]["graph_nodes"]
+        led_to[who] = {node["id"] for node in nodes} - {"s1", "s3"}
+        if who != "reader":
+            assert "acme" not in answer.text.lower(), (who, answer.text)
+        else:
+            assert any("Acme" in (node["path"] or "") for node in nodes), nodes
+    assert led_to == {"reader": {"s2", "s4"}, "brandless": set(), "masked": set()}
 
 
 def test_an_attached_index_is_searched_and_graphed_only_as_the_caller_may_read_it(
@@ -1107,6 +1211,7 @@ def test_an_attached_index_is_searched_and_graphed_only_as_the_caller_may_read_i
     )
     assert as_kgqr.status_code == 403  # fmt: skip
     body = {"query": {"match": {"content": "Heat, the 1995 film about bank robbers"}}, "size": 8}
+    _until_rewritten(proxy[0], TEAM_INDEX, body, users["reader"])
     seen = _what_each_saw(proxy, users, TEAM_INDEX, body, "graph", evidence="graph_nodes")
     response, _ = seen["restricted"]
     at = response.find(HIDDEN)

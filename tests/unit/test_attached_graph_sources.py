@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from ingest.records import Link, Rejected
 from ingest.sources import open_source
-from ingest.sources.attached_graph import IndexFieldsSource, field_values
+from ingest.sources.attached_graph import IndexFieldsSource
+from kgqr_core.field_evidence import FieldEvidence, field_values
 from plugin.field_map import FieldMap
 
 
@@ -50,11 +51,18 @@ def test_keyword_fields_become_entity_and_reference_links() -> None:
     fields = FieldMap(index="shop", entity_fields=["meta.brand"], reference_fields=["cites"])
     source = IndexFieldsSource(None, fields)
     doc: dict[str, Any] = {"meta": {"brand": ["Acme", "Zeta"]}, "cites": "d2"}
-    assert list(source.links_of("d1", doc)) == [
+    links = list(source.links_of("d1", doc))
+    assert [link.model_copy(update={"evidence": None}) for link in links] == [
         Link(source="d1", type="brand", entity="Acme"),
         Link(source="d1", type="brand", entity="Zeta"),
         Link(source="d1", type="cites", target="d2"),
     ]
+    # Each edge needs a caller to see the value it was read from, and only that one.
+    evidence = [FieldEvidence.stored(link.evidence or []) for link in links]  # type: ignore[union-attr]
+    assert [e.fields for e in evidence] == [("meta.brand",), ("meta.brand",), ("cites",)]
+    assert all(e.shown_in(doc) for e in evidence)
+    only_acme = {"meta": {"brand": "Acme"}}
+    assert [e.shown_in(only_acme) for e in evidence] == [True, False, False]
     too_long = list(source.links_of("d1", {"cites": "x" * 600}))
     assert isinstance(too_long[0], Rejected) and "512" in too_long[0].reason
     assert source.structure().relations == ["brand", "cites"]

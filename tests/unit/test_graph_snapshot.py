@@ -3,6 +3,7 @@ no step back to the seed, documents numbered for the walk, Neo4j-shaped paths.""
 
 from __future__ import annotations
 
+from kgqr_core.field_evidence import FieldEvidence
 from query_rewriter.graph.in_memory import GraphSnapshot
 
 NODES = [
@@ -134,3 +135,31 @@ def test_without_a_hidden_passage_its_edges_and_what_only_they_reach_are_gone() 
         reach = shown.reach(["entity:acme"])
         assert not {"p2", "d9", "entity:evilcorp"} & set(reach.nodes)
     assert hood.without(set()) is hood
+
+
+BRAND_ACME = FieldEvidence.of_value("s1", "brand", "Acme")
+SHOP_NODES = [
+    ("s1", "document", None),
+    ("s2", "document", None),
+    ("entity:acme", "entity", "Acme"),
+]
+SHOP_RELATIONSHIPS = [
+    ("s1", "entity:acme", "brand", BRAND_ACME.as_stored()),
+    ("s2", "entity:acme", "brand", FieldEvidence.of_value("s2", "brand", "Acme").as_stored()),
+]
+
+
+def test_an_edge_read_from_a_field_goes_with_its_evidence_in_both_shapes() -> None:
+    """A caller who may read s1 but not its `brand` is not led from s1 to s2 by it: the
+    edge's evidence is the field, not the document, and no string stands for it."""
+    hood = GraphSnapshot.build(1, SHOP_NODES, SHOP_RELATIONSHIPS).neighbours(["s1"], hops=2, cap=50)
+    rows = hood.around(None)
+    for shape in (hood, rows):
+        evidence = shape.evidence_ids()
+        assert BRAND_ACME in evidence and "s2" in evidence
+        assert shape.field_evidence() == {e for e in evidence if isinstance(e, FieldEvidence)}
+        assert len(shape.field_evidence()) == 2
+        assert {path.id for path in shape.paths()} == {"entity:acme", "s2"}
+        assert shape.without({str(BRAND_ACME.as_stored())}).paths()  # a string is no gate
+        assert shape.without({BRAND_ACME}).paths() == []
+        assert shape.without({BRAND_ACME}).bridged_documents() == set()

@@ -21,7 +21,7 @@ from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.graph.walk import BOOSTS, SEEDS, WEIGHT, strongest_paths
 from query_rewriter.strategies.rewrite import Rewrite
-from query_rewriter.strategies.vector_lookups import query_similarity
+from query_rewriter.strategies.vector_lookups import query_similarity, without_hidden_fields
 
 # Below any similarity worth a boost: it only marks the plain hits as seen by the boost
 # sub-query (see GraphBridge.rewrite).
@@ -45,7 +45,8 @@ class GraphBridge(Strategy):
             hood = await ctx.knowledge_graph().neighbours(
                 ctx.kb, [first], hops=2, cap=ctx.setting("kar_hub_cap")
             )
-            candidates = hood.bridged_documents()
+        hood = await without_hidden_fields(ctx, hood)
+        candidates = hood.bridged_documents()
         with ctx.timer.stage("drf"):
             # With the caller's credentials: a document they may not read scores nothing.
             # Only the best graph.boosts: a first hit that mentions hubs reaches thousands,

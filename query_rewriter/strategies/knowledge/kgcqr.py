@@ -27,12 +27,14 @@ from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
 from query_rewriter.strategies.rewrite import Rewrite
 from query_rewriter.strategies.vector_lookups import (
+    TRIPLE_EVIDENCE_FIELDS,
     exact_cosine,
     nearest_readable_triples,
+    triple_evidence,
     with_readable_passage,
 )
 
-TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", "passage_id"]
+TRIPLE_FIELDS = ["id", "head", "relation", "tail", "ttr", *TRIPLE_EVIDENCE_FIELDS]
 
 
 @dataclass
@@ -120,9 +122,7 @@ class ContextualQueryRetrieval(Strategy):
             "query": {"multi_match": {"query": query, "fields": fields}},
         }
         hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-        pool = await with_readable_passage(
-            ctx, [h["_source"] for h in hits], lambda t: t.get("passage_id")
-        )
+        pool = await with_readable_passage(ctx, [h["_source"] for h in hits], triple_evidence)
         if not pool:
             return []
         vectors = await ctx.embed([self.fact(t) for t in pool])
