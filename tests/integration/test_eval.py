@@ -74,6 +74,18 @@ def test_eval_scores_two_strategies_and_a_rerun_costs_no_llm_time(
     csv_lines = out.with_suffix(".csv").read_text().splitlines()
     assert csv_lines[0].startswith("strategy,Hit@1,Hit@5,R@2")
     assert len(csv_lines) == 3
+    # hyde against base, query by query, on every metric: the table, the JSON and the CSV.
+    assert f"against base, paired over {QUERIES} queries" in result.output
+    compared = {c["metric"]: c for c in report["comparisons"]}
+    assert set(compared) == set(base["metrics"])
+    assert {c["strategy"] for c in report["comparisons"]} == {"hyde"}
+    mrr = compared["MRR"]
+    hyde_mrr = by_strategy["hyde"]["metrics"]["MRR"]
+    assert mrr["difference"] == pytest.approx(hyde_mrr - base["metrics"]["MRR"])
+    assert mrr["low"] <= mrr["difference"] <= mrr["high"] and 0 < mrr["p_value"] <= 1
+    assert mrr["wins"] + mrr["losses"] <= QUERIES and mrr["verdict"]
+    header = csv_lines[0].split(",")
+    assert {"MRR diff", "MRR low", "MRR high", "MRR p", "MRR wins", "MRR losses"} <= set(header)
 
     again = _eval(f"jsonl:{judged}", "--kb", KB, "--strategies", "hyde", "--proxy", proxy,
                   "--out", str(tmp_path / "again"))  # fmt: skip
@@ -218,6 +230,9 @@ def test_bad_query_sets_and_parameters_are_usage_errors(judged: Path, tmp_path: 
     bad_strategy = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB,
                                         "--strategies", "base,magic"])  # fmt: skip
     assert bad_strategy.exit_code == 2 and "magic" in bad_strategy.output
+    unrun = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies",
+                                 "base,graph", "--baseline", "hyde"])  # fmt: skip
+    assert unrun.exit_code == 2 and "not among --strategies" in unrun.output
     no_llm = runner.invoke(main, ["eval", f"jsonl:{judged}", "--kb", KB, "--strategies",
                                   "base,graph", "--samples", "3"])  # fmt: skip
     assert no_llm.exit_code == 2 and "every draw would be the same" in no_llm.output

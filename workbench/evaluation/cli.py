@@ -106,6 +106,18 @@ def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     }
 
 
+def _baseline(chosen: str | None, names: list[str]) -> str:
+    if chosen is None:
+        return "base" if "base" in names else names[0]
+    if chosen not in names:
+        raise click.BadParameter(
+            f"{chosen!r} is not among --strategies ({', '.join(names)}): a comparison pairs "
+            "runs of the same queries",
+            param_hint="--baseline",
+        )
+    return chosen
+
+
 def _stamp() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
@@ -240,6 +252,13 @@ def eval_group() -> None:
     help="Draws of the LLM's answers each LLM strategy is run on (see above).",
 )
 @click.option(
+    "--baseline",
+    default=None,
+    help="The strategy every other is compared to, query by query (paired difference, 95% "
+    "bootstrap interval, randomization p-value, wins/losses). Default: base when run, else "
+    "the first of --strategies.",
+)
+@click.option(
     "--resume",
     "resume_from",
     multiple=True,
@@ -257,6 +276,7 @@ def run(
     kb: str,
     strategies: str,
     samples: int,
+    baseline: str | None,
     resume_from: tuple[Path, ...],
     options: EvalOptions,
 ) -> None:
@@ -272,6 +292,7 @@ def run(
     from workbench.evaluation.runner import evaluate, merge_samples, run_identity
 
     names = strategy_names(strategies, "--strategies")
+    compared_to = _baseline(baseline, names)
     draws = _draws(names, samples, options.proxy)
     queries = judged_queries(query_set, "QUERY_SET", options.split, options.limit)
     settings = get_settings()
@@ -284,6 +305,7 @@ def run(
         raise click.BadParameter(str(exc), param_hint="--resume") from exc
     if resume_from:
         config.update(resumed_from=[str(p) for p in resume_from], reused_results=len(reuse))
+    config["baseline"] = compared_to
     stem = options.out or Path("eval-results") / f"{kb}-{_stamp()}"
     checkpoint = Checkpoint(stem, matching)
     searches = sum(len(draw) for draw in draws) * len(queries)

@@ -11,10 +11,26 @@ from workbench.evaluation.runner import EvalReport, sample_spread
 
 COLUMNS = ["strategy", *METRIC_NAMES, "p50_ms", "p95_ms", "fallbacks", "llm_calls", "cached"]
 SPREAD_COLUMNS = ("Hit@1", "R@2", "R@5", "R@10", "MRR")
+# The metrics the printed table compares to the baseline (JSON and CSV carry every one).
+COMPARED_IN_TABLE = ("R@5", "MRR", "nDCG@10")
+# Per metric, what the CSV says of a run against the baseline (percent points, like rows).
+COMPARISON_FIELDS = ("diff", "low", "high", "p", "wins", "losses")
+COMPARISON_COLUMNS = [f"{m} {field}" for m in METRIC_NAMES for field in COMPARISON_FIELDS]
 
 
 def rows(report: EvalReport) -> list[dict[str, str | float | int]]:
-    """One row per strategy; metrics in percent, as papers and the README print them."""
+    """One row per strategy; metrics in percent, as papers and the README print them, and
+    each metric's paired difference to the baseline (blank on the baseline's own row)."""
+    compared: dict[str, dict[str, str | float | int]] = {}
+    for c in report.comparisons():
+        compared.setdefault(c.strategy, {}).update({
+            f"{c.metric} diff": round(100 * c.difference, 2),
+            f"{c.metric} low": round(100 * c.low, 2),
+            f"{c.metric} high": round(100 * c.high, 2),
+            f"{c.metric} p": round(c.p_value, 4),
+            f"{c.metric} wins": c.wins,
+            f"{c.metric} losses": c.losses,
+        })  # fmt: skip
     return [
         {
             "strategy": s.label,
@@ -24,9 +40,27 @@ def rows(report: EvalReport) -> list[dict[str, str | float | int]]:
             "fallbacks": s.fallbacks,
             "llm_calls": s.llm_calls,
             "cached": s.cached_llm_calls,
+            **compared.get(s.label, {}),
         }
         for s in report.strategies
     ]
+
+
+def comparison_lines(report: EvalReport) -> list[str]:
+    """Each run against the baseline on the table's headline metrics, in percent points."""
+    shown = report.comparisons(COMPARED_IN_TABLE)
+    if not shown:
+        return []
+    lines = [
+        f"against {shown[0].baseline}, paired over {shown[0].queries} queries: difference "
+        f"[95% bootstrap interval] randomization p, wins/losses; an interval holding 0 is "
+        f"not shown to differ"
+    ]
+    width = max(len(c.strategy) for c in shown)
+    for strategy in dict.fromkeys(c.strategy for c in shown):
+        parts = [f"{c.metric} {c.as_text()}" for c in shown if c.strategy == strategy]
+        lines.append(f"  {strategy.ljust(width)}  " + " | ".join(parts))
+    return lines
 
 
 def format_table(report: EvalReport) -> str:
@@ -34,6 +68,7 @@ def format_table(report: EvalReport) -> str:
     widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in COLUMNS}
     lines = ["  ".join(c.rjust(widths[c]) for c in COLUMNS)]
     lines += ["  ".join(str(r[c]).rjust(widths[c]) for c in COLUMNS) for r in table]
+    lines += comparison_lines(report)
     for strategy, metrics in sample_spread(report.strategies).items():
         draws = sum(s.strategy == strategy for s in report.strategies)
         shown = "  ".join(
@@ -59,7 +94,7 @@ def write_outputs(report: EvalReport, stem: Path) -> tuple[Path, Path]:
     json_path, csv_path = stem.with_suffix(".json"), stem.with_suffix(".csv")
     json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     with csv_path.open("w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=COLUMNS)
+        writer = csv.DictWriter(stream, fieldnames=[*COLUMNS, *COMPARISON_COLUMNS])
         writer.writeheader()
         writer.writerows(rows(report))
     return json_path, csv_path

@@ -18,8 +18,14 @@ import numpy as np
 from plugin.schema import documents_index
 from query_rewriter.strategies import STRATEGIES
 from workbench.evaluation.graph_copy_wait import wait_for_graph_copy
-from workbench.evaluation.metrics import latency_percentiles, mean_scores, score_query
+from workbench.evaluation.metrics import (
+    METRIC_NAMES,
+    latency_percentiles,
+    mean_scores,
+    score_query,
+)
 from workbench.evaluation.query_sets import JudgedQuery
+from workbench.evaluation.significance import PairedComparison, compare_runs
 
 
 @dataclass
@@ -76,12 +82,31 @@ class EvalReport:
     strategies: list[StrategyReport]
     results: list[QueryResult] = field(default_factory=list)
 
+    def per_query(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Run label ("kar", "kar #2") -> query id -> that query's scores."""
+        runs: dict[str, dict[str, dict[str, float]]] = {}
+        for result in self.results:
+            runs.setdefault(sample_label(result.strategy, result.sample), {})[result.query_id] = (
+                result.scores
+            )
+        return runs
+
+    def comparisons(self, metrics: Sequence[str] = METRIC_NAMES) -> list[PairedComparison]:
+        """Every run against the baseline the config names, paired by query (none when
+        the baseline was not run)."""
+        runs = self.per_query()
+        baseline = self.config.get("baseline")
+        if baseline not in runs:
+            return []
+        return compare_runs(runs, baseline, metrics)
+
     def to_json(self) -> dict[str, Any]:
         spread = sample_spread(self.strategies)
         return {
             "config": self.config,
             "strategies": [asdict(s) for s in self.strategies],
             **({"sample_spread": spread} if spread else {}),
+            "comparisons": [c.as_json() for c in self.comparisons()],
             "queries": [asdict(r) for r in self.results],
         }
 

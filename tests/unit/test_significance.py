@@ -1,0 +1,77 @@
+"""The statistics every comparison of strategies carries, against values worked out
+independently: a bootstrap redone by hand on the same seed, an exactly enumerated
+bootstrap distribution, and a randomization test enumerated over every sign flip."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from workbench.evaluation.significance import (
+    bootstrap_interval,
+    compare,
+    compare_runs,
+    randomization_p_value,
+)
+
+DIFFERENCES = np.array([0.2, 0.0, 0.0, 1.0, 0.5, -0.5, 0.0, 0.33, 0.0, 1.0])
+
+
+def test_the_bootstrap_interval_is_the_percentiles_of_resampled_means() -> None:
+    """Redone by hand: 2,000 resamples of the queries drawn with the same seed, each
+    resample's mean, and their 2.5th and 97.5th percentiles."""
+    drawn = np.random.default_rng(3).integers(0, len(DIFFERENCES), (2000, len(DIFFERENCES)))
+    expected = np.percentile(DIFFERENCES[drawn].mean(axis=1), [2.5, 97.5])
+    assert bootstrap_interval(DIFFERENCES, resamples=2000, seed=3) == pytest.approx(expected)
+
+
+def test_the_bootstrap_interval_matches_the_exact_resampling_distribution() -> None:
+    """For differences (0, 0, 1) the 27 equally likely resamples have means 0 (8), 1/3
+    (12), 2/3 (6) and 1 (1): 2.5% of them fall at 0 and 1/27 > 2.5% at 1, so [0, 1]."""
+    assert bootstrap_interval([0.0, 0.0, 1.0]) == (0.0, 1.0)
+    assert bootstrap_interval([0.25, 0.25, 0.25]) == (0.25, 0.25)  # nothing varies
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        ([1, 1, 1, 0.5, 0.0], [0, 0, 0, 0, 0.5]),
+        ([0.2, 0.9, 0.4, 0.4, 1, 0], [0.1, 0.3, 0.5, 0.4, 0, 0]),
+    ],
+)
+def test_the_randomization_test_equals_its_exact_enumeration(
+    ours: list[float], theirs: list[float]
+) -> None:
+    """Every one of the 2^n ways to swap the two strategies' scores per query: the share
+    whose mean difference is at least the observed one in size."""
+    difference = np.asarray(ours) - np.asarray(theirs)
+    observed = abs(difference.mean())
+    flips = list(itertools.product((1, -1), repeat=len(difference)))
+    extreme = sum(abs((difference * np.asarray(flip)).mean()) >= observed - 1e-12 for flip in flips)
+    assert randomization_p_value(theirs, ours) == pytest.approx(extreme / len(flips))
+    assert randomization_p_value(theirs, theirs) == 1.0
+
+
+def test_an_interval_holding_zero_is_not_a_win() -> None:
+    base = {f"q{i}": 0.0 for i in range(12)}
+    lifted = {**base, "q0": 1.0}  # one question better, eleven the same
+    shown = compare("R@5", "graph", lifted, "base", base)
+    assert (shown.wins, shown.losses, shown.queries) == (1, 0, 12)
+    assert shown.difference == pytest.approx(1 / 12)
+    assert shown.low == 0.0 and shown.verdict == "not shown to differ"
+    steady = {q: 1.0 for q in base}  # every question better
+    assert compare("R@5", "graph", steady, "base", base).verdict == "better"
+    assert compare("R@5", "base", base, "graph", steady).verdict == "worse"
+    assert "not shown to differ" in shown.as_text() and "+8.3 [+0.0" in shown.as_text()
+
+
+def test_runs_are_paired_by_query_and_compared_to_the_named_baseline() -> None:
+    runs = {
+        "base": {"q1": {"MRR": 0.5}, "q2": {"MRR": 1.0}},
+        "graph": {"q1": {"MRR": 1.0}, "q2": {"MRR": 1.0}, "q3": {"MRR": 1.0}},
+    }
+    [compared] = compare_runs(runs, "base", ["MRR"])
+    assert (compared.strategy, compared.queries, compared.wins) == ("graph", 2, 1)
+    assert compared.difference == pytest.approx(0.25)
