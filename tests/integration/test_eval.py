@@ -217,6 +217,16 @@ def test_sweep_writes_a_plot_per_parameter(judged: Path, proxy: str, tmp_path: P
     ]  # fmt: skip
     assert all(p["dataset"] == KB and 0 < p["metrics"]["MRR"] <= 1 for p in points)
     assert "R@5" in result.output
+    # Each point against base, and the setting chosen on training folds scored on the rest.
+    for point in points:
+        assert {c["metric"] for c in point["against_baseline"]} == {"R@5", "MRR"}
+    validated = json.loads((tmp_path / "sweep.json").read_text())["cross_validated"][KB]
+    assert validated["folds"] == QUERIES  # five asked, as many as there are queries
+    assert sum(validated["chosen"].values()) == QUERIES
+    assert set(validated["chosen"]) <= {"configured", "alpha=0.3", "alpha=1", "prf_docs=1",
+                                        "prf_docs=3"}  # fmt: skip
+    assert 0 < validated["held_out"]["MRR"] <= 1
+    assert f"{KB}: cross-validated over {QUERIES} folds, chosen on R@5" in result.output
 
 
 def test_bad_query_sets_and_parameters_are_usage_errors(judged: Path, tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ def test_the_bootstrap_interval_matches_the_exact_resampling_distribution() -> N
     (12), 2/3 (6) and 1 (1): 2.5% of them fall at 0 and 1/27 > 2.5% at 1, so [0, 1]."""
     assert bootstrap_interval([0.0, 0.0, 1.0]) == (0.0, 1.0)
     assert bootstrap_interval([0.25, 0.25, 0.25]) == (0.25, 0.25)  # nothing varies
+    assert bootstrap_interval([0.25]) == (-1.0, 1.0)  # one query: anything a metric allows
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,13 @@ def test_strategies_are_scored_on_queries_with_a_relevant_judgment() -> None:
     assert rows["base"]["metrics"]["MRR"] == pytest.approx((0.5 + 1.0) / 2)  # type: ignore[index]
     assert rows["kar"]["queries"] == 1
     assert rows["kar"]["metrics"]["Hit@1"] == 1.0  # type: ignore[index]
+    # kar against base on the one query both ran: 0.5 more MRR there, one win; but one
+    # query is no evidence, so not shown to differ.
+    mrr = next(c for c in rows["kar"]["against_base"] if c["metric"] == "MRR")  # type: ignore[attr-defined]
+    assert (mrr["queries"], mrr["wins"], mrr["losses"]) == (1, 1, 0)
+    assert mrr["difference"] == pytest.approx(0.5)
+    assert (mrr["low"], mrr["high"], mrr["verdict"]) == (-1.0, 1.0, "not shown to differ")
+    assert rows["base"]["against_base"] == []
 
 
 def test_nothing_judged_scores_nothing() -> None:

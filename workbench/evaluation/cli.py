@@ -24,6 +24,7 @@ from kgqr_ops.cli_options import (
     strategy_names,
 )
 from query_rewriter.strategies import menu
+from workbench.evaluation.cross_validation import DEFAULT_FOLDS
 from workbench.evaluation.metrics import METRIC_NAMES
 
 QUERY_SET_HELP = """\b
@@ -385,21 +386,41 @@ def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]
     show_default=True,
     help="Metric plotted (repeatable); checked before the sweep runs, not after.",
 )
+@click.option(
+    "--baseline",
+    default="base",
+    show_default=True,
+    help="The strategy each point, and the cross-validated choice, are compared to.",
+)
+@click.option(
+    "--folds",
+    type=click.IntRange(min=2),
+    default=DEFAULT_FOLDS,
+    show_default=True,
+    help="Folds of the cross-validation (at most the number of queries).",
+)
 @common_options("Output folder (default eval-results/sweep-DATE).")
 def sweep(
     datasets: tuple[str, ...],
     strategy: str,
     grid: tuple[str, ...],
     metrics: tuple[str, ...],
+    baseline: str,
+    folds: int,
     options: EvalOptions,
 ) -> None:
     """Vary one parameter at a time over its grid, for each dataset; write a PNG per
-    parameter (metric against value, one line per dataset) and sweep.json."""
+    parameter (metric against value, one line per dataset) and sweep.json. Each point is
+    compared, query by query, to --baseline. The sweep's result is cross-validated: on each
+    of --folds folds, the setting (the configured one or a point) with the best first
+    --metric on the other folds is scored on that fold; those held-out scores, and their
+    comparison to the baseline, are what it reports."""
     from tqdm import tqdm
 
     from workbench.evaluation.sweep import Dataset, plot_parameter, run_sweep
 
     [strategy] = strategy_names(strategy, "--strategy", single=True)
+    [baseline] = strategy_names(baseline, "--baseline", single=True)
     values = _parse_grid(grid, strategy)
     loaded = []
     for item in datasets:
@@ -429,13 +450,38 @@ def sweep(
             bar.update()
 
         sweeping = run_sweep(url, loaded, strategy, values, options.params, **options.pacing,
-                             on_point=advance)  # fmt: skip
-        points = asyncio.run(sweeping)
+                             baseline=baseline, on_point=advance)  # fmt: skip
+        swept = asyncio.run(sweeping)
+    points = swept.points
+    compared = swept.point_comparisons(metrics)
+    click.echo(f"each point against {baseline}: difference [95% interval] p, wins/losses")
     for param in values:
         click.echo(f"wrote {plot_parameter(points, param, metrics, folder / f'{param}.png')}")
-        for point in (p for p in points if p.param == param):
-            shown = "  ".join(f"{m} {100 * point.report.metrics[m]:5.1f}" for m in metrics)
-            click.echo(f"  {point.dataset:>12}  {param}={point.value:g}  {shown}")
+        for number, point in enumerate(points):
+            if point.param == param:
+                shown = "  ".join(f"{c.metric} {100 * point.report.metrics[c.metric]:5.1f} "
+                                  f"({c.as_text()})" for c in compared[number])  # fmt: skip
+                click.echo(f"  {point.dataset:>12}  {point.setting}  {shown}")
+    validated = {}
+    for dataset in loaded:
+        if len(dataset.queries) < 2:
+            click.echo(f"{dataset.name}: one query cannot be cross-validated")
+            continue
+        folds = min(folds, len(dataset.queries))
+        chosen = swept.cross_validated(dataset.name, metrics[0], folds)
+        held_out = swept.against_baseline(dataset.name, chosen.per_query, metrics)
+        validated[dataset.name] = {
+            "folds": folds, "chosen_on": metrics[0], "chosen": chosen.chosen(),
+            "fold_choices": [asdict(f) for f in chosen.folds],
+            "held_out": {m: chosen.mean(m) for m in metrics},
+            "against_baseline": [c.as_json() for c in held_out],
+        }  # fmt: skip
+        picks = ", ".join(f"{name} ({n} of {folds})" for name, n in chosen.chosen().items())
+        click.echo(f"{dataset.name}: cross-validated over {folds} folds, chosen on "
+                   f"{metrics[0]}: {picks}")  # fmt: skip
+        for c in held_out:
+            click.echo(f"  held-out {c.metric} {100 * chosen.mean(c.metric):5.1f}, against "
+                       f"{baseline}: {c.as_text()}")  # fmt: skip
     summary = {
         "config": run_config(
             settings,
@@ -446,9 +492,11 @@ def sweep(
             datasets=list(datasets),
         ),
         "points": [
-            {"dataset": p.dataset, "param": p.param, "value": p.value, **asdict(p.report)}
-            for p in points
+            {"dataset": p.dataset, "param": p.param, "value": p.value, **asdict(p.report),
+             "against_baseline": [c.as_json() for c in compared[number]]}
+            for number, p in enumerate(points)
         ],
-    }
+        "cross_validated": validated,
+    }  # fmt: skip
     (folder / "sweep.json").write_text(json.dumps(summary, indent=1) + "\n")
     click.echo(f"wrote {folder / 'sweep.json'}")

@@ -69,9 +69,10 @@ def bootstrap_interval(
 ) -> tuple[float, float]:
     """The percentile bootstrap interval of the mean difference, resampling queries."""
     values = np.asarray(differences, dtype=float)
-    if len(values) < 2 or np.ptp(values) <= TIE:  # nothing to resample: the mean is exact
-        mean = float(values.mean()) if len(values) else 0.0
-        return mean, mean
+    if len(values) < 2:  # one query says nothing of the next: any difference a metric allows
+        return -1.0, 1.0
+    if np.ptp(values) <= TIE:  # every resample has the same mean
+        return float(values.mean()), float(values.mean())
     result = stats.bootstrap(
         (values,), np.mean, n_resamples=resamples, confidence_level=CONFIDENCE,
         method="percentile", rng=np.random.default_rng(seed),
@@ -89,7 +90,8 @@ def randomization_p_value(
     two strategies' scores on a random subset of queries gives a difference at least as
     large. 1.0 when every query ties."""
     first, second = np.asarray(scores, dtype=float), np.asarray(baseline, dtype=float)
-    if len(first) == 0 or np.all(np.abs(first - second) <= TIE):
+    # One query's two sign flips are equally extreme; no difference at all is no evidence.
+    if len(first) < 2 or np.all(np.abs(first - second) <= TIE):
         return 1.0
 
     def mean_difference(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 Each parameter is varied over its grid while the others keep their configured values, so
 a plot reads as "what this knob does" (the KAR paper's sensitivity figures), not as a
-cartesian search. Cached LLM answers make repeated points cost no LLM time.
+cartesian search. Cached LLM answers make repeated points cost no LLM time. Every point is
+compared, query by query, to a baseline strategy; and what the sweep reports as its result
+is cross-validated: the setting each fold's training queries choose, scored on that fold.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from workbench.evaluation.cross_validation import Candidate, CrossValidated, cross_validate
 from workbench.evaluation.query_sets import JudgedQuery
 from workbench.evaluation.runner import StrategyReport, evaluate
+from workbench.evaluation.significance import PairedComparison, compare_runs
 
 # Swept when no --grid is given: those of these the strategy reads.
 DEFAULT_GRID: dict[str, list[float]] = {
@@ -39,6 +44,49 @@ class SweepPoint:
     param: str
     value: float
     report: StrategyReport
+    per_query: dict[str, dict[str, float]]
+
+    @property
+    def setting(self) -> str:
+        return f"{self.param}={self.value:g}"
+
+
+CONFIGURED = "configured"  # the candidate at the strategy's configured parameters
+
+
+@dataclass
+class SweepRun:
+    """Every point, and per dataset the strategy at its configured parameters and the
+    baseline strategy, each with per-query scores (query id -> metric -> score)."""
+
+    strategy: str
+    baseline: str
+    points: list[SweepPoint]
+    configured: dict[str, dict[str, dict[str, float]]]
+    baselines: dict[str, dict[str, dict[str, float]]]
+
+    def point_comparisons(self, metrics: Sequence[str]) -> dict[int, list[PairedComparison]]:
+        """Each point (by position) against the baseline on its dataset's queries."""
+        return {
+            number: self.against_baseline(p.dataset, p.per_query, metrics)
+            for number, p in enumerate(self.points)
+        }
+
+    def against_baseline(
+        self, dataset: str, per_query: dict[str, dict[str, float]], metrics: Sequence[str]
+    ) -> list[PairedComparison]:
+        runs = {self.baseline: self.baselines[dataset], "candidate": per_query}
+        return compare_runs(runs, self.baseline, metrics)
+
+    def cross_validated(
+        self, dataset: str, metric: str, folds: int, seed: int = 0
+    ) -> CrossValidated:
+        """The setting chosen on each fold's training queries (the configured one first,
+        so it wins ties), scored on the held-out ones."""
+        candidates = [Candidate(CONFIGURED, self.configured[dataset])]
+        candidates += [Candidate(p.setting, p.per_query) for p in self.points
+                       if p.dataset == dataset]  # fmt: skip
+        return cross_validate(candidates, metric, folds, seed)
 
 
 async def run_sweep(
@@ -48,30 +96,36 @@ async def run_sweep(
     grid: dict[str, list[float]],
     base_params: dict[str, float],
     *,
+    baseline: str,
     size: int,
     concurrency: int,
     headers: Mapping[str, str] | None = None,
     on_point: Callable[[SweepPoint], None] | None = None,
-) -> list[SweepPoint]:
+) -> SweepRun:
+    pacing: dict[str, Any] = {"size": size, "concurrency": concurrency, "headers": headers}
+    configured, baselines = {}, {}
+    for dataset in datasets:
+        names = [strategy] if baseline == strategy else [strategy, baseline]
+        report = await evaluate(
+            proxy_url, dataset.kb, dataset.queries, names, base_params, **pacing
+        )
+        runs = report.per_query()
+        configured[dataset.name], baselines[dataset.name] = runs[strategy], runs[baseline]
     points = []
     for param, values in grid.items():
         for value in values:
             for dataset in datasets:
                 report = await evaluate(
-                    proxy_url,
-                    dataset.kb,
-                    dataset.queries,
-                    [strategy],
-                    {**base_params, param: value},
-                    size=size,
-                    concurrency=concurrency,
-                    headers=headers,
+                    proxy_url, dataset.kb, dataset.queries, [strategy],
+                    {**base_params, param: value}, **pacing,
+                )  # fmt: skip
+                point = SweepPoint(
+                    dataset.name, param, value, report.strategies[0], report.per_query()[strategy]
                 )
-                point = SweepPoint(dataset.name, param, value, report.strategies[0])
                 points.append(point)
                 if on_point is not None:
                     on_point(point)
-    return points
+    return SweepRun(strategy, baseline, points, configured, baselines)
 
 
 def plot_parameter(

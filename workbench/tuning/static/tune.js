@@ -164,13 +164,21 @@ async function refreshScoreboard() {
     ? `${board.judged_queries} judged queries on ${kb}; a query counts once one hit is marked relevant.`
     : "No judged queries yet.";
   const head = element("tr", {}, element("th", {}, "strategy"), element("th", {}, "queries"),
-    ...METRICS.map((m) => element("th", {}, m)));
+    ...METRICS.map((m) => element("th", {}, m)), element("th", {}, "against base"));
   $("metrics").tHead.replaceChildren(head);
   $("metrics").tBodies[0].replaceChildren(...scored.map((row) => element(
     "tr", { "data-strategy": row.strategy },
     element("td", {}, row.strategy), element("td", {}, String(row.queries)),
     ...METRICS.map((m) => element("td", { "data-metric": m }, (100 * row.metrics[m]).toFixed(1))),
+    element("td", { class: "against-base" }, row.against_base.map(againstBase).join("; ")),
   )));
+}
+
+// "R@5 +6.9 [+1.2, +12.0] 9/2 better": an interval holding 0 is not a win.
+function againstBase(c) {
+  const points = (x) => `${x >= 0 ? "+" : ""}${(100 * x).toFixed(1)}`;
+  return `${c.metric} ${points(c.difference)} [${points(c.low)}, ${points(c.high)}] ` +
+    `p=${c.p_value.toFixed(3)} ${c.wins}/${c.losses} ${c.verdict}`;
 }
 
 $("query-form").addEventListener("submit", compare);
