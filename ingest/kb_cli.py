@@ -182,10 +182,81 @@ def _meta(client: Any, name: str) -> Any:
 @kb.command()
 @click.argument("name", callback=_name)
 def show(name: str) -> None:
-    """A knowledge base's record: its field map, structure and model."""
+    """A knowledge base's record: its field map, structure, model, and the versions of its
+    default strategy (the last one is served)."""
     meta = _meta(_client(), name)
     click.echo(_describe(meta.fields()))
     click.echo(f"structure:   {json.dumps(meta.structure.model_dump())}")
+    if not meta.defaults:
+        click.echo("default:     none of its own: the proxy's KGQR_REWRITE_DEFAULT_STRATEGY")
+    for version in meta.defaults:
+        current = " (served)" if version is meta.default else ""
+        click.echo(f"default {version.describe()}, by {version.set_by} at {version.set_at}"
+                   f"{current}")  # fmt: skip
+
+
+@kb.command("set-default")
+@click.argument("name", callback=_name)
+@click.argument("strategy", required=False)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A parameter the strategy reads, e.g. graph.weight=0.4 (repeatable).",
+)
+@click.option(
+    "--reason",
+    default="set by hand",
+    show_default=True,
+    help="Why: shown in every explain the default serves.",
+)
+@click.option(
+    "--rollback",
+    is_flag=True,
+    help="Serve an earlier version again (the one before the current by default).",
+)
+@click.option(
+    "--to-version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --rollback: the version to serve again.",
+)
+@click.option(
+    "--clear", is_flag=True, help="Serve the proxy's own default again (recorded as a version)."
+)
+def set_default(
+    name: str, strategy: str | None, params: tuple[str, ...], reason: str, rollback: bool,
+    to_version: int | None, clear: bool,
+) -> None:  # fmt: skip
+    """The strategy (and parameters) a search of NAME that names none gets, recorded in
+    kgqr-meta as a new version; every proxy serves it within KGQR_REWRITE_KB_REFRESH_S and
+    each explain names it. `--rollback` records a version repeating an earlier one;
+    `--clear` one that hands the KB back to the proxy's default. `kgqr tune auto` sets one
+    from judged queries, with its evidence."""
+    from kgqr_ops.cli_options import strategy_names, strategy_params
+    from plugin import kb_meta
+
+    client = _client()
+    try:
+        if rollback or clear:
+            if strategy or params or (rollback and clear):
+                raise click.UsageError("--rollback and --clear take no STRATEGY, --param or other")
+            chosen = (
+                kb_meta.roll_back_default(client, name, to_version, "kgqr kb set-default")
+                if rollback
+                else kb_meta.set_default(client, name, None, {}, reason, "kgqr kb set-default")
+            )
+        else:
+            if strategy is None:
+                raise click.UsageError("name a STRATEGY, or --rollback")
+            [strategy] = strategy_names(strategy, "STRATEGY", single=True)
+            values = strategy_params(params, strategy)
+            chosen = kb_meta.set_default(client, name, strategy, values, reason,
+                                         "kgqr kb set-default")  # fmt: skip
+    except kb_meta.NoSuchDefault as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{name}: default {chosen.describe()}")
 
 
 @kb.command()

@@ -434,8 +434,16 @@ class RewriteSettings(Section):
 
     default_strategy: str | None = Field(
         default="base",
-        description="Strategy for searches on kgqr-managed indices (kgqr-KB-documents) that "
-        "name none; `none` (or empty) passes them through untouched.",
+        description="Strategy for searches on a knowledge base's index that name none and "
+        "whose KB has no default of its own (`kgqr kb set-default`, `kgqr tune auto`); "
+        "`none` (or empty) passes them through untouched.",
+    )
+
+    kb_refresh_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often a proxy re-reads kgqr-meta: attached indices, detaches and "
+        "each KB's default reach every proxy within this many seconds.",
     )
 
     alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")

@@ -80,6 +80,39 @@ def strategy_names(value: str, option: str, single: bool = False) -> list[str]:
     return names
 
 
+def strategy_params(
+    values: tuple[str, ...], strategy: str | None = None, param_hint: str = "--param"
+) -> dict[str, float]:
+    """NAME=NUMBER pairs as strategy parameters (of `strategy`, or of any), each checked
+    against its range as a request would be, else a usage error."""
+    from query_rewriter.engine.errors import RewriteRequestError
+    from query_rewriter.strategies import ALL_PARAMS, STRATEGIES
+    from query_rewriter.strategies.params import request_params
+
+    declared = ALL_PARAMS if strategy is None else STRATEGIES[strategy].params
+    known = {param.name for param in declared} | {str(param.legacy) for param in declared}
+    params = {}
+    valid = ", ".join(sorted(param.name for param in declared)) or "none"
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or name not in known:
+            raise click.BadParameter(
+                f"{item!r}: expected NAME=NUMBER with NAME one of {valid}",
+                param_hint=param_hint,
+            )
+        try:
+            params[name] = float(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r}: {value!r} is not a number", param_hint=param_hint
+            ) from None
+        try:  # out of range: refused now, as a request would be, not by the first search
+            request_params(declared, {name: params[name]})
+        except RewriteRequestError as exc:
+            raise click.BadParameter(exc.reason, param_hint=param_hint) from None
+    return params
+
+
 def judged_queries(
     spec: str, hint: str, split: str | None = None, limit: int | None = None
 ) -> list[Any]:

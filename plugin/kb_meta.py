@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from plugin import installer
 from plugin.field_map import FieldMap
 from plugin.schema import META_INDEX, check_kb_name
 
@@ -35,6 +36,25 @@ class DocumentStructure(BaseModel):
         return "\n".join(lines)
 
 
+class KbDefault(BaseModel):
+    """One version of a knowledge base's default: the strategy and parameters a search
+    that names none gets, who set it, why, and the evidence behind it (`kgqr tune auto`'s
+    cross-validated comparison to base; none for a default set by hand)."""
+
+    version: int
+    strategy: str | None  # None: cleared, the proxy's own default serves the KB again
+    params: dict[str, float] = Field(default_factory=dict)
+    reason: str
+    set_by: str
+    set_at: str
+    evidence: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        params = " ".join(f"{name}={value:g}" for name, value in sorted(self.params.items()))
+        chosen = self.strategy or "none (the proxy's default)"
+        return f"v{self.version}: {chosen}{' ' + params if params else ''} ({self.reason})"
+
+
 class KnowledgeBaseMeta(BaseModel):
     kb: str
     structure: DocumentStructure
@@ -51,6 +71,14 @@ class KnowledgeBaseMeta(BaseModel):
     attached: FieldMap | None = None
     # An attached index's sync checkpoints: "index/shard" -> the highest _seq_no synced.
     synced: dict[str, int] | None = None
+    # Every version of the KB's default strategy, oldest first; the last one is served.
+    defaults: list[KbDefault] = Field(default_factory=list)
+
+    @property
+    def default(self) -> KbDefault | None:
+        """The version served: the last, unless it cleared the KB's default."""
+        current = self.defaults[-1] if self.defaults else None
+        return current if current is not None and current.strategy is not None else None
 
     def fields(self) -> FieldMap:
         """Where this knowledge base's documents keep their words and vectors."""
@@ -77,11 +105,73 @@ def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
                 "agent_plans": meta.agent_plans or existing.agent_plans,
                 "attached": meta.attached or existing.attached,
                 "synced": meta.synced or existing.synced,
+                "defaults": meta.defaults or existing.defaults,
             }
         )
     body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}
     client.index(index=META_INDEX, id=meta.kb, body=body, refresh=True)
     return meta
+
+
+class NoSuchDefault(LookupError):
+    """A rollback to a version the knowledge base never had, or a KB with nothing to roll
+    back to."""
+
+
+def next_default(
+    meta: KnowledgeBaseMeta,
+    strategy: str | None,
+    params: dict[str, float],
+    reason: str,
+    set_by: str,
+    evidence: dict[str, Any] | None = None,
+) -> tuple[KbDefault, dict[str, Any]]:
+    """The KB's next default version, and the partial update of its kgqr-meta document
+    that records it (earlier versions stay, for a rollback and for the record)."""
+    now = dt.datetime.now(dt.UTC)
+    chosen = KbDefault(
+        version=len(meta.defaults) + 1, strategy=strategy, params=params, reason=reason,
+        set_by=set_by, set_at=now.isoformat(timespec="seconds"), evidence=evidence,
+    )  # fmt: skip
+    history = [d.model_dump() for d in [*meta.defaults, chosen]]
+    return chosen, {"doc": {"defaults": history, "updated": now.isoformat()}}
+
+
+def set_default(
+    client: Any,
+    kb: str,
+    strategy: str | None,
+    params: dict[str, float],
+    reason: str,
+    set_by: str,
+    evidence: dict[str, Any] | None = None,
+) -> KbDefault:
+    """Record a new version of the KB's default (its meta must exist)."""
+    meta = load(client, kb)
+    if meta is None:
+        raise NoSuchDefault(f"no knowledge base {kb!r} (`kgqr kb list` shows them)")
+    chosen, update = next_default(meta, strategy, params, reason, set_by, evidence)
+    installer.install_meta_index(client)  # a kgqr-meta older than defaults maps them
+    client.update(index=META_INDEX, id=kb, body=update, refresh=True)
+    return chosen
+
+
+def roll_back_default(client: Any, kb: str, to_version: int | None, set_by: str) -> KbDefault:
+    """A new version that repeats an earlier one (by default the one before the current):
+    a rollback is recorded, not a rewrite of history."""
+    meta = load(client, kb)
+    if meta is None or not meta.defaults:
+        raise NoSuchDefault(f"{kb!r} has no default to roll back")
+    current = meta.defaults[-1]
+    wanted = current.version - 1 if to_version is None else to_version
+    earlier = next((d for d in meta.defaults if d.version == wanted), None)
+    if earlier is None:
+        known = ", ".join(f"v{d.version}" for d in meta.defaults)
+        raise NoSuchDefault(f"{kb!r} has no default v{wanted} (it has {known})")
+    return set_default(
+        client, kb, earlier.strategy, earlier.params,
+        f"rollback to v{earlier.version} ({earlier.reason})", set_by, earlier.evidence,
+    )  # fmt: skip
 
 
 def clear_agent_plans(client: Any, kb: str) -> bool:

@@ -47,6 +47,9 @@ class Explain(TypedDict, total=False):
     # [match_phrase]"): the query then filters every side, and hits are its hits.
     kept_as_filter: str
     warnings: list[str]  # deprecated parameter spellings the request used
+    # The knowledge base's own default that served a search naming no strategy: version,
+    # strategy, params, reason, set_by, set_at (plugin.kb_meta.KbDefault)
+    default: dict[str, Any]
     # OpenSearch refused the caller's credentials or their search of the index (no such
     # index, no permission): its status, and no rewrite
     refused: int

@@ -1,10 +1,12 @@
-"""Which knowledge base a searched index belongs to: kgqr's own by their names
-(`kgqr-KB-documents`), attached ones by the index or alias they were attached as.
+"""Which knowledge base a searched index belongs to, and the default strategy it serves:
+kgqr's own by their names (`kgqr-KB-documents`), attached ones by the index or alias they
+were attached as.
 
-The attached ones are read from kgqr-meta with kgqr's account (bookkeeping: which names
-kgqr rewrites, never any document) and kept for a minute, so a `kgqr kb detach` reaches
-every proxy within that; a name not among them is looked up again every few seconds, so
-a new attach is rewritten within those.
+Attached indices and defaults are read from kgqr-meta with kgqr's account (bookkeeping:
+which names kgqr rewrites and how, never any document) and kept for
+KGQR_REWRITE_KB_REFRESH_S, so a `kgqr kb detach` or `kgqr kb set-default` reaches every
+proxy within that; a name not among the attached is looked up again every few seconds,
+so a new attach is rewritten within those.
 """
 
 from __future__ import annotations
@@ -16,20 +18,23 @@ from dataclasses import dataclass
 
 from kgqr_core.single_flight import SingleFlight
 from plugin.field_map import OWN_VECTOR_FIELD, FieldMap
+from plugin.kb_meta import KbDefault
 from plugin.schema import META_INDEX, META_READ_SIZE, kb_of_documents_index
 from query_rewriter.engine.gateway import EngineSession
 
 log = logging.getLogger("kgqr.proxy")
-ATTACHED_TTL_S = 60.0
+DEFAULT_TTL_S = 60.0
 MISS_TTL_S = 5.0  # an unknown name reads kgqr-meta again at most this often
 
 
 @dataclass(frozen=True)
 class SearchTarget:
-    """The knowledge base a search reads, and its field map (None: kgqr's own index)."""
+    """The knowledge base a search reads, its field map (None: kgqr's own index), and the
+    default a search that names no strategy gets (None: the proxy's own)."""
 
     kb: str
     fields: FieldMap | None = None
+    default: KbDefault | None = None
 
     @property
     def word_fields(self) -> tuple[str, ...] | None:
@@ -44,45 +49,59 @@ class SearchTarget:
         return self.fields.vector_field if self.fields is not None else OWN_VECTOR_FIELD
 
 
-Attached = dict[str, SearchTarget]
+@dataclass(frozen=True)
+class KnownKnowledgeBases:
+    """What kgqr-meta says: attached index or alias name -> its target, and KB -> its
+    current default."""
+
+    attached: dict[str, SearchTarget]
+    defaults: dict[str, KbDefault]
 
 
-async def attached_in_meta(session: EngineSession) -> Attached:
-    """Index or alias name -> its attached knowledge base, from kgqr-meta."""
+async def knowledge_bases_in_meta(session: EngineSession) -> KnownKnowledgeBases:
     answer = await session.search(
         META_INDEX,
-        {"size": META_READ_SIZE, "_source": ["kb", "attached"], "query": {"match_all": {}}},
-    )
-    found: Attached = {}
+        {"size": META_READ_SIZE, "_source": ["kb", "attached", "defaults"],
+         "query": {"match_all": {}}},
+    )  # fmt: skip
+    attached, defaults = {}, {}
     for hit in answer["hits"]["hits"]:
         source = hit["_source"]
+        current = (
+            KbDefault.model_validate(source["defaults"][-1]) if source.get("defaults") else None
+        )
+        if current is not None and current.strategy is not None:  # else cleared
+            defaults[source["kb"]] = current
         if source.get("attached"):
             fields = FieldMap.model_validate(source["attached"])
-            found[fields.index] = SearchTarget(source["kb"], fields)
-    return found
+            attached[fields.index] = SearchTarget(source["kb"], fields, defaults.get(source["kb"]))
+    return KnownKnowledgeBases(attached, defaults)
 
 
 class KnowledgeBaseIndices:
-    def __init__(self, read: Callable[[], Awaitable[Attached]], ttl_s: float = ATTACHED_TTL_S):
+    def __init__(
+        self, read: Callable[[], Awaitable[KnownKnowledgeBases]], ttl_s: float = DEFAULT_TTL_S
+    ) -> None:
         self._read = read
         self._ttl_s = ttl_s
-        self._attached: Attached = {}
+        self._known = KnownKnowledgeBases({}, {})
         self._read_at = -ttl_s
-        self._reading: SingleFlight[Attached] = SingleFlight()
+        self._reading: SingleFlight[KnownKnowledgeBases] = SingleFlight()
 
     async def target(self, index: str) -> SearchTarget | None:
         """The knowledge base `index` searches, or None for any other index."""
         own = kb_of_documents_index(index)
-        if own is not None:
-            return SearchTarget(own)
         age = time.monotonic() - self._read_at
-        if age > self._ttl_s or (index not in self._attached and age > MISS_TTL_S):
+        missing = own is None and index not in self._known.attached
+        if age > self._ttl_s or (missing and age > MISS_TTL_S):
             await self._refresh()
-        return self._attached.get(index)
+        if own is not None:
+            return SearchTarget(own, default=self._known.defaults.get(own))
+        return self._known.attached.get(index)
 
     async def _refresh(self) -> None:
         try:
-            self._attached, _ = await self._reading.run("attached", self._read)
+            self._known, _ = await self._reading.run("known", self._read)
         except Exception as exc:  # no kgqr-meta yet, or the engine briefly away
-            log.info("attached indices not read: %s", exc)
+            log.info("knowledge bases not read from kgqr-meta: %s", exc)
         self._read_at = time.monotonic()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plugin.field_map import FieldMap
+from plugin.kb_meta import KbDefault
 from plugin.schema import kb_of_documents_index
 from query_rewriter.engine.answer_format import FORMAT_PARAMS, AnswerFormat, opensearch_flag
 from query_rewriter.engine.errors import RewriteRequestError
@@ -53,6 +54,15 @@ class SearchPlan:
     bm25: float | None = None
     answer: AnswerFormat = field(default_factory=AnswerFormat)  # the caller's format
     fields: FieldMap | None = None  # an attached index's field map; None: kgqr's own
+    # The KB's own default, when the search named no strategy and the KB has one.
+    kb_default: KbDefault | None = None
+
+    def default_explained(self) -> dict[str, Any] | None:
+        """Which default served a search that named no strategy, its version and why."""
+        chosen = self.kb_default
+        if chosen is None:
+            return None
+        return chosen.model_dump(exclude={"evidence"})
 
 
 @dataclass(frozen=True)
@@ -392,9 +402,15 @@ def plan_search(
     index `index` names, if it is one."""
     options = _strategy_options(query_params, body)
     explain = _flag(options.get("explain", False))
-    named = options.get("strategy", default_strategy)
     if target is None and (own := kb_of_documents_index(index)) is not None:
         target = SearchTarget(own)
+    named = options.get("strategy")
+    kb_default = target.default if named is None and target is not None else None
+    if kb_default is not None:  # the KB's own default; the request's parameters still win
+        named = kb_default.strategy
+        options["params"] = {**kb_default.params, **options["params"]}
+    elif named is None:
+        named = default_strategy
     kb = target.kb if target is not None else None
     word_fields = target.word_fields if target is not None else None
     parsed = parse_query(body.get("query"), word_fields or WORD_FIELDS)
@@ -436,6 +452,7 @@ def plan_search(
         given.values.get(HYBRID_BM25.name),
         answer,
         target.fields if target is not None else None,
+        kb_default,
     )
 
 

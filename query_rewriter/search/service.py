@@ -98,6 +98,8 @@ async def run_plan(
     if searched.within:
         explain["hits_from"] = searched.within
         explain["signals"] = list(searched.signals)
+    if (kb_default := plan.default_explained()) is not None:
+        explain["default"] = kb_default
     if plan.parsed.demands:
         explain["kept_as_filter"] = plan.parsed.demands
     if plan.warnings:

@@ -11,7 +11,7 @@ from plugin import kb_meta
 from plugin.schema import META_INDEX, META_READ_SIZE
 from query_rewriter.engine.gateway import Engine, EngineSession
 from query_rewriter.engine.identities import IdentityResolver
-from query_rewriter.search.kb_indices import KnowledgeBaseIndices, attached_in_meta
+from query_rewriter.search.kb_indices import KnowledgeBaseIndices, knowledge_bases_in_meta
 from query_rewriter.search.query_log import QueryLog
 from query_rewriter.search.rewriter import Rewriter
 
@@ -36,7 +36,10 @@ class ProxyState:
     kb_indices: KnowledgeBaseIndices = field(init=False)
 
     def __post_init__(self) -> None:
-        self.kb_indices = KnowledgeBaseIndices(lambda: attached_in_meta(self.engine.as_kgqr()))
+        self.kb_indices = KnowledgeBaseIndices(
+            lambda: knowledge_bases_in_meta(self.engine.as_kgqr()),
+            self.settings.rewrite.kb_refresh_s,
+        )
 
 
 async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | None:

@@ -202,3 +202,30 @@ def test_a_fused_run_keeps_the_plain_top_and_is_scored_as_its_own_row(tuning_url
     asked = {"kb": KB, "query": QUERY, "strategy": "base", "fuse": "yes"}
     refused = httpx.post(f"{tuning_url}/_kgqr/tune/search", json=asked)
     assert refused.status_code == 400 and "[fuse]" in refused.json()["error"]["reason"]
+
+
+def test_the_page_promotes_a_default_by_tune_autos_rule(tuning_url: str, opensearch: Any) -> None:
+    """Two judged queries, each run through base and prf: the rule over what the page
+    showed; prf cannot beat base's first hits on these, so base is what it records."""
+    from plugin import kb_meta
+
+    few = httpx.post(f"{tuning_url}/_kgqr/tune/promote", json={"kb": KB, "metric": "MRR"})
+    assert few.status_code == 400 and "[metric] must be one of" in few.json()["error"]["reason"]
+    queries = {QUERY: "m1", "a taxi driver taken hostage by a killer": "m2"}
+    for query, relevant in queries.items():
+        for strategy in ("base", "prf"):
+            asked = {"kb": KB, "query": query, "strategy": strategy}
+            assert httpx.post(f"{tuning_url}/_kgqr/tune/search", json=asked,
+                              timeout=120).status_code == 200  # fmt: skip
+        judged = {"kb": KB, "query": query, "doc_id": relevant, "relevant": True}
+        assert httpx.post(f"{tuning_url}/_kgqr/tune/judgments", json=judged).status_code == 200
+    promoted = httpx.post(f"{tuning_url}/_kgqr/tune/promote", json={"kb": KB}, timeout=120)
+    assert promoted.status_code == 200, promoted.text
+    answer = promoted.json()
+    assert answer["default"]["strategy"] == "base" and answer["default"]["set_by"] == "tune page"
+    assert (
+        answer["evidence"]["queries"] >= 2 and "no setting beat base" in answer["default"]["reason"]
+    )
+    meta = kb_meta.load(opensearch, KB)
+    assert meta is not None and meta.default is not None
+    assert meta.default.version == answer["default"]["version"]

@@ -221,7 +221,7 @@ def test_a_tls_failure_is_told_apart_from_a_store_that_is_down(
         (["eval", "run", "jsonl:x", "--kb", "m", "--param", "knn.k=5000"],
          "Invalid value for --param: kgqr parameter [knn.k] must be a whole number from 1 to"),
         (["eval", "sweep", "--dataset", "m=jsonl:x", "--strategy", "base", "--grid",
-          "knn.k=10,0"], "Invalid value for --param: kgqr parameter [knn.k] must be"),
+          "knn.k=10,0"], "Invalid value for --grid: kgqr parameter [knn.k] must be"),
         (["eval", "sweep", "--dataset", "m=jsonl:x", "--metric", "R@50"],
          "Invalid value for '--metric': 'R@50' is not one of 'Hit@1', "),
     ],

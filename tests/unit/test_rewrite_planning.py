@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from plugin.kb_meta import KbDefault
 from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.hybrid_query import (
@@ -22,6 +23,7 @@ from query_rewriter.engine.original_facets import facet_body
 from query_rewriter.engine.query_syntax import syntax_used
 from query_rewriter.engine.query_text import ParsedQuery, parse_query
 from query_rewriter.search.cache import rewrite_key
+from query_rewriter.search.kb_indices import SearchTarget
 from query_rewriter.search.plan import (
     PassThrough,
     SearchPlan,
@@ -100,6 +102,27 @@ def test_plan_takes_strategy_and_params_from_query_string_or_ext() -> None:
     assert "ext" not in plan.body
     plan = plan_search("kgqr-m-documents", {"kgqr.strategy": "prf"}, body, "base")
     assert isinstance(plan, SearchPlan) and plan.strategy.name == "prf"
+
+
+def test_a_search_naming_no_strategy_gets_its_knowledge_bases_own_default() -> None:
+    """Even where the proxy's default passes searches through; a search that names a
+    strategy, or a parameter, still has its way."""
+    walk = KbDefault(version=3, strategy="graph_walk", params={"graph.weight": 0.4},
+                     reason="tune auto", set_by="kgqr tune auto", set_at="2026-11-27")  # fmt: skip
+    target = SearchTarget("m", default=walk)
+    body = {"query": {"match": {"text": "heat"}}}
+    plan = plan_search("kgqr-m-documents", {}, body, None, target)
+    assert isinstance(plan, SearchPlan) and plan.strategy.name == "graph_walk"
+    assert plan.params == {"graph.weight": 0.4}
+    assert plan.default_explained() == {
+        "version": 3, "strategy": "graph_walk", "params": {"graph.weight": 0.4},
+        "reason": "tune auto", "set_by": "kgqr tune auto", "set_at": "2026-11-27",
+    }  # fmt: skip
+    tuned = plan_search("kgqr-m-documents", {"kgqr.param.graph.weight": "0.8"}, body, None, target)
+    assert isinstance(tuned, SearchPlan) and tuned.params == {"graph.weight": 0.8}
+    named = plan_search("kgqr-m-documents", {"kgqr.strategy": "base"}, body, "base", target)
+    assert isinstance(named, SearchPlan) and named.strategy.name == "base"
+    assert named.kb_default is None and named.default_explained() is None
 
 
 def _passes(index: str, params: dict[str, str], body: dict[str, Any], default: str | None) -> str:

@@ -22,6 +22,7 @@ from kgqr_ops.cli_options import (
     judged_queries,
     kb_option,
     strategy_names,
+    strategy_params,
 )
 from query_rewriter.strategies import menu
 from workbench.evaluation.cross_validation import DEFAULT_FOLDS
@@ -49,34 +50,6 @@ runs each LLM strategy on N draws (samples KGQR_LLM_SAMPLE, 0 by default, and th
 after it; rows say "kar" for sample 0, "kar #2" for sample 1) and prints each metric's mean
 and range over them; strategies without an LLM run once.
 """
-
-
-def _parse_params(values: tuple[str, ...]) -> dict[str, float]:
-    from query_rewriter.engine.errors import RewriteRequestError
-    from query_rewriter.strategies import ALL_PARAMS
-    from query_rewriter.strategies.params import request_params
-
-    known = {param.name for param in ALL_PARAMS} | {str(param.legacy) for param in ALL_PARAMS}
-    params = {}
-    valid = ", ".join(sorted(param.name for param in ALL_PARAMS))
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or name not in known:
-            raise click.BadParameter(
-                f"{item!r}: expected NAME=NUMBER with NAME one of {valid}",
-                param_hint="--param",
-            )
-        try:
-            params[name] = float(value)
-        except ValueError:
-            raise click.BadParameter(
-                f"{item!r}: {value!r} is not a number", param_hint="--param"
-            ) from None
-        try:  # out of range: refused now, as a request would be, not by the first search
-            request_params(ALL_PARAMS, {name: params[name]})
-        except RewriteRequestError as exc:
-            raise click.BadParameter(exc.reason, param_hint="--param") from None
-    return params
 
 
 @contextlib.contextmanager
@@ -178,7 +151,7 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
             from workbench.evaluation.runner import EvalError
 
             options = EvalOptions(
-                split, limit, _parse_params(params), size, concurrency, proxy, out, caller
+                split, limit, strategy_params(params), size, concurrency, proxy, out, caller
             )
             try:
                 function(*args, options=options, **kwargs)
@@ -355,7 +328,7 @@ def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]
             raise click.BadParameter(
                 f"{item!r}: expected NAME=V1,V2,...", param_hint="--grid"
             ) from None
-        _parse_params(tuple(f"{name}={v}" for v in grid[name]))
+        strategy_params(tuple(f"{name}={v}" for v in grid[name]), param_hint="--grid")
     return grid
 
 

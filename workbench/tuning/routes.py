@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from plugin.schema import TUNE_RUNS_INDEX, check_kb_name, documents_index
+from plugin import kb_meta
+from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_index
 from query_rewriter.engine.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.engine.forwarding import request_headers
 from query_rewriter.engine.identities import credentials_refused
@@ -25,9 +26,11 @@ from query_rewriter.search.service import run_plan
 from query_rewriter.search.state import knowledge_base_names
 from query_rewriter.strategies import by_kind
 from query_rewriter.strategies.params import FUSE_PLAIN
+from workbench.evaluation.cross_validation import DEFAULT_FOLDS
 from workbench.evaluation.query_sets import JudgedQuery
+from workbench.tuning.auto import BASELINE, StrategySetting, decide, shown_candidates
 from workbench.tuning.judgment_store import JudgmentStore
-from workbench.tuning.scoreboard import grades_by_query, scoreboard
+from workbench.tuning.scoreboard import grades_by_query, scoreboard, scored_rankings
 
 STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
 RECOMMENDED = "graph"  # the README's recommendation: graph evidence, no LLM
@@ -41,6 +44,7 @@ PAGE_HEADERS = {
     "x-content-type-options": "nosniff",
 }
 MAX_SIZE = 50
+PROMOTE_METRICS = ("R@5", "nDCG@10")
 
 
 def _static(name: str) -> str:
@@ -278,6 +282,41 @@ async def metrics_over_judgments(request: Request) -> Response:
     )
 
 
+async def promote(request: Request) -> Response:
+    """The same rule as `kgqr tune auto`, over the rankings this page showed for the KB's
+    judged queries, recorded as the KB's default. Written to kgqr-meta with the caller's
+    own rights: a default changes every caller's searches of the KB, so only a caller the
+    engine lets write kgqr-meta may set one, as with `kgqr kb set-default`."""
+    body = await _json_body(request)
+    kb, metric = _kb(body), body.get("metric", "R@5")
+    if metric not in PROMOTE_METRICS:
+        known = ", ".join(PROMOTE_METRICS)
+        raise RewriteRequestError(
+            400, "illegal_argument_exception", f"[metric] must be one of {known}"
+        )
+    store = _store(request)
+    shown = shown_candidates(scored_rankings(await store.judgments(kb), await store.rankings(kb)))
+    queries = len(next(iter(shown.values()), {}))
+    if StrategySetting(BASELINE) not in shown or queries < 2:
+        raise RewriteRequestError(400, "illegal_argument_exception",
+                                  "judge at least two queries with base among the strategies "
+                                  "run for each, then promote")  # fmt: skip
+    decision = decide(shown, metric, min(DEFAULT_FOLDS, queries))
+    session = request.app.state.kgqr.engine.for_request(request_headers(request))
+    found = await session.send("GET", f"/{META_INDEX}/_doc/{kb}")
+    found.raise_for_status()
+    meta = kb_meta.KnowledgeBaseMeta.model_validate(found.json()["_source"])
+    chosen, update = kb_meta.next_default(
+        meta, decision.promoted.strategy, decision.promoted.params, decision.reason(),
+        "tune page", decision.evidence(),
+    )  # fmt: skip
+    written = await session.send("POST", f"/{META_INDEX}/_update/{kb}",
+                                 params={"refresh": "wait_for"}, json=update)  # fmt: skip
+    written.raise_for_status()
+    return JSONResponse({"kb": kb, "default": chosen.model_dump(exclude={"evidence"}),
+                         "evidence": decision.evidence()})  # fmt: skip
+
+
 def tuning_routes() -> list[Route]:
     return [
         Route("/_kgqr/tune", _errors_as_opensearch(page), methods=["GET"]),
@@ -292,4 +331,5 @@ def tuning_routes() -> list[Route]:
         Route(
             "/_kgqr/tune/metrics", _errors_as_opensearch(metrics_over_judgments), methods=["GET"]
         ),
+        Route("/_kgqr/tune/promote", _errors_as_opensearch(promote), methods=["POST"]),
     ]

@@ -181,5 +181,17 @@ function againstBase(c) {
     `p=${c.p_value.toFixed(3)} ${c.wins}/${c.losses} ${c.verdict}`;
 }
 
+async function promote() {
+  const kb = $("kb").value;
+  try {
+    const promoted = await call("POST", "/_kgqr/tune/promote", { kb });
+    $("promoted").textContent = `${kb} now defaults to ${promoted.default.strategy} ` +
+      `(v${promoted.default.version}): ${promoted.default.reason}`;
+  } catch (error) {
+    $("promoted").textContent = `Not promoted: ${error.message}`;
+  }
+}
+
 $("query-form").addEventListener("submit", compare);
+$("promote").addEventListener("click", promote);
 loadOptions().catch((error) => { $("status").textContent = `Could not load options: ${error.message}`; });

@@ -1,0 +1,54 @@
+"""`kgqr tune auto`'s rule: promote the best setting only when its cross-validated scores
+beat base with an interval above zero and MRR is not shown worse; else keep base."""
+
+from __future__ import annotations
+
+from workbench.tuning.auto import StrategySetting, candidate_settings, decide
+
+BASE, WALK = StrategySetting("base"), StrategySetting("graph_walk", (("graph.weight", 0.6),))
+QUERIES = [f"q{i}" for i in range(20)]
+
+
+def _scores(r5: float, mrr: float) -> dict[str, float]:
+    return {"R@5": r5, "MRR": mrr}
+
+
+def test_candidates_are_base_first_then_each_strategy_and_its_own_parameters() -> None:
+    names = [s.name for s in candidate_settings(["base", "graph", "graph_walk"])]
+    assert names[:2] == ["base", "graph"]
+    assert "graph graph.weight=0.4" in names and "graph_walk graph.damping=0.5" in names
+    assert not any(name.startswith("graph knn.k") for name in names)  # not its own
+
+
+def test_a_setting_that_beats_base_on_every_fold_is_promoted() -> None:
+    scored = {
+        BASE: {q: _scores(0.5, 0.8) for q in QUERIES},
+        WALK: {q: _scores(1.0, 0.8) for q in QUERIES},
+    }
+    decision = decide(scored, "R@5", folds=5)
+    assert decision.promoted == WALK and decision.beats_base
+    assert decision.validated.chosen() == {"graph_walk graph.weight=0.6": 5}
+    assert "graph_walk graph.weight=0.6 beat base on 20 judged queries" in decision.reason()
+    assert decision.evidence()["best_overall"] == WALK.name
+
+
+def test_base_is_kept_when_the_gain_may_be_noise() -> None:
+    """Better on two questions of twenty, worse on one: the interval holds zero."""
+    walk = {q: _scores(0.5, 0.8) for q in QUERIES} | {"q0": _scores(1.0, 0.8),
+                                                       "q1": _scores(1.0, 0.8),
+                                                       "q2": _scores(0.0, 0.8)}  # fmt: skip
+    decision = decide({BASE: {q: _scores(0.5, 0.8) for q in QUERIES}, WALK: walk}, "R@5", 5)
+    assert decision.promoted == BASE and not decision.beats_base
+    assert decision.best_overall == WALK  # the best on all queries, not shown to be better
+    assert "no setting beat base" in decision.reason()
+
+
+def test_base_is_kept_when_mrr_is_shown_worse() -> None:
+    scored = {
+        BASE: {q: _scores(0.5, 1.0) for q in QUERIES},
+        WALK: {q: _scores(1.0, 0.5) for q in QUERIES},
+    }
+    decision = decide(scored, "R@5", folds=5)
+    assert decision.promoted == BASE
+    assert {c.metric: c.verdict for c in decision.against_base} == {"R@5": "better",
+                                                                    "MRR": "worse"}  # fmt: skip
