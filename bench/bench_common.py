@@ -22,6 +22,7 @@ import httpx
 from kgqr_ops.background_proxy import free_port
 from plugin import schema
 from workbench.evaluation import graph_copy_wait
+from workbench.evaluation.runner import EvalTarget
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[1]
@@ -111,8 +112,9 @@ def wait_for_graph_copy(proxy_url: str, kb: str, timeout_s: float = 300) -> str:
 
     async def wait() -> str | None:
         async with httpx.AsyncClient(base_url=proxy_url, timeout=120) as client:
+            own = EvalTarget(schema.documents_index(kb))
             return await graph_copy_wait.wait_for_graph_copy(
-                client, schema.documents_index(kb), deadline_s=timeout_s
+                client, own.index, own.query, deadline_s=timeout_s
             )
 
     return asyncio.run(wait()) or "no graph"

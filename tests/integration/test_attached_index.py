@@ -224,6 +224,27 @@ def test_a_search_on_the_attached_index_is_rewritten_in_its_own_fields(
     assert all(set(hit["_source"]) <= {"headline"} for hit in through["hits"]["hits"])
 
 
+def test_kgqr_eval_and_tune_auto_judge_an_attached_index_in_its_own_fields(
+    proxy_url: str, attached: tuple[str, Any], tmp_path: Path
+) -> None:
+    """Judged queries on the team's index (kgqr-team-movies-documents does not exist: a
+    search there would stop the run), in its own text fields, with the statistics."""
+    judged = f"jsonl:{FIXTURE.parent / 'movie_judgments.jsonl'}"
+    out = tmp_path / "run"
+    run = kgqr("eval", judged, "--kb", KB, "--strategies", "base,graph", "--proxy", proxy_url,
+               "--out", str(out))  # fmt: skip
+    assert run.exit_code == 0, run.output
+    report = json.loads(out.with_suffix(".json").read_text())
+    by_strategy = {s["strategy"]: s for s in report["strategies"]}
+    assert by_strategy["base"]["metrics"]["Hit@5"] == 1.0  # each query names its movie
+    assert by_strategy["graph"]["fallbacks"] == 0
+    assert {c["strategy"] for c in report["comparisons"]} == {"graph"}
+    tuned = kgqr("tune", "auto", "--kb", KB, "--queries", judged, "--proxy", proxy_url,
+                 "--dry-run", "--out", str(tmp_path / "tune"))  # fmt: skip
+    assert tuned.exit_code == 0, tuned.output
+    assert f"on 3 judged queries of {KB}" in tuned.output and "dry run" in tuned.output
+
+
 def test_a_vector_query_from_a_retriever_is_rewritten_with_the_graph(
     proxy_url: str, attached: tuple[str, Any], settings: Settings
 ) -> None:

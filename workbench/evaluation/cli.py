@@ -80,6 +80,26 @@ def run_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     }
 
 
+def eval_target(kb: str) -> Any:
+    """Where `kb`'s judged queries are searched (runner.EvalTarget): an attached index in
+    its own fields, as kgqr-meta records them; else kgqr's own documents index. With
+    kgqr-meta unreadable by these credentials, kgqr's own index."""
+    import opensearchpy
+
+    from kgqr_core import connections
+    from plugin import kb_meta
+    from workbench.evaluation.runner import EvalError, EvalTarget
+
+    try:
+        meta = kb_meta.load(connections.opensearch_client(get_settings()), kb)
+    except opensearchpy.exceptions.TransportError:
+        meta = None
+    try:
+        return EvalTarget.of(kb, meta.attached if meta is not None else None)
+    except EvalError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 def _baseline(chosen: str | None, names: list[str]) -> str:
     if chosen is None:
         return "base" if "base" in names else names[0]
@@ -267,6 +287,7 @@ def run(
 
     names = strategy_names(strategies, "--strategies")
     compared_to = _baseline(baseline, names)
+    target = eval_target(kb)
     draws = _draws(names, samples, options.proxy)
     queries = judged_queries(query_set, "QUERY_SET", options.split, options.limit)
     settings = get_settings()
@@ -297,7 +318,7 @@ def run(
                 with proxy_url(options.proxy, drawing) as url:
                     drawing_run = evaluate(url, kb, queries, drawn, options.params,
                                            **options.pacing, on_result=advance, config=config,
-                                           reuse=reuse, sample=sample)  # fmt: skip
+                                           reuse=reuse, sample=sample, target=target)  # fmt: skip
                     reports.append(asyncio.run(drawing_run))
         report = reports[0] if samples == 1 else merge_samples(reports)
     except BaseException:  # Ctrl-C included: say where the finished part is
@@ -406,6 +427,7 @@ def sweep(
                 name=kb,
                 kb=kb,
                 queries=judged_queries(spec, "--dataset", options.split, options.limit),
+                target=eval_target(kb),
             )
         )
     settings = get_settings()

@@ -11,6 +11,8 @@ makes a run reproducible and times the searches as a long-running proxy serves t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -18,7 +20,11 @@ PROBE_STRATEGY = "graph"  # reads the graph and calls no LLM
 
 
 async def wait_for_graph_copy(
-    client: httpx.AsyncClient, index: str, deadline_s: float = 60.0, every_s: float = 0.5
+    client: httpx.AsyncClient,
+    index: str,
+    query_of: Callable[[str], dict[str, Any]],
+    deadline_s: float = 60.0,
+    every_s: float = 0.5,
 ) -> str | None:
     """Where the proxy reads the graph once its copy is loaded, or when `deadline_s` has
     passed (a graph too large to copy stays in Neo4j): the explain's `graph_source`. None
@@ -33,7 +39,7 @@ async def wait_for_graph_copy(
             response = await client.post(
                 f"/{index}/_search",
                 params={"kgqr.strategy": PROBE_STRATEGY, "kgqr.explain": "true"},
-                json={"query": {"match": {"text": f"graph copy probe {probe}"}}, "size": 1},
+                json={"query": query_of(f"graph copy probe {probe}"), "size": 1},
             )
         except httpx.TransportError:
             return None  # the run's first search says what is wrong, as it would have

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from plugin.field_map import FieldMap
 from plugin.schema import documents_index
 from query_rewriter.strategies import STRATEGIES
 from workbench.evaluation.graph_copy_wait import wait_for_graph_copy
@@ -142,13 +143,43 @@ def merge_samples(reports: Sequence[EvalReport]) -> EvalReport:
     return EvalReport(config, strategies, results)
 
 
+@dataclass(frozen=True)
+class EvalTarget:
+    """Where a knowledge base's judged queries are searched: its index and the fields its
+    words are in, as its own clients search them (kgqr's: kgqr-KB-documents, `text`)."""
+
+    index: str
+    fields: tuple[str, ...] = ("text",)
+
+    @classmethod
+    def of(cls, kb: str, attached: FieldMap | None) -> EvalTarget:
+        """An attached index is searched in its mapped text fields (with their boosts), or
+        its title and body fields when the team named none."""
+        if attached is None:
+            return cls(documents_index(kb))
+        fields = attached.boosted_text_fields() or [
+            name for name in (attached.title_field, attached.body_field) if name
+        ]
+        if not fields:
+            raise EvalError(
+                f"{kb} is attached with no text, title or body field to search: attach it "
+                "again with --text FIELD"
+            )
+        return cls(attached.index, tuple(fields))
+
+    def query(self, text: str) -> dict[str, Any]:
+        if self.fields == ("text",):
+            return {"match": {"text": text}}
+        return {"multi_match": {"query": text, "fields": list(self.fields)}}
+
+
 def search_request(
-    query: JudgedQuery, strategy: str, params: dict[str, float], size: int
+    query: JudgedQuery, strategy: str, params: dict[str, float], size: int, target: EvalTarget
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """Query-string parameters and body of one evaluated search."""
     query_params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
     query_params.update({f"kgqr.param.{name}": str(value) for name, value in params.items()})
-    body = {"query": {"match": {"text": query.text}}, "size": size, "_source": False}
+    body = {"query": target.query(query.text), "size": size, "_source": False}
     return query_params, body
 
 
@@ -158,14 +189,15 @@ class EvalError(RuntimeError):
 
 async def run_query(
     client: httpx.AsyncClient,
-    index: str,
+    target: EvalTarget,
     query: JudgedQuery,
     strategy: str,
     params: dict[str, float],
     size: int,
     sample: int = 0,
 ) -> QueryResult:
-    query_params, body = search_request(query, strategy, params, size)
+    index = target.index
+    query_params, body = search_request(query, strategy, params, size, target)
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
@@ -215,6 +247,7 @@ async def evaluate(
     reuse: Mapping[tuple[str, int, str], QueryResult] | None = None,
     sample: int = 0,
     headers: Mapping[str, str] | None = None,
+    target: EvalTarget | None = None,
 ) -> EvalReport:
     """Every (strategy, query) pair, `concurrency` searches at a time; strategies run one
     after another so their latencies do not inflate each other. Pairs found in `reuse`
@@ -223,7 +256,7 @@ async def evaluate(
     the credentials of the user searching (the proxy searches as them)."""
     params = dict(params or {})
     reuse = reuse or {}
-    index = documents_index(kb)
+    target = target or EvalTarget(documents_index(kb))
     limiter = asyncio.Semaphore(max(1, concurrency))
     # Set by the first failed search before it frees its slot, so the search queued behind
     # it is never started: it would be abandoned mid-request (an LLM rewrite paid for and
@@ -243,7 +276,7 @@ async def evaluate(
                         raise EvalError("not searched: an earlier search failed")
                     try:
                         result = await run_query(
-                            client, index, query, strategy, params, size, sample
+                            client, target, query, strategy, params, size, sample
                         )
                     except BaseException:
                         failed.set()
@@ -253,7 +286,9 @@ async def evaluate(
             return result
 
         reads_graph = any(STRATEGIES[name].reads_graph for name in strategies if name in STRATEGIES)
-        graph_source = await wait_for_graph_copy(client, index) if reads_graph else None
+        graph_source = (
+            await wait_for_graph_copy(client, target.index, target.query) if reads_graph else None
+        )
         for strategy in strategies:
             results = await asyncio.gather(*(one(q, strategy) for q in queries))
             all_results.extend(results)

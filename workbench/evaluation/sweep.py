@@ -16,7 +16,7 @@ from typing import Any
 
 from workbench.evaluation.cross_validation import Candidate, CrossValidated, cross_validate
 from workbench.evaluation.query_sets import JudgedQuery
-from workbench.evaluation.runner import StrategyReport, evaluate
+from workbench.evaluation.runner import EvalTarget, StrategyReport, evaluate
 from workbench.evaluation.significance import PairedComparison, compare_runs
 
 # Swept when no --grid is given: those of these the strategy reads.
@@ -36,6 +36,7 @@ class Dataset:
     name: str
     kb: str
     queries: Sequence[JudgedQuery]
+    target: EvalTarget | None = None  # None: kgqr's own index of `kb`
 
 
 @dataclass
@@ -107,8 +108,9 @@ async def run_sweep(
     for dataset in datasets:
         names = [strategy] if baseline == strategy else [strategy, baseline]
         report = await evaluate(
-            proxy_url, dataset.kb, dataset.queries, names, base_params, **pacing
-        )
+            proxy_url, dataset.kb, dataset.queries, names, base_params, **pacing,
+            target=dataset.target,
+        )  # fmt: skip
         runs = report.per_query()
         configured[dataset.name], baselines[dataset.name] = runs[strategy], runs[baseline]
     points = []
@@ -117,7 +119,7 @@ async def run_sweep(
             for dataset in datasets:
                 report = await evaluate(
                     proxy_url, dataset.kb, dataset.queries, [strategy],
-                    {**base_params, param: value}, **pacing,
+                    {**base_params, param: value}, **pacing, target=dataset.target,
                 )  # fmt: skip
                 point = SweepPoint(
                     dataset.name, param, value, report.strategies[0], report.per_query()[strategy]

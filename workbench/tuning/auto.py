@@ -19,7 +19,7 @@ from typing import Any
 from query_rewriter.strategies import STRATEGIES
 from workbench.evaluation.cross_validation import Candidate, CrossValidated, cross_validate
 from workbench.evaluation.query_sets import JudgedQuery
-from workbench.evaluation.runner import evaluate
+from workbench.evaluation.runner import EvalTarget, evaluate
 from workbench.evaluation.significance import PairedComparison, compare_runs
 from workbench.evaluation.sweep import DEFAULT_GRID
 
@@ -150,13 +150,16 @@ async def score_settings(
     settings: Sequence[StrategySetting],
     base_params: Mapping[str, float],
     pacing: Mapping[str, Any],
+    target: EvalTarget | None = None,
     on_scored: Callable[[StrategySetting], None] | None = None,
 ) -> dict[StrategySetting, PerQuery]:
     """Each setting's per-query scores, searched through the proxy as the caller."""
     scored = {}
     for setting in settings:
         params = {**base_params, **setting.params}
-        report = await evaluate(proxy_url, kb, queries, [setting.strategy], params, **pacing)
+        report = await evaluate(
+            proxy_url, kb, queries, [setting.strategy], params, **pacing, target=target
+        )
         scored[setting] = report.per_query()[setting.strategy]
         if on_scored is not None:
             on_scored(setting)

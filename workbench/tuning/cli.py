@@ -12,7 +12,13 @@ import httpx
 
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import judged_queries, kb_option, strategy_names
-from workbench.evaluation.cli import EvalOptions, common_options, proxy_url, run_config
+from workbench.evaluation.cli import (
+    EvalOptions,
+    common_options,
+    eval_target,
+    proxy_url,
+    run_config,
+)
 from workbench.evaluation.cross_validation import DEFAULT_FOLDS
 
 TUNE_PAGE = "tune"
@@ -82,7 +88,8 @@ def auto(
             raise click.ClickException(f"{len(judged)} judged query: too few to choose on")
         with tqdm(total=len(candidates), unit="setting", desc="tune auto") as bar:
             scoring = score_settings(url, kb, judged, candidates, options.params,
-                                     options.pacing, on_scored=lambda _: bar.update())  # fmt: skip
+                                     options.pacing, eval_target(kb),
+                                     on_scored=lambda _: bar.update())  # fmt: skip
             scored = asyncio.run(scoring)
     decision = decide(scored, metric, min(folds, len(judged)))
     click.echo(f"{decision.candidates} settings on {decision.queries} judged queries of {kb}")
