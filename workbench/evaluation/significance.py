@@ -58,9 +58,10 @@ class PairedComparison:
 
     def as_text(self) -> str:
         """In percent points, as tables show metrics: `+6.9 [+1.2, +12.0] p=0.021 9/2 better`."""
+        p = "p<0.001" if self.p_value < 0.001 else f"p={self.p_value:.3f}"
         return (
             f"{100 * self.difference:+.1f} [{100 * self.low:+.1f}, {100 * self.high:+.1f}] "
-            f"p={self.p_value:.3f} {self.wins}/{self.losses} {self.verdict}"
+            f"{p} {self.wins}/{self.losses} {self.verdict}"
         )
 
 
