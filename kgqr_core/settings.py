@@ -689,6 +689,22 @@ class GraphSettings(Section):
         description="`graph`, `graph_walk`: top-scored documents the third sub-query boosts.",
     )
 
+    bridges: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="`graph_mix`: top hits of the plain query whose links it follows, each "
+        "weighted 1/(rank + 1).",
+    )
+
+    walk_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="`graph_mix`: the walk's share of a candidate's prior; the rest is the "
+        "bridge's.",
+    )
+
 
 class AgentSettings(Section):
     """The `agent` strategy."""

@@ -13,6 +13,7 @@ from query_rewriter.strategies.baselines.hyde import HypotheticalDocuments
 from query_rewriter.strategies.baselines.prf import PseudoRelevanceFeedback
 from query_rewriter.strategies.context import CONTEXT_SETTINGS
 from query_rewriter.strategies.graph.bridge import GraphBridge
+from query_rewriter.strategies.graph.mix import GraphMix
 from query_rewriter.strategies.graph.walk import GraphWalk
 from query_rewriter.strategies.knowledge.kar import KnowledgeAwareRewrite
 from query_rewriter.strategies.knowledge.kar_stages import IndexEntityLinker, NameSimilarity
@@ -26,6 +27,7 @@ STRATEGIES: dict[str, Strategy] = {
         PlainQuery(),
         GraphBridge(),
         GraphWalk(),
+        GraphMix(),
         PseudoRelevanceFeedback(),
         HypotheticalDocuments("hyde"),
         HypotheticalDocuments("rar", grounded=True),

@@ -96,7 +96,7 @@ def test_the_walks_weight_decides_how_far_it_moves_the_ranking_below_the_first_h
 
     plain, _ = _ranked(proxy_url, movies_kb, "base", text, {"hybrid.bm25": 0.3})
     params = {"hybrid.bm25": 0.3, "graph.weight": 0.0}
-    for strategy in ("graph", "graph_walk"):
+    for strategy in ("graph", "graph_walk", "graph_mix"):
         unboosted, explain = _ranked(proxy_url, movies_kb, strategy, text, params)
         assert unboosted == plain and weights(explain) == [0.3, 0.7, 0.0]
     walked, explain = _ranked(proxy_url, movies_kb, "graph_walk", text, {"graph.weight": 1.0})
@@ -150,7 +150,8 @@ def test_the_passage_two_hops_from_the_query_is_lifted_through_the_bridge_entity
     ranks it below the other rivers' passages. `graph_walk` ranks it right below the plain
     first hit (Ada Quill's passage, which stays first: the walk never displaces the top).
     `graph` lifts it too, by less: its boost is its similarity to the question, which this
-    passage is built to lack. Both explains name the bridge."""
+    passage is built to lack. `graph_mix` finds it by both signals. Every explain names the
+    bridge."""
     question = "Which river flows through the birthplace of the poet Ada Quill?"
     spec = _corpus_kg(tmp_path)
     with ingested(settings, opensearch, neo4j_driver, redis_client, spec, "graph-two-hop") as kb:
@@ -158,13 +159,17 @@ def test_the_passage_two_hops_from_the_query_is_lifted_through_the_bridge_entity
         base, _ = _ranked(proxy_url, index, "base", question)
         walked, walk = _ranked(proxy_url, index, "graph_walk", question)
         bridged, bridge = _ranked(proxy_url, index, "graph", question)
+        mixed, mix = _ranked(proxy_url, index, "graph_mix", question)
     ada, silverrun = "p0", "p1"
-    assert base[0] == walked[0] == bridged[0] == ada
+    assert base[0] == walked[0] == bridged[0] == mixed[0] == ada
     assert walk["details"]["kept_first"] == bridge["details"]["kept_first"] == ada
     assert base.index(silverrun) > 2, base  # the other rivers echo the question
     assert walked[1] == silverrun
     assert bridged.index(silverrun) < base.index(silverrun), (base, bridged)
-    for explain in (walk, bridge):
+    assert mixed.index(silverrun) < base.index(silverrun), (base, mixed)
+    mixed_node = next(n for n in mix["details"]["graph_nodes"] if n["id"] == silverrun)
+    assert mixed_node["bridged"] == 1.0 and mixed_node["walked"] > 0  # both signals found it
+    for explain in (walk, bridge, mix):
         paths = {node["id"]: node["path"] for node in explain["details"]["graph_nodes"]}
         assert "marrowby" in paths[silverrun].lower(), paths[silverrun]
 
@@ -176,7 +181,7 @@ def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
         {"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "rewrite_cache_ttl_s": 0}
     )
     with running_proxy(no_graph) as url:
-        for strategy in ("graph", "graph_walk"):
+        for strategy in ("graph", "graph_walk", "graph_mix"):
             ranked, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
             assert explain["fallback"]["stage"] == "propagate" and ranked[0] == "p3"
 

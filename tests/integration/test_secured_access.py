@@ -665,7 +665,7 @@ def test_graph_copies_to_preload_are_listed_with_kgqrs_own_account(
     assert asyncio.run(listed(service_account=False)) == 401  # no account: no list
 
 
-@pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
+@pytest.mark.parametrize("strategy", ["graph", "graph_walk", "graph_mix"])
 def test_the_graph_boosts_and_shows_only_documents_the_caller_may_read(
     strategy: str, proxy: tuple[str, list[str]], users: dict[str, str]
 ) -> None:
@@ -1180,7 +1180,7 @@ def _until_rewritten(url: str, index: str, body: dict[str, Any], authorization: 
     pytest.fail(f"kgqr never took {index} for a knowledge base: {answer.text[:600]}")
 
 
-@pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
+@pytest.mark.parametrize("strategy", ["graph", "graph_walk", "graph_mix"])
 def test_a_graph_read_from_a_field_leads_only_callers_who_see_the_field(
     strategy: str, secured_shop_index: str, proxy: tuple[str, list[str]],
     users: dict[str, str],

@@ -197,7 +197,7 @@ def test_a_uri_search_becomes_the_query_string_search_opensearch_makes_of_it() -
 
 def test_plan_rejects_unknown_strategy_and_parameters() -> None:
     body = {"query": {"match": {"text": "heat"}}}
-    valid = "valid strategies: base, graph, graph_walk, prf, hyde"
+    valid = "valid strategies: base, graph, graph_walk, graph_mix, prf, hyde"
     with pytest.raises(RewriteRequestError, match=valid):
         plan_search("kgqr-m-documents", {"kgqr.strategy": "magic"}, body, "base")
     with pytest.raises(RewriteRequestError, match=r"unknown kgqr parameter \[beta\]"):

@@ -28,6 +28,8 @@ DEFAULT_GRID: dict[str, list[float]] = {
     "rewrite.n": [1, 3],
     "graph.damping": [0.3, 0.5, 0.7],
     "graph.weight": [0.2, 0.4, 0.6, 0.8],
+    "graph.walk_share": [0.25, 0.5, 0.75],
+    "graph.bridges": [1, 3, 5],
 }
 
 

@@ -26,7 +26,7 @@ from workbench.evaluation.sweep import DEFAULT_GRID
 BASELINE = "base"
 # LLM-free strategies a default may be: the agent needs plans of its own (`kgqr agent
 # optimize`) and is left to be named.
-CANDIDATE_STRATEGIES = ("base", "graph", "graph_walk", "prf")
+CANDIDATE_STRATEGIES = ("base", "graph", "graph_walk", "graph_mix", "prf")
 GUARD_METRIC = "MRR"  # never promoted if shown worse on this
 PerQuery = dict[str, dict[str, float]]
 

@@ -41,7 +41,7 @@ def tune() -> None:
 )
 @click.option(
     "--strategies",
-    default="base,graph,graph_walk,prf",
+    default="base,graph,graph_walk,graph_mix,prf",
     show_default=True,
     help="LLM-free strategies to choose among (base is always one).",
 )

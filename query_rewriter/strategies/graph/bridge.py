@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
-from query_rewriter.strategies.graph.walk import BOOSTS, SEEDS, WEIGHT, strongest_paths
+from query_rewriter.strategies.graph.walk import (
+    BOOSTS,
+    SEEDS,
+    WEIGHT,
+    seed_hits,
+    strongest_paths,
+)
 from query_rewriter.strategies.rewrite import Rewrite
 from query_rewriter.strategies.vector_lookups import query_similarity, without_hidden_fields
 
@@ -37,9 +43,7 @@ class GraphBridge(Strategy):
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        hits = await ctx.initial_hits(query, int(ctx.param(SEEDS)))
-        if not hits:
-            raise ValueError("no seeds: the plain query found nothing")
+        hits = await seed_hits(ctx, query)
         first = hits[0]["id"]
         with ctx.timer.stage("propagate"):
             hood = await ctx.knowledge_graph().neighbours(

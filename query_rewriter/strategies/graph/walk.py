@@ -18,11 +18,19 @@ its first hit, lead to the answer, and for comparison.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from kgqr_core.ids import entity_id
-from query_rewriter.graph.store import Neighbour, Neighbourhood, Reach, documents_between
+from query_rewriter.graph.store import (
+    Neighbour,
+    Neighbourhood,
+    Neighbours,
+    Reach,
+    documents_between,
+)
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import Param
@@ -104,6 +112,62 @@ async def strongest_paths(
     return {node: f"{p.seed} --{p.relation_text(titles)}--> {node}" for node, p in chosen.items()}
 
 
+async def seed_hits(ctx: StrategyContext, query: str) -> list[dict[str, Any]]:
+    """The plain query's top graph.seeds hits, where the bridge starts; none leaves the
+    graph nothing to start from, a failure the search falls back from."""
+    hits = await ctx.initial_hits(query, int(ctx.param(SEEDS)))
+    if not hits:
+        raise ValueError("no seeds: the plain query found nothing")
+    return hits
+
+
+@dataclass(frozen=True)
+class Walked:
+    """What a walk from a query's hits (and the entities of its nearest triples) reached:
+    the best-scored documents the caller may read, best first, and what explains them."""
+
+    ranked: dict[str, float]
+    hood: Neighbours  # the readable neighbourhood it walked
+    seeds: dict[str, float]
+    entity_seeds: dict[str, float]
+    passages: set[str]  # the passages of the triples whose entities seeded it
+
+
+async def walk_from(ctx: StrategyContext, query: str, hits: list[dict[str, Any]]) -> Walked:
+    """Personalized PageRank from the hits (rank-weighted) and the query's nearest
+    triples' entities over their readable two-hop neighbourhood; the top graph.boosts
+    documents."""
+    # Rank-based weights: the hybrid scores of two searches are not comparable. Beside
+    # the triples' entities the hits weigh little (HippoRAG 2's passage weight), else
+    # the walk mostly repeats the plain ranking; alone, their scale does not matter.
+    hit_weight = ctx.param(HIT_WEIGHT)
+    seeds = {hit["id"]: hit_weight / (rank + 1) for rank, hit in enumerate(hits)}
+    seeded_by_hits = len(seeds)
+    entity_seeds, passages = await _triple_entities(ctx, query, int(ctx.param(TRIPLE_SEEDS)))
+    for node, weight in entity_seeds.items():
+        seeds[node] = seeds.get(node, 0.0) + weight
+    if not seeds:
+        raise ValueError("no seeds: the plain query found nothing")
+    with ctx.timer.stage("propagate"):
+        hood = await ctx.knowledge_graph().neighbours(
+            ctx.kb, list(seeds), hops=2, cap=ctx.setting("kar_hub_cap")
+        )
+    with ctx.timer.stage("readable"):
+        # Before the walk, not after it: an edge read from a passage the caller may not
+        # read, or a step through a document hidden from them, must not carry score
+        # either (checked after the walk, only the boosted documents and the middles
+        # of their paths were, and a hidden passage's triple still lifted and showed).
+        evidence = hood.evidence_ids()
+        hood = hood.without(evidence - await readable_ids(ctx, ctx.index, evidence))
+    with ctx.timer.stage("walk"):
+        reach = hood.reach(list(seeds))
+        scores = personalized_pagerank(reach, list(seeds.values()), ctx.param(DAMPING))
+        documents = reach.documents.copy()
+        documents[:seeded_by_hits] = True  # the hits seed first, and are documents
+        ranked = top_documents(reach.nodes, scores, documents, int(ctx.param(BOOSTS)))
+    return Walked(ranked, hood, seeds, entity_seeds, passages)
+
+
 class GraphWalk(Strategy):
     name = "graph_walk"
     llm_calls = 0
@@ -114,40 +178,11 @@ class GraphWalk(Strategy):
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
         hits = await ctx.initial_hits(query, int(ctx.param(SEEDS)))
-        # Rank-based weights: the hybrid scores of two searches are not comparable. Beside
-        # the triples' entities the hits weigh little (HippoRAG 2's passage weight), else
-        # the walk mostly repeats the plain ranking; alone, their scale does not matter.
-        hit_weight = ctx.param(HIT_WEIGHT)
-        seeds = {hit["id"]: hit_weight / (rank + 1) for rank, hit in enumerate(hits)}
-        seeded_by_hits = len(seeds)
-        entity_seeds, passages = await self._triple_entities(
-            ctx, query, int(ctx.param(TRIPLE_SEEDS))
-        )
-        rewrite.sources = sorted(passages)
-        for node, weight in entity_seeds.items():
-            seeds[node] = seeds.get(node, 0.0) + weight
-        if not seeds:
-            raise ValueError("no seeds: the plain query found nothing")
-        with ctx.timer.stage("propagate"):
-            hood = await ctx.knowledge_graph().neighbours(
-                ctx.kb, list(seeds), hops=2, cap=ctx.setting("kar_hub_cap")
-            )
-        with ctx.timer.stage("readable"):
-            # Before the walk, not after it: an edge read from a passage the caller may not
-            # read, or a step through a document hidden from them, must not carry score
-            # either (checked after the walk, only the boosted documents and the middles
-            # of their paths were, and a hidden passage's triple still lifted and showed).
-            evidence = hood.evidence_ids()
-            hood = hood.without(evidence - await readable_ids(ctx, ctx.index, evidence))
-        with ctx.timer.stage("walk"):
-            reach = hood.reach(list(seeds))
-            scores = personalized_pagerank(reach, list(seeds.values()), ctx.param(DAMPING))
-            documents = reach.documents.copy()
-            documents[:seeded_by_hits] = True  # the hits seed first, and are documents
-            boosts = int(ctx.param(BOOSTS))
-            ranked = top_documents(reach.nodes, scores, documents, boosts)
+        walked = await walk_from(ctx, query, hits)
+        rewrite.sources = sorted(walked.passages)
+        ranked = walked.ranked
         kept = list(ranked)
-        near = hood.around(kept)
+        near = walked.hood.around(kept)
         top = ranked[kept[0]] if kept else 1.0
         rewrite.boost_ids = {node: ranked[node] / top for node in kept}
         # The walk adds what the query's evidence reaches but never displaces its best
@@ -158,40 +193,39 @@ class GraphWalk(Strategy):
         if hits:
             rewrite.boost_ids[hits[0]["id"]] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
-        lifted_by = await strongest_paths(ctx, near, kept, seeds)
+        lifted_by = await strongest_paths(ctx, near, kept, walked.seeds)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],
             "kept_first": hits[0]["id"] if hits else None,  # boosted as the walk's top
-            "entity_seeds": sorted(entity_seeds)[:20],
+            "entity_seeds": sorted(walked.entity_seeds)[:20],
             "graph_nodes": [
                 {"id": node, "score": round(ranked[node] / top, 4), "path": lifted_by.get(node)}
                 for node in kept
             ],
-            "graph_source": hood.source,
+            "graph_source": walked.hood.source,
         }
         return rewrite
 
-    async def _triple_entities(
-        self, ctx: StrategyContext, query: str, k: int
-    ) -> tuple[dict[str, float], set[str]]:
-        """The entities of the k readable triples nearest the query (TTR vectors), weighted
-        by their similarity, when the knowledge base has a corpus graph; and the passages
-        those triples come from."""
-        if k == 0:
+
+async def _triple_entities(
+    ctx: StrategyContext, query: str, k: int
+) -> tuple[dict[str, float], set[str]]:
+    """The entities of the k readable triples nearest the query (TTR vectors), weighted
+    by their similarity, when the knowledge base has a corpus graph; and the passages
+    those triples come from."""
+    if k == 0:
+        return {}, set()
+    with ctx.timer.stage("triple_seeds"):
+        vector = await ctx.query_vector(query)
+        try:
+            hits = await nearest_readable_triples(ctx, vector, k, ["head", "tail", "passage_id"])
+        except Exception:  # no triples index: an entity-centric knowledge base
             return {}, set()
-        with ctx.timer.stage("triple_seeds"):
-            vector = await ctx.query_vector(query)
-            try:
-                hits = await nearest_readable_triples(
-                    ctx, vector, k, ["head", "tail", "passage_id"]
-                )
-            except Exception:  # no triples index: an entity-centric knowledge base
-                return {}, set()
-        weights: dict[str, float] = {}
-        for hit in hits:
-            similarity = max(2 * float(hit["_score"]) - 1, 0.0)
-            for name in (hit["_source"].get("head"), hit["_source"].get("tail")):
-                if name:
-                    node = entity_id(str(name))
-                    weights[node] = max(weights.get(node, 0.0), similarity)
-        return weights, {str(hit["_source"]["passage_id"]) for hit in hits}
+    weights: dict[str, float] = {}
+    for hit in hits:
+        similarity = max(2 * float(hit["_score"]) - 1, 0.0)
+        for name in (hit["_source"].get("head"), hit["_source"].get("tail")):
+            if name:
+                node = entity_id(str(name))
+                weights[node] = max(weights.get(node, 0.0), similarity)
+    return weights, {str(hit["_source"]["passage_id"]) for hit in hits}
