@@ -7,6 +7,7 @@ import base64
 import ssl
 from typing import Any
 
+from kgqr_core.cluster_nodes import configured_urls
 from kgqr_core.settings import Settings
 
 
@@ -35,7 +36,8 @@ def opensearch_ssl_context(settings: Settings) -> ssl.SSLContext:
 
 
 def _opensearch_kwargs(settings: Settings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"hosts": [settings.opensearch.url], "timeout": 30}
+    # Every configured node: opensearch-py sends to another when one fails to connect.
+    kwargs: dict[str, Any] = {"hosts": configured_urls(settings), "timeout": 30}
     auth = opensearch_basic_auth(settings)
     if auth is not None:
         kwargs["http_auth"] = auth
@@ -49,6 +51,21 @@ def opensearch_client(settings: Settings) -> Any:
     from opensearchpy import OpenSearch
 
     return OpenSearch(**_opensearch_kwargs(settings))
+
+
+def cluster_node_urls(settings: Settings) -> list[str]:
+    """The configured nodes and those the engine reports (`_nodes/http`, read with kgqr's
+    account); the configured ones alone when it may not ask or cannot be reached."""
+    import opensearchpy
+
+    from kgqr_core.cluster_nodes import reported_urls
+
+    urls = configured_urls(settings)
+    try:
+        answer = opensearch_client(settings).nodes.info(metric="http")
+    except opensearchpy.exceptions.OpenSearchException:
+        return urls
+    return list(dict.fromkeys([*urls, *reported_urls(answer, urls[0].split(":", 1)[0])]))
 
 
 def _neo4j_auth(settings: Settings) -> tuple[str, str]:

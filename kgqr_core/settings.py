@@ -90,6 +90,13 @@ class OpenSearchSettings(Section):
         description="OpenSearch, as kgqr (ingest, the proxy, the front) reaches it.",
     )
 
+    other_urls: str = Field(
+        default="",
+        description="Other nodes of the same cluster (comma-separated URLs) kgqr sends a "
+        "request to when the first refuses the connection, or answers a search with 502, 503 "
+        "or 504; the nodes the engine reports (`_nodes/http`) are added at start.",
+    )
+
     user: str | None = Field(
         default=None,
         description="kgqr's own OpenSearch account: its bookkeeping only (role kgqr_service); "

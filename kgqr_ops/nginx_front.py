@@ -26,6 +26,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from kgqr_core.child_process import terminate_child
+from kgqr_core.cluster_nodes import ClusterNodes, configured_urls
+from kgqr_core.connections import cluster_node_urls
 from kgqr_core.settings import Settings
 from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.os_packages import ensure_installed
@@ -64,9 +66,16 @@ def attached_index_names(settings: Settings) -> list[str] | None:
     ]
 
 
-def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, status: Path) -> str:
+def render_config(
+    settings: Settings,
+    listen: str,
+    kgqr: str,
+    run_dir: Path,
+    status: Path,
+    nodes: list[str] | None = None,
+) -> str:
     """The nginx configuration: `listen` and `kgqr` as host:port, `status` the unix socket
-    for its counters."""
+    for its counters, `nodes` the cluster's node URLs (default: the configured ones)."""
     upstream = urlparse(settings.opensearch.url)
     if upstream.scheme not in ("http", "https") or not upstream.hostname:
         raise ServiceError(
@@ -78,13 +87,15 @@ def render_config(settings: Settings, listen: str, kgqr: str, run_dir: Path, sta
         service_authorization(settings) if settings.proxy.anonymous_uses_service_account else None
     )
     tls = upstream.scheme == "https"
-    default_port = 443 if tls else 80
     template = resources.files("kgqr_ops.nginx").joinpath("nginx.conf").read_text()
     values = {
         "RUN_DIR": str(run_dir),
         "LISTEN_ADDRESS": listen,
         "KGQR_ADDRESS": kgqr,
-        "OPENSEARCH_ADDRESS": f"{upstream.hostname}:{upstream.port or default_port}",
+        "OPENSEARCH_SERVERS": "\n    ".join(
+            f"server {host}:{port} max_fails=1 fail_timeout=10s;"
+            for _, host, port in map(ClusterNodes.address, nodes or configured_urls(settings))
+        ),
         "OPENSEARCH_SCHEME": upstream.scheme,
         "OPENSEARCH_TLS": _tls_directives(settings, upstream.hostname) if tls else "",
         "DEFAULT_AUTHORIZATION": lent or "",
@@ -129,7 +140,10 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
 
     def config_for(run_dir: Path) -> str:
         (run_dir / ROUTES_FILE).write_text(attached_routes(attached_index_names(settings) or []))
-        return render_config(settings, f"{host}:{port}", f"127.0.0.1:{kgqr_port}", run_dir, status)
+        nodes = cluster_node_urls(settings)
+        log.info("front: OpenSearch nodes %s", ", ".join(nodes))
+        listen, kgqr = f"{host}:{port}", f"127.0.0.1:{kgqr_port}"
+        return render_config(settings, listen, kgqr, run_dir, status, nodes)
 
     try:
         with running_nginx(config_for, host, port) as (process, run_dir):

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from yarl import URL
 
+from kgqr_core.cluster_nodes import RETRIED_STATUSES, ClusterNodes, is_search
 from kgqr_core.connections import opensearch_ssl_context
 from kgqr_core.settings import Settings
 from query_rewriter.engine.caller import Caller
@@ -97,8 +98,8 @@ def to_response(upstream: httpx.Response, content: bytes | None = None) -> Respo
 class Upstream:
     """One keep-alive connection pool to OpenSearch for verbatim forwarding."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._base = settings.opensearch.url.rstrip("/")
+    def __init__(self, settings: Settings, nodes: ClusterNodes | None = None) -> None:
+        self._nodes = nodes or ClusterNodes.of(settings)
         self._settings = settings
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=200, ssl=opensearch_ssl_context(settings)),
@@ -131,22 +132,41 @@ class Upstream:
         if self._settings.proxy.anonymous_uses_service_account:  # else only the caller's are sent
             for name, value in Caller.from_headers(outgoing, self._settings).credentials:
                 outgoing.setdefault(name, value)
-        url = URL(f"{self._base}{path}{'?' + query if query else ''}", encoded=True)
-        try:
-            async with self._session.request(
-                method, url, headers=outgoing, data=body or None, allow_redirects=False
-            ) as upstream:
-                content = await upstream.read()
-                # A HEAD answer keeps the length a GET would have; others get their own.
-                dropped = HOP_BY_HOP if method == "HEAD" else DROPPED_VERBATIM_RESPONSE_HEADERS
-                kept = [
-                    (k, v)
-                    for k, v in upstream.raw_headers
-                    if k.decode("latin-1").lower() not in dropped
-                ]
-                status = upstream.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise httpx.TransportError(str(exc) or type(exc).__name__) from exc
+        order = self._nodes.in_order()
+        retry_5xx = is_search(method, path) and isinstance(body, bytes)
+        for number, base in enumerate(order):
+            url = URL(f"{base}{path}{'?' + query if query else ''}", encoded=True)
+            try:
+                async with self._session.request(
+                    method, url, headers=outgoing, data=body or None, allow_redirects=False
+                ) as upstream:
+                    content = await upstream.read()
+                    # A HEAD answer keeps the length a GET would have; others get their own.
+                    dropped = HOP_BY_HOP if method == "HEAD" else DROPPED_VERBATIM_RESPONSE_HEADERS
+                    kept = [
+                        (k, v)
+                        for k, v in upstream.raw_headers
+                        if k.decode("latin-1").lower() not in dropped
+                    ]
+                    status = upstream.status
+            except aiohttp.ClientError as exc:
+                # Refused (nothing was sent), or a search on a connection its node dropped:
+                # the next node. Anything else was the node's to answer.
+                again = isinstance(exc, aiohttp.ClientConnectorError) or (
+                    retry_5xx
+                    and isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+                )
+                if again and number < len(order) - 1:
+                    self._nodes.failed(base)
+                    continue
+                raise httpx.TransportError(str(exc) or type(exc).__name__) from exc
+            except TimeoutError as exc:
+                raise httpx.TransportError(str(exc) or type(exc).__name__) from exc
+            if retry_5xx and status in RETRIED_STATUSES and number < len(order) - 1:
+                self._nodes.failed(base)
+                continue
+            self._nodes.worked(base)
+            break
         response = Response(content=content, status_code=status)
         if method != "HEAD":
             kept.append((b"content-length", str(len(content)).encode()))

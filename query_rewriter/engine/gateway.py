@@ -7,6 +7,7 @@ handled here once (tests/integration/test_engine_seam.py counts every request)."
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -18,21 +19,25 @@ from httpx_aiohttp import AiohttpTransport
 from starlette.requests import Request
 from starlette.responses import Response
 
+from kgqr_core.cluster_nodes import ClusterNodes, reported_urls
 from kgqr_core.connections import opensearch_basic_auth, opensearch_ssl_context
 from kgqr_core.settings import Settings
 from query_rewriter.engine.caller import Caller
+from query_rewriter.engine.failover import FailoverTransport
 from query_rewriter.engine.forwarding import Upstream
 
+log = logging.getLogger("kgqr.proxy")
 KEEPALIVE_S = 5.0  # httpx's default, which the transport applied before it took a session
 
 
 def opensearch_http_client(
-    settings: Settings, *, service_account: bool = False
+    settings: Settings, *, service_account: bool = False, nodes: ClusterNodes | None = None
 ) -> httpx.AsyncClient:
     """A pooled client for OpenSearch. Without `service_account` it carries no credentials
     of its own: every request made for a caller sends the caller's headers, and a client
     default would replace them (httpx's `auth` overrides an Authorization header). With it,
-    kgqr's own account, for kgqr's bookkeeping (KB meta, query log, its definitions) only."""
+    kgqr's own account, for kgqr's bookkeeping (KB meta, query log, its definitions) only.
+    Requests go to the first node of `nodes` that takes them (failover.py)."""
     limits = httpx.Limits(
         max_connections=200, max_keepalive_connections=50, keepalive_expiry=KEEPALIVE_S
     )
@@ -49,7 +54,9 @@ def opensearch_http_client(
         auth=opensearch_basic_auth(settings) if service_account else None,
         timeout=httpx.Timeout(60.0, connect=5.0),
         limits=limits,
-        transport=AiohttpTransport(limits=limits, client=session),
+        transport=FailoverTransport(
+            AiohttpTransport(limits=limits, client=session), nodes or ClusterNodes.of(settings)
+        ),
         headers={"accept-encoding": "identity"},
         cookies=_no_cookies(),
     )
@@ -73,15 +80,33 @@ class Engine:
     caller_http: httpx.AsyncClient
     service: httpx.AsyncClient
     upstream: Upstream
+    nodes: ClusterNodes
 
     @classmethod
     def connect(cls, settings: Settings) -> Engine:
+        """Every path to the engine shares one view of which nodes answer."""
+        nodes = ClusterNodes.of(settings)
         return cls(
             settings,
-            opensearch_http_client(settings),
-            opensearch_http_client(settings, service_account=True),
-            Upstream(settings),
+            opensearch_http_client(settings, nodes=nodes),
+            opensearch_http_client(settings, service_account=True, nodes=nodes),
+            Upstream(settings, nodes),
+            nodes,
         )
+
+    async def learn_nodes(self) -> list[str]:
+        """Add the nodes the engine reports (`_nodes/http`, as kgqr's account): a cluster
+        that grew needs no change of kgqr's settings. Nothing learnt when the account may
+        not ask."""
+        scheme = ClusterNodes.address(self.settings.opensearch.url)[0]
+        try:
+            answer = await self.as_kgqr().send("GET", "/_nodes/http")
+            answer.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.info("cluster nodes not read: %s", exc)
+            return self.nodes.urls
+        self.nodes.learn(reported_urls(answer.json(), scheme))
+        return self.nodes.urls
 
     def as_caller(self, caller: Caller, headers: Mapping[str, str] | None = None) -> EngineSession:
         """Requests for `caller`: their credential headers, over the request `headers`

@@ -94,6 +94,7 @@ def create_app(
 
         engine = Engine.connect(settings)
         service_http = engine.service  # kgqr's bookkeeping: log, definitions, plugins
+        log.info("OpenSearch nodes", extra={"kgqr": {"nodes": await engine.learn_nodes()}})
 
         def redis_at(url: str) -> aioredis.Redis:
             timeout = settings.redis.timeout_s

@@ -57,8 +57,10 @@ def recorders(monkeypatch: pytest.MonkeyPatch) -> Recorders:
     monkeypatch.setattr(EngineSession, "send", recorded_send)
     client = gateway.opensearch_http_client
 
-    def watched_client(settings: Settings, *, service_account: bool = False) -> httpx.AsyncClient:
-        made = client(settings, service_account=service_account)
+    def watched_client(
+        settings: Settings, *, service_account: bool = False, nodes: Any = None
+    ) -> httpx.AsyncClient:
+        made = client(settings, service_account=service_account, nodes=nodes)
         if not service_account:
             seen.caller_clients.add(id(made))
 

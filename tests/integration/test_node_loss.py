@@ -27,7 +27,8 @@ from ingest.tasks import chunk_sender
 from ingest.verify import verify
 from kgqr_core import connections
 from kgqr_core.settings import Settings
-from kgqr_ops.background_proxy import running_proxy
+from kgqr_ops.background_proxy import free_port, running_proxy
+from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.opensearch_cluster import members
 from kgqr_ops.services.opensearch_node import OpenSearchNode
 from plugin import schema
@@ -158,21 +159,24 @@ def test_a_data_node_killed_mid_ingest_loses_nothing(
     drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)
 
 
-def test_rewritten_searches_answer_while_a_node_dies(
-    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
-    kb_name: str, tmp_path: Path,
-) -> None:  # fmt: skip
-    """Searches through kgqr (`base`: hybrid BM25 + k-NN) without pause while a node that
-    holds a primary is killed: none answers 5xx; how many were slower is printed."""
+def _cluster(settings: Settings) -> Settings:
+    """Settings for the test cluster, addressed at node 1, with a Celery queue of its own."""
     queue = f"kgqr-faults-{uuid.uuid4().hex[:8]}"
-    cluster = settings.replaced({"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
-                                          "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
-    client = connections.opensearch_client(cluster)
+    return settings.replaced({"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
+                              "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
+
+
+def _ingested_kb(
+    cluster: Settings, client: Any, neo4j_driver: Any, redis_client: Any, kb_name: str,
+    folder: Path,
+) -> str:  # fmt: skip
+    """The movies KB ingested into the green cluster by a worker of its own; its index."""
     assert _wait_green(client)["status"] == "green"
-    _write_source(tmp_path)
-    spec = f"jsonl:{tmp_path}"
+    _write_source(folder)
+    spec = f"jsonl:{folder}"
+    queue = cluster.redis.ingest_queue
     worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch.url, "KGQR_INGEST_QUEUE": queue}
-    with job_runner.temporary_worker(cluster, str(tmp_path / "worker.log"), queues=queue,
+    with job_runner.temporary_worker(cluster, str(folder / "worker.log"), queues=queue,
                                      env=worker_env):  # fmt: skip
         job_runner.prepare_stores(cluster, client, neo4j_driver)
         job = job_runner.enqueue(
@@ -181,7 +185,18 @@ def test_rewritten_searches_answer_while_a_node_dies(
         )  # fmt: skip
         done = job_runner.follow(JobStore(redis_client), job.job_id, lambda _p: None, 300)
     assert done.finished and not done.failed
-    index = schema.documents_index(kb_name)
+    return schema.documents_index(kb_name)
+
+
+def test_rewritten_searches_answer_while_a_node_dies(
+    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
+    kb_name: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """Searches through kgqr (`base`: hybrid BM25 + k-NN) without pause while a node that
+    holds a primary is killed: none answers 5xx; how many were slower is printed."""
+    cluster = _cluster(settings)
+    client = connections.opensearch_client(cluster)
+    index = _ingested_kb(cluster, client, neo4j_driver, redis_client, kb_name, tmp_path)
     victim = _primary_holder(client, index, three_nodes)
     timings: list[tuple[float, int, float]] = []  # (seconds since start, status, ms)
     with running_proxy(cluster) as url, httpx.Client(timeout=60) as http:
@@ -207,4 +222,70 @@ def test_rewritten_searches_answer_while_a_node_dies(
     assert errors == []
     victim.up()
     assert _wait_green(client)["number_of_nodes"] == 3
+    drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)
+
+
+def _search_through(front: str, index: str, strategy: str | None) -> str | None:
+    """One search through the front (rewritten with `strategy`, else passed through):
+    None when it answered with hits, else what went wrong."""
+    params = {"kgqr.strategy": strategy} if strategy else {}
+    try:
+        body = {"query": {"match": {"text": "robbers in 3 cities"}}}
+        response = httpx.post(f"{front}/{index}/_search", params=params, json=body, timeout=30)
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if response.status_code != 200 or not response.json()["hits"]["hits"]:
+        return f"{response.status_code} {response.text[:200]}"
+    return None
+
+
+def test_losing_node_1_costs_only_the_searches_in_flight(
+    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
+    kb_name: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The front and the proxy know every node: the configured one (node 1, which clients
+    used to depend on) and those the engine reports. SIGKILL node 1 during streams of
+    searches through the front, passed through and rewritten: at most the searches in flight
+    at that moment fail, searches answer again within 5 s, and the cluster goes green once
+    node 1 is back."""
+    cluster = _cluster(settings)
+    # The test's own client knows every node: node 1 dies under it.
+    others = ",".join(f"http://127.0.0.1:{node.member.http_port}" for node in three_nodes[1:])
+    client = connections.opensearch_client(cluster.replaced({"opensearch_other_urls": others}))
+    index = _ingested_kb(cluster, client, neo4j_driver, redis_client, kb_name, tmp_path)
+    outcomes: list[tuple[float, str | None]] = []  # (seconds since the kill or before, error)
+    stop = threading.Event()
+    killed_at: list[float] = []
+
+    def stream(front: str, strategy: str | None) -> None:
+        while not stop.is_set():
+            error = _search_through(front, index, strategy)
+            outcomes.append((time.monotonic(), error))
+
+    with running_proxy(cluster) as url:
+        kgqr_port = int(url.rsplit(":", 1)[1])
+        with running_front(cluster, "127.0.0.1", free_port(), kgqr_port) as front:
+            streams = [threading.Thread(target=stream, args=(front, strategy))
+                       for strategy in (None, None, "base", "base")]  # fmt: skip
+            for thread in streams:
+                thread.start()
+            time.sleep(5)
+            killed_at.append(time.monotonic())
+            _kill(three_nodes[0])
+            time.sleep(20)
+            stop.set()
+            for thread in streams:
+                thread.join(timeout=60)
+    kill = killed_at[0]
+    before = [error for at, error in outcomes if at < kill]
+    failed = [(round(at - kill, 2), error) for at, error in outcomes if at >= kill and error]
+    answered = [at - kill for at, error in outcomes if at >= kill and error is None]
+    print(f"{len(outcomes)} searches, {len(failed)} failed after the kill: {failed[:4]}")
+    assert before and not any(before)
+    assert len(failed) <= len(streams), failed  # at most the ones in flight
+    assert all(at < 5 for at, _ in failed), failed  # none once the front and proxy moved on
+    assert answered and min(answered) < 5 and max(answered) > 15  # answering throughout
+    three_nodes[0].up()
+    health = _wait_green(client)
+    assert health["status"] == "green" and health["number_of_nodes"] == 3
     drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)

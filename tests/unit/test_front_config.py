@@ -20,7 +20,7 @@ def test_every_placeholder_is_filled(tmp_path: Path) -> None:
         "127.0.0.1:9201", tmp_path, tmp_path / "status.sock",
     )  # fmt: skip
     assert not re.search(r"@[A-Z_]+@", config)
-    assert "server search.internal:9300;" in config
+    assert "server search.internal:9300 max_fails=1 fail_timeout=10s;" in config
     assert "server 127.0.0.1:9201;" in config and "listen 0.0.0.0:9202;" in config
     assert f"pid {tmp_path}/front.pid;" in config
     assert f"listen unix:{tmp_path}/status.sock;" in config
@@ -60,7 +60,10 @@ def test_https_opensearch_is_checked_against_the_configured_ca(tmp_path: Path) -
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     config = _render(tmp_path, opensearch_url="https://search.internal", opensearch_ca_certs=ca)
-    assert "server search.internal:443;" in config and "default  https;" in config
+    assert (
+        "server search.internal:443 max_fails=1 fail_timeout=10s;" in config
+        and "default  https;" in config
+    )
     assert "kgqr     http;" in config  # kgqr itself stays plain http on loopback
     assert "proxy_ssl_name search.internal;" in config and "proxy_ssl_verify on;" in config
     assert f"proxy_ssl_trusted_certificate {ca};" in config
@@ -74,3 +77,18 @@ def test_https_without_verification_needs_no_ca(tmp_path: Path) -> None:
 def test_a_url_the_front_cannot_forward_to_is_refused_with_a_reason(tmp_path: Path) -> None:
     with pytest.raises(ServiceError, match="not an OpenSearch URL"):
         _render(tmp_path, opensearch_url="unix:/run/opensearch.sock")
+
+
+def test_every_node_is_an_upstream_and_only_searches_are_sent_again(tmp_path: Path) -> None:
+    """A node that refuses the connection is skipped for any request (nothing was sent);
+    a 502/503/504 sends only a search on to the next node."""
+    nodes = ["http://n1:9200", "http://n2:9200", "http://10.0.0.3:9201"]
+    config = render_config(Settings.of({"opensearch_url": nodes[0]}), "a:1", "b:2", tmp_path,
+                           tmp_path / "s", nodes)  # fmt: skip
+    upstream = config[config.index("upstream opensearch {") : config.index("upstream kgqr")]
+    assert [line.split()[1] for line in upstream.splitlines() if line.strip().startswith(
+        "server ")] == ["n1:9200", "n2:9200", "10.0.0.3:9201"]  # fmt: skip
+    searches = config[config.index('location ~ "/_(search') :]
+    assert "http_503 http_504 non_idempotent;" in searches.split("}")[0]
+    everything = config[config.index("location / {") :].split("}")[0]
+    assert "proxy_next_upstream" not in everything
