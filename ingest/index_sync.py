@@ -155,7 +155,9 @@ def remove_documents(neo4j: Any, kb: str, ids: list[str]) -> None:
 
 
 def remove_field_edges(neo4j: Any, kb: str, fields: FieldMap, ids: list[str]) -> None:
-    """The edges changed documents' fields made (their new values are written after)."""
+    """The edges changed documents' fields made (their new values are written after): only
+    those read from a field (they carry its evidence), not a relations file's edge that
+    happens to share a field's name."""
     relations = [name.rsplit(".", 1)[-1] for name in [*fields.entity_fields,
                                                      *fields.reference_fields]]  # fmt: skip
     if not relations:
@@ -163,6 +165,6 @@ def remove_field_edges(neo4j: Any, kb: str, fields: FieldMap, ids: list[str]) ->
     for start in range(0, len(ids), EXISTENCE_BATCH):
         neo4j.execute_query(
             "MATCH (s:Node {kb: $kb})-[r]->() WHERE s.id IN $ids AND r.relation IN $relations "
-            "DELETE r",
+            "AND r.field_evidence IS NOT NULL DELETE r",
             kb=kb, ids=ids[start : start + EXISTENCE_BATCH], relations=relations,
         )  # fmt: skip

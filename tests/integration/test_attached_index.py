@@ -450,10 +450,15 @@ def _genre_edges(neo4j_driver: Any) -> dict[str, set[str]]:
 
 
 def test_sync_brings_the_apps_adds_changes_and_deletes_into_the_graph(
-    opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
+    opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any], tmp_path: Path
 ) -> None:
     first = kgqr("kb", "sync", KB)  # no checkpoint yet: every document is read
     assert first.exit_code == 0 and "8 documents read" in first.output, first.output
+    # The team's own statement, in a relations file, that m2 is a neo-noir: named like the
+    # genre field, but not read from it, so m2's change leaves it alone.
+    stated = tmp_path / "stated.jsonl"
+    stated.write_text('{"source": "m2", "relation": "genre", "entity": "neo-noir"}\n')
+    assert kgqr("kb", "graph", KB, "--relations", str(stated)).exit_code == 0
     # The team's app writes through its own client, as it always has.
     opensearch.index(index=INDEX, id="m4", body={
         "headline": "Thief", "content": "plot: A safecracker takes one last job.",
@@ -465,7 +470,8 @@ def test_sync_brings_the_apps_adds_changes_and_deletes_into_the_graph(
     assert synced.exit_code == 0, synced.output
     assert "1 deleted" in synced.output
     genres = _genre_edges(neo4j_driver)
-    assert genres["m4"] == genres["m2"] == {"crime thriller"}  # m2's old genre edge is gone
+    assert genres["m4"] == {"crime thriller"}
+    assert genres["m2"] == {"crime thriller", "neo-noir"}  # its old field's edge is gone
     records, _, _ = neo4j_driver.execute_query(
         "MATCH (n:Node {kb: $kb, id: 'p3'}) RETURN count(n) AS n", kb=KB
     )
