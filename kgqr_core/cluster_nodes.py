@@ -20,7 +20,8 @@ from kgqr_core.settings import Settings
 
 DOWN_S = 10.0
 # Requests that read and change nothing, which another node may answer after a 5xx.
-SEARCH_PATH = re.compile(r"/_(search|msearch|count)(/template)?/?$|/_search/scroll")
+# (Not a scroll's next page: sent again after a dropped connection, it can skip one.)
+SEARCH_PATH = re.compile(r"/_(search|msearch|count)(/template)?/?$")
 RETRIED_STATUSES = frozenset({502, 503, 504})
 
 
@@ -41,6 +42,8 @@ def reported_urls(nodes_http: dict[str, Any], scheme: str) -> list[str]:
 
 
 def is_search(method: str, path: str) -> bool:
+    if "/_search/scroll" in path:
+        return False
     return method in ("GET", "HEAD") or bool(SEARCH_PATH.search(path))
 
 

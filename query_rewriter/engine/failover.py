@@ -4,9 +4,25 @@ re-addressed to whichever node the order puts first."""
 
 from __future__ import annotations
 
+import aiohttp
 import httpx
 
 from kgqr_core.cluster_nodes import RETRIED_STATUSES, ClusterNodes, is_search
+
+# What a broken connection to a node that died raises, whatever the transport: a search
+# is sent again after one of these, anything else only when nothing was sent.
+BROKEN = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.WriteError,
+          httpx.RemoteProtocolError)  # fmt: skip
+
+
+def nothing_sent(exc: httpx.TransportError) -> bool:
+    """Whether the request never left: the connection was refused or not made in time.
+    httpx-aiohttp maps every aiohttp connection error to ConnectTimeout, a server that
+    dropped a connection mid-request included, so its cause decides."""
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientError):
+        return isinstance(cause, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
+    return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
 
 
 class FailoverTransport(httpx.AsyncBaseTransport):
@@ -18,10 +34,9 @@ class FailoverTransport(httpx.AsyncBaseTransport):
         order = self._nodes.in_order()
         # A 5xx or a broken connection is retried only for a search whose body can be
         # sent again.
-        retry_5xx = is_search(request.method, request.url.path) and isinstance(
+        search = is_search(request.method, request.url.path) and isinstance(
             request.stream, httpx.ByteStream
         )
-        refused: Exception | None = None
         for number, url in enumerate(order):
             last = number == len(order) - 1
             scheme, host, port = ClusterNodes.address(url)
@@ -29,25 +44,18 @@ class FailoverTransport(httpx.AsyncBaseTransport):
             request.headers["host"] = f"{host}:{port}"
             try:
                 response = await self._inner.handle_async_request(request)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
-                self._nodes.failed(url)
-                refused = exc
-                continue
-            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
-                # A kept-alive connection to a node that died: a search is sent again.
-                if not retry_5xx or last:
+            except BROKEN as exc:
+                if last or not (nothing_sent(exc) or search):
                     raise
                 self._nodes.failed(url)
-                refused = exc
                 continue
-            if retry_5xx and response.status_code in RETRIED_STATUSES and not last:
+            if search and response.status_code in RETRIED_STATUSES and not last:
                 await response.aclose()
                 self._nodes.failed(url)
                 continue
             self._nodes.worked(url)
             return response
-        assert refused is not None
-        raise refused
+        raise AssertionError("unreachable: the last node answers or raises")
 
     async def aclose(self) -> None:
         await self._inner.aclose()

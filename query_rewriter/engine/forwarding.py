@@ -152,7 +152,8 @@ class Upstream:
             except aiohttp.ClientError as exc:
                 # Refused (nothing was sent), or a search on a connection its node dropped:
                 # the next node. Anything else was the node's to answer.
-                again = isinstance(exc, aiohttp.ClientConnectorError) or (
+                refused = aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError
+                again = isinstance(exc, refused) or (
                     retry_5xx
                     and isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
                 )

@@ -63,6 +63,7 @@ class GraphSnapshot:
     source: np.ndarray
     relations: list[str]
     field_evidence: list[FieldEvidence]
+    gate: dict[FieldEvidence, int]  # each field evidence's number in `source` (-2 - n)
 
     @classmethod
     def build(
@@ -127,6 +128,7 @@ class GraphSnapshot:
             source=np.concatenate([source, source])[order],
             relations=list(numbered),
             field_evidence=list(gates),
+            gate={evidence: -2 - n for evidence, n in gates.items()},
         )
 
     @property
@@ -193,10 +195,11 @@ class SnapshotNeighbourhood:
 
     def without(self, hidden: Collection[Evidence]) -> SnapshotNeighbourhood:
         graph = self.graph
-        gate = {evidence: -2 - n for n, evidence in enumerate(graph.field_evidence)}
+        if not hidden:
+            return self
         blocked = np.asarray(
-            [graph.position[e] if isinstance(e, str) else gate[e] for e in hidden
-             if e in graph.position or e in gate],
+            [graph.position[e] if isinstance(e, str) else graph.gate[e] for e in hidden
+             if e in graph.position or e in graph.gate],
             np.int64,
         )  # fmt: skip
         if not len(blocked):

@@ -7,7 +7,9 @@ document-level security narrows, a document's ACL field changes, a document is d
 What it serves is kept with it — the documents its searches fetched as the caller, its
 boosts and the passages behind its facts (Rewrite.sources), not its readability probes,
 which can name a whole neighbourhood — and a cached rewrite is served only if the caller
-may still read them all (one count as the caller); otherwise it is made afresh.
+may still read them all (one count as the caller), and still sees every field value the
+graph edges it used were read from (an attached index's fields); otherwise it is made
+afresh.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from kgqr_core.field_evidence import FieldEvidence
 from query_rewriter.strategies.services import Search
-from query_rewriter.strategies.vector_lookups import readable_among
+from query_rewriter.strategies.vector_lookups import readable_among, shown_evidence
 
 
 class RecordingSearch:
@@ -27,6 +30,10 @@ class RecordingSearch:
         self._inner = inner
         self._index = index
         self.read: set[str] = set()
+        self.shown: set[FieldEvidence] = set()  # field evidence its edges needed shown
+
+    def note_shown(self, shown: Collection[FieldEvidence]) -> None:
+        self.shown.update(shown)
 
     async def search(
         self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
@@ -47,7 +54,12 @@ class RecordingSearch:
             self.read.update(hit["_id"] for hit in answer.get("hits", {}).get("hits", []))
 
 
-async def still_readable(search: Search, index: str, ids: Collection[str]) -> bool:
+async def still_readable(
+    search: Search, index: str, ids: Collection[str], shown: Collection[FieldEvidence] = ()
+) -> bool:
     """Whether the caller may still read every one of `ids` (counted as the caller, the
-    way every readability check is)."""
-    return await readable_among(search, index, ids) == set(ids)
+    way every readability check is), and their fetch still shows every field value `shown`
+    (field-level security or masking may have narrowed, or the document changed)."""
+    if await readable_among(search, index, ids) != set(ids):
+        return False
+    return not shown or await shown_evidence(search, index, shown) == set(shown)

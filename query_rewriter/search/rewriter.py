@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kgqr_core.field_evidence import FieldEvidence
 from kgqr_core.llm import AsyncLlmClient, CallerLlm
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
@@ -49,6 +50,8 @@ class RewriteOutcome:
     budget: Budget | None = None
     # The KB documents its searches returned as the caller (search/evidence.py).
     evidence: list[str] = field(default_factory=list)
+    # The field evidence its graph edges needed the caller to see, in stored form.
+    field_evidence: list[list[str]] = field(default_factory=list)
     # The query's own vector, unfused: the plain ranking fusion protects (plain_fusion.py).
     plain_vector: list[float] | None = None
 
@@ -78,6 +81,7 @@ class RewriteOutcome:
             "stages_ms": self.stages_ms,
             "llm": self.llm.__dict__,
             "evidence": self.evidence,
+            "field_evidence": self.field_evidence,
             "plain_vector": self.plain_vector,
         }
 
@@ -92,6 +96,7 @@ class RewriteOutcome:
             cached=True,
             llm=LlmUsage(**data["llm"]),
             evidence=list(data["evidence"]),
+            field_evidence=list(data.get("field_evidence", [])),
             plain_vector=data["plain_vector"],
         )
 
@@ -179,7 +184,8 @@ class Rewriter:
             except (KeyError, TypeError, ValueError):
                 log.warning("a corrupt cached rewrite was ignored", extra={"kgqr": {"key": key}})
             else:
-                if await self._still_readable(gateway, index, outcome.evidence):
+                shown = [FieldEvidence.stored(stored) for stored in outcome.field_evidence]
+                if await self._still_readable(gateway, index, outcome.evidence, shown):
                     metrics.CACHE.labels("hit").inc()
                     return outcome
                 stale = True
@@ -215,6 +221,7 @@ class Rewriter:
                 metrics.REWRITES_RUNNING.dec()
             served = outcome.rewrite
             outcome.evidence = sorted(recorded.read | set(served.boost_ids) | set(served.sources))
+            outcome.field_evidence = sorted(gate.as_stored() for gate in recorded.shown)
             if outcome.fallback is None:
                 await self.cache.put(key, outcome.to_cache())
             return outcome
@@ -251,11 +258,13 @@ class Rewriter:
         return replace(served, budget=budget)
 
     @staticmethod
-    async def _still_readable(gateway: Search, index: str, evidence: list[str]) -> bool:
+    async def _still_readable(
+        gateway: Search, index: str, evidence: list[str], shown: list[FieldEvidence]
+    ) -> bool:
         """A rewrite whose evidence cannot be checked now (the engine answers an error) is
         not served: it is made afresh, with the caller's own searches."""
         try:
-            return await still_readable(gateway, index, evidence)
+            return await still_readable(gateway, index, evidence, shown)
         except Exception:
             return False
 

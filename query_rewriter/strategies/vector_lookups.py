@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -166,6 +166,14 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
     return set().union(*await asyncio.gather(*map(readable, chunks)))
 
 
+@runtime_checkable
+class FieldEvidenceRecorder(Protocol):
+    """A search endpoint that keeps the field evidence a rewrite used (search/evidence.py):
+    a cached rewrite is served again only while the caller's fetch still shows it."""
+
+    def note_shown(self, shown: Collection[FieldEvidence]) -> None: ...
+
+
 async def shown_evidence(
     search: Search, index: str, gates: Collection[FieldEvidence]
 ) -> set[FieldEvidence]:
@@ -189,7 +197,10 @@ async def shown_evidence(
     shown: dict[str, dict[str, Any]] = {}
     for found in await asyncio.gather(*map(fetch, chunks)):
         shown.update(found)
-    return {gate for gate in gates if gate.shown_in(shown.get(gate.document))}
+    passed = {gate for gate in gates if gate.shown_in(shown.get(gate.document))}
+    if isinstance(search, FieldEvidenceRecorder):
+        search.note_shown(passed)
+    return passed
 
 
 TRIPLE_EVIDENCE_FIELDS = ("passage_id", "field_evidence")

@@ -141,6 +141,11 @@ ROLES: dict[str, dict[str, Any]] = {
             {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~brand"]}
         ],
     },
+    # Reads every field until a test narrows its field-level security mid-run.
+    "kgqr_test_shifting": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [{"index_patterns": PATTERNS, "allowed_actions": ["read"]}],
+    },
     "kgqr_test_masked": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
         "index_permissions": [
@@ -1204,6 +1209,42 @@ def test_a_graph_read_from_a_field_leads_only_callers_who_see_the_field(
         else:
             assert any("Acme" in (node["path"] or "") for node in nodes), nodes
     assert led_to == {"reader": {"s2", "s4"}, "brandless": set(), "masked": set()}
+
+
+def _put_role(secured: SecuredCredentials, role: str, definition: dict[str, Any]) -> None:
+    with httpx.Client(base_url=secured.url, verify=_trusting(secured),
+                      headers={"authorization": secured.admin_authorization}) as admin:  # fmt: skip
+        put = admin.put(f"/_plugins/_security/api/roles/{role}", json=definition)
+        assert put.status_code in (200, 201), put.text
+
+
+def test_a_cached_rewrite_is_not_served_once_the_field_it_was_led_by_is_hidden(
+    secured: SecuredCredentials, secured_shop_index: str, proxy: tuple[str, list[str]],
+    users: dict[str, str],
+) -> None:  # fmt: skip
+    """The same caller, the same roles: the rewrite led by the brand is cached, then the
+    role's field-level security hides `brand`. The cache must not serve the brand's path."""
+    _until_rewritten(proxy[0], SHOP_INDEX, SHOP_QUERY, users["reader"])
+    body = {**SHOP_QUERY, "query": {"match": {"description": "heavy anvil blacksmiths"}}}
+
+    def search() -> httpx.Response:
+        answer = _explained(proxy[0], SHOP_INDEX, "graph", body,
+                            {"authorization": users["shifting"]})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        return answer
+
+    search()
+    again = search()
+    assert again.json()["kgqr"]["cached"] is True and "Acme" in again.text
+    narrowed = {**ROLES["kgqr_test_shifting"], "index_permissions": [
+        {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~brand"]}]}  # fmt: skip
+    _put_role(secured, "kgqr_test_shifting", narrowed)
+    try:
+        after = search()
+        assert after.json()["kgqr"]["cached"] is False
+        assert "acme" not in after.text.lower(), after.text
+    finally:
+        _put_role(secured, "kgqr_test_shifting", ROLES["kgqr_test_shifting"])
 
 
 def test_an_attached_index_is_searched_and_graphed_only_as_the_caller_may_read_it(

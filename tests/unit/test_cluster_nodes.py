@@ -77,3 +77,29 @@ def test_nodes_come_from_the_settings_and_the_engines_report() -> None:
     assert nodes.urls == ["http://n1:9200", "http://n2:9200", "http://n3:9200"]
     assert is_search("POST", "/a/_search") and is_search("GET", "/a/_doc/1")
     assert not is_search("POST", "/a/_doc") and not is_search("POST", "/_bulk")
+
+
+def test_a_write_on_a_connection_the_node_dropped_is_not_sent_again() -> None:
+    """httpx-aiohttp reports a dropped connection as ConnectTimeout: its cause tells a
+    request that never left from one a node may have acted on."""
+    import aiohttp
+
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.host}")
+        if request.url.host == "n1":
+            raise httpx.ConnectTimeout("dropped") from aiohttp.ServerDisconnectedError()
+        return httpx.Response(200)
+
+    transport = FailoverTransport(httpx.MockTransport(handle), ClusterNodes(NODES))
+
+    async def run() -> int:
+        async with httpx.AsyncClient(base_url=NODES[0], transport=transport) as client:
+            with pytest.raises(httpx.ConnectTimeout):
+                await client.post("/index/_doc", json={"a": 1})
+            return (await client.post("/index/_search", json={})).status_code
+
+    assert asyncio.run(run()) == 200
+    assert seen == ["POST n1", "POST n1", "POST n2"]  # the write once; the search again
+    assert not is_search("GET", "/_search/scroll") and not is_search("POST", "/_search/scroll")

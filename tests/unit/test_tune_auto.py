@@ -52,3 +52,15 @@ def test_base_is_kept_when_mrr_is_shown_worse() -> None:
     assert decision.promoted == BASE
     assert {c.metric: c.verdict for c in decision.against_base} == {"R@5": "better",
                                                                     "MRR": "worse"}  # fmt: skip
+
+
+def test_a_handful_of_queries_promotes_nothing() -> None:
+    """Five queries each better give an interval of one point above zero; too few to act on."""
+    few = QUERIES[:5]
+    scored = {
+        BASE: {q: _scores(0.5, 0.8) for q in few},
+        WALK: {q: _scores(1.0, 0.8) for q in few},
+    }
+    decision = decide(scored, "R@5", folds=5)
+    assert decision.promoted == BASE and decision.best_overall == WALK
+    assert "5 judged queries are too few" in decision.reason()

@@ -462,17 +462,17 @@ def sweep(
         if len(dataset.queries) < 2:
             click.echo(f"{dataset.name}: one query cannot be cross-validated")
             continue
-        folds = min(folds, len(dataset.queries))
-        chosen = swept.cross_validated(dataset.name, metrics[0], folds)
+        k = min(folds, len(dataset.queries))
+        chosen = swept.cross_validated(dataset.name, metrics[0], k)
         held_out = swept.against_baseline(dataset.name, chosen.per_query, metrics)
         validated[dataset.name] = {
-            "folds": folds, "chosen_on": metrics[0], "chosen": chosen.chosen(),
+            "folds": k, "chosen_on": metrics[0], "chosen": chosen.chosen(),
             "fold_choices": [asdict(f) for f in chosen.folds],
             "held_out": {m: chosen.mean(m) for m in metrics},
             "against_baseline": [c.as_json() for c in held_out],
         }  # fmt: skip
-        picks = ", ".join(f"{name} ({n} of {folds})" for name, n in chosen.chosen().items())
-        click.echo(f"{dataset.name}: cross-validated over {folds} folds, chosen on "
+        picks = ", ".join(f"{name} ({n} of {k})" for name, n in chosen.chosen().items())
+        click.echo(f"{dataset.name}: cross-validated over {k} folds, chosen on "
                    f"{metrics[0]}: {picks}")  # fmt: skip
         for c in held_out:
             click.echo(f"  held-out {c.metric} {100 * chosen.mean(c.metric):5.1f}, against "

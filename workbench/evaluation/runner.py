@@ -18,6 +18,7 @@ import numpy as np
 from plugin.field_map import FieldMap
 from plugin.schema import documents_index
 from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies.params import COMMON
 from workbench.evaluation.graph_copy_wait import wait_for_graph_copy
 from workbench.evaluation.metrics import (
     METRIC_NAMES,
@@ -173,12 +174,21 @@ class EvalTarget:
         return {"multi_match": {"query": text, "fields": list(self.fields)}}
 
 
+def read_by(strategy: str, params: Mapping[str, float]) -> dict[str, float]:
+    """The parameters `strategy` reads (its own and the common ones, by name or old name):
+    a run comparing strategies, or a sweep's baseline, sends none a strategy would refuse."""
+    readable = [*COMMON, *STRATEGIES[strategy].params] if strategy in STRATEGIES else []
+    names = {param.name for param in readable} | {param.legacy for param in readable}
+    return {name: value for name, value in params.items() if name in names}
+
+
 def search_request(
     query: JudgedQuery, strategy: str, params: dict[str, float], size: int, target: EvalTarget
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """Query-string parameters and body of one evaluated search."""
     query_params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
-    query_params.update({f"kgqr.param.{name}": str(value) for name, value in params.items()})
+    given = read_by(strategy, params)
+    query_params.update({f"kgqr.param.{name}": str(value) for name, value in given.items()})
     body = {"query": target.query(query.text), "size": size, "_source": False}
     return query_params, body
 

@@ -28,6 +28,9 @@ BASELINE = "base"
 # optimize`) and is left to be named.
 CANDIDATE_STRATEGIES = ("base", "graph", "graph_walk", "graph_mix", "prf")
 GUARD_METRIC = "MRR"  # never promoted if shown worse on this
+# Fewer judged queries promote nothing: with every difference alike, a handful gives an
+# interval of one point above zero (two queries each better: "better", at p = 0.5).
+MIN_QUERIES = 10
 PerQuery = dict[str, dict[str, float]]
 
 
@@ -85,6 +88,9 @@ class Decision:
         if self.beats_base:
             return (f"tune auto: {self.promoted.name} beat base on {self.queries} judged "
                     f"queries, cross-validated over {folds} folds: {shown}")  # fmt: skip
+        if self.queries < MIN_QUERIES:
+            return (f"tune auto: no setting beat base: {self.queries} judged queries are too "
+                    f"few to show it (at least {MIN_QUERIES}): {shown}")  # fmt: skip
         return (f"tune auto: no setting beat base with a {self.metric} interval above 0 and "
                 f"{GUARD_METRIC} not worse, cross-validated over {folds} folds on "
                 f"{self.queries} judged queries: {shown}")  # fmt: skip
@@ -116,7 +122,8 @@ def decide(
     against = compare_runs(runs, BASELINE, [metric, GUARD_METRIC])
     by_metric = {c.metric: c for c in against}
     best = max(settings, key=lambda s: _mean(scored[s], metric))  # the first of equals
-    wins = by_metric[metric].low > 0 and by_metric[GUARD_METRIC].verdict != "worse"
+    enough = len(scored[base]) >= MIN_QUERIES
+    wins = enough and by_metric[metric].low > 0 and by_metric[GUARD_METRIC].verdict != "worse"
     return Decision(
         promoted=best if wins else base,
         best_overall=best,

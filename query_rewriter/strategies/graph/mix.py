@@ -34,7 +34,11 @@ from query_rewriter.strategies.graph.walk import (
 )
 from query_rewriter.strategies.params import Param
 from query_rewriter.strategies.rewrite import Rewrite
-from query_rewriter.strategies.vector_lookups import query_similarity, without_hidden_fields
+from query_rewriter.strategies.vector_lookups import (
+    IDS_PER_QUERY,
+    query_similarity,
+    without_hidden_fields,
+)
 
 BRIDGES = Param("graph.bridges", "graph_bridges", 1, 20, integer=True)
 WALK_SHARE = Param("graph.walk_share", "graph_walk_share", 0.0, 1.0)
@@ -61,8 +65,10 @@ class GraphMix(Strategy):
             + share * walked.ranked.get(node, 0.0) / top_walk
             for node in {*bridged, *walked.ranked} - {hit["id"] for hit in hits[:1]}
         }
+        # The engine scores at most one result window of ids: those with the best priors.
+        scoring = sorted((n for n, p in prior.items() if p > 0), key=lambda n: -prior[n])
         with ctx.timer.stage("drf"):
-            cosines = await query_similarity(ctx, query, {n for n, p in prior.items() if p > 0})
+            cosines = await query_similarity(ctx, query, set(scoring[:IDS_PER_QUERY]))
         scored = {node: cosine * prior[node] for node, cosine in cosines.items()}
         boosts = int(ctx.param(BOOSTS))
         ranked = sorted((n for n, s in scored.items() if s > FLOOR), key=lambda n: -scored[n])
