@@ -113,6 +113,9 @@ def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
     return meta
 
 
+CONFLICT_RETRIES = 5
+
+
 class NoSuchDefault(LookupError):
     """A rollback to a version the knowledge base never had, or a KB with nothing to roll
     back to."""
@@ -146,14 +149,24 @@ def set_default(
     set_by: str,
     evidence: dict[str, Any] | None = None,
 ) -> KbDefault:
-    """Record a new version of the KB's default (its meta must exist)."""
-    meta = load(client, kb)
-    if meta is None:
-        raise NoSuchDefault(f"no knowledge base {kb!r} (`kgqr kb list` shows them)")
-    chosen, update = next_default(meta, strategy, params, reason, set_by, evidence)
+    """Record a new version of the KB's default (its meta must exist). Written only over
+    the meta it was numbered from: two set at once both land, as consecutive versions."""
+    from opensearchpy.exceptions import ConflictError
+
     installer.install_meta_index(client)  # a kgqr-meta older than defaults maps them
-    client.update(index=META_INDEX, id=kb, body=update, refresh=True)
-    return chosen
+    for _ in range(CONFLICT_RETRIES):
+        if not client.exists(index=META_INDEX, id=check_kb_name(kb)):
+            raise NoSuchDefault(f"no knowledge base {kb!r} (`kgqr kb list` shows them)")
+        found = client.get(index=META_INDEX, id=kb)
+        meta = KnowledgeBaseMeta.model_validate(found["_source"])
+        chosen, update = next_default(meta, strategy, params, reason, set_by, evidence)
+        numbered_from = {"if_seq_no": found["_seq_no"], "if_primary_term": found["_primary_term"]}
+        try:
+            client.update(index=META_INDEX, id=kb, body=update, refresh=True, **numbered_from)
+        except ConflictError:
+            continue  # another version landed first: number this one after it
+        return chosen
+    raise NoSuchDefault(f"{kb!r}'s record kept changing; try again")
 
 
 def roll_back_default(client: Any, kb: str, to_version: int | None, set_by: str) -> KbDefault:

@@ -408,7 +408,12 @@ def plan_search(
     kb_default = target.default if named is None and target is not None else None
     if kb_default is not None:  # the KB's own default; the request's parameters still win
         named = kb_default.strategy
-        options["params"] = {**kb_default.params, **options["params"]}
+        requested = options["params"]
+        # ... under their old names too (`alpha` for `rewrite.alpha`).
+        renamed = {param.legacy: param.name for param in ALL_PARAMS if param.legacy}
+        overridden = {renamed.get(name, name) for name in requested}
+        kept = {k: v for k, v in kb_default.params.items() if k not in overridden}
+        options["params"] = {**kept, **requested}
     elif named is None:
         named = default_strategy
     kb = target.kb if target is not None else None

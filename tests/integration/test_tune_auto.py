@@ -156,3 +156,29 @@ def test_set_default_refuses_what_a_strategy_does_not_read_and_unknown_versions(
     never = runner.invoke(main, ["kb", "set-default", PLAIN_KB, "--rollback", "--to-version",
                                  "99"])  # fmt: skip
     assert never.exit_code == 1 and "no default v99" in never.output
+
+
+def test_defaults_set_at_once_all_land_as_consecutive_versions(
+    knowledge_bases: None, settings: Settings, opensearch: Any
+) -> None:
+    """Each version is written over the record it was numbered from: four set at once
+    land as four consecutive versions, none lost."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kgqr_core import connections
+
+    meta = kb_meta.load(opensearch, PLAIN_KB)
+    assert meta is not None
+    before = len(meta.defaults)
+
+    def set_one(number: int) -> int:
+        client = connections.opensearch_client(settings)
+        return kb_meta.set_default(
+            client, PLAIN_KB, "base", {}, f"at once {number}", "test"
+        ).version
+
+    with ThreadPoolExecutor(4) as pool:
+        versions = sorted(pool.map(set_one, range(4)))
+    assert versions == [before + 1, before + 2, before + 3, before + 4]
+    after = kb_meta.load(opensearch, PLAIN_KB)
+    assert after is not None and len(after.defaults) == before + 4

@@ -120,6 +120,11 @@ def test_a_search_naming_no_strategy_gets_its_knowledge_bases_own_default() -> N
     }  # fmt: skip
     tuned = plan_search("kgqr-m-documents", {"kgqr.param.graph.weight": "0.8"}, body, None, target)
     assert isinstance(tuned, SearchPlan) and tuned.params == {"graph.weight": 0.8}
+    # A parameter the request sets by its old name wins over the default's too.
+    alpha = walk.model_copy(update={"params": {"rewrite.alpha": 0.5}})
+    by_hand = SearchTarget("m", default=alpha)
+    renamed = plan_search("kgqr-m-documents", {"kgqr.param.alpha": "0.9"}, body, None, by_hand)
+    assert isinstance(renamed, SearchPlan) and renamed.params == {"rewrite.alpha": 0.9}
     named = plan_search("kgqr-m-documents", {"kgqr.strategy": "base"}, body, "base", target)
     assert isinstance(named, SearchPlan) and named.strategy.name == "base"
     assert named.kb_default is None and named.default_explained() is None
