@@ -44,8 +44,22 @@ log = logging.getLogger("kgqr.front")
 
 def attached_routes(indices: Iterable[str]) -> str:
     """nginx `map` lines sending every request on an attached index (alone, first in a
-    list, or with a path after it) to kgqr."""
-    return "".join(f'    "~^/{re.escape(index)}(/|,|\\?|$)" kgqr;\n' for index in sorted(indices))
+    list, or with a path after it) to kgqr, its name spelt as sent or percent-encoded."""
+    return "".join(f'    "~^/{_as_sent(index)}(/|,|\\?|$)" kgqr;\n' for index in sorted(indices))
+
+
+def _as_sent(index: str) -> str:
+    """A pattern for the index name in a raw request URI: each character other than a
+    letter, digit, `-`, `_` or `.` literally or as its UTF-8 bytes percent-encoded (a
+    client may encode `+` as %2B, in either case)."""
+    parts = []
+    for char in index:
+        if char.isascii() and (char.isalnum() or char in "-_."):
+            parts.append(re.escape(char))
+            continue
+        encoded = "".join(f"%(?:{b:02X}|{b:02x})" for b in char.encode())
+        parts.append(f"(?:{re.escape(char)}|{encoded})")
+    return "".join(parts)
 
 
 def attached_index_names(settings: Settings) -> list[str] | None:

@@ -92,3 +92,21 @@ def test_every_node_is_an_upstream_and_only_searches_are_sent_again(tmp_path: Pa
     assert "http_503 http_504 non_idempotent;" in searches.split("}")[0]
     everything = config[config.index("location / {") :].split("}")[0]
     assert "proxy_next_upstream" not in everything
+
+
+def test_an_attached_index_is_routed_to_kgqr_spelt_as_sent_or_percent_encoded() -> None:
+    """The front matches the raw request URI: a client that encodes `+` as %2B (in either
+    case) still reaches kgqr, and a longer name or another index does not."""
+    from kgqr_ops.nginx_front import attached_routes
+
+    line = attached_routes(["team+docs"]).strip()
+    pattern = re.compile(line.split('"')[1].removeprefix("~"))
+    for uri in (
+        "/team+docs/_search",
+        "/team%2Bdocs/_search",
+        "/team%2bdocs",
+        "/team+docs,x/_search",
+    ):
+        assert pattern.search(uri), uri
+    for uri in ("/team+docsx/_search", "/other/_search", "/team%2Cdocs/_search"):
+        assert not pattern.search(uri), uri
