@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from kgqr_core.field_evidence import FieldEvidence
+from kgqr_core.field_evidence import Evidence, FieldEvidence
 from query_rewriter.strategies.services import Search
-from query_rewriter.strategies.vector_lookups import readable_among, shown_evidence
+from query_rewriter.strategies.vector_lookups import usable_among
 
 
 class RecordingSearch:
@@ -60,6 +60,5 @@ async def still_readable(
     """Whether the caller may still read every one of `ids` (counted as the caller, the
     way every readability check is), and their fetch still shows every field value `shown`
     (field-level security or masking may have narrowed, or the document changed)."""
-    if await readable_among(search, index, ids) != set(ids):
-        return False
-    return not shown or await shown_evidence(search, index, shown) == set(shown)
+    wanted: set[Evidence] = {*ids, *shown}
+    return await usable_among(search, index, wanted) == wanted

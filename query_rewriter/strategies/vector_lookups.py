@@ -131,15 +131,25 @@ MAX_TRIPLE_DEPTH = 1_000
 async def readable_ids(
     ctx: StrategyContext, index: str, evidence: Collection[Evidence]
 ) -> set[Evidence]:
+    """usable_among, through the strategy's search."""
+    return await usable_among(ctx.opensearch, index, evidence)
+
+
+async def usable_among(search: Search, index: str, evidence: Collection[Evidence]) -> set[Evidence]:
     """What of `evidence` the caller may use: the ids they may read (readable_among) and
-    the field evidence their own fetch shows (shown_evidence), through the strategy's
-    search."""
+    the field evidence their own fetch shows (shown_evidence)."""
     ids = {item for item in evidence if isinstance(item, str)}
     gates = {item for item in evidence if isinstance(item, FieldEvidence)}
     readable, shown = await asyncio.gather(
-        readable_among(ctx.opensearch, index, ids), shown_evidence(ctx.opensearch, index, gates)
+        readable_among(search, index, ids), shown_evidence(search, index, gates)
     )
     return {*readable, *shown}
+
+
+def id_chunks(ids: Collection[str]) -> list[list[str]]:
+    """`ids` in order, in chunks one ids query can name."""
+    ordered = sorted(ids)
+    return [ordered[at : at + IDS_PER_QUERY] for at in range(0, len(ordered), IDS_PER_QUERY)]
 
 
 async def readable_among(search: Search, index: str, ids: Collection[str]) -> set[str]:
@@ -148,8 +158,6 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
     IDS_PER_QUERY is counted first: a caller who may read all of it (most callers) costs
     one count, and only a chunk with hidden ids is fetched. (These probes say what may be
     read; they are not what a rewrite shows: search/evidence.py leaves them out.)"""
-    ordered = sorted(ids)
-    chunks = [ordered[at : at + IDS_PER_QUERY] for at in range(0, len(ordered), IDS_PER_QUERY)]
     slots = asyncio.Semaphore(CHECKS_AT_ONCE)
 
     async def readable(chunk: list[str]) -> set[str]:
@@ -163,7 +171,7 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
             body = {"size": len(chunk), "_source": False, "query": query}
             return {hit["_id"] for hit in (await search.search(index, body))["hits"]["hits"]}
 
-    return set().union(*await asyncio.gather(*map(readable, chunks)))
+    return set().union(*await asyncio.gather(*map(readable, id_chunks(ids))))
 
 
 @runtime_checkable
@@ -183,7 +191,6 @@ async def shown_evidence(
     fetch of the fields per IDS_PER_QUERY documents)."""
     if not gates:
         return set()
-    documents = sorted({gate.document for gate in gates})
     fields = sorted({field for gate in gates for field in gate.fields})
     slots = asyncio.Semaphore(CHECKS_AT_ONCE)
 
@@ -193,9 +200,8 @@ async def shown_evidence(
             hits = (await search.search(index, body))["hits"]["hits"]
         return {hit["_id"]: hit.get("_source") or {} for hit in hits}
 
-    chunks = [documents[at : at + IDS_PER_QUERY] for at in range(0, len(documents), IDS_PER_QUERY)]
     shown: dict[str, dict[str, Any]] = {}
-    for found in await asyncio.gather(*map(fetch, chunks)):
+    for found in await asyncio.gather(*map(fetch, id_chunks({g.document for g in gates}))):
         shown.update(found)
     passed = {gate for gate in gates if gate.shown_in(shown.get(gate.document))}
     if isinstance(search, FieldEvidenceRecorder):

@@ -10,7 +10,7 @@ the selection procedure does on questions it did not see.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +45,7 @@ class CrossValidated:
     per_query: dict[str, dict[str, float]]
 
     def mean(self, metric: str) -> float:
-        return float(np.mean([scores[metric] for scores in self.per_query.values()]))
+        return mean_of(self.per_query, metric)
 
     def chosen(self) -> dict[str, int]:
         """How many folds chose each setting: a procedure that picks the same one on every
@@ -66,8 +66,10 @@ def folds_of(query_ids: Sequence[str], k: int, seed: int = 0) -> list[tuple[str,
     return [tuple(shuffled[fold::k]) for fold in range(k)]
 
 
-def _mean(candidate: Candidate, metric: str, queries: Sequence[str]) -> float:
-    return float(np.mean([candidate.per_query[q][metric] for q in queries]))
+def mean_of(per_query: PerQuery, metric: str, queries: Iterable[str] | None = None) -> float:
+    """The mean `metric` over `queries` (all of them by default)."""
+    chosen = per_query if queries is None else queries
+    return float(np.mean([per_query[q][metric] for q in chosen]))
 
 
 def cross_validate(
@@ -83,7 +85,7 @@ def cross_validate(
     choices, held_out_scores = [], {}
     for number, fold in enumerate(folds_of(queries, k, seed)):
         training = [q for q in queries if q not in set(fold)]
-        means = [_mean(candidate, metric, training) for candidate in candidates]
+        means = [mean_of(candidate.per_query, metric, training) for candidate in candidates]
         best = int(np.argmax(means))  # the first of equals
         choices.append(FoldChoice(number, candidates[best].name, means[best], fold))
         held_out_scores.update({q: dict(candidates[best].per_query[q]) for q in fold})

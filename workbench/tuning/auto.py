@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from query_rewriter.strategies import STRATEGIES
-from workbench.evaluation.cross_validation import Candidate, CrossValidated, cross_validate
+from workbench.evaluation.cross_validation import (
+    Candidate,
+    CrossValidated,
+    cross_validate,
+    mean_of,
+)
 from workbench.evaluation.query_sets import JudgedQuery
 from workbench.evaluation.runner import EvalTarget, evaluate
 from workbench.evaluation.significance import PairedComparison, compare_runs
@@ -121,7 +126,7 @@ def decide(
     runs = {BASELINE: scored[base], "held-out": validated.per_query}
     against = compare_runs(runs, BASELINE, [metric, GUARD_METRIC])
     by_metric = {c.metric: c for c in against}
-    best = max(settings, key=lambda s: _mean(scored[s], metric))  # the first of equals
+    best = max(settings, key=lambda s: mean_of(scored[s], metric))  # the first of equals
     enough = len(scored[base]) >= MIN_QUERIES
     wins = enough and by_metric[metric].low > 0 and by_metric[GUARD_METRIC].verdict != "worse"
     return Decision(
@@ -144,10 +149,6 @@ def shown_candidates(per_strategy: Mapping[str, PerQuery]) -> dict[StrategySetti
         for name, scores in per_strategy.items()
         if name in STRATEGIES and not STRATEGIES[name].uses_llm and base.keys() <= scores.keys()
     }
-
-
-def _mean(per_query: PerQuery, metric: str) -> float:
-    return sum(scores[metric] for scores in per_query.values()) / len(per_query)
 
 
 async def score_settings(
