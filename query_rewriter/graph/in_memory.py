@@ -246,17 +246,25 @@ class SnapshotNeighbourhood:
     def document_ids(self) -> set[str]:
         return self._documents(self._ends()[1])
 
-    def bridged_documents(self) -> set[str]:
-        first_node = self.graph.neighbour[self.first_edge]
-        through_entity = ~self.graph.has_document[first_node[self.second_row]]
-        second_node = self.graph.neighbour[self.second_edge][through_entity]
-        return self._documents(np.concatenate([first_node, second_node]))
+    def bridged_documents(self, from_seeds: Collection[str] | None = None) -> set[str]:
+        graph = self.graph
+        first = np.ones(len(self.first_edge), bool)
+        if from_seeds is not None:
+            numbers = [graph.position[seed] for seed in from_seeds if seed in graph.position]
+            first = np.isin(self.first_seed, np.asarray(numbers, np.int64))
+        first_node = graph.neighbour[self.first_edge]
+        through_entity = ~graph.has_document[first_node[self.second_row]] & first[self.second_row]
+        second_node = graph.neighbour[self.second_edge][through_entity]
+        reached = np.concatenate([first_node[first], second_node])
+        return self._documents(reached, self.seeds if from_seeds is None else set(from_seeds))
 
-    def _documents(self, reached: np.ndarray) -> set[str]:
-        """The ids of the reached nodes that have a document, seeds excluded."""
+    def _documents(self, reached: np.ndarray, left_out: Collection[str] | None = None) -> set[str]:
+        """The ids of the reached nodes that have a document, less `left_out` (the seeds)."""
         reached = np.unique(reached)
         reached = reached[self.graph.has_document[reached]]
-        return {self.graph.ids[n] for n in reached.tolist()} - self.seeds
+        return {self.graph.ids[n] for n in reached.tolist()} - set(
+            self.seeds if left_out is None else left_out
+        )
 
     def around(self, ids: Collection[str] | None) -> Neighbourhood:
         """Neo4j-shaped rows of the paths that end at `ids` (every path when None)."""

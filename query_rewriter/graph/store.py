@@ -214,22 +214,27 @@ class Neighbourhood:
         """Every reached node that has a document, seeds excluded: what DRF scores."""
         return self._documents(through_documents=True)
 
-    def bridged_documents(self) -> set[str]:
+    def bridged_documents(self, from_seeds: Collection[str] | None = None) -> set[str]:
         """Documents one hop from a seed, or two through a node without a document (an
         entity the seed mentions): what a seed document's text leads to. Two hops through
-        another document are a second document's neighbours, not this one's."""
-        return self._documents(through_documents=False)
+        another document are a second document's neighbours, not this one's. Only from
+        `from_seeds` when given (then only they are left out), as a neighbourhood read
+        from them alone would give."""
+        return self._documents(through_documents=False, from_seeds=from_seeds)
 
-    def _documents(self, through_documents: bool) -> set[str]:
-        first = {row[3] for row in self.rows if has_document(row[5])}
+    def _documents(
+        self, through_documents: bool, from_seeds: Collection[str] | None = None
+    ) -> set[str]:
+        rows = self.rows if from_seeds is None else [r for r in self.rows if r[0] in from_seeds]
+        first = {row[3] for row in rows if has_document(row[5])}
         second = {
             hop[0]
-            for row in self.rows
+            for row in rows
             if through_documents or not has_document(row[5])
             for hop in row[6]
             if has_document(hop[1])
         }
-        return (first | second) - self.seeds
+        return (first | second) - (self.seeds if from_seeds is None else set(from_seeds))
 
     def names(self) -> dict[str, str]:
         """Name (id when unnamed) of every node with a document; needs `with_names`."""
@@ -316,7 +321,7 @@ class Neighbours(Protocol):
 
     def document_ids(self) -> set[str]: ...
 
-    def bridged_documents(self) -> set[str]: ...
+    def bridged_documents(self, from_seeds: Collection[str] | None = None) -> set[str]: ...
 
     def names(self) -> dict[str, str]: ...
 

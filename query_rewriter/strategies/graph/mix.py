@@ -15,8 +15,7 @@ does not speak to lifts nothing. The plain first hit keeps the top boost.
 
 from __future__ import annotations
 
-import asyncio
-
+from query_rewriter.graph.store import Neighbours
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.graph.bridge import FLOOR
@@ -34,11 +33,7 @@ from query_rewriter.strategies.graph.walk import (
 )
 from query_rewriter.strategies.params import Param
 from query_rewriter.strategies.rewrite import Rewrite
-from query_rewriter.strategies.vector_lookups import (
-    IDS_PER_QUERY,
-    query_similarity,
-    without_hidden_fields,
-)
+from query_rewriter.strategies.vector_lookups import IDS_PER_QUERY, query_similarity
 
 BRIDGES = Param("graph.bridges", "graph_bridges", 1, 20, integer=True)
 WALK_SHARE = Param("graph.walk_share", "graph_walk_share", 0.0, 1.0)
@@ -55,9 +50,9 @@ class GraphMix(Strategy):
         rewrite = Rewrite(strategy=self.name, query=query)
         hits = await seed_hits(ctx, query)
         bridge_from = [hit["id"] for hit in hits[: int(ctx.param(BRIDGES))]]
-        walked, bridged = await asyncio.gather(
-            walk_from(ctx, query, hits), self._bridged(ctx, bridge_from)
-        )
+        walked = await walk_from(ctx, query, hits)
+        # The walk read every hit's two-hop neighbourhood, checked as the caller.
+        bridged = self._bridged(walked.hood, bridge_from)
         share = ctx.param(WALK_SHARE)
         top_walk = max(walked.ranked.values(), default=0.0) or 1.0
         prior = {
@@ -110,16 +105,12 @@ class GraphMix(Strategy):
             "path": lifted_by.get(node),
         }
 
-    async def _bridged(self, ctx: StrategyContext, sources: list[str]) -> dict[str, float]:
+    @staticmethod
+    def _bridged(hood: Neighbours, sources: list[str]) -> dict[str, float]:
         """Each document a source bridges to (one hop, or two through an entity it
         mentions), weighted 1/(rank + 1) by the best-ranked source that reaches it."""
-        graph, cap = ctx.knowledge_graph(), ctx.setting("kar_hub_cap")
-        with ctx.timer.stage("bridge"):
-            hoods = await asyncio.gather(
-                *(graph.neighbours(ctx.kb, [source], hops=2, cap=cap) for source in sources)
-            )
         weights: dict[str, float] = {}
-        for rank, hood in enumerate(hoods):
-            for node in (await without_hidden_fields(ctx, hood)).bridged_documents():
+        for rank, source in enumerate(sources):
+            for node in hood.bridged_documents([source]):
                 weights[node] = max(weights.get(node, 0.0), 1 / (rank + 1))
         return weights
