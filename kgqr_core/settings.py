@@ -773,6 +773,11 @@ class Settings(BaseSettings):
     java_home: Path | None = Field(
         default=None, description="JDK 17 or 21 for OpenSearch and Neo4j; found if unset."
     )
+    container_engine: Literal["podman", "docker"] | None = Field(
+        default=None,
+        description="What `kgqr images` builds and runs containers with. Unset: podman if "
+        "installed, else docker, else podman from the OS packages (as root).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -851,7 +856,7 @@ FLAT: dict[str, tuple[str | None, str]] = {
         for section, model in SECTIONS.items()
         for field, info in model.model_fields.items()
     },
-    **{name: (None, name) for name in ("home", "java_home")},
+    **{name: (None, name) for name in ("home", "java_home", "container_engine")},
 }
 # Read-only settings derived from others, readable by flat name too.
 DERIVED = {"hybrid_bm25_weight": ("rewrite", "hybrid_bm25_weight")}

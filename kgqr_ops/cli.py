@@ -13,6 +13,10 @@ from kgqr_ops.services.errors import ServiceError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "services": ("kgqr_ops.services.cli", "Run OpenSearch, Neo4j, Redis and the LLM locally."),
+    "images": (
+        "kgqr_ops.images.cli",
+        "Build container images of every kgqr service, without a registry.",
+    ),
     "ingest": ("ingest.cli", "Load knowledge bases into OpenSearch and Neo4j (Celery jobs)."),
     "kb": ("ingest.kb_cli", "List knowledge bases; attach an existing index, build its graph."),
     "eval": (

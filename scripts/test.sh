@@ -11,6 +11,9 @@ cd "$repo"
 kgqr services up
 # A second node with the security plugin: the access tests (tests/integration/test_secured_access.py).
 kgqr services up opensearch-secured
+# The images docker/compose.yml runs (tests/containers), built from the registries only;
+# an unchanged image is reused from the engine's cache.
+kgqr images build
 bash "$repo/scripts/test_browser.sh"
 echo "test.sh: services ready after $(( $(date +%s) - started ))s"
 ruff check .

@@ -5,7 +5,8 @@ Integration fixtures look for services in this order:
    when they answer;
 2. otherwise, when a Docker daemon answers, OpenSearch, Neo4j and Redis in testcontainers;
 3. otherwise the run fails, saying which service is missing and how to start it.
-Tests are marked `unit` or `integration` by the folder they live in.
+Tests are marked `unit`, `integration` or `containers` by the folder they live in; the
+last run kgqr's own images (`kgqr images build`) with docker/compose.yml.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ os.environ["KGQR_INGEST_QUEUE"] = f"kgqr-test-ingest-{uuid.uuid4().hex[:8]}"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         folder = Path(str(item.fspath)).relative_to(TESTS_DIR).parts[0]
-        if folder in {"unit", "integration"}:
+        if folder in {"unit", "integration", "containers"}:
             item.add_marker(getattr(pytest.mark, folder))
 
 

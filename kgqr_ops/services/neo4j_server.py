@@ -55,7 +55,7 @@ class Neo4jServer(LocalService):
             self.layout.maven_repo,
             self.name,
         )
-        classes = self._classes_dir()
+        classes = self.classes_dir()
         if not (classes / f"{LAUNCHER_CLASS}.class").is_file():
             classes.mkdir(parents=True, exist_ok=True)
             run_checked(
@@ -65,7 +65,7 @@ class Neo4jServer(LocalService):
             )  # fmt: skip
         self.layout.data(self.name).mkdir(parents=True, exist_ok=True)
 
-    def _classes_dir(self) -> Path:
+    def classes_dir(self) -> Path:
         """One directory per version of the Java sources: an edited launcher or procedure is
         compiled again, and the changed classpath makes `services up` restart the server."""
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in _java_sources())).hexdigest()[:12]
@@ -74,7 +74,7 @@ class Neo4jServer(LocalService):
     def command(self) -> tuple[list[str], dict[str, str]]:
         java_home = find_java_home(self.settings.java_home)
         s = self.settings
-        classpath = f"{self._classes_dir()}:{self.install_dir / 'lib'}/*"
+        classpath = f"{self.classes_dir()}:{self.install_dir / 'lib'}/*"
         argv = [
             str(java_home / "bin" / "java"),
             f"-Xms{s.neo4j.heap_mb}m", f"-Xmx{s.neo4j.heap_mb}m",

@@ -102,6 +102,15 @@ class OpenSearchNode(LocalService):
         return distribution, plugins
 
     def prepare(self) -> None:
+        self.install()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if running_as_root():
+            ensure_service_user()
+            hand_over(self.install_dir)
+            hand_over(self.data_dir)
+
+    def install(self) -> Path:
+        """The assembled distribution (`kgqr images build` copies it into an image too)."""
         java_home = find_java_home(self.settings.java_home)
         marker = self.install_dir / ".kgqr-installed"
         recipe = self._recipe()
@@ -132,11 +141,7 @@ class OpenSearchNode(LocalService):
                 add_engine_guard(home, java_home, self.settings.opensearch.version)
                 (home / ".kgqr-installed").write_text(recipe)
                 replace_dir(home, self.install_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        if running_as_root():
-            ensure_service_user()
-            hand_over(self.install_dir)
-            hand_over(self.data_dir)
+        return self.install_dir
 
     def startup_problem(self) -> str | None:
         return red_because_of_unrunnable(self)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Starts the node the way the official image does: every environment variable with a dot in
+# its name (`discovery.type`) is an `-E` setting; DISABLE_SECURITY_PLUGIN=true turns the
+# security plugin off.
+set -euo pipefail
+settings=()
+while IFS='=' read -r -d '' name value; do
+  case $name in *.*) settings+=(-E "$name=$value") ;; esac
+done < <(env -0)
+if [ "${DISABLE_SECURITY_PLUGIN:-false}" = true ]; then
+  settings+=(-E plugins.security.disabled=true)
+fi
+exec /usr/share/opensearch/bin/opensearch "${settings[@]}" "$@"
