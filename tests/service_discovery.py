@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 
 from kgqr_core.settings import Settings
 from kgqr_ops.services.process import port_is_open
+from tests.container_services import store_containers, use_container_engine
 
 START_HINT = (
     "start them with `kgqr services up` (or `bash scripts/test.sh`, which does), "
@@ -48,53 +49,26 @@ def docker_daemon_answers() -> bool:
         return False
 
 
+CONTAINERS = "containers"
+
+
+def wants_containers() -> bool:
+    """KGQR_TEST_SERVICES=containers: start every service from kgqr's images even where
+    local ones answer (how CI exercises the testcontainers path)."""
+    return os.environ.get("KGQR_TEST_SERVICES") == CONTAINERS
+
+
 @contextlib.contextmanager
 def discover_services() -> Iterator[Settings]:
     settings = Settings()
     # The stores are needed by every integration test; the LLM is checked by its own fixture.
     missing = [name for name in missing_services(settings) if name != "llm"]
-    if not missing:
+    if not missing and not wants_containers():
         yield settings
         return
-    if docker_daemon_answers():
-        with _testcontainers(settings) as containerised:
+    if wants_containers() or docker_daemon_answers():
+        use_container_engine(settings)
+        with store_containers(settings) as containerised:
             yield containerised
         return
     raise RuntimeError(f"integration tests need {', '.join(missing)} running: {START_HINT}")
-
-
-@contextlib.contextmanager
-def _testcontainers(settings: Settings) -> Iterator[Settings]:
-    from testcontainers.core.container import DockerContainer
-    from testcontainers.core.waiting_utils import wait_for_logs
-
-    with contextlib.ExitStack() as stack:
-        opensearch = stack.enter_context(
-            DockerContainer(f"opensearchproject/opensearch:{settings.opensearch.version}")
-            .with_env("discovery.type", "single-node")
-            .with_env("DISABLE_SECURITY_PLUGIN", "true")
-            .with_env("OPENSEARCH_JAVA_OPTS", "-Xms1g -Xmx1g")
-            .with_exposed_ports(9200)
-        )
-        neo4j = stack.enter_context(
-            DockerContainer("neo4j:5.26-community")
-            .with_env("NEO4J_AUTH", "none")
-            .with_exposed_ports(7687)
-        )
-        redis = stack.enter_context(DockerContainer("redis:7").with_exposed_ports(6379))
-        wait_for_logs(opensearch, "started", timeout=180)
-        wait_for_logs(neo4j, "Started.", timeout=120)
-        wait_for_logs(redis, "Ready to accept connections", timeout=30)
-
-        def address(container: DockerContainer, port: int) -> str:
-            return f"{container.get_container_host_ip()}:{container.get_exposed_port(port)}"
-
-        overrides = {
-            "opensearch_url": f"http://{address(opensearch, 9200)}",
-            "neo4j_uri": f"bolt://{address(neo4j, 7687)}",
-            "redis_url": f"redis://{address(redis, 6379)}/0",
-            "cache_redis_url": f"redis://{address(redis, 6379)}/1",
-        }
-        for key, value in overrides.items():
-            os.environ[f"KGQR_{key.upper()}"] = value
-        yield Settings()  # reads the overrides just exported, as the services under test do

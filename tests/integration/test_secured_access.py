@@ -59,9 +59,11 @@ from query_rewriter.strategies.agent.executor import execute
 from query_rewriter.strategies.agent.plan import Plan
 from query_rewriter.strategies.agent.plan_book import PlanBook, PlanEntry
 from query_rewriter.strategies.context import StrategyContext
+from tests.container_services import secured_container
 from tests.integration.ingest_helpers import TINY_KB
 from tests.integration.recording_llm import recording_llm
 from tests.integration.search_helpers import metric_sample
+from tests.service_discovery import wants_containers
 
 KB = "sec-movies"
 INDEX = schema.documents_index(KB)
@@ -181,14 +183,20 @@ def _script(prompt: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def secured(settings: Settings) -> SecuredCredentials:
+def secured(settings: Settings) -> Iterator[SecuredCredentials]:
+    """The local secured node, or one in a container from kgqr's image when the suite runs
+    on containers (KGQR_TEST_SERVICES=containers)."""
+    if wants_containers():
+        with secured_container(settings) as credentials:
+            yield credentials
+        return
     node = SecuredOpenSearchNode(settings)
     if not node.is_healthy():
         pytest.fail(
             "no secured OpenSearch answers on port "
             f"{settings.opensearch.secured_port}: run `kgqr services up opensearch-secured`"
         )
-    return node.credentials()
+    yield node.credentials()
 
 
 def _trusting(secured: SecuredCredentials) -> ssl.SSLContext:
