@@ -199,6 +199,15 @@ class Neo4jSettings(Section):
 
     pagecache_mb: int = Field(default=256, ge=1, description="Page cache of the local Neo4j.")
 
+    search_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How long a search's graph lookups keep trying to reach Neo4j (the "
+        "connection, and the driver's retries) before the rewrite falls back to the plain "
+        "query. The driver's own default, 30 s, made every search wait that long while "
+        "Neo4j was down.",
+    )
+
 
 class RedisSettings(Section):
     """Redis: the ingest queue and job records, and the rewrite and LLM caches."""
