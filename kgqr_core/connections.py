@@ -80,9 +80,10 @@ def neo4j_driver(settings: Settings, **options: Any) -> Any:
 
 def async_neo4j_driver(settings: Settings) -> Any:
     """The read path's driver: a search gives up on an unreachable Neo4j after
-    `neo4j_search_timeout_s` and falls back. Its queries name properties a knowledge base may not have
-    (`relation` on typed relationships); Neo4j warns about that on every query, which
-    flooded the log once per search, so that one class of notification is turned off."""
+    `neo4j_search_timeout_s` and falls back. Its queries name properties a knowledge base
+    may not have (`relation` on typed relationships); Neo4j warns about that on every
+    query, which flooded the log once per search, so that one class of notification is
+    turned off."""
     from neo4j import AsyncGraphDatabase
 
     give_up_s = settings.neo4j.search_timeout_s
