@@ -6,9 +6,6 @@ cluster. The cluster is this test's own, on its own ports and data folders."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import threading
 import time
 import uuid
@@ -29,39 +26,20 @@ from kgqr_core import connections
 from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.nginx_front import running_front
-from kgqr_ops.services.opensearch_cluster import members
 from kgqr_ops.services.opensearch_node import OpenSearchNode
+from kgqr_ops.services.scratch_cluster import kill, scratch_cluster
 from plugin import schema
 
 HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE = 9271, 9280, 9371
 MOVIES, PEOPLE = 900, 300
 
 
-def _start(node: OpenSearchNode) -> None:
-    node.up()
-
-
 @pytest.fixture(scope="module")
 def three_nodes(settings: Settings) -> Iterator[list[OpenSearchNode]]:
-    small = settings.replaced({"opensearch_heap_mb": 512})
-    cluster = members("faults", "kgqr-faults", 3, HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE,
-                      OpenSearchNode.data_root(settings))  # fmt: skip
-    nodes = [OpenSearchNode(small, member) for member in cluster]
-    for node in nodes:
-        node.down()
-        shutil.rmtree(node.data_dir, ignore_errors=True)
-    nodes[0].up()  # node 1 forms the cluster; the others join it
-    joining = [threading.Thread(target=_start, args=(node,)) for node in nodes[1:]]
-    for thread in joining:
-        thread.start()
-    for thread in joining:
-        thread.join(timeout=300)
-    try:
+    with scratch_cluster(
+        settings, "faults", 3, HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE
+    ) as nodes:
         yield nodes
-    finally:
-        for node in reversed(nodes):
-            node.down()
-            shutil.rmtree(node.data_dir, ignore_errors=True)
 
 
 def _write_source(folder: Path) -> dict[str, int]:
@@ -98,12 +76,6 @@ def _primary_holder(client: Any, index: str, nodes: list[OpenSearchNode]) -> Ope
     return next(node for node in nodes[1:] if node.name in primaries)
 
 
-def _kill(node: OpenSearchNode) -> None:
-    pid = node.process.pid()
-    assert pid is not None
-    os.killpg(pid, signal.SIGKILL)  # its process group: the JVM, not only its launcher
-
-
 def test_a_data_node_killed_mid_ingest_loses_nothing(
     settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
     kb_name: str, tmp_path: Path,
@@ -131,7 +103,7 @@ def test_a_data_node_killed_mid_ingest_loses_nothing(
         deadline = time.monotonic() + 300
         while jobs.progress(job.job_id).chunks_done < 3 and time.monotonic() < deadline:  # type: ignore[union-attr]
             time.sleep(0.1)
-        _kill(victim)
+        kill(victim)
         killed_at = time.monotonic()
         statuses = set()
         while time.monotonic() - killed_at < 20:  # searches during the outage
@@ -204,7 +176,7 @@ def test_rewritten_searches_answer_while_a_node_dies(
         killed_at = None
         while time.monotonic() - started < 30:
             if killed_at is None and time.monotonic() - started > 5:
-                _kill(victim)
+                kill(victim)
                 killed_at = time.monotonic() - started
             before = time.perf_counter()
             query = {"query": {"match": {"text": "robbers in 3 cities"}}}
@@ -271,15 +243,15 @@ def test_losing_node_1_costs_only_the_searches_in_flight(
                 thread.start()
             time.sleep(5)
             killed_at.append(time.monotonic())
-            _kill(three_nodes[0])
+            kill(three_nodes[0])
             time.sleep(20)
             stop.set()
             for thread in streams:
                 thread.join(timeout=60)
-    kill = killed_at[0]
-    before = [error for at, error in outcomes if at < kill]
-    failed = [(round(at - kill, 2), error) for at, error in outcomes if at >= kill and error]
-    answered = [at - kill for at, error in outcomes if at >= kill and error is None]
+    killed = killed_at[0]
+    before = [error for at, error in outcomes if at < killed]
+    failed = [(round(at - killed, 2), error) for at, error in outcomes if at >= killed and error]
+    answered = [at - killed for at, error in outcomes if at >= killed and error is None]
     print(f"{len(outcomes)} searches, {len(failed)} failed after the kill: {failed[:4]}")
     assert before and not any(before)
     assert len(failed) <= len(streams), failed  # at most the ones in flight
