@@ -32,7 +32,7 @@ CA_IN_IMAGE = "/usr/share/opensearch/config/certs/root-ca.pem"
 
 def use_container_engine(settings: Settings) -> None:
     """Point testcontainers at the engine kgqr builds with (podman's socket here)."""
-    engine = container_engine(settings.home, settings.container_engine)
+    engine = container_engine(settings)
     os.environ.update(engine.environment())
     os.environ.setdefault("DOCKER_HOST", f"unix://{engine.api_socket()}")
     if engine.is_podman:

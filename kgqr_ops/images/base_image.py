@@ -7,7 +7,6 @@ debootstrap from the Debian mirror apt already uses, and imported as an image. M
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,13 +58,8 @@ def ensure_base_image(engine: ContainerEngine, refresh: bool = False) -> bool:
         if made.returncode != 0:
             raise ServiceError(SERVICE, f"debootstrap failed: {made.stderr.strip()[-2000:]}")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            [engine.binary, "import", "-", BASE_TAG],
-            stdin=tar.stdout,
-            env={**os.environ, **engine.environment()},
-            capture_output=True,
-            text=True,
-        )
+        imported = engine.run(["import", "-", BASE_TAG], stdin=tar.stdout, capture=True,
+                              check=False)  # fmt: skip
         tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
             raise ServiceError(SERVICE, f"importing the base image failed: {imported.stderr}")

@@ -55,17 +55,18 @@ def _fresh(directory: Path) -> Path:
     return directory
 
 
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    """A hard link where the disk allows (the OpenSearch install is 125 MB, the model
+    1.1 GB), a copy elsewhere."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def _mirror(source: Path, target: Path) -> None:
-    """An exact copy of `source` at `target`: hard links where the disk allows (the
-    OpenSearch install is 125 MB), copies elsewhere."""
-
-    def link_or_copy(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, target, copy_function=link_or_copy, symlinks=True)
+    """An exact copy of the folder `source` at `target`, file by file linked or copied."""
+    shutil.copytree(source, target, copy_function=_link_or_copy, symlinks=True)
 
 
 def _package_dir(package: str) -> Path:
@@ -101,11 +102,7 @@ def stage_llm(settings: Settings, directory: Path) -> BuildContext:
     server = LlmServer(settings)
     server.prepare()  # the model, and llama-cpp-python's wheel the image installs
     context = _fresh(directory)
-    gguf = server.gguf()
-    try:
-        os.link(gguf, context / "model.gguf")
-    except OSError:
-        shutil.copy2(gguf, context / "model.gguf")
+    _link_or_copy(server.gguf(), context / "model.gguf")
     return BuildContext(context, {server.layout.wheels: "/wheels"})
 
 

@@ -15,8 +15,7 @@ from kgqr_ops.services.errors import ServiceError
 
 
 def _engine() -> ContainerEngine:
-    settings = get_settings()
-    return container_engine(settings.home, settings.container_engine)
+    return container_engine(get_settings())
 
 
 @click.group("images")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket as sockets
 import subprocess
 import time
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kgqr_core.settings import Settings
 from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.os_packages import ensure_installed
 
@@ -59,14 +61,16 @@ class ContainerEngine:
 
     def run(
         self, args: Sequence[str], *, capture: bool = False, check: bool = True,
-        output: IO[str] | None = None,
+        output: IO[str] | None = None, stdin: IO[bytes] | None = None,
     ) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        """The engine's command; its output captured, sent to `output`, or shown."""
+        """The engine's command, reading `stdin` if given; its output captured, sent to
+        `output`, or shown."""
         result = subprocess.run(
             [self.binary, *args],
             env={**os.environ, **self.environment()},
             text=True,
             capture_output=capture,
+            stdin=stdin,
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
         )
@@ -106,8 +110,6 @@ class ContainerEngine:
 
 
 def _answers(socket: Path) -> bool:
-    import socket as sockets
-
     if not socket.exists():
         return False
     with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as client:
@@ -118,10 +120,11 @@ def _answers(socket: Path) -> bool:
     return True
 
 
-def container_engine(home: Path, preferred: str | None = None) -> ContainerEngine:
-    """`preferred` (KGQR_CONTAINER_ENGINE) if given, else podman, else docker; podman is
-    installed from the OS packages (with runc and debootstrap) where neither is found."""
-    state_dir = home / "containers"
+def container_engine(settings: Settings) -> ContainerEngine:
+    """KGQR_CONTAINER_ENGINE if set, else podman, else docker; podman is installed from the
+    OS packages (with runc) where neither is found."""
+    preferred = settings.container_engine
+    state_dir = settings.home / "containers"
     for name in [preferred] if preferred else ["podman", "docker"]:
         found = shutil.which(name)
         if found:

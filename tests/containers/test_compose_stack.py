@@ -93,7 +93,7 @@ def stack() -> Iterator[Stack]:
     if not (shutil.which("podman") or shutil.which("docker")):
         pytest.skip("neither podman nor docker is installed: the compose stack cannot run")
     settings = Settings()
-    engine = container_engine(settings.home, settings.container_engine)
+    engine = container_engine(settings)
     missing = [
         spec.tag(settings) for spec in IMAGES.values() if not engine.image_id(spec.tag(settings))
     ]
