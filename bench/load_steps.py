@@ -32,8 +32,8 @@ PLAIN_INDEX = "bench-load-plain"
 MODES = ("pass-through", "cached", "base", "graph")
 
 
-def process_tree_rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and every process under it (uvicorn's workers)."""
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process under it (uvicorn's workers, nginx's)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -41,10 +41,18 @@ def process_tree_rss_mb(pid: int) -> float:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0.0, [pid]
+    found, todo = [], [pid]
     while todo:
         current = todo.pop()
+        found.append(current)
         todo.extend(children.get(current, []))
+    return found
+
+
+def process_tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and every process under it."""
+    total = 0.0
+    for current in process_tree(pid):
         try:
             for line in Path(f"/proc/{current}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):

@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 
 from bench.bench_common import proxy_process, save
-from bench.load_steps import process_tree_rss_mb
+from bench.load_steps import process_tree, process_tree_rss_mb
 from bench.proxy_latency import percentile
 from kgqr_core.settings import Settings
 from kgqr_ops.services.llm_server import LlmServer
@@ -53,12 +53,12 @@ from kgqr_ops.services.neo4j_server import Neo4jServer
 from kgqr_ops.services.redis_server import RedisServer
 from kgqr_ops.services.scratch_cluster import kill, scratch_cluster
 from plugin import schema
+from query_rewriter.search.service import FALLBACK_HEADER
 
 HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE = 9471, 9480, 9571
 SEARCH_KB = "soak-search"
 PLAIN_INDEX = "soak-plain"
 GRACE_S = 10.0
-FALLBACK_HEADER = "x-kgqr-fallback"
 
 
 @dataclass
@@ -71,21 +71,20 @@ class Record:
     jobs: list[dict[str, Any]] = field(default_factory=list)
 
 
+KGQR = [sys.executable, "-c", "from kgqr_ops.cli import main; main()"]
+
+
 def kgqr(
     env: dict[str, str], *args: str, timeout_s: float = 1800
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from kgqr_ops.cli import main; main()", *args],
-        env=env, capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+    return subprocess.run([*KGQR, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout_s)  # fmt: skip
 
 
 def generated_catalog(folder: Path, documents: int, seed: int) -> Path:
-    subprocess.run(
-        [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "ingest", "generate",
-         "catalog", str(folder), "--documents", str(documents), "--seed", str(seed)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    made = kgqr(dict(os.environ), "ingest", "generate", "catalog", str(folder),
+                "--documents", str(documents), "--seed", str(seed))  # fmt: skip
+    made.check_returncode()
     return folder
 
 
@@ -100,8 +99,7 @@ def questions_from(folder: Path, count: int) -> list[str]:
 def fd_counts(pid: int) -> tuple[int, int]:
     """(open files, of which sockets) of `pid` and its children."""
     files = sockets = 0
-    pids = [pid] + [int(p) for p in _children(pid)]
-    for current in pids:
+    for current in process_tree(pid):
         try:
             for entry in os.scandir(f"/proc/{current}/fd"):
                 files += 1
@@ -109,19 +107,6 @@ def fd_counts(pid: int) -> tuple[int, int]:
         except OSError:
             continue
     return files, sockets
-
-
-def _children(pid: int) -> list[str]:
-    found, todo = [], [str(pid)]
-    while todo:
-        current = todo.pop()
-        try:
-            kids = Path(f"/proc/{current}/task/{current}/children").read_text().split()
-        except OSError:
-            kids = []
-        found += kids
-        todo += kids
-    return found
 
 
 def sample_forever(record: Record, started: float, proxy_pid: int, worker_pid: int,
@@ -331,17 +316,15 @@ def main() -> None:
         scratch = Path(scratch_dir)
         source = generated_catalog(scratch / SEARCH_KB, args.search_documents, seed=0)
         print(f"soak: ingesting {args.search_documents} documents to search ...", flush=True)
-        for kb in (SEARCH_KB,):
-            done = kgqr(env, "ingest", "run", f"jsonl:{source}", "--kb", kb)
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        done = kgqr(env, "ingest", "run", f"jsonl:{source}", "--kb", SEARCH_KB)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         copy = httpx.post(f"http://127.0.0.1:{HTTP_PORT}/_reindex?refresh=true", timeout=600,
                           json={"source": {"index": schema.documents_index(SEARCH_KB)},
                                 "dest": {"index": PLAIN_INDEX}})  # fmt: skip
         copy.raise_for_status()
         questions = questions_from(source, 500)
         worker = subprocess.Popen(  # below the searches' priority, as a serving machine runs it
-            ["nice", "-n", "10", sys.executable, "-c", "from kgqr_ops.cli import main; main()",
-             "ingest", "worker"],
+            ["nice", "-n", "10", *KGQR, "ingest", "worker"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
