@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import save
 from bench.neo4j_relation_load import clear_graph
-from ingest import graph_writer
+from ingest import graph_projection, graph_writer
 from ingest.records import Document, Relation
 from kgqr_core import connections
 from kgqr_core.settings import get_settings
@@ -34,6 +34,7 @@ from plugin import installer, schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
+from query_rewriter.graph.projection import ProjectedGraph
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.knowledge.kar import KnowledgeAwareRewrite
@@ -108,7 +109,15 @@ def build(settings: Any, kb: str, nodes: int, relations: int, hubs: int) -> np.n
             graph_writer.write_relations(driver, kb, batch)
             written += len(batch)
         print(f"wrote {written:,} relations in {time.perf_counter() - started:.0f} s")
+        copy_graph(settings, driver, opensearch, kb)
     return vectors
+
+
+def copy_graph(settings: Any, driver: Any, opensearch: Any, kb: str) -> None:
+    """The graph's copy in OpenSearch, as `kgqr kb project` makes it (timed)."""
+    started = time.perf_counter()
+    written, _ = graph_projection.copy_graph(settings, driver, opensearch, kb)
+    print(f"copied {written:,} nodes into OpenSearch in {time.perf_counter() - started:.0f} s")
 
 
 async def measure(settings: Any, kb: str, vectors: np.ndarray, queries: int, hubs: int) -> dict:
@@ -166,19 +175,24 @@ async def measure(settings: Any, kb: str, vectors: np.ndarray, queries: int, hub
 
 
 @asynccontextmanager
-async def graph_reads(settings: Any, source: str) -> AsyncIterator[Graph]:
-    """The graph as the proxy reads it: Neo4j on every search, or the proxy's in-memory
-    copy (loaded before the first timed search; the version check stays in the timing)."""
+async def graph_reads(settings: Any, source: str, http: Any) -> AsyncIterator[Graph]:
+    """The graph as the proxy reads it: Neo4j on every search, the proxy's in-memory copy
+    (loaded before the first timed search; the version check stays in the timing), or the
+    copy in OpenSearch (`opensearch`: no in-memory copy, as for a graph above its cap)."""
     import redis.asyncio as aioredis
 
     async with connections.async_neo4j_driver(settings) as driver:
         if source == "neo4j":
             yield Neo4jGraph(driver)
             return
+        if source == "opensearch":
+            graph = settings.graph.model_copy(update={"snapshot_max_relations": 0})
+            settings = settings.model_copy(update={"graph": graph})
         redis = aioredis.Redis.from_url(settings.redis.url)
         snapshots = GraphSnapshots(settings, redis)
+        projection = ProjectedGraph(lambda: EngineSession(http, {}), 2.0)
         try:
-            yield SnapshotGraph(driver, snapshots)
+            yield SnapshotGraph(driver, snapshots, projection)
         finally:
             await redis.aclose()
 
@@ -200,14 +214,20 @@ async def measure_graph(
     graph_ms: list[float] = []
     per_stage: dict[str, list[float]] = {}
     index = schema.documents_index(kb)
-    async with opensearch_http_client(settings) as http, graph_reads(settings, source) as graph:
+    async with (
+        opensearch_http_client(settings) as http,
+        graph_reads(settings, source, http) as graph,
+    ):
         gateway = EngineSession(http, {})
-        copy_load_s = None
-        if isinstance(graph, SnapshotGraph):  # the copy is loaded (and timed) before timing
+        copy_load_s = copy_rss_mb = None
+        if source == "snapshot":  # the copy is loaded (and timed) before timing
+            assert isinstance(graph, SnapshotGraph)
+            rss = rss_mb()
             started = time.perf_counter()
             await graph.snapshots.current(kb)
             await graph.snapshots.wait_for_loads()
             copy_load_s = time.perf_counter() - started
+            copy_rss_mb = rss_mb() - rss
             assert await graph.snapshots.current(kb) is not None, "the graph was not copied"
 
         async def hybrid(text: str, vector: np.ndarray, boosts: dict[str, float]) -> None:
@@ -251,7 +271,16 @@ async def measure_graph(
         "graph_p95_ms": sorted(graph_ms)[int(0.95 * len(graph_ms))],
         "stage_p50_ms": {stage: statistics.median(ms) for stage, ms in per_stage.items()},
         "copy_load_s": copy_load_s,
+        "copy_rss_mb": copy_rss_mb,
     }
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (the in-memory copy's cost is its growth)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def main() -> None:
@@ -273,6 +302,11 @@ def main() -> None:
     kb = f"bench-kg-{args.relations}"
     if args.reuse:
         vectors = unit(np.random.default_rng(11), args.nodes)
+        opensearch = connections.opensearch_client(settings)
+        copied = graph_projection.state(opensearch, kb)
+        if copied is None or not copied.complete:  # a graph built before copies were
+            with connections.neo4j_driver(settings) as driver:
+                copy_graph(settings, driver, opensearch, kb)
     else:
         vectors = build(settings, kb, args.nodes, args.relations, args.hubs)
     with connections.neo4j_driver(settings) as driver:
@@ -282,7 +316,10 @@ def main() -> None:
     if args.strategy != "kar":
         figures = {"nodes": args.nodes, "relations": args.relations,
                    "hub_degree": degree[0]["d"], "strategy": args.strategy}  # fmt: skip
-        for source in ("neo4j", "snapshot"):
+        sources = ["neo4j", "opensearch"]
+        if args.relations <= settings.graph.snapshot_max_relations:
+            sources.append("snapshot")
+        for source in sources:
             measured = asyncio.run(
                 measure_graph(settings, kb, vectors, args.queries, source, args.strategy)
             )

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ingest import graph_writer, opensearch_writer
+from ingest import graph_projection, graph_writer, opensearch_writer
 from ingest.opensearch_writer import WriteFailure
 from ingest.records import (
     RECORD_ADAPTER,
@@ -28,6 +28,7 @@ from ingest.records import (
 from ingest.triple_extraction import extract
 from ingest.worker_resources import WorkerResources
 from kgqr_core import graph_version
+from kgqr_core.ids import entity_id
 from plugin import installer
 
 
@@ -49,6 +50,20 @@ class _Sorted:
     mentions: list[Mention] = field(default_factory=list)
     triples: list[CorpusTriple] = field(default_factory=list)
     failures: list[WriteFailure] = field(default_factory=list)
+
+    def graph_nodes(self) -> set[str]:
+        """Every node the chunk may write or give an edge: the ones whose documents in the
+        graph's search-time copy change (one that did not land is re-read as absent)."""
+        nodes = {doc.id for doc in self.documents} | {r.id for r in self.to_extract}
+        for relation in self.relations:
+            nodes |= {relation.source, relation.target}
+        for link in self.links:
+            nodes |= {link.source, link.target or entity_id(link.entity or "")}
+        for mention in self.mentions:
+            nodes |= {mention.passage_id, entity_id(mention.entity)}
+        for triple in self.triples:
+            nodes |= {entity_id(triple.head), entity_id(triple.tail), triple.passage_id}
+        return nodes
 
 
 def _sort(records: list[dict[str, Any]]) -> _Sorted:
@@ -113,6 +128,10 @@ def ingest_chunk(
     graph_writer.write_mentions(resources.neo4j, kb, batch.mentions)
     triples_ok = _write_triples(resources, kb, batch)
     if documents_ok or batch.relations or batch.links or batch.mentions or triples_ok:
+        # The copy first: a search that sees the new version reads the new edges.
+        graph_projection.project_nodes(
+            resources.neo4j, resources.opensearch, kb, batch.graph_nodes()
+        )
         graph_version.bump(resources.redis, kb)
 
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)

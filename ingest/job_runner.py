@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ingest import reembed
+from ingest import graph_projection, reembed
 from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
 from ingest.held_chunks import put_back_held_chunks
 from ingest.job_store import JobProgress, JobStore
@@ -27,7 +27,7 @@ from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
 from plugin import installer, kb_meta
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-from plugin.schema import check_kb_name
+from plugin.schema import check_kb_name, documents_index
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,7 @@ def enqueue(
             f"knowledge base {kb!r} is being re-embedded with {reembedding_to}: what this "
             "ingest writes would miss the new index; finish `kgqr ingest reembed` first"
         )
+    new_kb = not opensearch.indices.exists(index=documents_index(kb))
     installer.ensure_kb_index(
         opensearch,
         kb,
@@ -108,6 +109,8 @@ def enqueue(
         settings.opensearch.kb_replicas,
     )
     installer.add_new_fields(opensearch, kb, "documents")
+    if new_kb:  # an empty graph's copy is whole; an older KB's is made by `kgqr kb project`
+        graph_projection.create_for_new_kb(settings, opensearch, kb)
     job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
     kb_meta.save(
         opensearch,

@@ -12,6 +12,7 @@ import click
 from ingest.cli import job_options, worker_option
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import checked_kb_name
+from plugin import schema
 
 ATTACH_HELP = """Attach an existing index or alias as knowledge base NAME, without copying
 or changing it: searches on INDEX through kgqr are then rewritten with NAME's graph.
@@ -105,6 +106,7 @@ def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
         record(client, name, field_map)
     except AttachRefused as exc:
         raise click.ClickException(str(exc)) from exc
+    _copy_graph(name, client)
     click.echo(
         f"attached {index} as {name}: searches on {index} through kgqr are rewritten "
         f"(build its graph: kgqr kb graph {name} --relations FILE | --from-fields)"
@@ -257,6 +259,39 @@ def set_default(
     except kb_meta.NoSuchDefault as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{name}: default {chosen.describe()}")
+
+
+@kb.command()
+@click.argument("name", callback=_name)
+def project(name: str) -> None:
+    """Copy a knowledge base's graph from Neo4j into OpenSearch (kgqr-NAME-graph: one
+    document a node, with its first KGQR_GRAPH_PROJECTION_EDGES edges), where `graph`, KAR
+    and the walk read it at search time. New knowledge bases get the copy as they are
+    ingested or attached, and every ingest keeps it current; run this for one made before
+    copies were, or after changing KGQR_GRAPH_PROJECTION_EDGES. Searches read Neo4j until
+    the copy is complete; run it again after an interruption, and while no ingest runs."""
+    client = _client()
+    _meta(client, name)
+    _copy_graph(name, client)
+
+
+def _copy_graph(name: str, client: Any) -> None:
+    from tqdm import tqdm
+
+    from ingest import graph_projection
+    from kgqr_core import connections
+
+    settings = get_settings()
+    with connections.neo4j_driver(settings) as neo4j:
+        total = graph_projection.node_count(neo4j, name)
+        with tqdm(total=total, unit="node", desc=f"copying the graph of {name}") as bar:
+            written, removed = graph_projection.copy_graph(
+                settings, neo4j, client, name, progress=bar.update
+            )
+    click.echo(
+        f"graph of {name} copied to {schema.graph_index(name)}: {written} nodes, "
+        f"{removed} left over removed; searches read it from now on"
+    )
 
 
 @kb.command()
@@ -415,7 +450,7 @@ def sync(name: str, full: bool, follow: bool, interval: float, worker: str) -> N
 
 
 def _sync_once(name: str, full: bool, worker: str) -> None:
-    from ingest import index_sync, job_runner
+    from ingest import graph_projection, index_sync, job_runner
     from ingest.cli import _print_progress, follow_job
     from ingest.job_store import JobStore
     from ingest.tasks import chunk_sender
@@ -433,9 +468,12 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     changes = index_sync.ChangedDocumentsSource(client, fields, since, until)
     with connections.neo4j_driver(settings) as neo4j:
         gone = index_sync.deleted_documents(client, neo4j, name, fields.index)
-        index_sync.remove_documents(neo4j, name, gone)
         changed = [doc_id for doc_id, _ in changes.documents()]
+        # Read before the edges go: whose documents in the graph's copy lose one.
+        losing = graph_projection.neighbours_of(neo4j, name, [*gone, *changed])
+        index_sync.remove_documents(neo4j, name, gone)
         index_sync.remove_field_edges(neo4j, name, fields, changed)
+        graph_projection.project_nodes(neo4j, client, name, {*losing, *gone, *changed})
     if changed and (fields.entity_fields or fields.reference_fields):
         jobs = JobStore(redis)
 

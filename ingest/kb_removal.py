@@ -24,7 +24,12 @@ class RemovedKnowledgeBase:
 def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> RemovedKnowledgeBase:
     schema.check_kb_name(kb)
     indices = []
-    for name in (schema.documents_index(kb), schema.triples_index(kb), schema.deadletter_index(kb)):
+    for name in (
+        schema.documents_index(kb),
+        schema.triples_index(kb),
+        schema.deadletter_index(kb),
+        schema.graph_index(kb),
+    ):
         # A re-embedded knowledge base's names are aliases: delete the indices behind them,
         # and any versioned index an unfinished re-embed left.
         found = opensearch.indices.get(index=f"{name},{name}-g*", ignore_unavailable=True)

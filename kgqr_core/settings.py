@@ -681,6 +681,23 @@ class GraphSettings(Section):
         "ingest; larger graphs, and 0, expand in Neo4j on every search.",
     )
 
+    projection_edges: int = Field(
+        default=64,
+        ge=2,
+        le=1000,
+        description="Edges a node keeps in the graph's search-time copy in OpenSearch "
+        "(kgqr-KB-graph, one document a node: `kgqr kb project`). A search whose hub cap "
+        "(`kar_hub_cap`) is not below it expands in Neo4j. Changing it takes `kgqr kb "
+        "project` of every KB.",
+    )
+
+    projection_reads: bool = Field(
+        default=True,
+        description="Read the `graph` and KAR expansions from a KB's copy in OpenSearch "
+        "where the in-memory copy is not loaded (too large, or still loading); off: from "
+        "Neo4j.",
+    )
+
     snapshot_preload: str = Field(
         default="",
         description="Knowledge bases whose in-memory graph copy `kgqr serve` starts reading "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -27,7 +28,7 @@ QUERY_LOG_INDEX = "kgqr-query-log"
 JUDGMENTS_INDEX = "kgqr-judgments"
 TUNE_RUNS_INDEX = "kgqr-tune-runs"
 PROXY_TEMPLATES = ("query-log", "judgments", "tune-runs")
-TEMPLATES = ("documents", "triples", "deadletter", "kb-meta", *PROXY_TEMPLATES)
+TEMPLATES = ("documents", "triples", "deadletter", "graph", "kb-meta", *PROXY_TEMPLATES)
 
 
 def check_kb_name(kb: str) -> str:
@@ -60,8 +61,33 @@ def deadletter_index(kb: str) -> str:
     return kb_index(kb, "deadletter")
 
 
+@dataclass(frozen=True)
+class GraphCopyState:
+    """What a graph index's mapping records (its _meta): whether every node of the KB is
+    in it, and how many edges a node keeps."""
+
+    complete: bool
+    edges: int
+
+    def as_mapping(self) -> dict[str, Any]:
+        return {"_meta": {"kgqr_graph": {"complete": self.complete, "edges": self.edges}}}
+
+    @classmethod
+    def of_mapping(cls, mapping: dict[str, Any]) -> GraphCopyState | None:
+        """From an index's mapping (GET _mapping's `mappings`); None: not a graph copy."""
+        meta = mapping.get("_meta", {}).get("kgqr_graph")
+        return None if meta is None else cls(bool(meta["complete"]), int(meta["edges"]))
+
+
+def graph_index(kb: str) -> str:
+    """The search-time copy of the KB's graph: one document per node, keyed by its id
+    (ingest/graph_projection.py). No content index ends in ``-graph``, so the service
+    role can be given this pattern alone."""
+    return kb_index(kb, "graph")
+
+
 def kb_index(kb: str, role: str) -> str:
-    """A knowledge base's index for `role` ("documents", "triples", "deadletter")."""
+    """A knowledge base's index for `role` ("documents", "triples", "deadletter", "graph")."""
     return f"kgqr-{check_kb_name(kb)}-{role}"
 
 

@@ -77,7 +77,8 @@ LLM_WAITING = Gauge(
 )
 GRAPH_READS = Counter(
     "kgqr_graph_expansions_total",
-    "Graph expansions by where they were read: an in-memory copy, or Neo4j (no current copy)",
+    "Graph expansions by where they were read: snapshot (the in-memory copy), opensearch "
+    "(the KB's copy there), or neo4j (neither current)",
     ["source"],
     registry=REGISTRY,
 )

@@ -28,6 +28,7 @@ from query_rewriter.graph.in_memory import (
     RELATIONSHIPS,
     GraphSnapshot,
 )
+from query_rewriter.graph.projection import ProjectedGraph
 from query_rewriter.graph.store import Neighbours, Neo4jGraph
 
 log = logging.getLogger("kgqr.graph")
@@ -171,11 +172,15 @@ class GraphSnapshots:
 
 class SnapshotGraph(Neo4jGraph):
     """Neo4jGraph whose one- and two-hop expansions come from the KB's current in-memory
-    copy where there is one; every other read goes to Neo4j."""
+    copy where there is one, else from its copy in OpenSearch (`projection`, where it is
+    complete); every other read goes to Neo4j."""
 
-    def __init__(self, driver: Any, snapshots: GraphSnapshots) -> None:
+    def __init__(
+        self, driver: Any, snapshots: GraphSnapshots, projection: ProjectedGraph | None = None
+    ) -> None:
         super().__init__(driver)
         self.snapshots = snapshots
+        self.projection = projection
 
     async def neighbours(
         self,
@@ -186,11 +191,16 @@ class SnapshotGraph(Neo4jGraph):
         with_names: bool = False,
     ) -> Neighbours:
         snapshot = await self.snapshots.current(kb) if hops <= 2 else None
-        if snapshot is None:
-            metrics.GRAPH_READS.labels("neo4j").inc()
-            return await super().neighbours(kb, node_ids, hops, cap, with_names)
-        metrics.GRAPH_READS.labels("snapshot").inc()
-        return snapshot.neighbours(node_ids, hops, cap)
+        if snapshot is not None:
+            metrics.GRAPH_READS.labels("snapshot").inc()
+            return snapshot.neighbours(node_ids, hops, cap)
+        if self.projection is not None and not with_names:
+            projected = await self.projection.neighbours(kb, node_ids, hops, cap)
+            if projected is not None:
+                metrics.GRAPH_READS.labels("opensearch").inc()
+                return projected
+        metrics.GRAPH_READS.labels("neo4j").inc()
+        return await super().neighbours(kb, node_ids, hops, cap, with_names)
 
     async def version(self, kb: str) -> int | None:
         return await self.snapshots.version(kb)

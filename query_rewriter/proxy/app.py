@@ -40,6 +40,7 @@ from query_rewriter.engine.forwarding import (
 from query_rewriter.engine.gateway import Engine
 from query_rewriter.engine.identities import IdentityResolver, credentials_refused
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
+from query_rewriter.graph.projection import ProjectedGraph
 from query_rewriter.proxy.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.proxy.msearch import handle_msearch, handle_msearch_template
 from query_rewriter.proxy.request_body import (
@@ -114,6 +115,11 @@ def create_app(
         await snapshots.preload(
             settings.graph.snapshot_preload, lambda: knowledge_base_names(engine.as_kgqr())
         )
+        projection = (
+            ProjectedGraph(engine.as_kgqr, settings.graph.snapshot_check_s)
+            if settings.graph.projection_reads
+            else None
+        )
         llm = AsyncLlmClient(settings, redis)
         metrics.LLM_WAITING.set_function(lambda: llm.waiting)
         state = ProxyState(
@@ -128,7 +134,7 @@ def create_app(
                 ),
                 embedders,
                 lambda kb: meta_of(state, kb),
-                SnapshotGraph(graph, snapshots),
+                SnapshotGraph(graph, snapshots, projection),
             ),
             IdentityResolver(engine),
             query_log=QueryLog(service_http) if settings.proxy.query_log_enabled else None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,8 +57,44 @@ def ingested(
         drop_knowledge_base(opensearch, neo4j, redis, kb)
 
 
+def sequel_source(folder: Path) -> str:
+    """A second ingest for TINY_KB: Miami Vice (m9), directed by Michael Mann (p1)."""
+    folder.mkdir()
+    (folder / "documents.jsonl").write_text(
+        json.dumps({"id": "m9", "type": "movie", "title": "Miami Vice"}) + "\n"
+    )
+    (folder / "relations.jsonl").write_text(
+        json.dumps({"source": "m9", "type": "directed_by", "target": "p1"}) + "\n"
+    )
+    return f"jsonl:{folder}"
+
+
 def document_ids(opensearch: Any, kb: str) -> list[str]:
     index = schema.documents_index(kb)
     opensearch.indices.refresh(index=index)
     hits = opensearch.search(index=index, body={"size": 10_000, "_source": False})["hits"]["hits"]
     return sorted(hit["_id"] for hit in hits)
+
+
+def graph_copy_matches_neo4j(opensearch: Any, neo4j: Any, kb: str) -> dict[str, set[str]]:
+    """Check that the graph's copy in OpenSearch (ingest/graph_projection.py) holds every
+    node of the KB with exactly its edges in Neo4j (the test graphs have no hub above the
+    copy's edges a node) and nothing else; each node's neighbours, for more checks."""
+    index = schema.graph_index(kb)
+    opensearch.indices.refresh(index=index)
+    copy: dict[str, Counter[tuple[Any, ...]]] = {}
+    for hit in opensearch.search(index=index, body={"size": 10_000})["hits"]["hits"]:
+        edges = hit["_source"]["edges"]
+        copy[hit["_id"]] = Counter(zip(edges["n"], edges["r"], edges["o"], strict=True))
+    records, _, _ = neo4j.execute_query(
+        "MATCH (s:Node {kb: $kb}) OPTIONAL MATCH (s)-[r]-(n:Node) "
+        "RETURN s.id AS id, collect([n.id, coalesce(r.relation, toLower(type(r))), "
+        "startNode(r) = s]) AS edges",
+        kb=kb,
+    )
+    stored = {
+        record["id"]: Counter(tuple(edge) for edge in record["edges"] if edge[0] is not None)
+        for record in records
+    }
+    assert copy == stored
+    return {node: {edge[0] for edge in edges} for node, edges in copy.items()}

@@ -33,6 +33,7 @@ from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.local_service import port_of
 from plugin import kb_meta, schema
 from query_rewriter.search.kb_indices import MISS_TTL_S
+from tests.integration.ingest_helpers import graph_copy_matches_neo4j
 
 pytestmark = pytest.mark.quick
 
@@ -476,6 +477,10 @@ def test_sync_brings_the_apps_adds_changes_and_deletes_into_the_graph(
         "MATCH (n:Node {kb: $kb, id: 'p3'}) RETURN count(n) AS n", kb=KB
     )
     assert records[0]["n"] == 0  # Tom Cruise's node, and every edge it had, removed
+    # ... from the graph's copy in OpenSearch too, which searches read: no edge to p3 is
+    # left for a search to follow.
+    copied = graph_copy_matches_neo4j(opensearch, neo4j_driver, KB)
+    assert "p3" not in copied and not any("p3" in linked for linked in copied.values())
     again = kgqr("kb", "sync", KB)  # rereads the last writes (idempotent), deletes nothing
     assert again.exit_code == 0 and "0 deleted" in again.output, again.output
     assert _genre_edges(neo4j_driver) == genres

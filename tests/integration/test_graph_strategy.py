@@ -23,7 +23,7 @@ from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.copies import GraphSnapshots
 from query_rewriter.graph.in_memory import GraphSnapshot
 from query_rewriter.search.state import knowledge_base_names
-from tests.integration.ingest_helpers import TINY_KB, ingested, run_to_end
+from tests.integration.ingest_helpers import TINY_KB, ingested, run_to_end, sequel_source
 from tests.integration.search_helpers import explained_search, metric_sample
 
 
@@ -214,12 +214,18 @@ def test_the_walk_on_the_proxys_copy_of_the_graph_lifts_as_neo4js_does(
     settings: Settings, movies_kb: str, strategy: str
 ) -> None:
     """A proxy copies the graph into memory on its first `graph` search; once it walks the
-    copy, the same document is lifted by the same path. (Rewrites not cached: a cached one
-    would not walk again.)"""
+    copy, the same document is lifted by the same path, as it is from the copy in
+    OpenSearch. (Rewrites not cached: a cached one would not walk again.)"""
     uncached = settings.replaced({"rewrite_cache_ttl_s": 0})
-    with running_proxy(uncached.replaced({"graph_snapshot_max_relations": 0})) as url:
+    no_memory_copy = uncached.replaced({"graph_snapshot_max_relations": 0})
+    with running_proxy(no_memory_copy.replaced({"graph_projection_reads": False})) as url:
         from_neo4j, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
     assert explain["details"]["graph_source"] == "neo4j"
+    with running_proxy(no_memory_copy) as url:
+        from_opensearch, explain_copy = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
+    assert explain_copy["details"]["graph_source"] == "opensearch"
+    assert from_opensearch == from_neo4j
+    assert explain_copy["details"]["graph_nodes"] == explain["details"]["graph_nodes"]
     deadline = time.monotonic() + 60
     with running_proxy(uncached) as url:
         while True:
@@ -240,7 +246,7 @@ def test_a_preloaded_copy_answers_the_first_search(
 ) -> None:
     """With KGQR_GRAPH_SNAPSHOT_PRELOAD naming the KB, the proxy reads its copy as it
     starts, so even its first `graph` search expands in memory; without, the first one
-    reads Neo4j, however long the proxy has been up."""
+    reads the copy in OpenSearch, however long the proxy has been up."""
     kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
     configured = settings.replaced(
         {"rewrite_cache_ttl_s": 0, "graph_snapshot_preload": kb if preload else ""}
@@ -256,7 +262,7 @@ def test_a_preloaded_copy_answers_the_first_search(
             time.sleep(0.1)
         _, explain = _ranked(url, movies_kb, "graph", "Tom Cruise hitman")
     source = explain["details"]["graph_source"]
-    assert source.startswith("snapshot v") if preload else source == "neo4j", source
+    assert source.startswith("snapshot v") if preload else source == "opensearch", source
 
 
 def test_preloading_every_knowledge_base_reads_what_kgqr_meta_lists_or_nothing(
@@ -304,14 +310,7 @@ def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
     settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
     ingest_worker: Any, kb_name: str, tmp_path: Path,
 ) -> None:  # fmt: skip
-    extra = tmp_path / "sequel"
-    extra.mkdir()
-    (extra / "documents.jsonl").write_text(
-        json.dumps({"id": "m9", "type": "movie", "title": "Miami Vice"}) + "\n"
-    )
-    (extra / "relations.jsonl").write_text(
-        json.dumps({"source": "m9", "type": "directed_by", "target": "p1"}) + "\n"
-    )
+    sequel = sequel_source(tmp_path / "sequel")
     looking_often = settings.replaced({"graph_snapshot_check_s": 0.05})
 
     def directed_by_mann(snapshot: GraphSnapshot) -> set[str]:
@@ -325,7 +324,6 @@ def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
             await snapshots.wait_for_loads()
             first = await snapshots.current(kb_name)
             assert first is not None and directed_by_mann(first) == {"m1", "m2", "m3"}
-            sequel = f"jsonl:{extra}"
             await anyio.to_thread.run_sync(
                 lambda: run_to_end(
                     settings, opensearch, neo4j_driver, redis_client, sequel, kb_name

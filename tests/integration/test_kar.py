@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
+from ingest import graph_projection
 from ingest.kb_removal import drop_knowledge_base
 from kgqr_core import connections
 from kgqr_core.embedder import get_embedder
@@ -21,6 +22,7 @@ from plugin import schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.copies import load_snapshot
+from query_rewriter.graph.projection import ProjectedGraph
 from query_rewriter.graph.store import Neighbours, Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.vector_lookups import exact_cosine, most_similar_documents
@@ -59,7 +61,23 @@ def _copied(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) ->
     return snapshot.neighbours(ids, hops, cap)
 
 
-GRAPH_SOURCES = pytest.mark.parametrize("source", ["neo4j", "snapshot"])
+def _projected(settings: Settings, kb: str, ids: list[str], hops: int, cap: int) -> Neighbours:
+    """The same expansion from the graph's copy in OpenSearch, made from Neo4j as it is."""
+    with connections.neo4j_driver(settings) as driver:
+        graph_projection.copy_graph(settings, driver, connections.opensearch_client(settings), kb)
+
+    async def read() -> Neighbours | None:
+        async with opensearch_http_client(settings) as http:
+            return await ProjectedGraph(lambda: EngineSession(http, {}), 0).neighbours(
+                kb, ids, hops, cap
+            )
+
+    found = _run(read())
+    assert found is not None, "the copy did not answer"
+    return found
+
+
+GRAPH_SOURCES = pytest.mark.parametrize("source", ["neo4j", "snapshot", "opensearch"])
 
 
 def _neighbours(
@@ -67,6 +85,8 @@ def _neighbours(
 ) -> list:
     if source == "snapshot":
         return _copied(settings, kb, ids, hops, cap).paths()
+    if source == "opensearch":
+        return _projected(settings, kb, ids, hops, cap).paths()
     return _run(_neighbourhood(settings, kb, ids, hops, cap)).paths()
 
 

@@ -392,6 +392,23 @@ def test_kgqrs_own_account_cannot_read_the_knowledge_base(
     assert answer.status_code == 403
 
 
+def test_kgqrs_own_account_reads_the_graphs_copy_by_id_and_nothing_more(
+    secured: SecuredCredentials, secured_kb: str, users: dict[str, str]
+) -> None:
+    """The copy is read like Neo4j, with kgqr's account: node by node, never searched or
+    written (ingest's account writes it)."""
+    as_kgqr = {"authorization": users["kgqr"]}
+    copy = f"{secured.url}/{schema.graph_index(KB)}"
+    got = httpx.post(f"{copy}/_mget", json={"ids": ["m1"]}, headers=as_kgqr,
+                     verify=_trusting(secured))  # fmt: skip
+    assert got.status_code == 200 and got.json()["docs"][0]["found"], got.text
+    searched = httpx.post(f"{copy}/_search", json={}, headers=as_kgqr, verify=_trusting(secured))
+    assert searched.status_code == 403
+    written = httpx.put(f"{copy}/_doc/x", json={"type": "movie"}, headers=as_kgqr,
+                        verify=_trusting(secured))  # fmt: skip
+    assert written.status_code == 403
+
+
 @pytest.mark.parametrize("kb", ["query-log-archive", "judgments-2026", "tune-runs-x"])
 def test_kgqrs_own_account_reads_no_knowledge_base_named_like_its_bookkeeping(
     kb: str, secured: SecuredCredentials, users: dict[str, str]
@@ -676,6 +693,31 @@ def test_graph_copies_to_preload_are_listed_with_kgqrs_own_account(
     names = asyncio.run(listed(service_account=True))
     assert isinstance(names, list) and KB in names, names
     assert asyncio.run(listed(service_account=False)) == 401  # no account: no list
+
+
+@pytest.fixture(scope="module")
+def copy_proxy(settings: Settings, secured: SecuredCredentials, secured_kb: str) -> Iterator[str]:
+    """kgqr serve keeping no in-memory copy: expansions read the graph's copy in OpenSearch,
+    with kgqr's own account."""
+    proxied = _as(settings, secured, "kgqr", secured.kgqr_password).replaced(
+        {"graph_snapshot_max_relations": 0, "rewrite_cache_ttl_s": 0}
+    )
+    with running_proxy(proxied) as url:
+        yield url
+
+
+@pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
+def test_the_graphs_copy_in_opensearch_leads_only_to_documents_the_caller_may_read(
+    strategy: str, copy_proxy: str, users: dict[str, str]
+) -> None:
+    """kgqr's account may read the copy (and only the copy: not the documents), and what
+    it reads there reaches a caller only where the caller may read the documents."""
+    seen = _what_each_saw((copy_proxy, []), users, INDEX, QUERY, strategy, "graph_nodes")
+    restricted, reader = (json.loads(seen[who][0])["kgqr"] for who in ("restricted", "reader"))
+    assert restricted["details"]["graph_source"] == reader["details"]["graph_source"]
+    assert reader["details"]["graph_source"] == "opensearch"  # not Neo4j: the copy was read
+    assert HIDDEN not in seen["restricted"][0] and "p2" not in seen["restricted"][0]
+    assert "p2" in {node["id"] for node in reader["details"]["graph_nodes"]}
 
 
 @pytest.mark.parametrize("strategy", ["graph", "graph_walk", "graph_mix"])

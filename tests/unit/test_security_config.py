@@ -10,14 +10,22 @@ from plugin import schema
 
 
 def test_the_service_role_covers_kgqrs_bookkeeping_and_no_knowledge_base() -> None:
-    """By exact names: `kgqr-query-log*` matched a KB named `query-log-...` too."""
-    (permission,) = kgqr_roles()["kgqr_service"]["index_permissions"]
-    assert permission["index_patterns"] == [
+    """By exact names: `kgqr-query-log*` matched a KB named `query-log-...` too. Beside
+    them, the graphs' copies, by id only: no content index matches their pattern."""
+    bookkeeping, graphs = kgqr_roles()["kgqr_service"]["index_permissions"]
+    assert bookkeeping["index_patterns"] == [
         schema.META_INDEX,
         schema.QUERY_LOG_INDEX,
         schema.JUDGMENTS_INDEX,
         schema.TUNE_RUNS_INDEX,
     ]
+    assert graphs["index_patterns"] == ["kgqr-*-graph"]
+    assert graphs["allowed_actions"] == ["get", "indices:admin/mappings/get"]
+    assert fnmatch.fnmatch(schema.graph_index("movies"), "kgqr-*-graph")
+    for kb in ("graph", "x-graph", "movies"):
+        for content in (schema.documents_index(kb), schema.triples_index(kb),
+                        schema.generation_index(schema.documents_index(kb), 3)):  # fmt: skip
+            assert not fnmatch.fnmatch(content, "kgqr-*-graph"), content
 
 
 def test_the_ingest_role_covers_every_index_kgqr_writes() -> None:

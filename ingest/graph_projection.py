@@ -1,0 +1,231 @@
+"""The graph's search-time copy in OpenSearch: one document per node of a knowledge base,
+keyed by the node's id, holding the node's first edges. The LLM-free strategies read it
+with one `_mget` a hop (query_rewriter/graph/projection.py), so the engine shards and
+replicates the graph like the documents, and a search's graph lookup costs the same at a
+million relations as at twenty million.
+
+Neo4j stays the store of record. Every write to a KB's graph re-reads the nodes it touched
+and rewrites their documents here before the graph version is raised, so a search that
+sees a version reads its edges. A node keeps at most `edges` edges, in the order Neo4j
+expands them: a search's hub cap takes the first ones, as Neo4j's LIMIT does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import Any
+
+from kgqr_core.settings import Settings
+from plugin import installer, schema
+from plugin.schema import GraphCopyState
+
+log = logging.getLogger("kgqr.ingest")
+
+READ_BATCH = 2_000  # nodes per Neo4j read and per bulk request
+
+# A node's first `edges` edges as [other end, its type, relation, outgoing, evidence]: the
+# same expansion, and the same values, as the first hop of store.NEIGHBOURS.
+NODE_EDGES = """
+UNWIND $ids AS id
+OPTIONAL MATCH (s:Node {kb: $kb, id: id})
+CALL (s) {
+  OPTIONAL MATCH (s)-[r]-(n:Node)
+  WITH r, n LIMIT $edges
+  RETURN collect(CASE WHEN n IS NULL THEN null ELSE [
+    n.id, n.type, coalesce(r.relation, toLower(type(r))), startNode(r) = s,
+    coalesce(r.field_evidence, r.passage_id)
+  ] END) AS edges
+}
+RETURN id, s IS NOT NULL AS found, s.type AS type, s.name AS name, edges
+"""
+NODE_IDS = """
+MATCH (n:Node {kb: $kb}) WHERE n.id > $after
+RETURN n.id AS id ORDER BY n.id LIMIT $batch
+"""
+EXISTING = "UNWIND $ids AS id MATCH (n:Node {kb: $kb, id: id}) RETURN collect(n.id) AS ids"
+NEIGHBOUR_IDS = """
+UNWIND $ids AS id
+MATCH (:Node {kb: $kb, id: id})--(n:Node)
+RETURN collect(DISTINCT n.id) AS ids
+"""
+
+
+def state(opensearch: Any, kb: str) -> GraphCopyState | None:
+    """The KB's copy, or None where it has none (a KB made before copies were)."""
+    found = opensearch.indices.get_mapping(index=schema.graph_index(kb), ignore_unavailable=True)
+    return GraphCopyState.of_mapping(next(iter(found.values()))["mappings"]) if found else None
+
+
+def create(
+    opensearch: Any, kb: str, edges: int, *, complete: bool, shards: int = 1, replicas: str = "0-1"
+) -> None:
+    """The KB's projection index, unless it exists. `complete`: a new KB's (its graph is
+    empty, so its copy is whole); a KB that already has a graph is copied by `project_all`."""
+    index = schema.graph_index(kb)
+    if opensearch.indices.exists(index=index):
+        return
+    body = {
+        "settings": {"index": {"number_of_shards": shards, **installer.replica_settings(replicas)}},
+        "mappings": GraphCopyState(complete, edges).as_mapping(),
+    }
+    try:
+        opensearch.indices.create(index=index, body=body)
+    except Exception as exc:  # two workers raced to create it: the other one did
+        if "resource_already_exists_exception" not in str(exc):
+            raise
+
+
+def create_for_new_kb(settings: Settings, opensearch: Any, kb: str) -> None:
+    """A new KB's copy, empty and so complete, sharded as its documents are."""
+    create(opensearch, kb, settings.graph.projection_edges, complete=True, **_layout(settings))
+
+
+def _layout(settings: Settings) -> dict[str, Any]:
+    return {"shards": settings.opensearch.kb_shards, "replicas": settings.opensearch.kb_replicas}
+
+
+def copy_graph(
+    settings: Settings,
+    neo4j: Any,
+    opensearch: Any,
+    kb: str,
+    progress: Callable[[int], None] = lambda done: None,
+) -> tuple[int, int]:
+    """`project_all` with the settings' edges a node, shards and replicas."""
+    return project_all(
+        neo4j, opensearch, kb, settings.graph.projection_edges,
+        progress=progress, **_layout(settings),
+    )  # fmt: skip
+
+
+def node_count(neo4j: Any, kb: str) -> int:
+    records, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
+    return int(records[0]["n"])
+
+
+def _mark(opensearch: Any, kb: str, copy: GraphCopyState) -> None:
+    opensearch.indices.put_mapping(index=schema.graph_index(kb), body=copy.as_mapping())
+
+
+def node_document(kind: str | None, name: str | None, edges: list[list[Any]]) -> dict[str, Any]:
+    """A node as the projection holds it: its edges as columns (a fifth of the bytes of one
+    object an edge, which a search parses fifty of)."""
+    return {
+        "type": kind,
+        "name": name,
+        "edges": {
+            "n": [edge[0] for edge in edges],
+            "t": [edge[1] for edge in edges],
+            "r": [edge[2] for edge in edges],
+            "o": [edge[3] for edge in edges],
+            "e": [edge[4] for edge in edges],
+        },
+    }
+
+
+def _batches(ids: Iterable[str], size: int = READ_BATCH) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for node_id in ids:
+        batch.append(node_id)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def project_nodes(neo4j: Any, opensearch: Any, kb: str, ids: Collection[str]) -> int:
+    """Rewrite the documents of `ids` from Neo4j as it is now (a node Neo4j no longer has
+    loses its document); the number written. Nothing where the KB has no projection."""
+    projection = state(opensearch, kb) if ids else None
+    if projection is None:
+        return 0
+    written = 0
+    for batch in _batches(sorted(ids)):
+        records, _, _ = neo4j.execute_query(NODE_EDGES, kb=kb, ids=batch, edges=projection.edges)
+        actions: list[dict[str, Any]] = []
+        for record in records:
+            target = {"_index": schema.graph_index(kb), "_id": record["id"]}
+            if record["found"]:
+                actions += [
+                    {"index": target},
+                    node_document(record["type"], record["name"], record["edges"]),
+                ]
+            else:
+                actions.append({"delete": target})
+        answer = opensearch.bulk(body=actions, timeout=300)
+        failed = [
+            result
+            for item in answer["items"]
+            for verb, result in item.items()
+            if result.get("status", 200) >= 300 and (verb, result["status"]) != ("delete", 404)
+        ]
+        if failed:
+            raise RuntimeError(f"graph copy of {kb}: {len(failed)} writes failed: {failed[0]}")
+        written += len(batch)
+    return written
+
+
+def neighbours_of(neo4j: Any, kb: str, ids: Collection[str]) -> set[str]:
+    """The nodes one edge from `ids`: the ones whose documents change when `ids` lose edges
+    (read before the edges go)."""
+    found: set[str] = set()
+    for batch in _batches(ids):
+        records, _, _ = neo4j.execute_query(NEIGHBOUR_IDS, kb=kb, ids=batch)
+        found.update(records[0]["ids"])
+    return found
+
+
+def project_all(
+    neo4j: Any,
+    opensearch: Any,
+    kb: str,
+    edges: int,
+    *,
+    shards: int = 1,
+    replicas: str = "0-1",
+    progress: Callable[[int], None] = lambda done: None,
+) -> tuple[int, int]:
+    """Copy every node of the KB (a graph made before projections, or after a change of
+    `edges`), then remove the documents of nodes Neo4j no longer has; (written, removed).
+    Searches keep reading Neo4j until the copy is marked complete at the end; run it again
+    after an interruption. Writes made meanwhile by ingest are re-read by ingest, so they
+    are not lost, but a node this walk read before such a write and wrote after it keeps
+    the older edges until it is next written: run it while no ingest runs."""
+    create(opensearch, kb, edges, complete=False, shards=shards, replicas=replicas)
+    current = state(opensearch, kb)
+    if current is not None and current.edges != edges:  # searches must not take a mix
+        _mark(opensearch, kb, GraphCopyState(False, edges))
+    written, after = 0, ""
+    while True:
+        records, _, _ = neo4j.execute_query(NODE_IDS, kb=kb, after=after, batch=READ_BATCH)
+        ids = [record["id"] for record in records]
+        if not ids:
+            break
+        written += project_nodes(neo4j, opensearch, kb, ids)
+        progress(len(ids))
+        after = ids[-1]
+    removed = _remove_stale(neo4j, opensearch, kb)
+    _mark(opensearch, kb, GraphCopyState(True, edges))
+    return written, removed
+
+
+def _remove_stale(neo4j: Any, opensearch: Any, kb: str) -> int:
+    index = schema.graph_index(kb)
+    removed = 0
+    answer = opensearch.search(
+        index=index, body={"size": READ_BATCH, "_source": False, "sort": ["_doc"]}, scroll="2m"
+    )
+    try:
+        while hits := answer["hits"]["hits"]:
+            ids = [hit["_id"] for hit in hits]
+            records, _, _ = neo4j.execute_query(EXISTING, kb=kb, ids=ids)
+            gone = set(ids) - set(records[0]["ids"])
+            if gone:
+                opensearch.bulk(body=[{"delete": {"_index": index, "_id": i}} for i in gone])
+                removed += len(gone)
+            answer = opensearch.scroll(scroll_id=answer["_scroll_id"], scroll="2m")
+    finally:
+        opensearch.clear_scroll(scroll_id=answer["_scroll_id"], ignore=[404])
+    return removed

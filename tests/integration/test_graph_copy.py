@@ -1,0 +1,103 @@
+"""The graph's search-time copy in OpenSearch (kgqr-KB-graph, one document a node): made
+with a new knowledge base, kept equal to Neo4j by every ingest before the graph version
+rises, made for an older graph by `kgqr kb project`, read by the proxy where no in-memory
+copy is loaded, and dropped with the knowledge base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from click.testing import CliRunner
+
+from ingest import graph_projection
+from kgqr_core import graph_version
+from kgqr_core.settings import Settings
+from kgqr_ops.background_proxy import running_proxy
+from kgqr_ops.cli import main
+from plugin import schema
+from tests.integration.ingest_helpers import (
+    TINY_KB,
+    graph_copy_matches_neo4j,
+    ingested,
+    run_to_end,
+    sequel_source,
+)
+
+
+def _graph_search(url: str, kb: str, strategy: str = "graph") -> tuple[list[str], dict[str, Any]]:
+    response = httpx.post(
+        f"{url}/{schema.documents_index(kb)}/_search",
+        params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
+        json={"query": {"match": {"text": "Tom Cruise hitman"}}, "size": 8},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return [hit["_id"] for hit in response.json()["hits"]["hits"]], response.json()["kgqr"]
+
+
+def test_an_ingest_keeps_the_copy_equal_to_neo4j_before_the_version_rises(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    sequel = sequel_source(tmp_path / "sequel")
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        copy = graph_projection.state(opensearch, kb_name)
+        assert copy is not None and copy.complete  # a new KB's copy: whole from the start
+        before = graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)
+        assert "m9" not in before["p1"]
+        version = graph_version.parse(redis_client.get(graph_version.version_key(kb_name)))
+        run_to_end(settings, opensearch, neo4j_driver, redis_client, sequel, kb_name)
+        after = graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)
+        assert after["m9"] == {"p1"} and "m9" in after["p1"]
+        assert graph_version.parse(redis_client.get(graph_version.version_key(kb_name))) > version
+    assert not opensearch.indices.exists(index=schema.graph_index(kb_name))  # dropped with it
+
+
+def test_an_older_graph_is_read_from_neo4j_until_kgqr_kb_project_copies_it(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str,
+) -> None:  # fmt: skip
+    """A KB ingested before copies were has none: the proxy expands in Neo4j, then in the
+    copy once `kgqr kb project` made it, with the same ranking and paths."""
+    no_memory_copy = settings.replaced(
+        {
+            "graph_snapshot_max_relations": 0,
+            "rewrite_cache_ttl_s": 0,
+            "graph_snapshot_check_s": 0.05,
+        }
+    )
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        opensearch.indices.delete(index=schema.graph_index(kb_name))  # as an older kgqr left it
+        with running_proxy(no_memory_copy) as url:
+            from_neo4j, explain = _graph_search(url, kb_name)
+            assert explain["details"]["graph_source"] == "neo4j"
+            projected = CliRunner().invoke(main, ["kb", "project", kb_name])
+            assert projected.exit_code == 0, projected.output
+            assert "searches read it from now on" in projected.output
+            graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)
+            from_copy, explain_copy = _graph_search(url, kb_name)
+        assert explain_copy["details"]["graph_source"] == "opensearch"
+        assert from_copy == from_neo4j and "m2" in from_copy
+        assert explain_copy["details"]["graph_nodes"] == explain["details"]["graph_nodes"]
+
+
+def test_a_copy_still_being_made_is_not_read(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str,
+) -> None:  # fmt: skip
+    """An incomplete copy (a `kgqr kb project` under way or interrupted) would miss edges:
+    the proxy reads Neo4j, and so it does with KGQR_GRAPH_PROJECTION_READS off."""
+    no_memory_copy = settings.replaced(
+        {"graph_snapshot_max_relations": 0, "rewrite_cache_ttl_s": 0}
+    )
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        with running_proxy(no_memory_copy.replaced({"graph_projection_reads": False})) as url:
+            assert _graph_search(url, kb_name)[1]["details"]["graph_source"] == "neo4j"
+        opensearch.indices.put_mapping(
+            index=schema.graph_index(kb_name),
+            body=schema.GraphCopyState(complete=False, edges=64).as_mapping(),
+        )
+        with running_proxy(no_memory_copy) as url:
+            assert _graph_search(url, kb_name)[1]["details"]["graph_source"] == "neo4j"
