@@ -232,7 +232,10 @@ async def measure_graph(
 
         async def hybrid(text: str, vector: np.ndarray, boosts: dict[str, float]) -> None:
             weights = HybridWeights(None, settings.rewrite.hybrid_boost_weights)
-            body = hybrid_body({"size": 10}, ParsedQuery(text), text, vector, 10, weights, boosts)
+            # k as the proxy gives it (KGQR_REWRITE_KNN_K), the seed search's k too: until
+            # 2026-11-28 this took 10, so `added` also counted a deeper k-NN than base's.
+            k = settings.rewrite.knn_k
+            body = hybrid_body({"size": 10}, ParsedQuery(text), text, vector, k, weights, boosts)
             await gateway.search(index, body, search_params({}, body))
 
         for q in range(queries + 5):  # the first five warm the caches and are not counted
