@@ -95,22 +95,35 @@ def build(settings: Any, kb: str, nodes: int, relations: int, hubs: int) -> np.n
                     for i in range(start, min(start + 20_000, nodes))
                 ],
             )
-        pyrng = random.Random(5)
-        hub_ids = list(range(hubs))
-        written = 0
-        while written < relations:
-            batch = []
-            for _ in range(20_000):
-                # 5% of relations touch a hub, so hubs reach degrees in the tens of thousands
-                source = pyrng.choice(hub_ids) if pyrng.random() < 0.05 else pyrng.randrange(nodes)
-                batch.append(
-                    Relation(source=str(source), type="cites", target=str(pyrng.randrange(nodes)))
-                )
-            graph_writer.write_relations(driver, kb, batch)
-            written += len(batch)
-        print(f"wrote {written:,} relations in {time.perf_counter() - started:.0f} s")
+        write_relations(driver, kb, nodes, relations, hubs)
+        print(f"wrote {relations:,} relations in {time.perf_counter() - started:.0f} s")
         copy_graph(settings, driver, opensearch, kb)
     return vectors
+
+
+def write_relations(
+    driver: Any, kb: str, nodes: int, relations: int, hubs: int, seed: int = 5
+) -> None:
+    """`relations` random citations between the `nodes` papers, 5% of them from one of the
+    first `hubs`, so hubs reach degrees in the tens of thousands."""
+    pyrng = random.Random(seed)
+    written = 0
+    while written < relations:
+        batch = []
+        for _ in range(min(20_000, relations - written)):
+            source = pyrng.choice(range(hubs)) if pyrng.random() < 0.05 else pyrng.randrange(nodes)
+            batch.append(
+                Relation(source=str(source), type="cites", target=str(pyrng.randrange(nodes)))
+            )
+        graph_writer.write_relations(driver, kb, batch)
+        written += len(batch)
+
+
+def relation_count(driver: Any, kb: str) -> int:
+    records, _, _ = driver.execute_query(
+        "MATCH (:Node {kb: $kb})-[r]->() RETURN count(r) AS n", kb=kb
+    )
+    return int(records[0]["n"])
 
 
 def copy_graph(settings: Any, driver: Any, opensearch: Any, kb: str) -> None:
@@ -306,9 +319,15 @@ def main() -> None:
     if args.reuse:
         vectors = unit(np.random.default_rng(11), args.nodes)
         opensearch = connections.opensearch_client(settings)
-        copied = graph_projection.state(opensearch, kb)
-        if copied is None or not copied.complete:  # a graph built before copies were
-            with connections.neo4j_driver(settings) as driver:
+        with connections.neo4j_driver(settings) as driver:
+            missing = args.relations - relation_count(driver, kb)
+            if missing > 0:  # a build stopped part way: the rest, drawn afresh
+                started = time.perf_counter()
+                write_relations(driver, kb, args.nodes, missing, args.hubs, seed=missing)
+                print(f"wrote the missing {missing:,} relations in "
+                      f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+            copied = graph_projection.state(opensearch, kb)
+            if missing > 0 or copied is None or not copied.complete:
                 copy_graph(settings, driver, opensearch, kb)
     else:
         vectors = build(settings, kb, args.nodes, args.relations, args.hubs)

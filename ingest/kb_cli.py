@@ -184,11 +184,21 @@ def _meta(client: Any, name: str) -> Any:
 @kb.command()
 @click.argument("name", callback=_name)
 def show(name: str) -> None:
-    """A knowledge base's record: its field map, structure, model, and the versions of its
-    default strategy (the last one is served)."""
-    meta = _meta(_client(), name)
+    """A knowledge base's record: its field map, structure, model, its graph's copy in
+    OpenSearch, and the versions of its default strategy (the last one is served)."""
+    from ingest import graph_projection
+
+    client = _client()
+    meta = _meta(client, name)
     click.echo(_describe(meta.fields()))
     click.echo(f"structure:   {json.dumps(meta.structure.model_dump())}")
+    copy = graph_projection.state(client, name)
+    click.echo(
+        "graph copy:  none: searches expand in Neo4j (`kgqr kb project` makes one)"
+        if copy is None
+        else f"graph copy:  {schema.graph_index(name)}, {copy.edges} edges a node, "
+        + ("complete: searches read it" if copy.complete else "incomplete: not read")
+    )
     if not meta.defaults:
         click.echo("default:     none of its own: the proxy's KGQR_REWRITE_DEFAULT_STRATEGY")
     for version in meta.defaults:

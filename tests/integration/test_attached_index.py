@@ -193,6 +193,8 @@ def test_both_kinds_of_knowledge_base_are_listed_and_shown(attached: tuple[str, 
     shown = kgqr("kb", "show", KB)
     assert "entities:    genre" in shown.output and '"relations"' in shown.output
     assert "starring" in shown.output
+    # Attaching made its graph's copy in OpenSearch, which every graph job since kept.
+    assert f"graph copy:  {schema.graph_index(KB)}, 64 edges a node, complete" in shown.output
 
 
 def _search(url: str, body: dict[str, Any], **params: str) -> dict[str, Any]:
