@@ -25,8 +25,10 @@ log = logging.getLogger("kgqr.ingest")
 READ_BATCH = 2_000  # nodes per Neo4j read and per bulk request
 
 # A node's first `edges` edges as [other end, its type, relation, outgoing, evidence]: the
-# same expansion, and the same values, as the first hop of store.NEIGHBOURS.
+# same expansion, and the same values, as the first hop of store.NEIGHBOURS. `version`:
+# the statement's start on Neo4j's clock, in nanoseconds (see project_nodes).
 NODE_EDGES = """
+WITH datetime.statement() AS started
 UNWIND $ids AS id
 OPTIONAL MATCH (s:Node {kb: $kb, id: id})
 CALL (s) {
@@ -37,7 +39,8 @@ CALL (s) {
     coalesce(r.field_evidence, r.passage_id)
   ] END) AS edges
 }
-RETURN id, s IS NOT NULL AS found, s.type AS type, s.name AS name, edges
+RETURN id, s IS NOT NULL AS found, s.type AS type, s.name AS name, edges,
+       started.epochSeconds * 1000000000 + started.nanosecond AS version
 """
 NODE_IDS = """
 MATCH (n:Node {kb: $kb}) WHERE n.id > $after
@@ -137,34 +140,56 @@ def _batches(ids: Iterable[str], size: int = READ_BATCH) -> Iterator[list[str]]:
 
 def project_nodes(neo4j: Any, opensearch: Any, kb: str, ids: Collection[str]) -> int:
     """Rewrite the documents of `ids` from Neo4j as it is now (a node Neo4j no longer has
-    loses its document); the number written. Nothing where the KB has no projection."""
+    loses its document); the number written. Nothing where the KB has no projection.
+
+    Workers write the same node's document concurrently (a hub every chunk touches), and a
+    read made before another worker's commit must not overwrite what that worker read
+    after it. So each write carries its read's start on Neo4j's one clock as an external
+    version, and the engine refuses an older one: whichever read started last, it saw every
+    edge committed before the other read began, so the copy ends as Neo4j is."""
     projection = state(opensearch, kb) if ids else None
     if projection is None:
         return 0
     written = 0
     for batch in _batches(sorted(ids)):
-        records, _, _ = neo4j.execute_query(NODE_EDGES, kb=kb, ids=batch, edges=projection.edges)
-        actions: list[dict[str, Any]] = []
-        for record in records:
-            target = {"_index": schema.graph_index(kb), "_id": record["id"]}
-            if record["found"]:
-                actions += [
-                    {"index": target},
-                    node_document(record["type"], record["name"], record["edges"]),
-                ]
-            else:
-                actions.append({"delete": target})
-        answer = opensearch.bulk(body=actions, timeout=300)
-        failed = [
-            result
-            for item in answer["items"]
-            for verb, result in item.items()
-            if result.get("status", 200) >= 300 and (verb, result["status"]) != ("delete", 404)
-        ]
-        if failed:
-            raise RuntimeError(f"graph copy of {kb}: {len(failed)} writes failed: {failed[0]}")
+        write_nodes(opensearch, kb, read_nodes(neo4j, kb, batch, projection.edges))
         written += len(batch)
     return written
+
+
+def read_nodes(neo4j: Any, kb: str, ids: list[str], edges: int) -> list[Any]:
+    """NODE_EDGES' records for `ids`: what their documents say now, and when it was read."""
+    records, _, _ = neo4j.execute_query(NODE_EDGES, kb=kb, ids=ids, edges=edges)
+    return list(records)
+
+
+def write_nodes(opensearch: Any, kb: str, records: list[Any]) -> None:
+    """Write (or delete) the nodes' documents, each unless a newer read's is there."""
+    actions: list[dict[str, Any]] = []
+    for record in records:
+        target = {
+            "_index": schema.graph_index(kb), "_id": record["id"],
+            "version": record["version"], "version_type": "external_gte",
+        }  # fmt: skip
+        if record["found"]:
+            actions += [
+                {"index": target},
+                node_document(record["type"], record["name"], record["edges"]),
+            ]
+        else:
+            actions.append({"delete": target})
+    answer = opensearch.bulk(body=actions, timeout=300)
+    failed = [
+        result
+        for item in answer["items"]
+        for verb, result in item.items()
+        if result.get("status", 200) >= 300
+        # gone already, or a newer read's document is there (see project_nodes)
+        and result["status"] != 409
+        and (verb, result["status"]) != ("delete", 404)
+    ]
+    if failed:
+        raise RuntimeError(f"graph copy of {kb}: {len(failed)} writes failed: {failed[0]}")
 
 
 def neighbours_of(neo4j: Any, kb: str, ids: Collection[str]) -> set[str]:
@@ -190,9 +215,8 @@ def project_all(
     """Copy every node of the KB (a graph made before projections, or after a change of
     `edges`), then remove the documents of nodes Neo4j no longer has; (written, removed).
     Searches keep reading Neo4j until the copy is marked complete at the end; run it again
-    after an interruption. Writes made meanwhile by ingest are re-read by ingest, so they
-    are not lost, but a node this walk read before such a write and wrote after it keeps
-    the older edges until it is next written: run it while no ingest runs."""
+    after an interruption. Ingest may write meanwhile: the newer read of a node wins
+    (project_nodes)."""
     create(opensearch, kb, edges, complete=False, shards=shards, replicas=replicas)
     current = state(opensearch, kb)
     if current is not None and current.edges != edges:  # searches must not take a mix

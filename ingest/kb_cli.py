@@ -279,7 +279,7 @@ def project(name: str) -> None:
     and the walk read it at search time. New knowledge bases get the copy as they are
     ingested or attached, and every ingest keeps it current; run this for one made before
     copies were, or after changing KGQR_GRAPH_PROJECTION_EDGES. Searches read Neo4j until
-    the copy is complete; run it again after an interruption, and while no ingest runs."""
+    the copy is complete; run it again after an interruption (ingest may go on meanwhile)."""
     client = _client()
     _meta(client, name)
     _copy_graph(name, client)

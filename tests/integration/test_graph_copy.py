@@ -101,3 +101,40 @@ def test_a_copy_still_being_made_is_not_read(
         )
         with running_proxy(no_memory_copy) as url:
             assert _graph_search(url, kb_name)[1]["details"]["graph_source"] == "neo4j"
+
+
+def test_a_read_made_before_another_workers_commit_does_not_overwrite_a_later_one(
+    opensearch: Any, neo4j_driver: Any, kb_name: str
+) -> None:
+    """Two workers touch p1 (a hub any chunk may touch): one reads it, the other commits a
+    new edge and writes the copy from its later read, then the first writes its older read
+    last. The engine keeps the later read's document."""
+    neo4j_driver.execute_query(
+        "MERGE (m:Node {kb: $kb, id: 'm1'}) SET m.type = 'movie' "
+        "MERGE (p:Node {kb: $kb, id: 'p1'}) SET p.type = 'person' "
+        "MERGE (m)-[:DIRECTED_BY]->(p)",
+        kb=kb_name,
+    )
+    try:
+        graph_projection.create(opensearch, kb_name, 64, complete=True)
+        graph_projection.project_nodes(neo4j_driver, opensearch, kb_name, {"m1", "p1"})
+        earlier = graph_projection.read_nodes(neo4j_driver, kb_name, ["p1"], 64)
+        neo4j_driver.execute_query(
+            "MATCH (p:Node {kb: $kb, id: 'p1'}) MERGE (m:Node {kb: $kb, id: 'm9'}) "
+            "SET m.type = 'movie' MERGE (m)-[:DIRECTED_BY]->(p)",
+            kb=kb_name,
+        )
+        graph_projection.project_nodes(neo4j_driver, opensearch, kb_name, {"p1", "m9"})
+        graph_projection.write_nodes(opensearch, kb_name, earlier)  # the slower worker's
+        copied = graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)
+        assert copied["p1"] == {"m1", "m9"}
+        # And the other way round, a later read written after an earlier one replaces it.
+        later = graph_projection.read_nodes(neo4j_driver, kb_name, ["p1"], 64)
+        neo4j_driver.execute_query("MATCH (m:Node {kb: $kb, id: 'm9'}) DETACH DELETE m",
+                                   kb=kb_name)  # fmt: skip
+        graph_projection.write_nodes(opensearch, kb_name, later)
+        graph_projection.project_nodes(neo4j_driver, opensearch, kb_name, {"p1", "m9"})
+        assert graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)["p1"] == {"m1"}
+    finally:
+        neo4j_driver.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb_name)
+        opensearch.indices.delete(index=schema.graph_index(kb_name), ignore_unavailable=True)
