@@ -177,13 +177,21 @@ def test_the_passage_two_hops_from_the_query_is_lifted_through_the_bridge_entity
 def test_without_the_graph_the_search_is_the_plain_one_and_says_so(
     settings: Settings, movies_kb: str
 ) -> None:
-    no_graph = settings.replaced(
-        {"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "rewrite_cache_ttl_s": 0}
-    )
-    with running_proxy(no_graph) as url:
+    """Neo4j unreachable, and the graph's copy in OpenSearch not read: no graph at all. With
+    the copy read, the strategies need no Neo4j."""
+    no_neo4j = settings.replaced(
+        {"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "rewrite_cache_ttl_s": 0,
+         "graph_snapshot_max_relations": 0}
+    )  # fmt: skip
+    with running_proxy(no_neo4j.replaced({"graph_projection_reads": False})) as url:
         for strategy in ("graph", "graph_walk", "graph_mix"):
             ranked, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
             assert explain["fallback"]["stage"] == "propagate" and ranked[0] == "p3"
+    with running_proxy(no_neo4j) as url:
+        for strategy in ("graph", "graph_walk", "graph_mix"):
+            ranked, explain = _ranked(url, movies_kb, strategy, "Tom Cruise hitman")
+            assert explain["fallback"] is None, explain["fallback"]
+            assert explain["details"]["graph_source"] == "opensearch" and "m2" in ranked
 
 
 @pytest.mark.parametrize("mode", ["1", "2"])  # RRF below the kept hit; the strategy's order

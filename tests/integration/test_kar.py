@@ -227,7 +227,12 @@ def test_kar_end_to_end_explains_every_stage(llm_settings: Settings, movies: str
 def test_kar_degrades_to_the_plain_query_when_neo4j_is_down(
     llm_settings: Settings, movies: str, unique_name: str
 ) -> None:
-    dead = llm_settings.replaced({"neo4j_uri": f"bolt://127.0.0.1:{free_port()}"})
+    """Where the graph is read from Neo4j alone (the copies would answer without it:
+    test_graph_strategy's test_without_the_graph_...)."""
+    dead = llm_settings.replaced({
+        "neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "graph_projection_reads": False,
+        "graph_snapshot_max_relations": 0,
+    })  # fmt: skip
     with running_proxy(dead) as url:
         response = explained_search(url, INDEX, "kar", f"{QUERY} {unique_name}")
     assert response.status_code == 200
