@@ -146,22 +146,12 @@ def write_copy_only(settings: Any, opensearch: Any, kb: str, nodes: int, relatio
         body: list[dict[str, Any]] = []
         for node in range(first, min(first + 5_000, nodes)):
             kept = slice(starts[node], min(starts[node + 1], starts[node] + edges))
-            count = kept.stop - kept.start
+            linked = zip(others[kept].tolist(), outgoing[kept].tolist(), strict=True)
             body.append({"index": {"_index": index, "_id": str(node)}})
-            body.append(
-                graph_projection.node_document(
-                    "paper",
-                    f"paper {node}",
-                    [
-                        [str(other), "paper", "cites", bool(out), None]
-                        for other, out in zip(
-                            others[kept].tolist(), outgoing[kept].tolist(), strict=True
-                        )
-                    ],
-                )
-                if count
-                else graph_projection.node_document("paper", f"paper {node}", [])
-            )
+            body.append(graph_projection.node_document(
+                str(node), "paper", f"paper {node}",
+                [[str(other), "paper", "cites", bool(out), None] for other, out in linked],
+            ))  # fmt: skip
         opensearch.bulk(body=body, timeout=300)
     opensearch.indices.put_settings(index=index, body={"refresh_interval": "1s"})
     opensearch.indices.forcemerge(index=index, max_num_segments=1, request_timeout=3600)

@@ -122,16 +122,20 @@ def ingest_chunk(
         outcome.llm_calls += extraction.llm_calls
         outcome.cached_llm_calls += extraction.cached_calls
 
+    # Read before they are written: documents whose node another type (or none) named.
+    retyped = graph_projection.retyped(
+        resources.neo4j, kb, [(document.id, document.type) for document in batch.documents]
+    )
     documents_ok = _write_documents(resources, kb, batch)
     graph_writer.write_relations(resources.neo4j, kb, batch.relations)
     graph_writer.write_links(resources.neo4j, kb, batch.links)
     graph_writer.write_mentions(resources.neo4j, kb, batch.mentions)
     triples_ok = _write_triples(resources, kb, batch)
     if documents_ok or batch.relations or batch.links or batch.mentions or triples_ok:
-        # The copy first: a search that sees the new version reads the new edges.
-        graph_projection.project_nodes(
-            resources.neo4j, resources.opensearch, kb, batch.graph_nodes()
-        )
+        # The copy first: a search that sees the new version reads the new edges. A
+        # retyped document's neighbours name it with its type in their edges.
+        touched = batch.graph_nodes() | graph_projection.neighbours_of(resources.neo4j, kb, retyped)
+        graph_projection.project_nodes(resources.neo4j, resources.opensearch, kb, touched)
         graph_version.bump(resources.redis, kb)
 
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)

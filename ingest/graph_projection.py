@@ -5,22 +5,21 @@ replicates the graph like the documents, and a search's graph lookup costs the s
 million relations as at twenty million.
 
 Neo4j stays the store of record. Every write to a KB's graph re-reads the nodes it touched
-and rewrites their documents here before the graph version is raised, so a search that
-sees a version reads its edges. A node keeps at most `edges` edges, in the order Neo4j
-expands them: a search's hub cap takes the first ones, as Neo4j's LIMIT does.
+(and the neighbours of a document whose type it set: their edges name it) and rewrites
+their documents here before the graph version is raised. Searches read the copy live, as
+they read Neo4j: what a chunk writes shows as it lands. A node keeps at most `edges`
+edges, in the order Neo4j expands them: a search's hub cap takes the first ones, as Neo4j's
+LIMIT does.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from kgqr_core.settings import Settings
 from plugin import installer, schema
 from plugin.schema import GraphCopyState
-
-log = logging.getLogger("kgqr.ingest")
 
 READ_BATCH = 2_000  # nodes per Neo4j read and per bulk request
 
@@ -46,7 +45,20 @@ NODE_IDS = """
 MATCH (n:Node {kb: $kb}) WHERE n.id > $after
 RETURN n.id AS id ORDER BY n.id LIMIT $batch
 """
-EXISTING = "UNWIND $ids AS id MATCH (n:Node {kb: $kb, id: id}) RETURN collect(n.id) AS ids"
+EXISTING = """
+WITH datetime.statement() AS started
+UNWIND $ids AS id
+OPTIONAL MATCH (n:Node {kb: $kb, id: id})
+RETURN collect(n.id) AS ids, started.epochSeconds * 1000000000 + started.nanosecond AS version
+"""
+# Documents whose node exists with another type (or none: a relation written before its
+# document makes an untyped node): their neighbours' documents hold the old type.
+RETYPED = """
+UNWIND $rows AS row
+MATCH (n:Node {kb: $kb, id: row.id})
+WHERE n.type IS NULL OR n.type <> row.type
+RETURN collect(n.id) AS ids
+"""
 NEIGHBOUR_IDS = """
 UNWIND $ids AS id
 MATCH (:Node {kb: $kb, id: id})--(n:Node)
@@ -68,10 +80,13 @@ def create(
     index = schema.graph_index(kb)
     if opensearch.indices.exists(index=index):
         return
-    body = {
-        "settings": {"index": {"number_of_shards": shards, **installer.replica_settings(replicas)}},
-        "mappings": GraphCopyState(complete, edges).as_mapping(),
-    }
+    # The template's body given in full: `kgqr kb attach` makes a copy on a cluster where
+    # no ingest has installed kgqr's templates.
+    body = schema.kb_index_body("graph", dimension=0)
+    body["settings"]["index"].update(
+        {"number_of_shards": shards, **installer.replica_settings(replicas)}
+    )
+    body["mappings"].update(GraphCopyState(complete, edges).as_mapping())
     try:
         opensearch.indices.create(index=index, body=body)
     except Exception as exc:  # two workers raced to create it: the other one did
@@ -111,10 +126,13 @@ def _mark(opensearch: Any, kb: str, copy: GraphCopyState) -> None:
     opensearch.indices.put_mapping(index=schema.graph_index(kb), body=copy.as_mapping())
 
 
-def node_document(kind: str | None, name: str | None, edges: list[list[Any]]) -> dict[str, Any]:
+def node_document(
+    node_id: str, kind: str | None, name: str | None, edges: list[list[Any]]
+) -> dict[str, Any]:
     """A node as the projection holds it: its edges as columns (a fifth of the bytes of one
     object an edge, which a search parses fifty of)."""
     return {
+        "id": node_id,
         "type": kind,
         "name": name,
         "edges": {
@@ -168,28 +186,51 @@ def write_nodes(opensearch: Any, kb: str, records: list[Any]) -> None:
     actions: list[dict[str, Any]] = []
     for record in records:
         target = {
-            "_index": schema.graph_index(kb), "_id": record["id"],
+            "_index": schema.graph_index(kb), "_id": schema.graph_copy_id(record["id"]),
             "version": record["version"], "version_type": "external_gte",
         }  # fmt: skip
         if record["found"]:
             actions += [
                 {"index": target},
-                node_document(record["type"], record["name"], record["edges"]),
+                node_document(record["id"], record["type"], record["name"], record["edges"]),
             ]
         else:
             actions.append({"delete": target})
+    _bulk(opensearch, kb, actions)
+
+
+def _bulk(opensearch: Any, kb: str, actions: list[dict[str, Any]]) -> None:
+    """Send versioned writes; raise if any failed other than as expected: a 409 is a newer
+    read's document already there (see project_nodes), a delete's 404 one already gone."""
     answer = opensearch.bulk(body=actions, timeout=300)
     failed = [
         result
         for item in answer["items"]
         for verb, result in item.items()
         if result.get("status", 200) >= 300
-        # gone already, or a newer read's document is there (see project_nodes)
         and result["status"] != 409
         and (verb, result["status"]) != ("delete", 404)
     ]
     if failed:
         raise RuntimeError(f"graph copy of {kb}: {len(failed)} writes failed: {failed[0]}")
+
+
+def retyped(neo4j: Any, kb: str, documents: Collection[tuple[str, str]]) -> list[str]:
+    """Of (id, type) documents about to be written, those whose node exists with another
+    type (read before the write): ingest rewrites their neighbours' documents too."""
+    rows = [{"id": doc_id, "type": kind} for doc_id, kind in documents]
+    if not rows:
+        return []
+    records, _, _ = neo4j.execute_query(RETYPED, kb=kb, rows=rows)
+    return list(records[0]["ids"])
+
+
+def mark_incomplete(opensearch: Any, kb: str) -> None:
+    """After a write to Neo4j whose copy could not be written: searches read Neo4j until
+    `kgqr kb project` copies the graph again."""
+    copy = state(opensearch, kb)
+    if copy is not None:
+        _mark(opensearch, kb, GraphCopyState(False, copy.edges))
 
 
 def neighbours_of(neo4j: Any, kb: str, ids: Collection[str]) -> set[str]:
@@ -236,18 +277,24 @@ def project_all(
 
 
 def _remove_stale(neo4j: Any, opensearch: Any, kb: str) -> int:
+    """Delete the documents of nodes Neo4j no longer has. Versioned as writes are, so a
+    node made again (and copied) after the check keeps its document."""
     index = schema.graph_index(kb)
     removed = 0
-    answer = opensearch.search(
-        index=index, body={"size": READ_BATCH, "_source": False, "sort": ["_doc"]}, scroll="2m"
-    )
+    body = {"size": READ_BATCH, "_source": ["id"], "sort": ["_doc"]}
+    answer = opensearch.search(index=index, body=body, scroll="2m")
     try:
         while hits := answer["hits"]["hits"]:
-            ids = [hit["_id"] for hit in hits]
-            records, _, _ = neo4j.execute_query(EXISTING, kb=kb, ids=ids)
+            ids = {hit["_source"]["id"]: hit["_id"] for hit in hits}
+            records, _, _ = neo4j.execute_query(EXISTING, kb=kb, ids=list(ids))
             gone = set(ids) - set(records[0]["ids"])
             if gone:
-                opensearch.bulk(body=[{"delete": {"_index": index, "_id": i}} for i in gone])
+                version = records[0]["version"]
+                _bulk(opensearch, kb, [
+                    {"delete": {"_index": index, "_id": ids[node], "version": version,
+                                "version_type": "external_gte"}}
+                    for node in gone
+                ])  # fmt: skip
                 removed += len(gone)
             answer = opensearch.scroll(scroll_id=answer["_scroll_id"], scroll="2m")
     finally:

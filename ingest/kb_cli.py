@@ -483,7 +483,14 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         losing = graph_projection.neighbours_of(neo4j, name, [*gone, *changed])
         index_sync.remove_documents(neo4j, name, gone)
         index_sync.remove_field_edges(neo4j, name, fields, changed)
-        graph_projection.project_nodes(neo4j, client, name, {*losing, *gone, *changed})
+        try:
+            graph_projection.project_nodes(neo4j, client, name, {*losing, *gone, *changed})
+        except Exception as exc:  # Neo4j has lost what the copy still holds: not read now
+            graph_projection.mark_incomplete(client, name)
+            raise click.ClickException(
+                f"the graph's copy in OpenSearch could not be updated ({exc}): searches "
+                f"read Neo4j until `kgqr kb project {name}` copies it again"
+            ) from exc
     if changed and (fields.entity_fields or fields.reference_fields):
         jobs = JobStore(redis)
 

@@ -456,10 +456,11 @@ class RewriteSettings(Section):
     )
 
     kb_refresh_s: float = Field(
-        default=60.0,
+        default=5.0,
         gt=0,
-        description="How often a proxy re-reads kgqr-meta: attached indices, detaches and "
-        "each KB's default reach every proxy within this many seconds.",
+        description="How often a proxy re-reads kgqr-meta (one small search, made by the "
+        "first search after this many seconds): attached indices, detaches and each KB's "
+        "default reach every proxy within it.",
     )
 
     alpha: float = Field(default=0.7, ge=0.0, le=1.0, description="v = a*v_q + (1-a)*v_c")

@@ -7,6 +7,7 @@ Index names are derived here only, so ingest and the rewriter cannot disagree on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -74,9 +75,25 @@ class GraphCopyState:
 
     @classmethod
     def of_mapping(cls, mapping: dict[str, Any]) -> GraphCopyState | None:
-        """From an index's mapping (GET _mapping's `mappings`); None: not a graph copy."""
+        """From an index's mapping (GET _mapping's `mappings`); None: not a graph copy, or
+        one whose record is malformed (read as no copy: Neo4j answers)."""
         meta = mapping.get("_meta", {}).get("kgqr_graph")
-        return None if meta is None else cls(bool(meta["complete"]), int(meta["edges"]))
+        if not isinstance(meta, dict) or not isinstance(meta.get("edges"), int):
+            return None
+        return cls(meta.get("complete") is True, meta["edges"])
+
+
+# The engine's limit on a document id, in UTF-8 bytes; a node id (an entity's name, say)
+# may be longer.
+MAX_DOCUMENT_ID_BYTES = 512
+
+
+def graph_copy_id(node_id: str) -> str:
+    """A node's document id in its graph's copy: the node's id, or for one longer than the
+    engine allows, a digest of it (the document keeps the node's id in `id`)."""
+    if len(node_id.encode()) <= MAX_DOCUMENT_ID_BYTES:
+        return node_id
+    return "sha256:" + hashlib.sha256(node_id.encode()).hexdigest()
 
 
 def graph_index(kb: str) -> str:

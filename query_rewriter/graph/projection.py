@@ -4,8 +4,9 @@ one `_mget` of the seeds' documents and one of their neighbours', as kgqr's own 
 The rows are the ones store.NEIGHBOURS returns, so every strategy reads them unchanged
 and the evidence a caller must be able to read is checked as for Neo4j's. The copy holds a
 node's first `edges` edges in Neo4j's expansion order, and a search takes the first
-`cap`; a second hop skips the seed before the cap, as NEIGHBOURS does, which needs one
-spare edge (hence `cap` < `edges`).
+`cap`. A second hop skips the seed before the cap, as NEIGHBOURS does; where the edges
+back to the seed leave fewer than `cap` others among those kept while the node has more,
+the copy cannot tell which Neo4j would give, and the expansion is read from Neo4j.
 """
 
 from __future__ import annotations
@@ -26,20 +27,25 @@ log = logging.getLogger("kgqr.graph")
 SOURCE = "opensearch"
 
 
-def _edges(document: Mapping[str, Any] | None, limit: int, skip: str | None = None) -> list[Any]:
+class CopyCannotAnswer(Exception):
+    """The copy cannot give this expansion as Neo4j would: Neo4j answers it."""
+
+
+def _edges(
+    document: Mapping[str, Any] | None, limit: int, kept_at_most: int, skip: str | None = None
+) -> list[Any]:
     """The first `limit` edges of a node's document other than those to `skip`, as
-    [other end, its type, relation, outgoing, evidence]."""
+    [other end, its type, relation, outgoing, evidence]. `kept_at_most`: the edges the
+    copy keeps a node; a full list that `skip` leaves short of `limit` raises."""
     if document is None:
         return []
     columns = document["edges"]
-    kept = []
-    for edge in zip(
-        columns["n"], columns["t"], columns["r"], columns["o"], columns["e"], strict=True
-    ):
-        if edge[0] != skip:
-            kept.append(edge)
-            if len(kept) == limit:
-                break
+    edges = list(
+        zip(columns["n"], columns["t"], columns["r"], columns["o"], columns["e"], strict=True)
+    )
+    kept = [edge for edge in edges if edge[0] != skip][:limit]
+    if len(kept) < limit and len(edges) >= kept_at_most and len(kept) < len(edges):
+        raise CopyCannotAnswer(f"{document.get('id')!r} has more edges back to {skip!r}")
     return kept
 
 
@@ -49,19 +55,22 @@ def neighbourhood_rows(
     second: Mapping[str, Mapping[str, Any]],
     hops: int,
     cap: int,
+    kept_at_most: int,
 ) -> list[list[Any]]:
-    """NEIGHBOURS' rows from node documents: `first` the seeds', `second` their neighbours'
-    (names of second hops are not read: only `kar_no_drf` asks, and it reads Neo4j)."""
+    """NEIGHBOURS' rows from node documents: `first` the seeds', `second` their neighbours'.
+    A first hop's name and type are its own document's (an edge's copy of the type was
+    written with the edge); names of second hops are not read: only `kar_no_drf` asks,
+    and it reads Neo4j."""
     rows = []
     for seed in seeds:
-        for other, kind, relation, outgoing, evidence in _edges(first.get(seed), cap):
+        for other, kind, relation, outgoing, evidence in _edges(first.get(seed), cap, cap):
             near = second.get(other)
             further = (
-                [[n, t, r, o, None, e] for n, t, r, o, e in _edges(near, cap, skip=seed)]
+                [[n, t, r, o, None, e] for n, t, r, o, e in _edges(near, cap, kept_at_most, seed)]
                 if hops >= 2
                 else []
             )
-            name = near.get("name") if near is not None else None
+            name, kind = (near.get("name"), near.get("type")) if near is not None else (None, kind)
             rows.append([seed, relation, outgoing, other, name, kind, further, evidence])
     return rows
 
@@ -99,7 +108,7 @@ class ProjectedGraph:
                     "graph copy of %s unreadable (%d): expanding in Neo4j",
                     kb, response.status_code,
                 )  # fmt: skip
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             log.warning("graph copy of %s unreadable (%s): expanding in Neo4j", kb, exc)
         self._known[kb] = _Known(edges, now)
         return edges
@@ -108,24 +117,38 @@ class ProjectedGraph:
         self, kb: str, seeds: list[str], hops: int, cap: int
     ) -> Neighbourhood | None:
         """Everything within `hops` (at most 2) of the seeds; None where the copy cannot
-        answer (none complete, a cap it keeps too few edges for, a failed read)."""
+        answer as Neo4j would (none complete, a cap it keeps too few edges for, a failed
+        or malformed read)."""
         edges = await self.edges(kb)
         if edges is None or cap >= edges or hops > 2:
             return None
         try:
             first = await self._documents(kb, seeds)
-            reached = {edge[0] for seed in seeds for edge in _edges(first.get(seed), cap)}
+            reached = {edge[0] for seed in seeds for edge in _edges(first.get(seed), cap, cap)}
             second = await self._documents(kb, sorted(reached)) if reached else {}
-        except httpx.HTTPError as exc:
+            rows = neighbourhood_rows(seeds, first, second, hops, cap, edges)
+        except CopyCannotAnswer as exc:
+            log.info("graph copy of %s: %s; expanding in Neo4j", kb, exc)
+            return None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             log.warning("graph copy of %s unreadable (%s): expanding in Neo4j", kb, exc)
             self._known[kb] = _Known(None, time.monotonic())
             return None
-        rows = neighbourhood_rows(seeds, first, second, hops, cap)
         return Neighbourhood(frozenset(seeds), with_evidence(rows), SOURCE)
 
     async def _documents(self, kb: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The nodes' documents by node id (those the copy has); a document the engine
+        could not read (a failed shard) fails the read rather than look like no edges."""
         response = await self._service().send(
-            "POST", f"/{schema.graph_index(kb)}/_mget", json={"ids": ids}
+            "POST",
+            f"/{schema.graph_index(kb)}/_mget",
+            json={"ids": [schema.graph_copy_id(node) for node in ids]},
         )
         response.raise_for_status()
-        return {doc["_id"]: doc["_source"] for doc in response.json()["docs"] if doc.get("found")}
+        found = {}
+        for node, doc in zip(ids, response.json()["docs"], strict=True):
+            if "error" in doc:
+                raise ValueError(f"the copy's document of {node!r}: {doc['error']}")
+            if doc.get("found"):
+                found[node] = doc["_source"]
+        return found

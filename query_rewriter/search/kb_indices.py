@@ -23,7 +23,7 @@ from plugin.schema import META_INDEX, META_READ_SIZE, kb_of_documents_index
 from query_rewriter.engine.gateway import EngineSession
 
 log = logging.getLogger("kgqr.proxy")
-DEFAULT_TTL_S = 60.0
+DEFAULT_TTL_S = 5.0
 MISS_TTL_S = 5.0  # an unknown name reads kgqr-meta again at most this often
 
 

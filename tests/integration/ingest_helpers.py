@@ -79,16 +79,19 @@ def document_ids(opensearch: Any, kb: str) -> list[str]:
 def graph_copy_matches_neo4j(opensearch: Any, neo4j: Any, kb: str) -> dict[str, set[str]]:
     """Check that the graph's copy in OpenSearch (ingest/graph_projection.py) holds every
     node of the KB with exactly its edges in Neo4j (the test graphs have no hub above the
-    copy's edges a node) and nothing else; each node's neighbours, for more checks."""
+    copy's edges a node), each edge with its other end's type as Neo4j has it now, and
+    nothing else; each node's neighbours, for more checks."""
     index = schema.graph_index(kb)
     opensearch.indices.refresh(index=index)
     copy: dict[str, Counter[tuple[Any, ...]]] = {}
     for hit in opensearch.search(index=index, body={"size": 10_000})["hits"]["hits"]:
         edges = hit["_source"]["edges"]
-        copy[hit["_id"]] = Counter(zip(edges["n"], edges["r"], edges["o"], strict=True))
+        copy[hit["_source"]["id"]] = Counter(
+            zip(edges["n"], edges["t"], edges["r"], edges["o"], strict=True)
+        )
     records, _, _ = neo4j.execute_query(
         "MATCH (s:Node {kb: $kb}) OPTIONAL MATCH (s)-[r]-(n:Node) "
-        "RETURN s.id AS id, collect([n.id, coalesce(r.relation, toLower(type(r))), "
+        "RETURN s.id AS id, collect([n.id, n.type, coalesce(r.relation, toLower(type(r))), "
         "startNode(r) = s]) AS edges",
         kb=kb,
     )

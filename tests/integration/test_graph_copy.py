@@ -5,6 +5,8 @@ copy is loaded, and dropped with the knowledge base."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import schema
+from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
+from query_rewriter.graph.projection import ProjectedGraph
 from tests.integration.ingest_helpers import (
     TINY_KB,
     graph_copy_matches_neo4j,
@@ -135,6 +139,60 @@ def test_a_read_made_before_another_workers_commit_does_not_overwrite_a_later_on
         graph_projection.write_nodes(opensearch, kb_name, later)
         graph_projection.project_nodes(neo4j_driver, opensearch, kb_name, {"p1", "m9"})
         assert graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)["p1"] == {"m1"}
+    finally:
+        neo4j_driver.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb_name)
+        opensearch.indices.delete(index=schema.graph_index(kb_name), ignore_unavailable=True)
+
+
+def test_a_document_written_after_its_relations_is_typed_in_its_neighbours_edges(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A relation arriving first makes its ends untyped nodes, and p1's document records
+    m9 as untyped; the document's later chunk types m9 and rewrites p1's document too, or
+    `graph` would never score m9 from p1."""
+    relations, documents = tmp_path / "relations", tmp_path / "documents"
+    relations.mkdir()
+    documents.mkdir()
+    (relations / "documents.jsonl").write_text("")  # a jsonl source names its documents
+    (relations / "relations.jsonl").write_text(
+        json.dumps({"source": "m9", "type": "directed_by", "target": "p1"}) + "\n"
+    )
+    (documents / "documents.jsonl").write_text(
+        json.dumps({"id": "m9", "type": "movie", "title": "Miami Vice"}) + "\n"
+    )
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        for source in (relations, documents):
+            run_to_end(settings, opensearch, neo4j_driver, redis_client, f"jsonl:{source}", kb_name)
+        graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)  # types included
+
+
+def test_a_node_whose_id_is_longer_than_a_document_id_may_be_is_copied_and_read(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, kb_name: str
+) -> None:
+    """An entity's id is its name, up to 512 characters: more bytes than the engine's
+    document ids take once prefixed or multibyte. Its document is keyed by a digest."""
+    long = "entity:" + "é" * 300  # 607 bytes
+    neo4j_driver.execute_query(
+        "MERGE (d:Node {kb: $kb, id: 'd1'}) SET d.type = 'passage' "
+        "MERGE (e:Node {kb: $kb, id: $long}) SET e.type = 'entity' "
+        "MERGE (d2:Node {kb: $kb, id: 'd2'}) SET d2.type = 'passage' "
+        "MERGE (d)-[:MENTIONS]->(e) MERGE (d2)-[:MENTIONS]->(e)",
+        kb=kb_name, long=long,
+    )  # fmt: skip
+    try:
+        graph_projection.copy_graph(settings, neo4j_driver, opensearch, kb_name)
+        assert set(graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)[long]) == {
+            "d1", "d2"
+        }  # fmt: skip
+
+        async def read() -> Any:
+            async with opensearch_http_client(settings) as http:
+                graph = ProjectedGraph(lambda: EngineSession(http, {}), 0)
+                return await graph.neighbours(kb_name, ["d1"], hops=2, cap=50)
+
+        hood = asyncio.run(read())
+        assert hood is not None and hood.bridged_documents() == {"d2"}  # through the entity
     finally:
         neo4j_driver.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb_name)
         opensearch.indices.delete(index=schema.graph_index(kb_name), ignore_unavailable=True)

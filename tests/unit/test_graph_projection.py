@@ -11,7 +11,7 @@ import pytest
 
 from ingest.graph_projection import node_document
 from query_rewriter.graph.in_memory import GraphSnapshot
-from query_rewriter.graph.projection import neighbourhood_rows
+from query_rewriter.graph.projection import CopyCannotAnswer, neighbourhood_rows
 from query_rewriter.graph.store import Neighbourhood, with_evidence
 
 NODES = [
@@ -42,14 +42,14 @@ def documents(edges: int) -> dict[str, dict[str, Any]]:
         found[start].append([end, kinds[end][0], relation, True, evidence])
         found[end].append([start, kinds[start][0], relation, False, evidence])
     return {
-        node_id: node_document(kinds[node_id][0], kinds[node_id][1], node_edges[:edges])
+        node_id: node_document(node_id, kinds[node_id][0], kinds[node_id][1], node_edges[:edges])
         for node_id, node_edges in found.items()
     }
 
 
 def projected(seeds: list[str], hops: int, cap: int, edges: int = 64) -> Neighbourhood:
     copy = documents(edges)
-    rows = neighbourhood_rows(seeds, copy, copy, hops, cap)
+    rows = neighbourhood_rows(seeds, copy, copy, hops, cap, edges)
     return Neighbourhood(frozenset(seeds), with_evidence(rows), "opensearch")
 
 
@@ -77,11 +77,32 @@ def test_a_hub_gives_its_first_cap_edges_in_the_order_the_copy_keeps() -> None:
 
 
 def test_a_second_hop_skips_the_seed_before_the_cap() -> None:
-    """p1's first edges lead back to m1 twice; with one spare edge beyond the cap the copy
+    """p1's first edges lead back to m1 twice; with spare edges beyond the cap the copy
     still gives two others, as Neo4j's `n2 <> s` before LIMIT does."""
     hood = projected(["m1"], hops=2, cap=2, edges=4)
     through_p1 = {path.id for path in hood.paths() if path.via == "p1"}
     assert through_p1 == {"m2", "m3"}
+
+
+def test_edges_back_to_the_seed_that_crowd_out_the_cap_leave_the_expansion_to_neo4j() -> None:
+    """m1 keeps 4 edges, two of them back to p1: two others are left for a cap of 3, and
+    the copy cannot tell whether m1 has a third that Neo4j, reading all of m1's, would give."""
+    with pytest.raises(CopyCannotAnswer):
+        projected(["p1"], hops=2, cap=3, edges=4)
+    assert projected(["p1"], hops=2, cap=3, edges=5).rows  # all of m1's edges: it can
+
+
+def test_a_first_hops_type_is_its_own_documents_not_the_edges_copy() -> None:
+    """A relation written before its document left the edge's copy of m2's type empty; m2's
+    own document, rewritten with the document, has it."""
+    copy = documents(64)
+    copy["p1"]["edges"]["t"] = [None if n == "m2" else t
+                                for n, t in zip(copy["p1"]["edges"]["n"], copy["p1"]["edges"]["t"],
+                                                strict=True)]  # fmt: skip
+    hood = Neighbourhood(
+        frozenset(["p1"]), with_evidence(neighbourhood_rows(["p1"], copy, copy, 2, 50, 64))
+    )
+    assert "m2" in hood.document_ids()
 
 
 def test_first_hops_are_named_and_second_hops_not() -> None:
