@@ -94,8 +94,12 @@ class ContainerEngine:
         if not _answers(socket):
             socket.unlink(missing_ok=True)
             log = (self.state_dir / "podman-service.log").open("a")
+            # It outlives the command that starts it: run it from kgqr's own folder, since
+            # conmon fails every container start once the folder it ran from is deleted
+            # (a test run's fresh clone, removed before the next).
             subprocess.Popen(
                 [self.binary, "system", "service", "--time=0", f"unix://{socket}"],
+                cwd=self.state_dir,
                 env={**os.environ, **self.environment()},
                 stdout=log,
                 stderr=subprocess.STDOUT,
