@@ -34,6 +34,7 @@ from plugin import installer, schema
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
+from query_rewriter.graph.in_memory import COUNT_RELATIONS
 from query_rewriter.graph.projection import ProjectedGraph
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.strategies.context import StrategyContext
@@ -163,10 +164,8 @@ def write_copy_only(settings: Any, opensearch: Any, kb: str, nodes: int, relatio
 
 
 def relation_count(driver: Any, kb: str) -> int:
-    records, _, _ = driver.execute_query(
-        "MATCH (:Node {kb: $kb})-[r]->() RETURN count(r) AS n", kb=kb
-    )
-    return int(records[0]["n"])
+    records, _, _ = driver.execute_query(COUNT_RELATIONS, kb=kb)
+    return int(records[0]["relations"])
 
 
 def copy_graph(settings: Any, driver: Any, opensearch: Any, kb: str) -> None:

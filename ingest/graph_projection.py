@@ -87,11 +87,7 @@ def create(
         {"number_of_shards": shards, **installer.replica_settings(replicas)}
     )
     body["mappings"].update(GraphCopyState(complete, edges).as_mapping())
-    try:
-        opensearch.indices.create(index=index, body=body)
-    except Exception as exc:  # two workers raced to create it: the other one did
-        if "resource_already_exists_exception" not in str(exc):
-            raise
+    installer.create_index(opensearch, index, body)
 
 
 def create_for_new_kb(settings: Settings, opensearch: Any, kb: str) -> None:

@@ -49,9 +49,14 @@ def ensure_kb_index(
     body = schema.kb_index_body(role, dimension)
     body["settings"]["index"].update({"number_of_shards": shards, **replica_settings(replicas)})
     body["aliases"] = {name: {}}
+    create_index(client, schema.generation_index(name, 1), body)
+
+
+def create_index(client: Any, index: str, body: dict[str, Any]) -> None:
+    """Create `index`, unless another worker racing to create it did first."""
     try:
-        client.indices.create(index=schema.generation_index(name, 1), body=body)
-    except Exception as exc:  # two workers raced to create it: the other one did
+        client.indices.create(index=index, body=body)
+    except Exception as exc:
         if "resource_already_exists_exception" not in str(exc):
             raise
 
