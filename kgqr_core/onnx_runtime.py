@@ -1,12 +1,13 @@
-"""Query embedding through ONNX Runtime (`KGQR_EMBEDDER_QUERY_RUNTIME=onnx`).
+"""Embedding through ONNX Runtime (`KGQR_EMBEDDER_QUERY_RUNTIME` and
+`KGQR_EMBEDDER_DOCUMENT_RUNTIME`: `onnx`, `onnx-int8`; `auto` picks per model).
 
 torch runs a one-query forward as hundreds of small eager operations around the matrix
-products; ONNX Runtime runs the exported graph fused. On 2 cores a Gemma query took 47.8 ms
-there against 95.4 ms in torch bf16 and 122.8 ms in torch float32, with identical vectors
-(bench/onnx_query_embedding.py). The model's whole sentence-transformers pipeline is
-exported once per model and torch version into kgqr's cache (Gemma: ~1 minute, 1.2 GB);
-documents are still embedded by torch, in batches, where the fusion matters less.
-`pip install -e '.[onnx]'` brings the runtime and the exporter.
+products; ONNX Runtime runs the exported graph fused. The model's whole
+sentence-transformers pipeline is exported once per model and torch version into kgqr's
+cache (Gemma: ~1 minute, 1.2 GB), and copied to int8 on first use. On 2 cores, in one run
+(bench/embedder_cost.py, 2026-11-28), a Gemma query took 106 ms in torch bf16, 61 ms in
+ONNX float32 and 45 ms in ONNX int8; the bare int8 session alone, 46 ms: that is the floor
+on these cores, three times the 15 ms goal, and MiniLM's query took 19 ms in the same run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kgqr.embedder")
 
+FEEDS = ("input_ids", "attention_mask")  # the exported graph's inputs
+
 
 class OnnxUnavailable(RuntimeError):
     """The onnx runtime was asked for but its packages are not installed."""
@@ -36,7 +39,8 @@ def require_packages() -> None:
     missing = [p for p in ("onnxruntime", "onnx", "onnxscript") if not importlib.util.find_spec(p)]
     if missing:
         raise OnnxUnavailable(
-            f"KGQR_EMBEDDER_QUERY_RUNTIME=onnx needs {', '.join(missing)}: pip install -e '.[onnx]'"
+            f"the onnx embedder runtimes need {', '.join(missing)}: reinstall kgqr "
+            "(pip install -e .), which depends on them"
         )
 
 
@@ -83,32 +87,41 @@ def export_pipeline(model: SentenceTransformer, folder: Path) -> Path:
 
 
 def quantised(graph: Path) -> Path:
-    """An int8 copy of `graph` beside it (reused if present): per-channel int8 weights of
-    every MatMul, activations quantised as they come. A Gemma query in ~28 ms instead of
-    ~50, vectors at cosine 0.97 of float32's: MuSiQue R@5 -3.7, HotpotQA equal."""
-    int8 = graph.with_name("model-int8.onnx")
+    """An int8 copy of `graph` beside it (reused if present): every MatMul's weights in
+    blocks of 128 with their own scale, its activations quantised per block as they come
+    (MatMulNBits, accuracy level 4: int8 products). EmbeddingGemma's activations have
+    outliers that one scale per tensor (dynamic int8) flattened: its vectors fell to cosine
+    0.97 of float32's and MuSiQue R@5 by 3.7; per block they stay at 0.9996
+    (bench/embedder_cost.py)."""
+    int8 = graph.with_name("model-int8-blocks.onnx")
     if int8.exists():
         return int8
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    partial = graph.with_name("partial-model-int8.onnx")
-    quantize_dynamic(
-        str(graph),
-        str(partial),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["MatMul"],
-        use_external_data_format=True,
+    log.info("copying the embedder's graph to int8 (once per model): %s", int8)
+    quantizer = MatMulNBitsQuantizer(
+        str(graph), bits=8, block_size=128, is_symmetric=True, accuracy_level=4
     )
+    noisy = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
+    level = noisy.level
+    noisy.setLevel(logging.WARNING)  # a line per node otherwise
+    try:
+        quantizer.process()
+    finally:
+        noisy.setLevel(level)
+    partial = graph.with_name("partial-model-int8-blocks.onnx")
+    quantizer.model.save_model_to_file(str(partial), use_external_data_format=True)
     partial.rename(int8)  # its weights file keeps the partial name the graph points at
     return int8
 
 
-class OnnxQueryEncoder:
-    """Queries through an exported graph: the same tokenizer, prompt and length limit as the
-    torch path, normalised in float32."""
+class OnnxEncoder:
+    """Texts (prompts already applied) through an exported graph, with the torch path's
+    tokenizer and length limit, normalised in float32. Batches are cut from the texts
+    sorted by token count, so a batch pads to a length near its own texts' rather than
+    to the longest of the lot."""
 
-    def __init__(self, graph: Path, tokenizer: Any, prompt: str, max_tokens: int | None) -> None:
+    def __init__(self, graph: Path, tokenizer: Any, max_tokens: int | None) -> None:
         require_packages()
         import onnxruntime
 
@@ -120,19 +133,22 @@ class OnnxQueryEncoder:
         self._session = onnxruntime.InferenceSession(
             str(graph), options, providers=["CPUExecutionProvider"]
         )
-        self._tokenizer, self._prompt, self._max_tokens = tokenizer, prompt, max_tokens
+        self._tokenizer, self._max_tokens = tokenizer, max_tokens
         self._lock = threading.Lock()
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        tokens = self._tokenizer(
-            [self._prompt + text for text in texts],
-            return_tensors="np",
-            padding=True,
-            truncation=True,
-            max_length=self._max_tokens,
-        )
-        feeds = {name: tokens[name].astype(np.int64) for name in ("input_ids", "attention_mask")}
-        with self._lock:
-            vectors = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return np.asarray(vectors / norms, dtype=np.float32)
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        ids = self._tokenizer(texts, truncation=True, max_length=self._max_tokens)["input_ids"]
+        order = sorted(range(len(texts)), key=lambda i: len(ids[i]))
+        vectors = np.empty((len(texts), 0), dtype=np.float32)
+        for first in range(0, len(order), batch_size):
+            batch = order[first : first + batch_size]
+            padded = self._tokenizer.pad(
+                {"input_ids": [ids[i] for i in batch]}, return_tensors="np"
+            )
+            feeds = {name: padded[name].astype(np.int64) for name in FEEDS}
+            with self._lock:
+                found = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)
+            if not vectors.shape[1]:
+                vectors = np.empty((len(texts), found.shape[1]), dtype=np.float32)
+            vectors[batch] = found
+        return np.asarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), np.float32)

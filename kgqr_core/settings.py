@@ -46,6 +46,10 @@ from kgqr_core.text_files import TEXT_ENCODING
 LlmModelName = Literal["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"]
 
 
+# What runs an embedding model: torch, or ONNX Runtime on its exported graph (float32 or int8).
+EmbedderRuntime = Literal["torch", "onnx", "onnx-int8"]
+
+
 class ConfigurationError(ValueError):
     """Configuration kgqr cannot run with, told in the terms it was written in: the
     environment variable or the config file's key, not a pydantic traceback."""
@@ -338,14 +342,22 @@ class EmbedderSettings(Section):
         "without native support it is several times slower.",
     )
 
-    query_runtime: Literal["torch", "onnx", "onnx-int8"] = Field(
-        default="torch",
-        description="What embeds queries. `onnx`: ONNX Runtime on a graph of the model "
-        "exported once into KGQR_HOME/onnx (Gemma: ~1 minute, 1.2 GB; needs `pip install -e "
-        "'.[onnx]'`): a Gemma query in 48-55 ms vs torch's 95-101 (bf16) and 123-158 ms "
-        "(float32), same vectors. `onnx-int8`: its int8 copy, ~28 ms, at a recall cost "
-        "(Gemma: MuSiQue R@5 -3.7, HotpotQA equal; bench/onnx_query_embedding.py). "
-        "Documents are always embedded by torch.",
+    query_runtime: EmbedderRuntime | Literal["auto"] = Field(
+        default="auto",
+        description="What embeds queries. `auto`: what the registered model was measured "
+        "fastest in at float32's ranking (EmbeddingGemma: `onnx-int8`; MiniLM and folders: "
+        "`torch`). `onnx`: ONNX Runtime on a float32 graph of the model exported once into "
+        "KGQR_HOME/onnx (Gemma: ~1 minute, 1.2 GB), the same vectors. `onnx-int8`: its copy "
+        "with int8 weights and products in blocks of 128: a Gemma query 2.4x faster than "
+        "torch bf16, R@5 and MRR as float32's on both dev sets (bench/embedder_cost.py).",
+    )
+
+    document_runtime: EmbedderRuntime | Literal["auto"] = Field(
+        default="auto",
+        description="What embeds documents and triples at ingest and re-embed, with the "
+        "same choices as `query_runtime`; ONNX batches texts of similar length. Gemma in "
+        "`onnx-int8`: 1.1x torch bf16's documents/s. When neither side runs torch, torch's "
+        "copy of the weights is released.",
     )
 
     omp_wait_policy: Literal["passive", "active", "default"] = Field(

