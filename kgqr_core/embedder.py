@@ -149,12 +149,18 @@ class Embedder:
     def _onnx_encoder(self, cache: Path | None, runtime: EmbedderRuntime) -> OnnxEncoder:
         import torch
 
-        from kgqr_core.onnx_runtime import OnnxEncoder, export_pipeline, quantised
+        from kgqr_core.onnx_runtime import (
+            GRAPH_REVISION,
+            OnnxEncoder,
+            export_pipeline,
+            quantised,
+        )
 
         if cache is None:
             raise ValueError(f"the {runtime} runtime needs a folder for the exported graph")
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", self.model_name).strip("_")
-        graph = export_pipeline(self._model, cache / f"{name}-torch{torch.__version__}")
+        folder = cache / f"{name}-torch{torch.__version__}-graph{GRAPH_REVISION}"
+        graph = export_pipeline(self._model, folder)
         if runtime == "onnx-int8":
             graph = quantised(graph)
         return OnnxEncoder(graph, self._model.tokenizer, self._model.max_seq_length)

@@ -62,7 +62,7 @@ class EmbedderModel:
     # at half the memory traffic. EmbeddingGemma refuses float16, not bfloat16.
     bfloat16: bool = False
     # What `auto` runs it in (KGQR_EMBEDDER_QUERY_RUNTIME/DOCUMENT_RUNTIME). EmbeddingGemma
-    # in ONNX int8 blocks: queries 2.4x and documents 1.1x faster than in torch bf16 with
+    # in ONNX int8 blocks: queries 2.2-2.7x and documents 1.1-1.2x faster than in torch bf16 with
     # the same R@5 and MRR on both dev sets (bench/embedder_cost.py).
     runtime: EmbedderRuntime = "torch"
     package: str | None = None  # a package exposing get_model_path()

@@ -348,7 +348,7 @@ class EmbedderSettings(Section):
         "fastest in at float32's ranking (EmbeddingGemma: `onnx-int8`; MiniLM and folders: "
         "`torch`). `onnx`: ONNX Runtime on a float32 graph of the model exported once into "
         "KGQR_HOME/onnx (Gemma: ~1 minute, 1.2 GB), the same vectors. `onnx-int8`: its copy "
-        "with int8 weights and products in blocks of 128: a Gemma query 2.4x faster than "
+        "with int8 weights and products in blocks of 128: a Gemma query 2.2-2.7x faster than "
         "torch bf16, R@5 and MRR as float32's on both dev sets (bench/embedder_cost.py).",
     )
 

@@ -300,7 +300,7 @@ def test_an_unknown_embedder_says_what_an_embedder_may_be(tmp_path: Path) -> Non
 
 
 def test_auto_runtime_is_the_one_measured_for_the_model() -> None:
-    """`auto` gives Gemma its int8 graph (same rankings, 2.4x faster queries:
+    """`auto` gives Gemma its int8 graph (same rankings, 2.2-2.7x faster queries:
     bench/embedder_cost.py), MiniLM and unmeasured folders torch; a runtime named wins."""
     from kgqr_core.embedder import runtime_for
 
