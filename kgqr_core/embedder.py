@@ -123,6 +123,7 @@ class Embedder:
         self._model: SentenceTransformer = _sentence_transformer(model_name)
         if model_name in MODELS:
             self._model.max_seq_length = self.spec.max_tokens
+        self._lock = threading.Lock()  # one encode at a time: see _encode and OnnxEncoder
         # Exported before any bf16 cast: the graph is float32.
         onnx = {
             runtime: self._onnx_encoder(onnx_cache, runtime)
@@ -144,7 +145,6 @@ class Embedder:
             import torch
 
             self._model.to(torch.bfloat16)
-        self._lock = threading.Lock()
 
     def _onnx_encoder(self, cache: Path | None, runtime: EmbedderRuntime) -> OnnxEncoder:
         import torch
@@ -163,7 +163,7 @@ class Embedder:
         graph = export_pipeline(self._model, folder)
         if runtime == "onnx-int8":
             graph = quantised(graph)
-        return OnnxEncoder(graph, self._model.tokenizer, self._model.max_seq_length)
+        return OnnxEncoder(graph, self._model.tokenizer, self._model.max_seq_length, self._lock)
 
     @property
     def query_graph(self) -> Path | None:

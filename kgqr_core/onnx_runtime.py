@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import shutil
 import threading
 import time
@@ -30,8 +31,8 @@ log = logging.getLogger("kgqr.embedder")
 
 FEEDS = ("input_ids", "attention_mask")  # the exported graph's inputs
 # Raised whenever export_pipeline writes a different graph, so no older export is reused
-# (2: RMSNorms fused).
-GRAPH_REVISION = 2
+# (2: RMSNorms fused; 3: only where the fused kernel means the same).
+GRAPH_REVISION = 3
 
 
 class OnnxUnavailable(RuntimeError):
@@ -67,7 +68,9 @@ def export_pipeline(model: SentenceTransformer, folder: Path) -> Path:
             features = {"input_ids": input_ids, "attention_mask": attention_mask}
             return self.model(features)["sentence_embedding"]  # type: ignore[no-any-return]
 
-    partial = folder.with_name(f"{folder.name}.partial")
+    # Per process: proxy workers and ingest threads loading the model for the first time
+    # at once each export into their own folder, and the first to finish is kept.
+    partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}-{threading.get_ident()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     sample = model.tokenizer(["a question to trace"], return_tensors="pt")
@@ -85,8 +88,12 @@ def export_pipeline(model: SentenceTransformer, folder: Path) -> Path:
             dynamic_shapes={"input_ids": dims, "attention_mask": dims},
         )
     fused = _fuse_rms_norms(partial / target.name)
-    shutil.rmtree(folder, ignore_errors=True)
-    partial.rename(folder)
+    try:
+        partial.rename(folder)
+    except OSError:  # another process's export landed first: use it
+        shutil.rmtree(partial, ignore_errors=True)
+        if not target.exists():
+            raise
     log.info("exported in %.0f s (%d RMSNorms fused)", time.perf_counter() - started, fused)
     return target
 
@@ -129,9 +136,11 @@ def quantised(graph: Path) -> Path:
         quantizer.process()
     finally:
         noisy.setLevel(level)
-    partial = graph.with_name("partial-model-int8-blocks.onnx")
+    # Its weights file keeps the partial name the graph points at, unique per process, so
+    # two processes quantising at once never write into one file.
+    partial = graph.with_name(f"partial-{os.getpid()}-{threading.get_ident()}-int8-blocks.onnx")
     quantizer.model.save_model_to_file(str(partial), use_external_data_format=True)
-    partial.rename(int8)  # its weights file keeps the partial name the graph points at
+    partial.replace(int8)
     return int8
 
 
@@ -141,7 +150,12 @@ class OnnxEncoder:
     sorted by token count, so a batch pads to a length near its own texts' rather than
     to the longest of the lot."""
 
-    def __init__(self, graph: Path, tokenizer: Any, max_tokens: int | None) -> None:
+    def __init__(
+        self, graph: Path, tokenizer: Any, max_tokens: int | None, lock: threading.Lock
+    ) -> None:
+        """`lock`: the one the embedder's torch side holds too. A fast tokenizer keeps its
+        truncation and padding as state, and two threads calling it at once fail
+        ("Already borrowed"), so texts are tokenised under the lock as well."""
         require_packages()
         import onnxruntime
 
@@ -153,10 +167,14 @@ class OnnxEncoder:
         self._session = onnxruntime.InferenceSession(
             str(graph), options, providers=["CPUExecutionProvider"]
         )
-        self._tokenizer, self._max_tokens = tokenizer, max_tokens
-        self._lock = threading.Lock()
+        self._tokenizer, self._max_tokens, self._lock = tokenizer, max_tokens, lock
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        with self._lock:
+            vectors = self._encode(texts, batch_size)
+        return np.asarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), np.float32)
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         ids = self._tokenizer(texts, truncation=True, max_length=self._max_tokens)["input_ids"]
         order = sorted(range(len(texts)), key=lambda i: len(ids[i]))
         vectors = np.empty((len(texts), 0), dtype=np.float32)
@@ -166,9 +184,8 @@ class OnnxEncoder:
                 {"input_ids": [ids[i] for i in batch]}, return_tensors="np"
             )
             feeds = {name: padded[name].astype(np.int64) for name in FEEDS}
-            with self._lock:
-                found = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)
+            found = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)
             if not vectors.shape[1]:
                 vectors = np.empty((len(texts), found.shape[1]), dtype=np.float32)
             vectors[batch] = found
-        return np.asarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), np.float32)
+        return vectors
