@@ -34,6 +34,7 @@ import numpy as np
 from bench.bench_common import save
 from bench.query_embedding import dev_questions
 from kgqr_core.embedder import Embedder
+from kgqr_core.onnx_runtime import FEEDS
 from kgqr_core.settings import EmbedderRuntime, get_settings
 from query_rewriter.search.query_embedders import MicroBatcher
 
@@ -97,7 +98,7 @@ def floor_p50_ms(embedder: Embedder, questions: list[str]) -> float | None:
         return None
     tokenizer = embedder._model.tokenizer
     feeds = [
-        {name: tokens[name].astype(np.int64) for name in ("input_ids", "attention_mask")}
+        {name: tokens[name].astype(np.int64) for name in FEEDS}
         for tokens in (
             tokenizer([embedder.spec.query_prompt + q], return_tensors="np") for q in questions
         )

@@ -84,8 +84,8 @@ def export_pipeline(model: SentenceTransformer, folder: Path) -> Path:
             str(partial / target.name),
             dynamo=True,
             external_data=True,
-            input_names=["input_ids", "attention_mask"],
-            dynamic_shapes={"input_ids": dims, "attention_mask": dims},
+            input_names=list(FEEDS),
+            dynamic_shapes=dict.fromkeys(FEEDS, dims),
         )
     fused = _fuse_rms_norms(partial / target.name)
     try:
