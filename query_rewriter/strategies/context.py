@@ -11,6 +11,7 @@ import numpy as np
 from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
+from kgqr_core.single_flight import SingleFlight
 from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.engine.hybrid_query import (
@@ -59,6 +60,9 @@ class StrategyContext:
     # initial hits, the graph's triple seeds, KAR, KG-CQR and the final fusion alike, and
     # embedding it (CPU-bound, ~10 ms) once is enough.
     query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    # The graph strategies ask for the query's vector from two branches at once (the plain
+    # hits and the nearest triples): one embedding serves both.
+    embedding: SingleFlight[np.ndarray] = field(default_factory=SingleFlight)
     # The names the running strategy declared (Strategy.declared); None: a context built by
     # hand (a bench, a test) that may read anything.
     declared: frozenset[str] | None = None
@@ -85,8 +89,14 @@ class StrategyContext:
 
     async def query_vector(self, text: str) -> np.ndarray:
         if text not in self.query_vectors:
-            self.query_vectors[text] = (await self.embed([text]))[0]
+            vector, _ = await self.embedding.run(text, lambda: self._embed_one(text))
+            self.query_vectors[text] = vector
         return self.query_vectors[text]
+
+    async def _embed_one(self, text: str) -> np.ndarray:
+        vectors = await self.embed([text])
+        vector: np.ndarray = vectors[0]
+        return vector
 
     def knowledge_graph(self) -> Graph:
         """The graph, for a strategy that cannot work without one."""

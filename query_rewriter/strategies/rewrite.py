@@ -15,17 +15,22 @@ class StageTimer:
 
     stages_ms: dict[str, float] = field(default_factory=dict)
     current: str | None = None
+    # Stages run side by side in a graph strategy (plain hits beside triple seeds): the
+    # latest still running is current, and a stage that failed stays in the list.
+    _running: list[str] = field(default_factory=list, repr=False)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        previous, self.current = self.current, name
+        self._running.append(name)
+        self.current = name
         started = time.perf_counter()
         try:
             yield
         finally:
             elapsed = (time.perf_counter() - started) * 1000
             self.stages_ms[name] = round(self.stages_ms.get(name, 0.0) + elapsed, 2)
-        self.current = previous
+        self._running.remove(name)
+        self.current = self._running[-1] if self._running else None
 
 
 @dataclass

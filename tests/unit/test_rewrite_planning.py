@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
 import pytest
 
+from kgqr_core.settings import Settings
 from plugin.kb_meta import KbDefault
 from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.engine.errors import RewriteRequestError
@@ -36,6 +38,8 @@ from query_rewriter.search.plan import (
 )
 from query_rewriter.search.query_embedders import QueryEmbedders
 from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.rewrite import StageTimer
 
 # The settings' weights, as the installed pipelines hold them: no inline pipeline.
 SHARED = HybridWeights(None, (0.25, 0.55, 0.2))
@@ -632,3 +636,40 @@ def test_the_graph_adds_documents_only_where_no_facet_or_demand_forbids_it() -> 
         "query": {"bool": {"filter": [TYPE, either], "must_not": [{"term": {"id": "m9"}}]}},
     }
     assert facet_body({"query": query}, parsed) == {"query": query, "size": 0}
+
+
+def test_branches_asking_for_the_query_vector_at_once_share_one_embedding() -> None:
+    calls: list[list[str]] = []
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        calls.append(texts)
+        await asyncio.sleep(0.01)  # both branches are waiting by now
+        return np.full((len(texts), 4), float(len(calls)), dtype=np.float32)
+
+    async def run() -> tuple[np.ndarray, np.ndarray]:
+        ctx = StrategyContext(Settings(), "i", "kb", None, None, None, embed)  # type: ignore[arg-type]
+        first, second = await asyncio.gather(ctx.query_vector("q"), ctx.query_vector("q"))
+        assert (await ctx.query_vector("q") == first).all()
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert calls == [["q"]]
+    assert (first == second).all()
+
+
+def test_side_by_side_stages_leave_no_stage_current_and_a_failed_one_named() -> None:
+    timer = StageTimer()
+
+    async def stage(name: str, fail: bool) -> None:
+        with timer.stage(name):
+            await asyncio.sleep(0.01 if name == "a" else 0.02)
+            if fail:
+                raise ValueError(name)
+
+    async def both(fail_a: bool) -> None:
+        await asyncio.gather(stage("a", fail_a), stage("b", False), return_exceptions=True)
+
+    asyncio.run(both(fail_a=False))
+    assert timer.current is None and set(timer.stages_ms) == {"a", "b"}
+    asyncio.run(both(fail_a=True))
+    assert timer.current == "a"  # b ended after a failed, and a is still the one to blame

@@ -27,6 +27,7 @@ from query_rewriter.strategies.graph.walk import (
     TRIPLE_SEEDS,
     WEIGHT,
     Walked,
+    hits_and_triple_seeds,
     seed_hits,
     strongest_paths,
     walk_from,
@@ -48,9 +49,9 @@ class GraphMix(Strategy):
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        hits = await seed_hits(ctx, query)
+        hits, triples = await hits_and_triple_seeds(ctx, seed_hits(ctx, query), query)
         bridge_from = [hit["id"] for hit in hits[: int(ctx.param(BRIDGES))]]
-        walked = await walk_from(ctx, query, hits)
+        walked = await walk_from(ctx, hits, triples)
         # The walk read every hit's two-hop neighbourhood, checked as the caller.
         bridged = self._bridged(walked.hood, bridge_from)
         share = ctx.param(WALK_SHARE)
