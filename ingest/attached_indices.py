@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kgqr_core.embedder import get_embedder
+from kgqr_core.embedder import embedder_dimension
 from plugin import installer, kb_meta, schema
 from plugin.field_map import (
     FieldMap,
@@ -94,8 +94,8 @@ def field_map_for(index: str, mapping: dict[str, Any], chosen: FieldChoices) -> 
 
 def checked(field_map: FieldMap, mapping: dict[str, Any]) -> FieldMap:
     """The map with its vectors' dimension read from the mapping, or AttachRefused with
-    every contradiction found (loading the named model, to know its vectors' size)."""
-    dimension = get_embedder(field_map.vector_model).dimension if field_map.vector_model else None
+    every contradiction found (the named model gives its vectors' size)."""
+    dimension = embedder_dimension(field_map.vector_model) if field_map.vector_model else None
     problems = check_field_map(field_map, mapping, dimension)
     if problems:
         raise AttachRefused("\n".join(problems))

@@ -22,7 +22,7 @@ from ingest.held_chunks import put_back_held_chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
 from ingest.worker_supervisor import SupervisedWorker, restart_policy, to_stderr, worker_command
-from kgqr_core.embedder import get_embedder
+from kgqr_core.embedder import embedder_dimension
 from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
 from plugin import installer, kb_meta
@@ -45,7 +45,7 @@ def job_id_for(source: Source, kb: str) -> str:
 
 def prepare_stores(settings: Settings, opensearch: Any, neo4j: Any) -> int:
     """Install kgqr's schema into both stores; returns the embedder's dimension."""
-    dimension = get_embedder(settings.embedder.model).dimension
+    dimension = embedder_dimension(settings.embedder.model)
     installer.install_opensearch(opensearch, dimension)
     installer.install_neo4j(neo4j)
     return dimension

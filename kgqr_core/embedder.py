@@ -242,3 +242,11 @@ def get_embedder(model_name: str) -> Embedder:
     once (an ingest worker's two chunks) wait for the one load."""
     with _loading:
         return _load(model_name)
+
+
+def embedder_dimension(model_name: str) -> int:
+    """The size of the model's vectors: recorded for a registered model, so installing a
+    schema or checking a field map never loads (or, for EmbeddingGemma, assembles and
+    exports) 1 GB of weights; a folder's model is loaded to ask it."""
+    spec = MODELS.get(model_name)
+    return spec.dimension if spec is not None else get_embedder(model_name).dimension

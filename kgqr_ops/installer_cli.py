@@ -25,13 +25,13 @@ def install(dashboards_url: str | None) -> None:
     """Install index templates, the hybrid search pipeline and Neo4j constraints; with
     --dashboards, the saved objects (index pattern, visualisations, dashboard) too."""
     from kgqr_core import connections
-    from kgqr_core.embedder import get_embedder
+    from kgqr_core.embedder import embedder_dimension
     from plugin import installer
 
     settings = get_settings()
     if dashboards_url:
         _import_dashboards(dashboards_url, settings)
-    dimension = get_embedder(settings.embedder.model).dimension
+    dimension = embedder_dimension(settings.embedder.model)
     for item in installer.install_opensearch(connections.opensearch_client(settings), dimension):
         click.echo(f"opensearch: {item}")
     with connections.neo4j_driver(settings) as driver:

