@@ -70,7 +70,12 @@ from query_rewriter.search.service import (
     passed_through_search,
     run_plan,
 )
-from query_rewriter.search.state import ProxyState, knowledge_base_names, meta_of
+from query_rewriter.search.state import (
+    ProxyState,
+    knowledge_base_names,
+    meta_of,
+    recorded_embedders,
+)
 from query_rewriter.strategies import check_default_strategy
 
 log = logging.getLogger("kgqr.proxy")
@@ -108,7 +113,9 @@ def create_app(
         ingest_redis = redis_at(settings.redis.url)
         graph = connections.async_neo4j_driver(settings)
         embedders = QueryEmbedders.from_settings(settings)
-        await embedders.default()  # loaded before the first search, not during it
+        # Loaded before the first search, not during it.
+        preloaded = await embedders.preload(lambda: recorded_embedders(engine.as_kgqr()))
+        log.info("query embedders loaded", extra={"kgqr": {"models": preloaded}})
         await anyio.to_thread.run_sync(code_version)  # reads kgqr's files: not on the loop
 
         snapshots = GraphSnapshots(settings, ingest_redis)

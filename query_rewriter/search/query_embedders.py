@@ -5,6 +5,7 @@ of different models, and a re-embedded one switches model the moment its meta do
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +17,8 @@ from kgqr_core.settings import Settings
 from kgqr_core.single_flight import SingleFlight
 from plugin.kb_meta import KnowledgeBaseMeta
 from query_rewriter.strategies.services import Embed
+
+log = logging.getLogger("kgqr.proxy")
 
 
 class EmbedderRefused(Exception):
@@ -108,6 +111,26 @@ class QueryEmbedders:
         embed, _ = await self._loading.run(model, lambda: self.load(model))
         self._loaded[model] = embed
         return embed
+
+    async def preload(self, recorded: Callable[[], Awaitable[set[str]]]) -> list[str]:
+        """Load the models the knowledge bases record before the first search, or the
+        default where none is recorded (or kgqr-meta cannot be read). Not the default
+        regardless: a proxy whose knowledge bases are all MiniLM's would otherwise hold,
+        and on first start download, EmbeddingGemma for nothing. Returns those loaded."""
+        try:
+            models = sorted(await recorded()) or [self.default_model]
+        except Exception as exc:  # a first start, before any KB: no kgqr-meta yet
+            log.info("no recorded embedders (%s); loading the default", exc)
+            models = [self.default_model]
+        loaded = []
+        for model in models:
+            try:
+                await self.for_model(model)
+            except Exception as exc:  # its searches fall back, as they would have anyway
+                log.warning("embedder %s not loaded ahead: %s", model, exc)
+                continue
+            loaded.append(model)
+        return loaded
 
     async def default(self) -> Embed:
         return await self.for_model(self.default_model)

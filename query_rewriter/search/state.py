@@ -64,3 +64,10 @@ async def knowledge_base_names(session: EngineSession) -> list[str]:
         META_INDEX, {"size": META_READ_SIZE, "_source": ["kb"], "sort": [{"kb": "asc"}]}
     )
     return [hit["_source"]["kb"] for hit in answer["hits"]["hits"]]
+
+
+async def recorded_embedders(session: EngineSession) -> set[str]:
+    """The models the knowledge bases' vectors came from, as kgqr-meta records them (an
+    attached index without vectors records none)."""
+    answer = await session.search(META_INDEX, {"size": META_READ_SIZE, "_source": ["embedder"]})
+    return {hit["_source"].get("embedder") or "" for hit in answer["hits"]["hits"]} - {""}

