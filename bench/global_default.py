@@ -11,7 +11,7 @@ strategy at its configured parameters is compared too, though its parameters wer
 on these very questions. A strategy may become the global default only if no metric's
 held-out interval lies below zero on either set.
 
-    python bench/global_default.py [--data ../shared/data]
+    python bench/global_default.py [--data ../shared/data] [--kb-suffix -gemma]
 """
 
 from __future__ import annotations
@@ -61,15 +61,22 @@ def judged(scored: dict[StrategySetting, Any], strategy: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument(
+        "--kb-suffix", default="",
+        help="Score the knowledge bases named SET + this (e.g. -gemma: the same corpora "
+        "ingested with another embedder).",
+    )  # fmt: skip
     args = parser.parse_args()
     strategies = [s for s in CANDIDATE_STRATEGIES if s != BASELINE]
-    figures: dict[str, Any] = {"folds": FOLDS, "chosen_on": "R@5", "sets": {}}
+    figures: dict[str, Any] = {"folds": FOLDS, "chosen_on": "R@5", "kb_suffix": args.kb_suffix,
+                               "sets": {}}  # fmt: skip
     with proxy_process({"KGQR_REWRITE_CACHE_TTL_S": "0"}) as proxy:
         for name, spec in SETS.items():
             queries = load_query_set(spec.format(data=args.data), None, None)
             settings = candidate_settings([BASELINE, *strategies])
             pacing = {"size": 20, "concurrency": 1, "headers": {}}
-            scored = asyncio.run(score_settings(proxy.url, name, queries, settings, {}, pacing))
+            kb = name + args.kb_suffix
+            scored = asyncio.run(score_settings(proxy.url, kb, queries, settings, {}, pacing))
             figures["sets"][name] = {s: judged(scored, s) for s in strategies}
     fit = [s for s in strategies
            if not any(figures["sets"][n][s]["worse_on"] for n in SETS)]  # fmt: skip

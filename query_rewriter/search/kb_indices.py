@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kgqr_core.single_flight import SingleFlight
 from plugin.field_map import OWN_VECTOR_FIELD, FieldMap
@@ -35,6 +35,7 @@ class SearchTarget:
     kb: str
     fields: FieldMap | None = None
     default: KbDefault | None = None
+    embedder: str | None = None  # the model its vectors came from (None: none, or unknown)
 
     @property
     def word_fields(self) -> tuple[str, ...] | None:
@@ -52,30 +53,34 @@ class SearchTarget:
 @dataclass(frozen=True)
 class KnownKnowledgeBases:
     """What kgqr-meta says: attached index or alias name -> its target, and KB -> its
-    current default."""
+    current default and its embedder."""
 
     attached: dict[str, SearchTarget]
     defaults: dict[str, KbDefault]
+    embedders: dict[str, str] = field(default_factory=dict)
 
 
 async def knowledge_bases_in_meta(session: EngineSession) -> KnownKnowledgeBases:
     answer = await session.search(
         META_INDEX,
-        {"size": META_READ_SIZE, "_source": ["kb", "attached", "defaults"],
+        {"size": META_READ_SIZE, "_source": ["kb", "attached", "defaults", "embedder"],
          "query": {"match_all": {}}},
     )  # fmt: skip
-    attached, defaults = {}, {}
+    attached, defaults, embedders = {}, {}, {}
     for hit in answer["hits"]["hits"]:
         source = hit["_source"]
+        kb = source["kb"]
         current = (
             KbDefault.model_validate(source["defaults"][-1]) if source.get("defaults") else None
         )
         if current is not None and current.strategy is not None:  # else cleared
-            defaults[source["kb"]] = current
+            defaults[kb] = current
+        if source.get("embedder"):
+            embedders[kb] = source["embedder"]
         if source.get("attached"):
             fields = FieldMap.model_validate(source["attached"])
-            attached[fields.index] = SearchTarget(source["kb"], fields, defaults.get(source["kb"]))
-    return KnownKnowledgeBases(attached, defaults)
+            attached[fields.index] = SearchTarget(kb, fields, defaults.get(kb), embedders.get(kb))
+    return KnownKnowledgeBases(attached, defaults, embedders)
 
 
 class KnowledgeBaseIndices:
@@ -96,7 +101,10 @@ class KnowledgeBaseIndices:
         if age > self._ttl_s or (missing and age > MISS_TTL_S):
             await self._refresh()
         if own is not None:
-            return SearchTarget(own, default=self._known.defaults.get(own))
+            known = self._known
+            return SearchTarget(
+                own, default=known.defaults.get(own), embedder=known.embedders.get(own)
+            )
         return self._known.attached.get(index)
 
     async def _refresh(self) -> None:

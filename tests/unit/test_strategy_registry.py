@@ -88,9 +88,9 @@ def test_a_misspelt_default_strategy_is_refused_up_front() -> None:
     from kgqr_core.settings import ConfigurationError
     from query_rewriter.strategies import check_default_strategy
 
-    for accepted in (None, "base", "kar_boost", "graph"):
+    for accepted in (None, "auto", "base", "kar_boost", "graph"):
         check_default_strategy(accepted)
-    with pytest.raises(ConfigurationError, match=r"'karr' is no strategy; valid: base, "):
+    with pytest.raises(ConfigurationError, match=r"'karr' is no strategy; valid: auto, base, "):
         check_default_strategy("karr")
 
 

@@ -25,7 +25,7 @@ from query_rewriter.proxy.request_body import off_the_loop_if_large, read_body
 from query_rewriter.search.plan import PassThrough, plan_search
 from query_rewriter.search.service import run_plan
 from query_rewriter.search.state import knowledge_base_names
-from query_rewriter.strategies import by_kind
+from query_rewriter.strategies import AUTO_DEFAULT, by_kind
 from query_rewriter.strategies.params import FUSE_PLAIN
 from workbench.evaluation.cross_validation import DEFAULT_FOLDS
 from workbench.evaluation.query_sets import JudgedQuery
@@ -165,7 +165,7 @@ def preselected(default: str | None) -> list[str]:
     """`base` and the proxy's default strategy; where that is `base` (or none), the one
     the README recommends, `graph`. An LLM strategy is never pre-selected unless it is the
     default: each costs 15-80 s a query on these machines."""
-    chosen = default if default not in (None, "base") else RECOMMENDED
+    chosen = default if default not in (None, "base", AUTO_DEFAULT) else RECOMMENDED
     return ["base", chosen]
 
 
