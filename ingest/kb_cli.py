@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ingest.cli import job_options, worker_option
+from kgqr_core.embedder_models import default_strategy
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import checked_kb_name
 from plugin import schema
@@ -200,7 +201,9 @@ def show(name: str) -> None:
         + ("complete: searches read it" if copy.complete else "incomplete: not read")
     )
     if not meta.defaults:
-        click.echo("default:     none of its own: the proxy's KGQR_REWRITE_DEFAULT_STRATEGY")
+        auto = default_strategy(meta.embedder)
+        click.echo("default:     none of its own: the proxy's KGQR_REWRITE_DEFAULT_STRATEGY "
+                   f"(`auto`, the default, gives this KB {auto})")  # fmt: skip
     for version in meta.defaults:
         current = " (served)" if version is meta.default else ""
         click.echo(f"default {version.describe()}, by {version.set_by} at {version.set_at}"

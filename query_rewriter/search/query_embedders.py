@@ -96,8 +96,14 @@ class QueryEmbedders:
         return cls(model, frozenset({model}), _loaded={model: embed})
 
     def model_for(self, meta: KnowledgeBaseMeta | None) -> str:
-        """The KB's own model; the default for a KB ingested before kgqr recorded one."""
-        return meta.embedder if meta is not None else self.default_model
+        """The KB's own model. Where its meta is unknown (unreadable, or a KB ingested
+        before kgqr recorded one): the one model loaded, if only one is, since that is
+        what this proxy's knowledge bases record; else the default."""
+        if meta is not None:
+            return meta.embedder
+        if len(self._loaded) == 1:
+            return next(iter(self._loaded))
+        return self.default_model
 
     async def for_model(self, model: str) -> Embed:
         loaded = self._loaded.get(model)
@@ -124,6 +130,8 @@ class QueryEmbedders:
             models = [self.default_model]
         loaded = []
         for model in models:
+            if self.allowed is not None and model not in self.allowed:
+                continue  # its KBs' searches run as the client sent them (EmbedderRefused)
             try:
                 await self.for_model(model)
             except Exception as exc:  # its searches fall back, as they would have anyway
@@ -133,4 +141,5 @@ class QueryEmbedders:
         return loaded
 
     async def default(self) -> Embed:
-        return await self.for_model(self.default_model)
+        """For a search whose KB's meta could not be read (model_for(None))."""
+        return await self.for_model(self.model_for(None))

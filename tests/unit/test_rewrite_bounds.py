@@ -70,6 +70,13 @@ def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None
         plain = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["base"], query="q",
                                        params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
         assert plain.fallback is None  # base rewrites cost nothing and are always admitted
+        # An LLM-free rewrite refused (a KB's `graph` default, say) runs as base: the
+        # search keeps its hybrid ranking, with the query's vector, and says why.
+        graph = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["graph"],
+                                       query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
+        assert graph.fallback is not None and graph.fallback["stage"] == "admission"
+        assert graph.fallback["strategy"] == "graph"
+        assert graph.rewrite.strategy == "base" and graph.vector is not None
         llm.release.set()
         admitted = await asyncio.gather(*first)
         assert all(o.fallback is None and o.rewrite.expansions for o in admitted)

@@ -121,3 +121,18 @@ def test_the_tune_page_preselects_base_and_the_default_never_a_costly_baseline()
     assert preselected("base") == ["base", "graph"]
     assert preselected(None) == ["base", "graph"]
     assert preselected("kar") == ["base", "kar"]
+
+
+def test_each_models_auto_default_is_an_llm_free_strategy_and_the_tune_page_reads_auto() -> None:
+    """A typo in the registry would make every default search on that model's knowledge
+    bases a 400; an LLM strategy would make each one wait on the LLM."""
+    from kgqr_core.embedder_models import MODELS, default_strategy
+    from query_rewriter.strategies import STRATEGIES
+    from workbench.tuning.routes import RECOMMENDED, preselected
+
+    for name, model in MODELS.items():
+        assert model.default_strategy in STRATEGIES, name
+        assert not STRATEGIES[model.default_strategy].uses_llm, name
+    assert default_strategy("embeddinggemma-300m") == "graph"
+    assert default_strategy(None) == default_strategy("/a/folder") == "base"
+    assert preselected("auto") == ["base", RECOMMENDED]

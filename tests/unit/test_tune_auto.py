@@ -62,5 +62,6 @@ def test_a_handful_of_queries_promotes_nothing() -> None:
         WALK: {q: _scores(1.0, 0.8) for q in few},
     }
     decision = decide(scored, "R@5", folds=5)
-    assert decision.promoted == BASE and decision.best_overall == WALK
-    assert "5 judged queries are too few" in decision.reason()
+    assert decision.promoted is None and decision.best_overall == WALK
+    assert "5 judged queries are too few to choose on" in decision.reason()
+    assert "nothing recorded" in decision.reason()

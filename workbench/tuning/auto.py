@@ -6,8 +6,10 @@ main parameters (one at a time, sweep.DEFAULT_GRID), on every judged query. The 
 cross-validated (cross_validation.py): on each fold, the setting best on the other folds'
 queries is scored on that fold's. The setting best on all queries is promoted only if
 those held-out scores beat base's with a 95% interval above zero on the chosen metric and
-MRR is not shown to be worse; otherwise base is kept. Either way the evidence is printed
-and recorded with the default (plugin.kb_meta.KbDefault).
+MRR is not shown to be worse; otherwise base is recorded. On fewer than MIN_QUERIES judged
+queries nothing is recorded: too few to show anything, they must not replace the default
+the knowledge base has (KGQR_REWRITE_DEFAULT_STRATEGY=auto gives Gemma's KBs `graph`).
+The evidence is printed, and recorded with the default (plugin.kb_meta.KbDefault).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def candidate_settings(strategies: Sequence[str]) -> list[StrategySetting]:
 class Decision:
     """What `tune auto` found and chose."""
 
-    promoted: StrategySetting
+    promoted: StrategySetting | None  # None: too few queries to record anything
     best_overall: StrategySetting
     metric: str
     validated: CrossValidated
@@ -85,17 +87,18 @@ class Decision:
 
     @property
     def beats_base(self) -> bool:
-        return self.promoted.strategy != BASELINE or bool(self.promoted.params)
+        chosen = self.promoted
+        return chosen is not None and (chosen.strategy != BASELINE or bool(chosen.params))
 
     def reason(self) -> str:
         shown = "; ".join(f"{c.metric} {c.as_text()}" for c in self.against_base)
         folds = len(self.validated.folds)
+        if self.promoted is None:
+            return (f"tune auto: {self.queries} judged queries are too few to choose on (at "
+                    f"least {MIN_QUERIES}): nothing recorded: {shown}")  # fmt: skip
         if self.beats_base:
             return (f"tune auto: {self.promoted.name} beat base on {self.queries} judged "
                     f"queries, cross-validated over {folds} folds: {shown}")  # fmt: skip
-        if self.queries < MIN_QUERIES:
-            return (f"tune auto: no setting beat base: {self.queries} judged queries are too "
-                    f"few to show it (at least {MIN_QUERIES}): {shown}")  # fmt: skip
         return (f"tune auto: no setting beat base with a {self.metric} interval above 0 and "
                 f"{GUARD_METRIC} not worse, cross-validated over {folds} folds on "
                 f"{self.queries} judged queries: {shown}")  # fmt: skip
@@ -130,7 +133,7 @@ def decide(
     enough = len(scored[base]) >= MIN_QUERIES
     wins = enough and by_metric[metric].low > 0 and by_metric[GUARD_METRIC].verdict != "worse"
     return Decision(
-        promoted=best if wins else base,
+        promoted=best if wins else base if enough else None,
         best_overall=best,
         metric=metric,
         validated=validated,

@@ -67,7 +67,8 @@ def auto(
     choice (chosen on the other folds, scored on each held-out one); and record as the
     KB's default the setting best on all queries only if the held-out scores beat base
     with a 95% interval above 0 on --metric and MRR is not shown to be worse. Otherwise
-    base is recorded, with the evidence that nothing beat it."""
+    base is recorded, with the evidence that nothing beat it; on fewer than 10 judged
+    queries, nothing is."""
     from tqdm import tqdm
 
     from plugin import kb_meta
@@ -104,8 +105,8 @@ def auto(
     evidence = {**decision.evidence(), "judged_from": queries,
                 "config": run_config(settings, kb=kb, folds=folds)}  # fmt: skip
     (folder / "tune-auto.json").write_text(json.dumps(evidence, indent=1) + "\n")
-    if dry_run:
-        click.echo("dry run: no default recorded")
+    if dry_run or decision.promoted is None:
+        click.echo(f"{'dry run: ' if dry_run else ''}no default recorded")
         return
     from kgqr_core import connections
 

@@ -162,8 +162,8 @@ async def options(request: Request) -> Response:
 
 
 def preselected(default: str | None) -> list[str]:
-    """`base` and the proxy's default strategy; where that is `base` (or none), the one
-    the README recommends, `graph`. An LLM strategy is never pre-selected unless it is the
+    """`base` and the proxy's default strategy; where that is `base`, `auto` (which
+    differs by KB) or none, the one the README recommends, `graph`. An LLM strategy is never pre-selected unless it is the
     default: each costs 15-80 s a query on these machines."""
     chosen = default if default not in (None, "base", AUTO_DEFAULT) else RECOMMENDED
     return ["base", chosen]
@@ -304,6 +304,8 @@ async def promote(request: Request) -> Response:
                                   "judge at least two queries with base among the strategies "
                                   "run for each, then promote")  # fmt: skip
     decision = decide(shown, metric, min(DEFAULT_FOLDS, queries))
+    if decision.promoted is None:  # too few: the KB keeps the default it has
+        raise RewriteRequestError(400, "illegal_argument_exception", decision.reason())
     session = request.app.state.kgqr.engine.for_request(request_headers(request))
     found = await session.send("GET", f"/{META_INDEX}/_doc/{kb}")
     found.raise_for_status()
