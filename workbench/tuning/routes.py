@@ -163,8 +163,9 @@ async def options(request: Request) -> Response:
 
 def preselected(default: str | None) -> list[str]:
     """`base` and the proxy's default strategy; where that is `base`, `auto` (which
-    differs by KB) or none, the one the README recommends, `graph`. An LLM strategy is never pre-selected unless it is the
-    default: each costs 15-80 s a query on these machines."""
+    differs by KB) or none, the one the README recommends, `graph`. An LLM strategy is
+    never pre-selected unless it is the default: each costs 15-80 s a query on these
+    machines."""
     chosen = default if default not in (None, "base", AUTO_DEFAULT) else RECOMMENDED
     return ["base", chosen]
 
