@@ -69,5 +69,4 @@ async def knowledge_base_names(session: EngineSession) -> list[str]:
 async def recorded_embedders(session: EngineSession) -> set[str]:
     """The models the knowledge bases' vectors came from, as kgqr-meta records them (an
     attached index without vectors records none)."""
-    answer = await session.search(META_INDEX, {"size": META_READ_SIZE, "_source": ["embedder"]})
-    return {hit["_source"].get("embedder") or "" for hit in answer["hits"]["hits"]} - {""}
+    return set((await knowledge_bases_in_meta(session)).embedders.values())

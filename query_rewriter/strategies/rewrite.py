@@ -14,15 +14,17 @@ class StageTimer:
     """Milliseconds per named stage; remembers the stage running when something failed."""
 
     stages_ms: dict[str, float] = field(default_factory=dict)
-    current: str | None = None
     # Stages run side by side in a graph strategy (plain hits beside triple seeds): the
     # latest still running is current, and a stage that failed stays in the list.
     _running: list[str] = field(default_factory=list, repr=False)
 
+    @property
+    def current(self) -> str | None:
+        return self._running[-1] if self._running else None
+
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         self._running.append(name)
-        self.current = name
         started = time.perf_counter()
         try:
             yield
@@ -30,13 +32,11 @@ class StageTimer:
             elapsed = (time.perf_counter() - started) * 1000
             self.stages_ms[name] = round(self.stages_ms.get(name, 0.0) + elapsed, 2)
         self._running.remove(name)
-        self.current = self._running[-1] if self._running else None
 
     def settle(self) -> None:
         """The strategy is over, whatever it left running or failed in: stages after it
         (the embed, the search) start from none."""
         self._running.clear()
-        self.current = None
 
 
 @dataclass
