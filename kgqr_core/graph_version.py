@@ -7,11 +7,22 @@ copy is never older than the proxy's last look at this counter.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 
 def version_key(kb: str) -> str:
     return f"kgqr:graph-version:{kb}"
+
+
+def epoch_key(kb: str) -> str:
+    """A token set once per KB beside its counter and lost with it: a version number
+    names one graph only together with its epoch (graph/shared_copies.py)."""
+    return f"kgqr:graph-epoch:{kb}"
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(8)
 
 
 def bump(redis: Any, kb: str) -> None:

@@ -699,10 +699,19 @@ class GraphSettings(Section):
         ge=0,
         description="The proxy keeps an in-memory copy of a knowledge base's graph of up to "
         "this many relationships for the `graph` and KAR expansions, read from Neo4j on "
-        "first use and again after every ingest. Each worker process holds its own: at 1M "
-        "relations 160 MB and a 21 s load, for ~1.6 ms less a `graph` search than the copy "
-        "in OpenSearch, which serves larger graphs (and 0) at the same cost up to 50M "
-        "(bench/kg_stage_latency.py).",
+        "first use and again after every ingest, and shared by the processes of a machine "
+        "(`graph_snapshot_dir`). At 1M relations a 21 s read, for ~1.6 ms less a `graph` "
+        "search than the copy in OpenSearch, which serves larger graphs (and 0) at the same "
+        "cost up to 50M (bench/kg_stage_latency.py).",
+    )
+
+    snapshot_dir: str = Field(
+        default="graph-copies",
+        description="Folder (under `home` unless absolute) where the first proxy process to "
+        "read a graph copy writes it, and every other process on the machine maps it "
+        "instead of reading Neo4j and holding its own (bench/shared_graph_copy.py). One "
+        "folder per deployment: deployments with different Redis instances must not share "
+        "one. Empty: each process reads and holds its own copy.",
     )
 
     projection_edges: int = Field(

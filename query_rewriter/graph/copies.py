@@ -5,7 +5,9 @@ A copy is current while the knowledge base's graph version in Redis
 version it was read at. The proxy looks at that counter at most every
 KGQR_GRAPH_SNAPSHOT_CHECK_S per KB. Until a current copy is loaded (in a worker thread
 with its own Neo4j session, while searches go on) expansions are read from Neo4j, so no
-search waits for a load and none reads a graph older than the proxy's last look.
+search waits for a load and none reads a graph older than the proxy's last look. The
+processes of a machine share one copy (graph/shared_copies.py): one reads Neo4j, the
+others map what it wrote.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,6 +32,7 @@ from query_rewriter.graph.in_memory import (
     GraphSnapshot,
 )
 from query_rewriter.graph.projection import ProjectedGraph
+from query_rewriter.graph.shared_copies import SharedCopies
 from query_rewriter.graph.store import Neighbours, Neo4jGraph
 
 log = logging.getLogger("kgqr.graph")
@@ -62,6 +66,8 @@ class GraphSnapshots:
         self._redis = redis
         self._known: dict[str, _KnownGraph] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
+        folder = settings.graph.snapshot_dir
+        self._shared = SharedCopies(settings.home / Path(folder)) if folder else None
 
     async def version(self, kb: str) -> int | None:
         """The KB's graph version as of the last look (looked at again once
@@ -131,16 +137,41 @@ class GraphSnapshots:
             log.info("reading the graph copies of %s", ", ".join(started))
         return started
 
+    async def _shared_epoch(self, kb: str, version: int) -> str | None:
+        """The KB's graph epoch, if the copy at `version` may be shared under it: Redis
+        still says `version` once the epoch is read, so the pair names the graph read
+        next (not a number from before Redis lost its data). None: not shared."""
+        key = graph_version.epoch_key(kb)
+        try:
+            await self._redis.set(key, graph_version.new_epoch(), nx=True)
+            epoch, now = await self._redis.mget(key, graph_version.version_key(kb))
+        except Exception as exc:
+            log.warning("graph epoch of %s unreadable (%s): copy not shared", kb, exc)
+            return None
+        if epoch is None or graph_version.parse(now) != version:
+            return None
+        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
     async def _load(self, kb: str, known: _KnownGraph, version: int) -> None:
         limit = self._settings.graph.snapshot_max_relations
         started = time.perf_counter()
+        shared = self._shared
+        epoch = await self._shared_epoch(kb, version) if shared is not None else None
 
-        def read() -> GraphSnapshot | None:
+        def from_neo4j() -> GraphSnapshot | None:
             with connections.neo4j_driver(self._settings) as driver:
                 return load_snapshot(driver, kb, version, limit)
 
+        def read() -> tuple[GraphSnapshot | None, bool]:
+            if shared is None or epoch is None:
+                return from_neo4j(), False
+            snapshot, mapped = shared.map_or_build(kb, epoch, version, from_neo4j)
+            if snapshot is not None and snapshot.relationship_count > limit:
+                return None, mapped  # written by a process allowed larger copies
+            return snapshot, mapped
+
         try:
-            snapshot = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+            snapshot, mapped = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
         except Exception as exc:
             known.retry_at = time.monotonic() + RETRY_S
             metrics.GRAPH_SNAPSHOT_LOADS.labels("failed").inc()
@@ -154,13 +185,14 @@ class GraphSnapshots:
             log.info("graph of %s has over %d relationships: Neo4j expands it", kb, limit)
             return
         known.snapshot = snapshot
-        metrics.GRAPH_SNAPSHOT_LOADS.labels("loaded").inc()
+        metrics.GRAPH_SNAPSHOT_LOADS.labels("mapped" if mapped else "loaded").inc()
         metrics.GRAPH_SNAPSHOT_RELATIONSHIPS.set(
             sum(k.snapshot.relationship_count for k in self._known.values() if k.snapshot)
         )
         log.info(
-            "graph of %s copied into memory: %d nodes, %d relationships, version %d, %.1f s",
-            kb, len(snapshot.ids), snapshot.relationship_count, version,
+            "graph of %s %s: %d nodes, %d relationships, version %d, %.1f s",
+            kb, "mapped from this machine's copy" if mapped else "copied from Neo4j",
+            len(snapshot.ids), snapshot.relationship_count, version,
             time.perf_counter() - started,
         )  # fmt: skip
 

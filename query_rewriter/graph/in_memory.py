@@ -5,11 +5,14 @@ turning its rows into a walk another ~25 ms: most of what `graph` added to a sea
 the graph is a compressed sparse row adjacency holding both directions of every
 relationship, so a hub-capped two-hop expansion is a few numpy slices, the walk runs on
 node numbers, and ids, names and paths are made only for the nodes an answer shows.
-Neo4j stays the source of truth; graph/copies.py decides when a copy is current.
+Strings are flat arrays too (graph/columns.py), so a copy is nothing but arrays, which
+graph/shared_copies.py shares between the processes of a machine. Neo4j stays the source of
+truth; graph/copies.py decides when a copy is current.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of
+from query_rewriter.graph.columns import KeyIndex, StringColumn
 from query_rewriter.graph.store import Neighbour, Neighbourhood, Reach
 from query_rewriter.graph.store import has_document as has_document_type
 
@@ -48,13 +52,14 @@ class GraphSnapshot:
     the other end), `relation` (a number into `relations`), `outgoing` (node i is the
     relationship's start) and `source` (its evidence: the node of the passage a triple edge
     was read from, or for an edge read from an attached document's fields -2 less its
-    number in `field_evidence`; -1 for other edges), in the order they were read."""
+    number in `field_evidence`; -1 for other edges), in the order they were read.
+    `position` finds a node's number by id, `gate` a field evidence's by its stored form."""
 
     version: int
-    ids: list[str]
-    position: dict[str, int]
-    types: list[str | None]
-    names: list[str | None]
+    ids: StringColumn
+    position: KeyIndex
+    types: StringColumn
+    names: StringColumn
     has_document: np.ndarray
     offsets: np.ndarray
     neighbour: np.ndarray
@@ -62,8 +67,8 @@ class GraphSnapshot:
     outgoing: np.ndarray
     source: np.ndarray
     relations: list[str]
-    field_evidence: list[FieldEvidence]
-    gate: dict[FieldEvidence, int]  # each field evidence's number in `source` (-2 - n)
+    field_evidence: StringColumn  # each as the JSON of its stored form
+    gate: KeyIndex
 
     @classmethod
     def build(
@@ -114,12 +119,15 @@ class GraphSnapshot:
         outgoing = np.concatenate([np.ones(len(starts), bool), np.zeros(len(starts), bool)])
         kind = np.asarray(kinds, np.int32)
         source = np.asarray(sources, np.int32)
+        id_column = StringColumn.of(ids)
+        stored_evidence = [json.dumps(evidence.as_stored()) for evidence in gates]
+        evidence_column = StringColumn.of(stored_evidence)
         return cls(
             version=version,
-            ids=ids,
-            position=position,
-            types=types,
-            names=names,
+            ids=id_column,
+            position=KeyIndex.of(id_column, ids),
+            types=StringColumn.of(types),
+            names=StringColumn.of(names),
             has_document=has_document,
             offsets=offsets,
             neighbour=other[order].astype(np.int32),
@@ -127,19 +135,75 @@ class GraphSnapshot:
             outgoing=outgoing[order],
             source=np.concatenate([source, source])[order],
             relations=list(numbered),
-            field_evidence=list(gates),
-            gate={evidence: -2 - n for evidence, n in gates.items()},
+            field_evidence=evidence_column,
+            gate=KeyIndex.of(evidence_column, stored_evidence),
+        )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Everything but `version` and `relations`, by name: what a shared copy's files
+        hold (from_arrays reads them back)."""
+        return {
+            **self.ids.arrays("ids"), **self.position.arrays("position"),
+            **self.types.arrays("types"), **self.names.arrays("names"),
+            **self.field_evidence.arrays("field_evidence"), **self.gate.arrays("gate"),
+            "has_document": self.has_document, "offsets": self.offsets,
+            "neighbour": self.neighbour, "relation": self.relation,
+            "outgoing": self.outgoing, "source": self.source,
+        }  # fmt: skip
+
+    @classmethod
+    def from_arrays(
+        cls, version: int, relations: list[str], arrays: dict[str, np.ndarray]
+    ) -> GraphSnapshot:
+        ids = StringColumn.from_arrays(arrays, "ids")
+        field_evidence = StringColumn.from_arrays(arrays, "field_evidence")
+        return cls(
+            version=version,
+            ids=ids,
+            position=KeyIndex.from_arrays(ids, arrays, "position"),
+            types=StringColumn.from_arrays(arrays, "types"),
+            names=StringColumn.from_arrays(arrays, "names"),
+            has_document=arrays["has_document"],
+            offsets=arrays["offsets"],
+            neighbour=arrays["neighbour"],
+            relation=arrays["relation"],
+            outgoing=arrays["outgoing"],
+            source=arrays["source"],
+            relations=relations,
+            field_evidence=field_evidence,
+            gate=KeyIndex.from_arrays(field_evidence, arrays, "gate"),
         )
 
     @property
     def relationship_count(self) -> int:
         return len(self.neighbour) // 2
 
+    def numbers(self, node_ids: Iterable[str]) -> np.ndarray:
+        """The node numbers of those of `node_ids` the graph holds, in their order."""
+        found = (self.position.find(node_id) for node_id in node_ids)
+        return np.asarray([number for number in found if number is not None], np.int64)
+
+    def evidence(self, source: int) -> FieldEvidence:
+        """The field evidence a `source` value of -2 or less stands for."""
+        return FieldEvidence.stored(json.loads(self.field_evidence[-2 - source]))
+
+    def blocked(self, hidden: Iterable[Evidence]) -> np.ndarray:
+        """The `neighbour` and `source` values that stand for the hidden evidence: a
+        document's node number, a field evidence's -2 less its number."""
+        found = []
+        for evidence in hidden:
+            if isinstance(evidence, str):
+                found.append(self.position.find(evidence))
+            else:
+                number = self.gate.find(json.dumps(evidence.as_stored()))
+                found.append(None if number is None else -2 - number)
+        return np.asarray([value for value in found if value is not None], np.int64)
+
     def neighbours(self, node_ids: Sequence[str], hops: int, cap: int) -> SnapshotNeighbourhood:
         """What Neo4jGraph.neighbours answers: each seed's first `cap` relationships, and
         for each node they reach its first `cap` relationships that do not lead back to
         that seed. (Which `cap` a hub gives differs: Neo4j's are in its storage order.)"""
-        seeds = np.asarray([self.position[i] for i in node_ids if i in self.position], np.int64)
+        seeds = self.numbers(node_ids)
         owner, first_edge, _ = _slices(self.offsets, seeds, cap)
         first_seed = seeds[owner]
         second_row = second_edge = np.zeros(0, np.int64)
@@ -185,23 +249,19 @@ class SnapshotNeighbourhood:
         nodes = np.unique(graph.neighbour[edges])
         sources = np.unique(graph.source[edges])
         numbers = np.union1d(nodes[graph.has_document[nodes]], sources[sources >= 0])
-        found: set[Evidence] = {graph.ids[n] for n in numbers.tolist()} - self.seeds
-        return found | self.field_evidence()
+        found: set[Evidence] = set(self.field_evidence())
+        return found | ({graph.ids[n] for n in numbers.tolist()} - self.seeds)
 
     def field_evidence(self) -> set[FieldEvidence]:
         graph = self.graph
         sources = np.unique(graph.source[np.concatenate([self.first_edge, self.second_edge])])
-        return {graph.field_evidence[-2 - n] for n in sources[sources <= -2].tolist()}
+        return {graph.evidence(n) for n in sources[sources <= -2].tolist()}
 
     def without(self, hidden: Collection[Evidence]) -> SnapshotNeighbourhood:
         graph = self.graph
         if not hidden:
             return self
-        blocked = np.asarray(
-            [graph.position[e] if isinstance(e, str) else graph.gate[e] for e in hidden
-             if e in graph.position or e in graph.gate],
-            np.int64,
-        )  # fmt: skip
+        blocked = graph.blocked(hidden)
         if not len(blocked):
             return self
 
@@ -225,7 +285,8 @@ class SnapshotNeighbourhood:
     def reach(self, seeds: Sequence[str]) -> Reach:
         starts, ends = self._ends()
         position = self.graph.position
-        seeded = [(n, position[s]) for n, s in enumerate(seeds) if s in position]
+        found = ((n, position.find(seed)) for n, seed in enumerate(seeds))
+        seeded = [(n, number) for n, number in found if number is not None]
         seed_numbers = np.asarray([number for _, number in seeded], np.int64)
         others = np.setdiff1d(np.concatenate([starts, ends]), seed_numbers)
         # Local numbers: the seeds' (in the order given), then the others'.
@@ -250,8 +311,7 @@ class SnapshotNeighbourhood:
         graph = self.graph
         first = np.ones(len(self.first_edge), bool)
         if from_seeds is not None:
-            numbers = [graph.position[seed] for seed in from_seeds if seed in graph.position]
-            first = np.isin(self.first_seed, np.asarray(numbers, np.int64))
+            first = np.isin(self.first_seed, graph.numbers(from_seeds))
         first_node = graph.neighbour[self.first_edge]
         through_entity = ~graph.has_document[first_node[self.second_row]] & first[self.second_row]
         second_node = graph.neighbour[self.second_edge][through_entity]
@@ -275,7 +335,7 @@ class SnapshotNeighbourhood:
             first_wanted = np.ones(len(first_node), bool)
             second_wanted = np.ones(len(second_node), bool)
         else:
-            wanted = np.asarray([graph.position[i] for i in ids if i in graph.position])
+            wanted = graph.numbers(ids)
             first_wanted = np.isin(first_node, wanted)
             second_wanted = np.isin(second_node, wanted)
         onward: dict[int, list[list[Any]]] = {}
@@ -292,7 +352,8 @@ class SnapshotNeighbourhood:
             seed, edge, node = int(self.first_seed[row]), int(self.first_edge[row]), first_node[row]
             rows.append([
                 graph.ids[seed], graph.relations[graph.relation[edge]], bool(graph.outgoing[edge]),
-                graph.ids[node], graph.names[node], graph.types[node], onward.get(int(row), []),
+                graph.ids[node], graph.names.get(node), graph.types.get(node),
+                onward.get(int(row), []),
                 self._source_of(edge),
             ])  # fmt: skip
         return Neighbourhood(self.seeds, rows, self.source)
@@ -300,13 +361,13 @@ class SnapshotNeighbourhood:
     def _hop(self, edge: int) -> list[Any]:
         graph, node = self.graph, int(self.graph.neighbour[edge])
         relation = graph.relations[graph.relation[edge]]
-        return [graph.ids[node], graph.types[node], relation, bool(graph.outgoing[edge]),
-                graph.names[node], self._source_of(edge)]  # fmt: skip
+        return [graph.ids[node], graph.types.get(node), relation, bool(graph.outgoing[edge]),
+                graph.names.get(node), self._source_of(edge)]  # fmt: skip
 
     def _source_of(self, edge: int) -> Evidence | None:
         source = int(self.graph.source[edge])
         if source <= -2:
-            return self.graph.field_evidence[-2 - source]
+            return self.graph.evidence(source)
         return self.graph.ids[source] if source >= 0 else None
 
     def names(self) -> dict[str, str]:

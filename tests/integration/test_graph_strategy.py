@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import httpx
+import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
@@ -348,6 +349,52 @@ def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
 
     with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
         asyncio.run(follow_an_ingest())
+
+
+def test_the_processes_of_a_machine_share_one_copy_read_once_from_neo4j(
+    settings: Settings, movies_kb: str, tmp_path: Path
+) -> None:
+    """Two proxy processes' copies: the first reads Neo4j and writes the copy, the second
+    maps it and answers the same. After Redis loses the KB's epoch (its data), the copy
+    is read again under a new one; a process allowed only smaller copies maps none."""
+    kb = movies_kb.removeprefix("kgqr-").removesuffix("-documents")
+    shared = settings.replaced({"graph_snapshot_dir": str(tmp_path)})
+
+    def loads(result: str) -> float:
+        return metric_sample("kgqr_graph_snapshot_loads_total", result=result)
+
+    async def copy(snapshots: GraphSnapshots) -> GraphSnapshot | None:
+        await snapshots.current(kb)
+        await snapshots.wait_for_loads()
+        return await snapshots.current(kb)
+
+    def folders() -> list[str]:
+        return sorted(p.name for p in (tmp_path / kb).iterdir() if not p.name.startswith("."))
+
+    async def share() -> None:
+        redis = aioredis.Redis.from_url(settings.redis.url)
+        try:
+            loaded, mapped = loads("loaded"), loads("mapped")
+            first = await copy(GraphSnapshots(shared, redis))
+            second = await copy(GraphSnapshots(shared, redis))
+            assert (loads("loaded") - loaded, loads("mapped") - mapped) == (1, 1)
+            assert first is not None and second is not None
+            assert isinstance(second.neighbour.base, np.memmap)
+            seeds = [first.ids[n] for n in range(len(first.ids))]
+            assert second.neighbours(seeds, 2, 50).paths() == first.neighbours(seeds, 2, 50).paths()
+            before = folders()
+            await redis.delete(graph_version.epoch_key(kb))
+            again = await copy(GraphSnapshots(shared, redis))
+            assert again is not None and loads("loaded") - loaded == 2
+            assert len(folders()) == 1 and folders() != before
+            too_large = loads("too_large")
+            small = shared.replaced({"graph_snapshot_max_relations": 3})
+            assert await copy(GraphSnapshots(small, redis)) is None
+            assert loads("too_large") - too_large == 1 and loads("loaded") - loaded == 2
+        finally:
+            await redis.aclose()
+
+    asyncio.run(share())
 
 
 def test_a_graph_too_large_to_copy_or_unknown_versions_expand_in_neo4j(

@@ -1,0 +1,132 @@
+"""One graph copy per machine: the first process to read a knowledge base's graph at a
+version writes the copy's arrays to files, and every other process maps them.
+
+Each proxy worker used to read and hold its own copy (at 1M relations a 17-28 s read from
+Neo4j and 100+ MB, per worker). Mapped files live once in the page cache, so N workers hold
+one copy, and a restarted proxy maps a current copy at once instead of reading Neo4j.
+
+A copy's folder is named by the KB's graph epoch and version. The version counter restarts
+at 0 when Redis loses its data, so a number alone could name an older graph; the epoch, a
+token set once per KB in Redis and lost with the counter, tells the two apart. A lock file
+per KB makes one process read Neo4j while the others wait (their searches expand in Neo4j
+or the OpenSearch copy meanwhile, as before). Older versions' folders are removed once a
+newer one is written; a process still mapping one keeps its pages until it lets go.
+
+All of this blocks (files, locks): graph/copies.py runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from plugin.schema import KB_NAME
+from query_rewriter.graph.in_memory import GraphSnapshot
+
+log = logging.getLogger("kgqr.graph")
+FORMAT = 1  # raised when the arrays a copy holds change; an older folder is not mapped
+META = "meta.json"
+FOLDER = re.compile(r"^(?P<epoch>[0-9a-f]+)-(?P<version>\d+)$")
+
+
+def _mapped_array(path: Path) -> np.ndarray:
+    mapped = np.load(path, mmap_mode="r")
+    # A plain array over the map: every slice of a memmap is a memmap too, which made an
+    # expansion 3-4x slower. A zero-length memmap cannot be made: an empty array is not
+    # one to share anyway.
+    return np.asarray(mapped) if mapped.size else np.zeros(0, mapped.dtype)
+
+
+class SharedCopies:
+    """Graph copies as folders of .npy files under `directory`: `KB/EPOCH-VERSION/`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def folder(self, kb: str, epoch: str, version: int) -> Path:
+        if not KB_NAME.match(kb) or not re.fullmatch(r"[0-9a-f]+", epoch):
+            raise ValueError(f"no graph copy folder for {kb!r} at epoch {epoch!r}")
+        return self.directory / kb / f"{epoch}-{version}"
+
+    def map_or_build(
+        self, kb: str, epoch: str, version: int, build: Callable[[], GraphSnapshot | None]
+    ) -> tuple[GraphSnapshot | None, bool]:
+        """The copy at (`epoch`, `version`), mapped from its folder, else `build()` written
+        to it first (None: build found nothing to copy), and whether it was mapped as found.
+        Where the folder cannot be written (a read-only home, a full disk) the process
+        holds the copy it built, as it did before copies were shared."""
+        folder = self.folder(kb, epoch, version)
+        try:
+            found = self._map(folder)
+        except Exception:  # told and mended under the lock
+            found = None
+        if found is not None:
+            return found, True
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            lock = open(folder.parent / ".lock", "a+")  # noqa: SIM115 (closed by `with`)
+        except OSError as exc:
+            log.warning("graph copies not shared in %s (%s): held per process", folder, exc)
+            return build(), False
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+            try:
+                found = self._map(folder)
+            except Exception as exc:  # a torn or foreign folder: rebuilt, not served
+                log.warning("graph copy %s unreadable (%s): reading it again", folder, exc)
+                shutil.rmtree(folder, ignore_errors=True)
+                found = None
+            if found is not None:  # another process wrote it while this one waited
+                return found, True
+            snapshot = build()
+            if snapshot is None:
+                return None, False
+            try:
+                self._write(snapshot, folder)
+                self._remove_older(folder.parent, epoch, version)
+            except OSError as exc:
+                log.warning("graph copy %s not written (%s): held per process", folder, exc)
+                return snapshot, False
+        # The mapped copy, so the arrays just built are freed and the pages shared.
+        return self._map(folder) or snapshot, False
+
+    def _map(self, folder: Path) -> GraphSnapshot | None:
+        try:
+            meta = json.loads((folder / META).read_text())
+        except FileNotFoundError:
+            return None
+        if meta.get("format") != FORMAT:
+            return None
+        arrays = {name: _mapped_array(folder / f"{name}.npy") for name in meta["arrays"]}
+        return GraphSnapshot.from_arrays(meta["version"], meta["relations"], arrays)
+
+    def _write(self, snapshot: GraphSnapshot, folder: Path) -> None:
+        """Written beside the folder and renamed into place, meta last: a reader never sees
+        half a copy."""
+        partial = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(mode=0o700)
+        arrays = snapshot.arrays()
+        for name, array in arrays.items():
+            np.save(partial / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        meta = {"format": FORMAT, "version": snapshot.version, "relations": snapshot.relations,
+                "arrays": sorted(arrays)}  # fmt: skip
+        (partial / META).write_text(json.dumps(meta))
+        shutil.rmtree(folder, ignore_errors=True)  # one found unreadable above
+        partial.rename(folder)
+
+    @staticmethod
+    def _remove_older(kb_folder: Path, epoch: str, version: int) -> None:
+        """Folders of lower versions, and of other epochs (Redis lost its data since)."""
+        for other in kb_folder.iterdir():
+            match = FOLDER.match(other.name)
+            if match and (match["epoch"] != epoch or int(match["version"]) < version):
+                shutil.rmtree(other, ignore_errors=True)
