@@ -37,6 +37,7 @@ class FieldChoices:
     vector_model: str | None = None
     entity_fields: tuple[str, ...] = ()
     reference_fields: tuple[str, ...] = ()
+    id_field: str | None = None
 
 
 # Characters an index or alias name cannot hold, and those that make a name a pattern, a
@@ -88,6 +89,7 @@ def field_map_for(index: str, mapping: dict[str, Any], chosen: FieldChoices) -> 
             "vector_model": chosen.vector_model if vector else None,
             "entity_fields": list(chosen.entity_fields),
             "reference_fields": list(chosen.reference_fields),
+            "id_field": chosen.id_field,
         }
     )
 

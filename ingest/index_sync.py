@@ -99,8 +99,9 @@ class ChangedDocumentsSource(Source):
 
     def records(self) -> Iterator[Record]:
         edges = IndexFieldsSource(self.client, self.fields)
-        for doc_id, source in self.documents():
-            yield from edges.links_of(doc_id, source)
+        links = (link for doc_id, source in self.documents()
+                 for link in edges.links_of(doc_id, source))  # fmt: skip
+        return edges.with_ids(links)
 
     def documents(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(id, fields) of each document written in the range, shard by shard."""

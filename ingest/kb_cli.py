@@ -81,6 +81,11 @@ def _boosts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
     multiple=True,
     help="A keyword field holding ids of other documents of the index.",
 )
+@click.option(
+    "--id-field",
+    help="The keyword field the relations file and reference fields name documents by "
+    "(default: their _id); kgqr translates it to _id as it builds the graph.",
+)
 @click.option("--dry-run", is_flag=True, help="Show the field map and its checks; write nothing.")
 def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
     from ingest.attached_indices import (
@@ -130,6 +135,7 @@ def _describe(field_map: Any) -> str:
         f"vectors:     {vectors}",
         f"entities:    {', '.join(field_map.entity_fields) or '-'}",
         f"references:  {', '.join(field_map.reference_fields) or '-'}",
+        f"ids:         {field_map.id_field or '_id'}",
     ])  # fmt: skip
 
 
@@ -358,6 +364,7 @@ def graph(name: str, relations: Path | None, from_fields: bool,
     from ingest.attached_indices import mapping_of
     from ingest.chunking import DEFAULT_CHUNK_SIZE
     from ingest.cli import _print_progress, follow_job
+    from ingest.document_keys import DocumentKeys
     from ingest.job_store import JobStore
     from ingest.sources.attached_graph import (
         IndexFieldsSource,
@@ -402,7 +409,9 @@ def graph(name: str, relations: Path | None, from_fields: bool,
 
     def source() -> Source:
         if relations is not None:
-            return RelationsFileSource(relations)
+            id_field = field_map.id_field
+            keys = DocumentKeys(client, field_map.index, id_field) if id_field else None
+            return RelationsFileSource(relations, keys=keys)
         if extract_fields:
             return IndexTextSource(client, field_map, list(extract_fields))
         return IndexFieldsSource(client, field_map)

@@ -46,6 +46,9 @@ class FieldMap(BaseModel):
     # and fields holding ids of other documents of the index (`cites: [id, ...]`).
     entity_fields: list[str] = Field(default_factory=list)
     reference_fields: list[str] = Field(default_factory=list)
+    # The keyword field a team's relations file and reference fields name documents by
+    # (`sku`); None: their `_id`. The graph is keyed by `_id` either way (ingest/document_keys.py).
+    id_field: str | None = None
     # Search the fields the caller's own query names rather than `text_fields` (an
     # attached index whose team gave no --text: its queries already say where words are).
     follow_query_fields: bool = False
@@ -192,6 +195,8 @@ def check_field_map(
         typed(name, "entity field", KEYWORD_TYPES)
     for name in field_map.reference_fields:
         typed(name, "reference field", KEYWORD_TYPES)
+    if field_map.id_field:
+        typed(field_map.id_field, "id field", KEYWORD_TYPES)
     if field_map.vector_field:
         vector = typed(field_map.vector_field, "vector field", ("knn_vector",))
         if field_map.vector_model is None:

@@ -1,7 +1,9 @@
 """A graph for an index kgqr did not build, from what its team has, keyed by the index's
 own `_id`s: a relations file (`relations:FILE`), the keyword fields of its documents
 (`IndexFieldsSource`, `kgqr kb graph --from-fields`), or what an LLM reads in chosen text
-fields (`IndexTextSource`, `--extract FIELD`). Ingest tasks write their records into Neo4j
+fields (`IndexTextSource`, `--extract FIELD`). Where the team names documents by a field
+of its own (`--id-field`), relations and references are translated to `_id`s as they are
+read (ingest/document_keys.py). Ingest tasks write their records into Neo4j
 (and extracted triples into kgqr's own triples index): nothing into the team's index.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ingest.document_keys import DocumentKeys, keyed
 from ingest.records import ExtractFrom, Link, Record, Rejected
 from ingest.sources.base import Source, json_lines
 from kgqr_core.field_evidence import FieldEvidence, field_values, joined_text
@@ -32,10 +35,21 @@ class RelationsFileSource(Source):
     reads_a_folder = False
     reads_a_file = True
 
+    def __init__(
+        self, path: Path, limit: int | None = None, keys: DocumentKeys | None = None
+    ) -> None:
+        super().__init__(path, limit)
+        self.keys = keys  # the file names documents by these keys, not by `_id`
+
     def structure(self) -> DocumentStructure:
         return DocumentStructure()
 
     def records(self) -> Iterator[Record]:
+        if self.keys is None:
+            return self._links()
+        return keyed(self._links(), self.keys, sources=True)
+
+    def _links(self) -> Iterator[Record]:
         for line in json_lines(self.path, self.limit):
             if line.error is not None:
                 yield line.rejected(self.path.name)
@@ -83,10 +97,21 @@ class IndexFieldsSource(Source):
         return hashlib.sha1(f"{key}|{count}|{self.limit}".encode()).hexdigest()[:16]
 
     def records(self) -> Iterator[Record]:
+        return self.with_ids(self._links())
+
+    def _links(self) -> Iterator[Record]:
         for read, hit in enumerate(self._hits()):
             if self.limit is not None and read >= self.limit:
                 return
             yield from self.links_of(hit["_id"], hit.get("_source") or {})
+
+    def with_ids(self, links: Iterator[Record]) -> Iterator[Record]:
+        """`links` with reference targets turned from the id field's values into `_id`s,
+        where the field map names one."""
+        if self.fields.id_field is None:
+            return links
+        keys = DocumentKeys(self.client, self.fields.index, self.fields.id_field)
+        return keyed(links, keys, sources=False)
 
     def links_of(self, doc_id: str, source: dict[str, Any]) -> Iterator[Record]:
         """One document's edges (a value no edge can hold is set aside, with its reason),

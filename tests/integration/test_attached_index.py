@@ -355,21 +355,27 @@ def attached_without_vectors(
     opensearch.indices.delete(index=PLAIN_INDEX, ignore=[404])
 
 
+def _tom_cruise_hitman(proxy_url: str, index: str, strategy: str) -> dict[str, Any]:
+    """The answer, explained, to a search for Collateral by words it lacks, once the
+    proxy has learnt the index is attached."""
+    body = {"query": {"match": {"content": "Tom Cruise hitman"}}, "size": 5}
+    params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
+    deadline = time.monotonic() + 2 * MISS_TTL_S  # a proxy learns of a new attach this soon
+    while True:
+        answer: dict[str, Any] = httpx.post(f"{proxy_url}/{index}/_search", params=params,
+                                            json=body, timeout=120).json()  # fmt: skip
+        if "passed_through" not in answer["kgqr"] or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("strategy", ["graph", "graph_walk"])
 def test_without_vectors_the_graph_strategies_rank_over_bm25(
     proxy_url: str, attached_without_vectors: str, strategy: str
 ) -> None:
     """Collateral (m2) names neither Tom Cruise nor a hitman: BM25 cannot find it, the
     graph adds it from Tom Cruise (p3), and the explain says which signals ranked."""
-    body = {"query": {"match": {"content": "Tom Cruise hitman"}}, "size": 5}
-    params = {"kgqr.strategy": strategy, "kgqr.explain": "true"}
-    deadline = time.monotonic() + 2 * MISS_TTL_S  # a proxy learns of a new attach this soon
-    while True:
-        answer = httpx.post(f"{proxy_url}/{PLAIN_INDEX}/_search", params=params, json=body,
-                            timeout=120).json()  # fmt: skip
-        if "passed_through" not in answer["kgqr"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    answer = _tom_cruise_hitman(proxy_url, PLAIN_INDEX, strategy)
     explained = answer["kgqr"]
     assert explained.get("fallback") is None, explained["fallback"]
     assert explained.get("signals") == ["bm25", "graph"], explained
@@ -378,6 +384,93 @@ def test_without_vectors_the_graph_strategies_rank_over_bm25(
     ranked = [hit["_id"] for hit in answer["hits"]["hits"]]
     assert ranked[0] == "p3" and "m2" in ranked, explained["details"]
     assert answer["hits"]["total"]["value"] == len(ranked)  # p3 and what the graph added
+
+
+KEYED_KB, KEYED_INDEX = "team-keyed", "team-movies-keyed"
+
+
+@pytest.fixture(scope="module")
+def keyed_index(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any, tmp_path_factory: Any
+) -> Iterator[dict[str, str]]:
+    """The documents under ids the engine made up, each naming itself by `code` (the
+    fixture's ids) and its sequel by `next` (a reference field of codes), attached with
+    `--id-field code`; yields code -> `_id`."""
+    opensearch.indices.delete(index=KEYED_INDEX, ignore=[404])
+    properties = {k: v for k, v in MAPPING["mappings"]["properties"].items() if k != "embedding"}
+    properties |= {"code": {"type": "keyword"}, "next": {"type": "keyword"}}
+    opensearch.indices.create(index=KEYED_INDEX, body={"mappings": {"properties": properties}})
+    ids = {}
+    for document in _documents():
+        code = document.pop("id")
+        sequel = {"next": "m2"} if code == "m1" else {}
+        written = opensearch.index(index=KEYED_INDEX, body={**document, "code": code, **sequel})
+        ids[code] = written["_id"]
+    opensearch.index(index=KEYED_INDEX, body={"headline": "A twin", "code": "p1"})
+    opensearch.indices.refresh(index=KEYED_INDEX)
+    relations = tmp_path_factory.mktemp("keyed") / "relations.jsonl"
+    lines = (FIXTURE / "relations.jsonl").read_text().splitlines()
+    lines += ['{"source": "m1", "relation": "remade_as", "target": "m404"}']
+    relations.write_text("\n".join(lines) + "\n")
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KEYED_KB)
+    done = kgqr("kb", "attach", KEYED_KB, "--index", KEYED_INDEX, "--id-field", "code",
+                "--reference-field", "next")  # fmt: skip
+    assert done.exit_code == 0 and "ids:         code" in done.output, done.output
+    for source in (["--relations", str(relations)], ["--from-fields"]):
+        built = kgqr("kb", "graph", KEYED_KB, *source)
+        assert built.exit_code == 0, built.output
+    yield ids
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, KEYED_KB)
+    opensearch.indices.delete(index=KEYED_INDEX, ignore=[404])
+
+
+def test_a_graph_named_by_the_teams_own_keys_is_keyed_by_id(
+    neo4j_driver: Any, keyed_index: dict[str, str]
+) -> None:
+    """The relations file and the `next` field name documents by `code`; the graph holds
+    their `_id`s. A code no document has (m404), or two have (p1: a twin), makes no edge:
+    those records are set aside with their reasons, and the rest land."""
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (s:Node {kb: $kb})-[r]->(t:Node {kb: $kb}) "
+        "RETURN s.id AS source, r.relation AS relation, t.id AS target",
+        kb=KEYED_KB,
+    )
+    edges = {(r["source"], r["relation"], r["target"]) for r in records}
+    ids = keyed_index
+    assert (ids["m1"], "starring", ids["p2"]) in edges
+    assert (ids["m1"], "next", ids["m2"]) in edges
+    assert not any("p1" in edge or ids["p1"] in edge for edge in edges)  # two documents
+    assert len(edges) == 9 - 3 + 1  # the file's nine, less the three to p1; one sequel
+    shown = kgqr("ingest", "rejected", "--kb", KEYED_KB)
+    assert shown.exit_code == 0, shown.output
+    assert "target code 'm404' names no document" in shown.output
+    assert "target code 'p1' names 2 documents" in shown.output
+
+
+def test_a_search_on_a_keyed_index_is_lifted_by_its_graph(
+    proxy_url: str, keyed_index: dict[str, str]
+) -> None:
+    """As without keys: BM25 finds Tom Cruise's page, the graph adds Collateral, both by
+    the `_id`s the engine gave them."""
+    answer = _tom_cruise_hitman(proxy_url, KEYED_INDEX, "graph")
+    assert answer["kgqr"].get("fallback") is None, answer["kgqr"]
+    ranked = [hit["_id"] for hit in answer["hits"]["hits"]]
+    assert ranked[0] == keyed_index["p3"] and keyed_index["m2"] in ranked, answer["kgqr"]
+
+
+def test_sync_translates_the_keys_a_changed_document_names(
+    opensearch: Any, neo4j_driver: Any, keyed_index: dict[str, str]
+) -> None:
+    ids = keyed_index
+    opensearch.update(index=KEYED_INDEX, id=ids["m3"], body={"doc": {"next": "m1"}},
+                      refresh=True)  # fmt: skip
+    synced = kgqr("kb", "sync", KEYED_KB)
+    assert synced.exit_code == 0, synced.output
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (s:Node {kb: $kb, id: $id})-[r {relation: 'next'}]->(t) RETURN t.id AS target",
+        kb=KEYED_KB, id=ids["m3"],
+    )  # fmt: skip
+    assert [r["target"] for r in records] == [ids["m1"]]
 
 
 def _extracted(prompt: str) -> str:

@@ -1,0 +1,82 @@
+"""Graph edges for an index whose team names documents by a field of their own (`sku`, a
+slug, a catalogue number) rather than by `_id`, as their relations file or reference
+fields do.
+
+The graph stays keyed by `_id`, which every search hit carries, so the read path needs no
+lookup: keys are translated once, here, as the graph is built. A key that names no
+document, or several, cannot be one end of an edge: its record is set aside with the
+reason, like any broken record, and the rest of the batch lands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+from ingest.records import Link, Record, Rejected
+from kgqr_core.field_evidence import field_values
+
+BATCH = 1_000
+# A batch's documents are read in one search; more than this for BATCH keys means the
+# field is no key (most values name many documents).
+MOST_DOCUMENTS = 10_000
+
+
+class DocumentKeys:
+    """The `_id`s of an index's documents by the value of its id field, read with the
+    account that builds the graph."""
+
+    def __init__(self, client: Any, index: str, field: str) -> None:
+        self.client, self.index, self.field = client, index, field
+
+    def ids_of(self, keys: Collection[str]) -> dict[str, list[str]]:
+        """Each key's documents (none, one, or several: the caller tells them apart)."""
+        found: dict[str, list[str]] = {key: [] for key in keys}
+        ordered = sorted(found)
+        for start in range(0, len(ordered), BATCH):
+            batch = ordered[start : start + BATCH]
+            body = {"size": MOST_DOCUMENTS, "_source": [self.field], "track_total_hits": True,
+                    "query": {"terms": {self.field: batch}}}  # fmt: skip
+            answer = self.client.search(index=self.index, body=body)["hits"]
+            if answer["total"]["value"] > len(answer["hits"]):
+                raise ValueError(
+                    f"{answer['total']['value']} documents of {self.index} hold {len(batch)} "
+                    f"values of {self.field}: it is not a field that names one document each"
+                )
+            for hit in answer["hits"]:
+                for value in field_values(hit.get("_source") or {}, self.field):
+                    if value in found:
+                        found[value].append(hit["_id"])
+        return found
+
+
+def keyed(records: Iterable[Record], keys: DocumentKeys, sources: bool) -> Iterator[Record]:
+    """`records` with their links' targets (and, with `sources`, their sources: a
+    relations file's; a field's edge starts at the `_id` it was read from) turned from
+    keys into `_id`s, a batch at a time."""
+    stream = iter(records)
+    while batch := list(islice(stream, BATCH)):
+        links = [record for record in batch if isinstance(record, Link)]
+        wanted = {link.target for link in links if link.target is not None}
+        wanted |= {link.source for link in links} if sources else set()
+        ids = keys.ids_of(wanted)
+        for record in batch:
+            yield _translated(record, ids, keys, sources) if isinstance(record, Link) else record
+
+
+def _translated(link: Link, ids: dict[str, list[str]], keys: DocumentKeys,
+                sources: bool) -> Record:  # fmt: skip
+    ends = {"target": link.target} if link.target is not None else {}
+    if sources:
+        ends["source"] = link.source
+    update = {}
+    for end, key in ends.items():
+        named = ids.get(key, [])
+        if len(named) != 1:
+            what = "no document" if not named else f"{len(named)} documents"
+            reason = f"{end} {keys.field} {key!r} names {what} of {keys.index}"
+            return Rejected(reason=reason, raw=json.dumps(link.model_dump())[:4000], stage="ids")
+        update[end] = named[0]
+    return link.model_copy(update=update)
