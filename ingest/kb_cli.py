@@ -201,7 +201,8 @@ def show(name: str) -> None:
     click.echo(f"structure:   {json.dumps(meta.structure.model_dump())}")
     copy = graph_projection.state(client, name)
     click.echo(
-        "graph copy:  none: searches expand in Neo4j (`kgqr kb project` makes one)"
+        "graph copy:  none: searches expand in Neo4j (`kgqr kb project`, or the next "
+        "`kb graph` or `kb sync`, makes one)"
         if copy is None
         else f"graph copy:  {schema.graph_index(name)}, {copy.edges} edges a node, "
         + ("complete: searches read it" if copy.complete else "incomplete: not read")
@@ -439,6 +440,20 @@ def graph(name: str, relations: Path | None, from_fields: bool,
     _print_progress(final)
     if not final.finished or final.failed:
         raise SystemExit(1)
+    _copy_graph_if_missing(name, client)
+
+
+def _copy_graph_if_missing(name: str, client: Any) -> None:
+    """Copy the whole graph where the KB has no complete copy in OpenSearch: one made
+    before copies were, or one a failed write left incomplete. Searches on it expanded in
+    Neo4j until someone knew to run `kgqr kb project`."""
+    from ingest import graph_projection
+
+    copy = graph_projection.state(client, name)
+    if copy is None or not copy.complete:
+        click.echo(f"{name} has {'no' if copy is None else 'an incomplete'} graph copy in "
+                   "OpenSearch: copying it now")  # fmt: skip
+        _copy_graph(name, client)
 
 
 @kb.command()
@@ -503,7 +518,8 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
             graph_projection.mark_incomplete(client, name)
             raise click.ClickException(
                 f"the graph's copy in OpenSearch could not be updated ({exc}): searches "
-                f"read Neo4j until `kgqr kb project {name}` copies it again"
+                f"read Neo4j until the next `kgqr kb sync {name}` (or `kgqr kb project "
+                f"{name}`) copies it again"
             ) from exc
     if changed and (fields.entity_fields or fields.reference_fields):
         jobs = JobStore(redis)
@@ -520,6 +536,7 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         _print_progress(final)
         if not final.finished or final.failed:
             raise SystemExit(1)
+    _copy_graph_if_missing(name, client)
     graph_version.bump(redis, name)
     kb_meta.save(client, meta.model_copy(update={"synced": until}))
     click.echo(

@@ -23,6 +23,7 @@ from click.testing import CliRunner, Result
 from opensearchpy import OpenSearch
 from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 
+from ingest import graph_projection
 from ingest.kb_removal import drop_knowledge_base
 from kgqr_core.embedder import get_embedder
 from kgqr_core.field_evidence import FieldEvidence
@@ -461,11 +462,16 @@ def test_a_search_on_a_keyed_index_is_lifted_by_its_graph(
 def test_sync_translates_the_keys_a_changed_document_names(
     opensearch: Any, neo4j_driver: Any, keyed_index: dict[str, str]
 ) -> None:
+    """... and gives a KB without a graph copy (attached before copies were) a whole one."""
     ids = keyed_index
     opensearch.update(index=KEYED_INDEX, id=ids["m3"], body={"doc": {"next": "m1"}},
                       refresh=True)  # fmt: skip
+    opensearch.indices.delete(index=schema.graph_index(KEYED_KB))
     synced = kgqr("kb", "sync", KEYED_KB)
-    assert synced.exit_code == 0, synced.output
+    assert synced.exit_code == 0 and "no graph copy" in synced.output, synced.output
+    copy = graph_projection.state(opensearch, KEYED_KB)
+    assert copy is not None and copy.complete
+    assert graph_copy_matches_neo4j(opensearch, neo4j_driver, KEYED_KB)[ids["m3"]]
     records, _, _ = neo4j_driver.execute_query(
         "MATCH (s:Node {kb: $kb, id: $id})-[r {relation: 'next'}]->(t) RETURN t.id AS target",
         kb=KEYED_KB, id=ids["m3"],
