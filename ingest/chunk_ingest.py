@@ -22,6 +22,7 @@ from ingest.records import (
     ExtractFrom,
     Link,
     Mention,
+    Refresh,
     Rejected,
     Relation,
 )
@@ -46,6 +47,7 @@ class _Sorted:
     documents: list[Document] = field(default_factory=list)
     relations: list[Relation] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
+    refreshes: list[Refresh] = field(default_factory=list)
     to_extract: list[ExtractFrom] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)
     triples: list[CorpusTriple] = field(default_factory=list)
@@ -55,6 +57,7 @@ class _Sorted:
         """Every node the chunk may write or give an edge: the ones whose documents in the
         graph's search-time copy change (one that did not land is re-read as absent)."""
         nodes = {doc.id for doc in self.documents} | {r.id for r in self.to_extract}
+        nodes |= {refresh.id for refresh in self.refreshes}
         for relation in self.relations:
             nodes |= {relation.source, relation.target}
         for link in self.links:
@@ -83,6 +86,8 @@ def _sort(records: list[dict[str, Any]]) -> _Sorted:
             sorted_.relations.append(record)
         elif isinstance(record, Link):
             sorted_.links.append(record)
+        elif isinstance(record, Refresh):
+            sorted_.refreshes.append(record)
         elif isinstance(record, ExtractFrom):
             sorted_.to_extract.append(record)
         elif isinstance(record, Mention):
@@ -127,20 +132,22 @@ def ingest_chunk(
         resources.neo4j, kb, [(document.id, document.type) for document in batch.documents]
     )
     documents_ok = _write_documents(resources, kb, batch)
+    losing = _refresh_field_edges(resources, kb, batch)
     graph_writer.write_relations(resources.neo4j, kb, batch.relations)
     graph_writer.write_links(resources.neo4j, kb, batch.links)
     graph_writer.write_mentions(resources.neo4j, kb, batch.mentions)
     triples_ok = _write_triples(resources, kb, batch)
-    if documents_ok or batch.relations or batch.links or batch.mentions or triples_ok:
+    if documents_ok or batch.relations or batch.links or batch.mentions or triples_ok or losing:
         # The copy first: a search that sees the new version reads the new edges. A
         # retyped document's neighbours name it with its type in their edges.
         touched = batch.graph_nodes() | graph_projection.neighbours_of(resources.neo4j, kb, retyped)
+        touched |= losing
         graph_projection.project_nodes(resources.neo4j, resources.opensearch, kb, touched)
         graph_version.bump(resources.redis, kb)
 
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)
     outcome.counts = {
-        "documents": documents_ok,
+        "documents": documents_ok + len(batch.refreshes),  # written, or read again (sync)
         "relations": len(batch.relations) + len(batch.links),
         "mentions": len(batch.mentions),
         "triples": triples_ok,
@@ -149,6 +156,20 @@ def ingest_chunk(
     outcome.problems.extend(f"{f.stage}: {f.reason}" for f in batch.failures)
     resources.jobs.complete_chunk(job_id, chunk, outcome.counts)
     return outcome
+
+
+def _refresh_field_edges(resources: WorkerResources, kb: str, batch: _Sorted) -> set[str]:
+    """Remove the refreshed documents' old field edges and queue their new ones; the
+    nodes that lost an edge (read before it goes), whose copies change, and the refreshed
+    documents themselves (a document left with no edge too)."""
+    ids = [refresh.id for refresh in batch.refreshes]
+    if not ids:
+        return set()
+    losing = graph_projection.neighbours_of(resources.neo4j, kb, ids) | set(ids)
+    relations = sorted({name for refresh in batch.refreshes for name in refresh.relations})
+    graph_writer.remove_field_edges(resources.neo4j, kb, relations, ids)
+    batch.links.extend(link for refresh in batch.refreshes for link in refresh.links)
+    return losing
 
 
 def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Iterator
 from itertools import islice
 from typing import Any
 
-from ingest.records import Link, Record, Rejected
+from ingest.records import Link, Record, Refresh, Rejected
 from kgqr_core.field_evidence import field_values
 
 BATCH = 1_000
@@ -58,12 +58,26 @@ def keyed(records: Iterable[Record], keys: DocumentKeys, sources: bool) -> Itera
     keys into `_id`s, a batch at a time."""
     stream = iter(records)
     while batch := list(islice(stream, BATCH)):
-        links = [record for record in batch if isinstance(record, Link)]
+        links = [link for record in batch for link in _links_in(record)]
         wanted = {link.target for link in links if link.target is not None}
         wanted |= {link.source for link in links} if sources else set()
         ids = keys.ids_of(wanted)
         for record in batch:
-            yield _translated(record, ids, keys, sources) if isinstance(record, Link) else record
+            if isinstance(record, Link):
+                yield _translated(record, ids, keys, sources)
+            elif isinstance(record, Refresh):  # its links that translate; the rest set aside
+                done = [_translated(link, ids, keys, sources) for link in record.links]
+                yield from (link for link in done if isinstance(link, Rejected))
+                kept = [link for link in done if isinstance(link, Link)]
+                yield record.model_copy(update={"links": kept})
+            else:
+                yield record
+
+
+def _links_in(record: Record) -> list[Link]:
+    if isinstance(record, Link):
+        return [record]
+    return record.links if isinstance(record, Refresh) else []
 
 
 def _translated(link: Link, ids: dict[str, list[str]], keys: DocumentKeys,

@@ -109,6 +109,18 @@ def write_document_nodes(driver: Any, kb: str, ids: Sequence[str]) -> None:
     )
 
 
+def remove_field_edges(driver: Any, kb: str, relations: Sequence[str], ids: Sequence[str]) -> None:
+    """The edges changed documents' fields made (their new values are written after): only
+    those read from a field (they carry its evidence), not a relations file's edge that
+    happens to share a field's name."""
+    if relations and ids:
+        driver.execute_query(
+            "MATCH (s:Node {kb: $kb})-[r]->() WHERE s.id IN $ids AND r.relation IN $relations "
+            "AND r.field_evidence IS NOT NULL DELETE r",
+            kb=kb, ids=list(ids), relations=list(relations),
+        )  # fmt: skip
+
+
 def write_links(driver: Any, kb: str, links: Sequence[Link]) -> None:
     """An attached index's edges: its documents are nodes of type `document` (the strategies
     score and show only nodes with a document), the entities its values name are shared

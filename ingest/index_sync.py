@@ -2,10 +2,11 @@
 
 Changes are found by sequence number: every write to a shard (an add, an update) gets the
 next `_seq_no`, so the documents of shard S written since the last sync are those with
-`_seq_no` above its checkpoint. A sync reads each shard from its checkpoint up to the
-highest number it sees at the start (a fixed range, so a sync cut short and run again
-sends the same chunks: it resumes), re-derives those documents' edges from their fields,
-and only then moves the checkpoints.
+`_seq_no` above its checkpoint. A sync reads each shard once, from its checkpoint up to
+the highest number it sees at the start, and sends each document read as one Refresh
+record: the ingest task that takes it removes the document's old field edges and writes
+what its fields name now, in one step (ingest/chunk_ingest.py). Only then do the
+checkpoints move.
 
 Deletions leave no sequence number to search for, so a sync also asks the index which of
 the graph's document nodes still exist (an `ids` query per 10,000 nodes) and removes the
@@ -15,9 +16,8 @@ the caller, before it is boosted or shown (strategies/vector_lookups.py).
 
 Each sync reads OVERLAP writes per shard before its checkpoint again: a write numbered
 before the checkpoint but made searchable only after the last sync read it (a refresh
-racing the sync) is caught then. The edges of every document read are removed before the
-job runs and the job always starts over, so an interrupted sync, run again, rewrites all
-of them.
+racing the sync) is caught then. Refreshing a document twice leaves the same edges, so an
+interrupted sync, run again, rewrites them all.
 
 Limits: checkpoints are per index name and shard, so an index deleted and re-created
 under the same name (or restored from a snapshot) needs `kgqr kb sync --full`; a write made
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest.records import Record
+from ingest.records import Link, Record, Refresh
 from ingest.sources.attached_graph import IndexFieldsSource
 from ingest.sources.base import Source
 from plugin.field_map import FieldMap
@@ -78,7 +78,8 @@ def with_overlap(checkpoints: Checkpoints) -> Checkpoints:
 
 
 class ChangedDocumentsSource(Source):
-    """The edges of the documents written between two checkpoints, from their fields."""
+    """The documents written between two checkpoints, each a Refresh of its field edges
+    (and a Rejected for each value no edge can hold)."""
 
     kind = "index-changes"
 
@@ -99,9 +100,15 @@ class ChangedDocumentsSource(Source):
 
     def records(self) -> Iterator[Record]:
         edges = IndexFieldsSource(self.client, self.fields)
-        links = (link for doc_id, source in self.documents()
-                 for link in edges.links_of(doc_id, source))  # fmt: skip
-        return edges.with_ids(links)
+        return edges.with_ids(self._refreshes(edges))
+
+    def _refreshes(self, edges: IndexFieldsSource) -> Iterator[Record]:
+        relations = edges.structure().relations
+        for doc_id, source in self.documents():
+            read = list(edges.links_of(doc_id, source))
+            yield from (record for record in read if not isinstance(record, Link))
+            links = [record for record in read if isinstance(record, Link)]
+            yield Refresh(id=doc_id, relations=relations, links=links)
 
     def documents(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(id, fields) of each document written in the range, shard by shard."""
@@ -152,20 +159,4 @@ def remove_documents(neo4j: Any, kb: str, ids: list[str]) -> None:
         neo4j.execute_query(
             "MATCH (n:Node {kb: $kb}) WHERE n.id IN $ids DETACH DELETE n",
             kb=kb, ids=ids[start : start + EXISTENCE_BATCH],
-        )  # fmt: skip
-
-
-def remove_field_edges(neo4j: Any, kb: str, fields: FieldMap, ids: list[str]) -> None:
-    """The edges changed documents' fields made (their new values are written after): only
-    those read from a field (they carry its evidence), not a relations file's edge that
-    happens to share a field's name."""
-    relations = [name.rsplit(".", 1)[-1] for name in [*fields.entity_fields,
-                                                     *fields.reference_fields]]  # fmt: skip
-    if not relations:
-        return
-    for start in range(0, len(ids), EXISTENCE_BATCH):
-        neo4j.execute_query(
-            "MATCH (s:Node {kb: $kb})-[r]->() WHERE s.id IN $ids AND r.relation IN $relations "
-            "AND r.field_evidence IS NOT NULL DELETE r",
-            kb=kb, ids=ids[start : start + EXISTENCE_BATCH], relations=relations,
         )  # fmt: skip

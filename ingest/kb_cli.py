@@ -507,13 +507,11 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     changes = index_sync.ChangedDocumentsSource(client, fields, since, until)
     with connections.neo4j_driver(settings) as neo4j:
         gone = index_sync.deleted_documents(client, neo4j, name, fields.index)
-        changed = [doc_id for doc_id, _ in changes.documents()]
         # Read before the edges go: whose documents in the graph's copy lose one.
-        losing = graph_projection.neighbours_of(neo4j, name, [*gone, *changed])
+        losing = graph_projection.neighbours_of(neo4j, name, gone)
         index_sync.remove_documents(neo4j, name, gone)
-        index_sync.remove_field_edges(neo4j, name, fields, changed)
         try:
-            graph_projection.project_nodes(neo4j, client, name, {*losing, *gone, *changed})
+            graph_projection.project_nodes(neo4j, client, name, {*losing, *gone})
         except Exception as exc:  # Neo4j has lost what the copy still holds: not read now
             graph_projection.mark_incomplete(client, name)
             raise click.ClickException(
@@ -521,7 +519,8 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
                 f"read Neo4j until the next `kgqr kb sync {name}` (or `kgqr kb project "
                 f"{name}`) copies it again"
             ) from exc
-    if changed and (fields.entity_fields or fields.reference_fields):
+    read = 0
+    if fields.entity_fields or fields.reference_fields:
         jobs = JobStore(redis)
 
         def send(restart_: bool) -> job_runner.EnqueuedJob:
@@ -530,17 +529,18 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
                 send=chunk_sender(name), restart=restart_,
             )  # fmt: skip
 
-        # Always from the start: the edges of every changed document were just removed, so
-        # a chunk an interrupted run finished must be written again.
+        # From the start: a document written again since an interrupted run's chunk took
+        # it is read again (refreshing one twice leaves the same edges).
         final = follow_job(settings, jobs, send(True), name, lambda: send(False), worker, None)
         _print_progress(final)
         if not final.finished or final.failed:
             raise SystemExit(1)
+        read = final.counts.get("documents", 0)
     _copy_graph_if_missing(name, client)
     graph_version.bump(redis, name)
     kb_meta.save(client, meta.model_copy(update={"synced": until}))
     click.echo(
-        f"synced {name}: {len(changed)} documents read (written since the last sync, and "
+        f"synced {name}: {read} documents read (written since the last sync, and "
         f"up to {index_sync.OVERLAP} writes a shard before it), {len(gone)} deleted (their "
         "nodes and edges removed)"
     )

@@ -122,6 +122,19 @@ class Link(BaseModel):
         return self
 
 
+class Refresh(BaseModel):
+    """An attached document its team changed (`kgqr kb sync`): the edges read from its
+    entity and reference fields (`relations`) are replaced by `links`, what its fields name
+    now. One record, so a document's old edges never go after its new ones land in
+    another chunk, and a chunk run twice leaves the same edges."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["refresh"] = "refresh"
+    id: DocumentId
+    relations: list[GraphName]
+    links: list[Link] = Field(default_factory=list)
+
+
 class ExtractFrom(BaseModel):
     """An attached index's document whose chosen text fields the LLM reads for triples
     (KG-CQR's construction); only its graph is written, never the document."""
@@ -182,7 +195,7 @@ class Rejected(BaseModel):
 
 
 Record = Annotated[
-    Document | Relation | Link | ExtractFrom | CorpusTriple | Mention | Rejected,
+    Document | Relation | Link | Refresh | ExtractFrom | CorpusTriple | Mention | Rejected,
     Field(discriminator="kind"),
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
