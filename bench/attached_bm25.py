@@ -1,6 +1,9 @@
 """An index with no vectors at all (BM25 only, written with opensearch-py in its own
 mapping), attached with the corpus's graph: its own `match` search directly, and through
 kgqr with `graph` and `graph_walk` (BM25 and the graph only), on a corpus's dev questions.
+Then `kgqr kb embed` gives it kgqr's own vectors (a side index; KGQR_EMBEDDER_MODEL) and
+the same strategies run again. Each row is compared with the direct search per question:
+the paired difference, its 95% bootstrap interval, a randomization p-value, wins/losses.
 
     python -m bench.attached_bm25 --corpus hotpotqa:../shared/data/hotpotqa100
     python -m bench.attached_bm25 --corpus musique:../shared/data/musique100
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import tempfile
 import time
@@ -24,17 +28,43 @@ from bench.bench_common import proxy_process, save
 from kgqr_core import connections
 from kgqr_core.settings import get_settings
 from query_rewriter.search.kb_indices import MISS_TTL_S
+from workbench.evaluation.cross_validation import Candidate, PerQuery, cross_validate
+from workbench.evaluation.metrics import score_query
 from workbench.evaluation.query_sets import load_query_set
+from workbench.evaluation.significance import compare, compare_runs
 
 STRATEGIES = ("base", "graph", "graph_walk")
 MAPPING = {"properties": {"title": {"type": "text"}, "body": {"type": "text"}}}
 
 
+LATENCY_MS: list[float] = []  # the searches of the row being run
+
+
 def _ranked(url: str, index: str, text: str, k: int, strategy: str | None) -> list[str]:
     body: dict[str, Any] = {"size": k, "_source": False, "query": {"match": {"body": text}}}
     params = {"kgqr.strategy": strategy} if strategy else {}
+    started = time.perf_counter()
     answer = httpx.post(f"{url}/{index}/_search", params=params, json=body, timeout=300).json()
+    LATENCY_MS.append(1000 * (time.perf_counter() - started))
     return [hit["_id"] for hit in answer["hits"]["hits"]]
+
+
+def depth_chosen_on_folds(runs: dict[str, PerQuery]) -> list[dict[str, Any]]:
+    """The depth each of 5 folds picks on the other four (by R@5, the shallowest first
+    on a tie), scored on its own questions, against the shallowest depth."""
+    if len(runs) < 2:
+        return []
+    names = list(runs)
+    cv = cross_validate([Candidate(name, runs[name]) for name in names], "R@5")
+    found = []
+    for metric in ("R@5", "MRR"):
+        held_out = {query: scores[metric] for query, scores in cv.per_query.items()}
+        shallowest = {query: scores[metric] for query, scores in runs[names[0]].items()}
+        comparison = compare(metric, "depth chosen on folds", held_out, names[0], shallowest)
+        text = (f"depth chosen on folds {cv.chosen()} against {names[0]}, {metric}: "
+                f"{comparison.as_text()}")  # fmt: skip
+        found.append({**comparison.as_json(), "chosen": cv.chosen(), "text": text})
+    return found
 
 
 def main() -> None:
@@ -42,6 +72,9 @@ def main() -> None:
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--questions", type=int, default=50)
     parser.add_argument("--k", type=int, default=10)
+    parser.add_argument(
+        "--depths", default="", help="side_vector_depth values to compare (default: the setting's)"
+    )
     args = parser.parse_args()
     settings = get_settings()
     kind = args.corpus.partition(":")[0]
@@ -49,8 +82,16 @@ def main() -> None:
     judged_queries = load_query_set(args.corpus, "dev", args.questions)
     judged = {q.id: q.judgments for q in judged_queries}
     opensearch = connections.opensearch_client(settings)
-    rows = {}
-    with tempfile.TemporaryDirectory() as tmp, proxy_process() as proxy:
+    rows, per_query = {}, {}
+
+    def record(name: str, ranked: dict[str, list[str]]) -> None:
+        rows[name] = {**scores_of(ranked, judged),
+                      "p50_ms": round(statistics.median(LATENCY_MS), 1)}  # fmt: skip
+        LATENCY_MS.clear()
+        per_query[name] = {qid: score_query(ranked.get(qid, []), grades)
+                           for qid, grades in judged.items()}  # fmt: skip
+
+    with tempfile.TemporaryDirectory() as tmp:
         docs, relations, count = corpus_files(args.corpus, Path(tmp), settings.embedder.model)
         opensearch.indices.delete(index=index, ignore=[404])
         opensearch.indices.create(index=index, body={"mappings": MAPPING})
@@ -62,23 +103,58 @@ def main() -> None:
             run_kgqr("kb", "attach", kb, "--index", index, "--no-vectors", "--text", "title^2",
                   "--text", "body")  # fmt: skip
             run_kgqr("kb", "graph", kb, "--relations", str(relations))
-            time.sleep(MISS_TTL_S + 1)
-            direct = {q.id: _ranked(settings.opensearch.url, index, q.text, args.k, None)
-                      for q in judged_queries}  # fmt: skip
-            rows["BM25 (direct)"] = scores_of(direct, judged)
-            for strategy in STRATEGIES:
-                ranked = {q.id: _ranked(proxy.url, index, q.text, args.k, strategy)
-                          for q in judged_queries}  # fmt: skip
-                rows[f"{strategy} through kgqr"] = scores_of(ranked, judged)
+            record(
+                "BM25 (direct)",
+                {
+                    q.id: _ranked(settings.opensearch.url, index, q.text, args.k, None)
+                    for q in judged_queries
+                },
+            )
+
+            def through_kgqr(suffix: str, env: dict[str, str]) -> None:
+                with proxy_process(env) as proxy:  # each reads the KB's meta afresh
+                    time.sleep(MISS_TTL_S + 1)
+                    for strategy in STRATEGIES:
+                        record(f"{strategy}{suffix}", {
+                            q.id: _ranked(proxy.url, index, q.text, args.k, strategy)
+                            for q in judged_queries})  # fmt: skip
+
+            through_kgqr("", {})
+            run_kgqr("kb", "embed", kb, "--field", "title", "--field", "body")
+            depths: list[int | None] = [int(d) for d in args.depths.split(",") if d]
+            for depth in depths or [None]:
+                suffix = " + kgqr's vectors" + (f" (top {depth})" if depth else "")
+                env = {"KGQR_REWRITE_SIDE_VECTOR_DEPTH": str(depth)} if depth else {}
+                through_kgqr(suffix, env)
         finally:
             subprocess.run([*KGQR, "kb", "detach", kb, "--yes"], capture_output=True)
             opensearch.indices.delete(index=index, ignore=[404])
-    print(f"\n{count} passages, {len(judged)} questions, top {args.k}, no vectors")
-    print(f"{'search':<28} {'R@5':>6} {'MRR':>6}")
+    compared = compare_runs(per_query, "BM25 (direct)", ["R@5", "MRR"])
+    against = {(c.strategy, c.metric): c.as_text() for c in compared}
+    print(f"\n{count} passages, {len(judged)} questions, top {args.k}, an index without vectors")
+    print(f"{'search (through kgqr)':<38} {'R@5':>6} {'MRR':>6} {'p50 ms':>7}   against direct")
     for name, scores in rows.items():
-        print(f"{name:<28} {scores['R@5']:>6} {scores['MRR']:>6}")
-    save(f"attached-bm25-{kind}", {"corpus": args.corpus, "questions": len(judged),
-                                   "k": args.k, "rows": rows})  # fmt: skip
+        print(
+            f"{name:<38} {scores['R@5']:>6} {scores['MRR']:>6} {scores['p50_ms']:>7}   "
+            f"R@5 {against.get((name, 'R@5'), '-')}; MRR {against.get((name, 'MRR'), '-')}"
+        )
+    # Each depth of kgqr's vectors against the shallowest: what reading deeper adds.
+    embedded = [name for name in per_query if name.startswith("base + ")]
+    by_depth = compare_runs({name: per_query[name] for name in embedded}, embedded[0],
+                            ["R@5", "MRR"]) if len(embedded) > 1 else []  # fmt: skip
+    for deeper in by_depth:
+        print(f"{deeper.strategy} against {deeper.baseline}, {deeper.metric}: {deeper.as_text()}")
+    chosen = depth_chosen_on_folds({name: per_query[name] for name in embedded})
+    for line in chosen:
+        print(line["text"])
+    save(f"attached-bm25-{kind}", {
+        "corpus": args.corpus, "questions": len(judged), "k": args.k,
+        "model": settings.embedder.model, "rows": rows,
+        "against_direct": [c.as_json() for c in compared],
+        "deeper_against_shallowest": [c.as_json() for c in by_depth],
+        "depth_chosen_on_folds": chosen,
+        "per_query": per_query,
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from ingest.records import (
     RECORD_ADAPTER,
     CorpusTriple,
     Document,
+    EmbedFrom,
     ExtractFrom,
     Link,
     Mention,
@@ -48,6 +49,7 @@ class _Sorted:
     relations: list[Relation] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
     refreshes: list[Refresh] = field(default_factory=list)
+    to_embed: list[EmbedFrom] = field(default_factory=list)
     to_extract: list[ExtractFrom] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)
     triples: list[CorpusTriple] = field(default_factory=list)
@@ -88,6 +90,8 @@ def _sort(records: list[dict[str, Any]]) -> _Sorted:
             sorted_.links.append(record)
         elif isinstance(record, Refresh):
             sorted_.refreshes.append(record)
+        elif isinstance(record, EmbedFrom):
+            sorted_.to_embed.append(record)
         elif isinstance(record, ExtractFrom):
             sorted_.to_extract.append(record)
         elif isinstance(record, Mention):
@@ -132,6 +136,7 @@ def ingest_chunk(
         resources.neo4j, kb, [(document.id, document.type) for document in batch.documents]
     )
     documents_ok = _write_documents(resources, kb, batch)
+    vectors_ok = _write_side_vectors(resources, kb, batch)
     losing = _refresh_field_edges(resources, kb, batch)
     graph_writer.write_relations(resources.neo4j, kb, batch.relations)
     graph_writer.write_links(resources.neo4j, kb, batch.links)
@@ -152,6 +157,7 @@ def ingest_chunk(
         "mentions": len(batch.mentions),
         "triples": triples_ok,
         "rejected": len(batch.failures),
+        "vectors": vectors_ok,
     }
     outcome.problems.extend(f"{f.stage}: {f.reason}" for f in batch.failures)
     resources.jobs.complete_chunk(job_id, chunk, outcome.counts)
@@ -177,6 +183,16 @@ def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int
         resources, kb, batch, batch.documents,
         embedded=lambda doc: (doc.title, doc.body()), key=lambda doc: doc.id,
         index_write=opensearch_writer.write_documents, graph_write=graph_writer.write_documents,
+    )  # fmt: skip
+
+
+def _write_side_vectors(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
+    """kgqr's vectors of an attached index's documents, into its own side index (the
+    documents' nodes exist already, or come with their edges)."""
+    return _index_then_graph(
+        resources, kb, batch, batch.to_embed,
+        embedded=lambda document: ("", document.text), key=lambda document: document.id,
+        index_write=opensearch_writer.write_side_vectors, graph_write=lambda *_: None,
     )  # fmt: skip
 
 

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from ingest.records import Link, Record, Refresh
-from ingest.sources.attached_graph import IndexFieldsSource
+from ingest.sources.attached_graph import IndexFieldsSource, embed_from
 from ingest.sources.base import Source
+from plugin import schema
 from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure
 
@@ -79,7 +80,8 @@ def with_overlap(checkpoints: Checkpoints) -> Checkpoints:
 
 class ChangedDocumentsSource(Source):
     """The documents written between two checkpoints, each a Refresh of its field edges
-    (and a Rejected for each value no edge can hold)."""
+    (and a Rejected for each value no edge can hold), and, where kgqr keeps vectors of the
+    index, its text to embed again."""
 
     kind = "index-changes"
 
@@ -104,15 +106,19 @@ class ChangedDocumentsSource(Source):
 
     def _refreshes(self, edges: IndexFieldsSource) -> Iterator[Record]:
         relations = edges.structure().relations
+        embedded = self.fields.side_vector_fields
         for doc_id, source in self.documents():
             read = list(edges.links_of(doc_id, source))
             yield from (record for record in read if not isinstance(record, Link))
             links = [record for record in read if isinstance(record, Link)]
             yield Refresh(id=doc_id, relations=relations, links=links)
+            if embedded and (text := embed_from(doc_id, source, embedded)) is not None:
+                yield text
 
     def documents(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(id, fields) of each document written in the range, shard by shard."""
-        wanted = [*self.fields.entity_fields, *self.fields.reference_fields]
+        fields = self.fields
+        wanted = [*fields.entity_fields, *fields.reference_fields, *fields.side_vector_fields]
         for key, until in sorted(self.until.items()):
             name, _, shard = key.rpartition("/")
             after = self.since.get(key, -1)
@@ -151,6 +157,14 @@ def deleted_documents(client: Any, neo4j: Any, kb: str, index: str) -> list[str]
         found = {hit["_id"] for hit in client.search(index=index, body=body)["hits"]["hits"]}
         gone.extend(doc for doc in ids if doc not in found)
         after = ids[-1]
+
+
+def remove_side_vectors(client: Any, kb: str, ids: list[str]) -> None:
+    """kgqr's vectors of deleted documents (none kept where it keeps none)."""
+    index = schema.vectors_index(kb)
+    if ids and client.indices.exists(index=index):
+        client.delete_by_query(index=index, body={"query": {"ids": {"values": ids}}},
+                               params={"refresh": "true"})  # fmt: skip
 
 
 def remove_documents(neo4j: Any, kb: str, ids: list[str]) -> None:

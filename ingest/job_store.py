@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-COUNTERS = ("documents", "relations", "mentions", "triples", "rejected")
+COUNTERS = ("documents", "relations", "mentions", "triples", "rejected", "vectors")
 JOB_TTL_S = 30 * 24 * 3600
 
 

@@ -126,8 +126,13 @@ def _describe(field_map: Any) -> str:
         if field_map.follow_query_fields
         else ""
     )
-    vectors = (f"{field_map.vector_field} ({field_map.dimension} dims, model "
-               f"{field_map.vector_model})" if field_map.vector_field else "none")  # fmt: skip
+    vectors = "none"
+    model = f"{field_map.dimension} dims, model {field_map.vector_model}"
+    if field_map.vector_field:
+        vectors = f"{field_map.vector_field} ({model})"
+    elif field_map.side_vector_fields:
+        embedded = ", ".join(field_map.side_vector_fields)
+        vectors = f"kgqr's side index (kgqr-NAME-vectors), from {embedded} ({model})"
     return "\n".join([
         f"index:       {field_map.index}",
         f"text:        {words}{follow}",
@@ -443,6 +448,73 @@ def graph(name: str, relations: Path | None, from_fields: bool,
     _copy_graph_if_missing(name, client)
 
 
+@kb.command()
+@click.argument("name", callback=_name)
+@click.option(
+    "--field",
+    "embed_fields",
+    multiple=True,
+    required=True,
+    metavar="FIELD",
+    help="A text field to embed (repeat: their text is joined, in this order).",
+)
+@click.option("--model", help="The embedder (default: KGQR_EMBEDDER_MODEL).")
+@job_options
+def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: bool,
+          worker: str) -> None:  # fmt: skip
+    """Give an attached index that has no vectors kgqr's own, in kgqr's side index
+    kgqr-NAME-vectors (never the team's index), through Celery like ingest (resumable).
+    Searches then rank the caller's matches by BM25, by these vectors and by the graph. A
+    vector counts for a caller only where their own fetch of FIELD shows the text it was
+    made from (docs/attached-indices.md); `kgqr kb sync` keeps the vectors up."""
+    from ingest import job_runner
+    from ingest.attached_indices import mapping_of
+    from ingest.cli import _print_progress, follow_job
+    from ingest.job_store import JobStore
+    from ingest.sources.attached_graph import IndexEmbedSource
+    from ingest.tasks import chunk_sender
+    from kgqr_core import connections
+    from kgqr_core.embedder import embedder_dimension
+    from plugin import installer, kb_meta
+    from plugin.field_map import check_field_map
+
+    settings, client = get_settings(), _client()
+    meta = _meta(client, name)
+    if meta.attached is None:
+        raise click.ClickException(f"{name!r} is kgqr's own knowledge base: it has vectors")
+    model = model or settings.embedder.model
+    fields = meta.attached
+    chosen = fields.model_copy(update={
+        "side_vector_fields": list(embed_fields), "vector_model": model,
+        "dimension": embedder_dimension(model),
+    })  # fmt: skip
+    if problems := check_field_map(chosen, mapping_of(client, fields.index)):
+        raise click.ClickException(f"cannot embed {fields.index}:\n" + "\n".join(problems))
+    index = schema.vectors_index(name)
+    if (fields.side_vector_fields, fields.vector_model) != (list(embed_fields), model):
+        # Vectors of another model or text would score against the new queries' as noise.
+        client.indices.delete(index=index, ignore_unavailable=True)
+    if not client.indices.exists(index=index):
+        installer.create_index(client, index, schema.kb_index_body("vectors", dimension=0))
+    # Recorded first: a search uses each vector as it lands, none before.
+    kb_meta.save(client, meta.model_copy(update={"attached": chosen, "embedder": model}))
+    jobs = JobStore(connections.redis_client(settings))
+
+    def send(restart_: bool) -> job_runner.EnqueuedJob:
+        return job_runner.enqueue_graph(
+            IndexEmbedSource(client, chosen), f"embed:{fields.index}", name, opensearch=client,
+            jobs=jobs, send=chunk_sender(name, model=model), restart=restart_,
+        )  # fmt: skip
+
+    enqueued = send(restart)
+    final = follow_job(settings, jobs, enqueued, name, lambda: send(False), worker, None)
+    _print_progress(final)
+    if not final.finished or final.failed:
+        raise SystemExit(1)
+    click.echo(f"embedded {final.counts.get('vectors', 0)} documents of {fields.index} with "
+               f"{model} into {index}")  # fmt: skip
+
+
 def _copy_graph_if_missing(name: str, client: Any) -> None:
     """Copy the whole graph where the KB has no complete copy in OpenSearch: one made
     before copies were, or one a failed write left incomplete. Searches on it expanded in
@@ -510,6 +582,7 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         # Read before the edges go: whose documents in the graph's copy lose one.
         losing = graph_projection.neighbours_of(neo4j, name, gone)
         index_sync.remove_documents(neo4j, name, gone)
+        index_sync.remove_side_vectors(client, name, gone)
         try:
             graph_projection.project_nodes(neo4j, client, name, {*losing, *gone})
         except Exception as exc:  # Neo4j has lost what the copy still holds: not read now
@@ -520,13 +593,13 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
                 f"{name}`) copies it again"
             ) from exc
     read = 0
-    if fields.entity_fields or fields.reference_fields:
+    if fields.entity_fields or fields.reference_fields or fields.side_vector_fields:
         jobs = JobStore(redis)
 
         def send(restart_: bool) -> job_runner.EnqueuedJob:
             return job_runner.enqueue_graph(
                 changes, f"sync:{fields.index}", name, opensearch=client, jobs=jobs,
-                send=chunk_sender(name), restart=restart_,
+                send=chunk_sender(name, model=fields.vector_model), restart=restart_,
             )  # fmt: skip
 
         # From the start: a document written again since an interrupted run's chunk took

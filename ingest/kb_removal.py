@@ -29,6 +29,7 @@ def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> Rem
         schema.triples_index(kb),
         schema.deadletter_index(kb),
         schema.graph_index(kb),
+        schema.vectors_index(kb),
     ):
         # A re-embedded knowledge base's names are aliases: delete the indices behind them,
         # and any versioned index an unfinished re-embed left.

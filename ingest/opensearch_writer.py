@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from ingest.bulk_requests import bulk_results
-from ingest.records import CorpusTriple, Document
+from ingest.records import CorpusTriple, Document, EmbedFrom
+from kgqr_core import packed_vectors
 from plugin import schema
 
 
@@ -81,6 +82,16 @@ def write_triples(
         for t, vector in zip(triples, vectors, strict=True)
     ]  # fmt: skip
     return _bulk(client, schema.triples_index(kb), items, "opensearch-triples")
+
+
+def write_side_vectors(
+    client: Any, kb: str, documents: Sequence[EmbedFrom], vectors: np.ndarray
+) -> list[WriteFailure]:
+    items = [
+        (d.id, {"vector": packed_vectors.pack(vector), "digest": d.digest}, d)
+        for d, vector in zip(documents, vectors, strict=True)
+    ]
+    return _bulk(client, schema.vectors_index(kb), items, "opensearch-vectors")
 
 
 # What a dead letter keeps of a record: enough to find and fix it. A record set aside for

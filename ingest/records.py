@@ -135,6 +135,18 @@ class Refresh(BaseModel):
     links: list[Link] = Field(default_factory=list)
 
 
+class EmbedFrom(BaseModel):
+    """An attached document's text, for kgqr's side index of vectors (`kgqr kb embed`):
+    `digest` is what a caller's own fetch of the fields must show for the vector to count
+    in their search (kgqr_core/field_evidence.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["embed"] = "embed"
+    id: DocumentId
+    text: str
+    digest: str
+
+
 class ExtractFrom(BaseModel):
     """An attached index's document whose chosen text fields the LLM reads for triples
     (KG-CQR's construction); only its graph is written, never the document."""
@@ -195,7 +207,15 @@ class Rejected(BaseModel):
 
 
 Record = Annotated[
-    Document | Relation | Link | Refresh | ExtractFrom | CorpusTriple | Mention | Rejected,
+    Document
+    | Relation
+    | Link
+    | Refresh
+    | EmbedFrom
+    | ExtractFrom
+    | CorpusTriple
+    | Mention
+    | Rejected,
     Field(discriminator="kind"),
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)

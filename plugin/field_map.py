@@ -39,7 +39,10 @@ class FieldMap(BaseModel):
     title_field: str | None = None  # what explains and prompts call a document
     body_field: str | None = None  # the text prompts read
     vector_field: str | None = None
-    # A kgqr embedder name or a sentence-transformers folder; None with no vector field.
+    # The text fields kgqr embedded into its own side index (`kgqr kb embed`), for an
+    # index with no vector field; `vector_model` and `dimension` are then those vectors'.
+    side_vector_fields: list[str] = Field(default_factory=list)
+    # A kgqr embedder name or a sentence-transformers folder; None with no vectors.
     vector_model: str | None = None
     dimension: int | None = None
     # Keyword fields whose values become entity nodes (`brand: Acme` -> BRAND -> Acme),
@@ -65,6 +68,11 @@ class FieldMap(BaseModel):
             vector_model=model,
             dimension=dimension,
         )
+
+    @property
+    def has_vectors(self) -> bool:
+        """Whether searches have a vector side: the index's own, or kgqr's side index."""
+        return bool(self.vector_field or self.side_vector_fields)
 
     def boosted_text_fields(self) -> list[str]:
         """The text fields as a multi_match names them (`title^2`)."""
@@ -197,6 +205,13 @@ def check_field_map(
         typed(name, "reference field", KEYWORD_TYPES)
     if field_map.id_field:
         typed(field_map.id_field, "id field", KEYWORD_TYPES)
+    for name in field_map.side_vector_fields:
+        typed(name, "embedded field", (*TEXT_TYPES, *KEYWORD_TYPES))
+    if field_map.side_vector_fields and field_map.vector_field:
+        problems.append(
+            f"the index has vectors of its own [{field_map.vector_field}]: kgqr embeds only "
+            "an index without any"
+        )
     if field_map.vector_field:
         vector = typed(field_map.vector_field, "vector field", ("knn_vector",))
         if field_map.vector_model is None:
@@ -210,7 +225,7 @@ def check_field_map(
                 f"vector field [{field_map.vector_field}] holds {held}-dimensional vectors, "
                 f"and {field_map.vector_model} makes {model_dimension}-dimensional ones"
             )
-    elif field_map.vector_model:
+    elif field_map.vector_model and not field_map.side_vector_fields:
         problems.append(f"--model {field_map.vector_model} is given without a vector field")
     if not field_map.text_fields and not any(f.type in TEXT_TYPES for f in fields.values()):
         problems.append("the index maps no text field: kgqr has no words to search")

@@ -29,7 +29,7 @@ QUERY_LOG_INDEX = "kgqr-query-log"
 JUDGMENTS_INDEX = "kgqr-judgments"
 TUNE_RUNS_INDEX = "kgqr-tune-runs"
 PROXY_TEMPLATES = ("query-log", "judgments", "tune-runs")
-TEMPLATES = ("documents", "triples", "deadletter", "graph", "kb-meta", *PROXY_TEMPLATES)
+TEMPLATES = ("documents", "triples", "deadletter", "graph", "vectors", "kb-meta", *PROXY_TEMPLATES)
 
 
 def check_kb_name(kb: str) -> str:
@@ -94,6 +94,14 @@ def graph_copy_id(node_id: str) -> str:
     if len(node_id.encode()) <= MAX_DOCUMENT_ID_BYTES:
         return node_id
     return "sha256:" + hashlib.sha256(node_id.encode()).hexdigest()
+
+
+def vectors_index(kb: str) -> str:
+    """kgqr's own vectors of an attached index that has none (`kgqr kb embed`): one
+    document per team document, keyed by its `_id`, holding the vector and a digest of
+    the text it was made from; read by id only (search/side_vectors.py). No content index
+    ends in ``-vectors``."""
+    return kb_index(kb, "vectors")
 
 
 def graph_index(kb: str) -> str:

@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from ingest.document_keys import DocumentKeys, keyed
-from ingest.records import ExtractFrom, Link, Record, Rejected
+from ingest.records import EmbedFrom, ExtractFrom, Link, Record, Rejected
 from ingest.sources.base import Source, json_lines
-from kgqr_core.field_evidence import FieldEvidence, field_values, joined_text
+from kgqr_core.field_evidence import FieldEvidence, digest, field_values, joined_text
 from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure
 
@@ -158,6 +158,41 @@ def scan_in_id_order(client: Any, index: str, fields: list[str]) -> Iterator[dic
         if len(hits) < SCAN_PAGE:
             return
         after = hits[-1]["sort"]
+
+
+def embed_from(doc_id: str, source: dict[str, Any], fields: list[str]) -> Record | None:
+    """What kgqr embeds of a document (None: its fields hold no text), with the digest a
+    caller's own fetch of those fields must match for the vector to count for them."""
+    text = joined_text(source, fields)
+    if not text.strip():
+        return None
+    try:
+        return EmbedFrom(id=doc_id, text=text, digest=digest(text))
+    except ValidationError as exc:
+        return Rejected(reason=f"{doc_id}: {exc.errors()[0]['msg']}", raw=text[:4000])
+
+
+class IndexEmbedSource(IndexFieldsSource):
+    """The chosen text fields of each document of an index without vectors, for kgqr's
+    side index of vectors (`kgqr kb embed`)."""
+
+    kind = "index-embed"
+
+    def structure(self) -> DocumentStructure:
+        return DocumentStructure()
+
+    def fingerprint(self) -> str:
+        key = f"{super().fingerprint()}|{self.fields.side_vector_fields}|{self.fields.vector_model}"
+        return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+    def records(self) -> Iterator[Record]:
+        wanted = self.fields.side_vector_fields
+        for read, hit in enumerate(scan_in_id_order(self.client, self.fields.index, wanted)):
+            if self.limit is not None and read >= self.limit:
+                return
+            record = embed_from(hit["_id"], hit.get("_source") or {}, wanted)
+            if record is not None:
+                yield record
 
 
 class IndexTextSource(IndexFieldsSource):

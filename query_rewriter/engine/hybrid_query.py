@@ -155,11 +155,14 @@ def hybrid_body(
     deep: bool = False,
     fields: SearchFields | None = None,
     added: Collection[str] = (),
+    vector_scores: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The client's body with its query replaced by the hybrid query, weighed; `deep`:
     read from the top to FUSION_DEPTH at least, for a ranking fused before its page is cut
     (search/plain_fusion.py). `fields`: kgqr's own documents' unless given. `added`: the
-    documents the graph adds to the caller's matches (graph_adds)."""
+    documents the graph adds to the caller's matches (graph_adds). `vector_scores`: the
+    vector side of an index without a vector field, from kgqr's side index
+    (search/side_vectors.py), scored like the graph's boosts and never adding a match."""
     fields = fields or OWN_FIELDS
     body = {key: value for key, value in client_body.items() if key not in ("query", "ext")}
     if deep:
@@ -172,6 +175,8 @@ def hybrid_body(
     queries = [bm25_clause(expanded_text, parsed, fields)] if parsed.vector is None else []
     if fields.vector:  # a vector query's own k: its matches are its k nearest
         queries.append(knn_clause(vector, parsed.vector_k or max(k, size), parsed, fields))
+    elif vector_scores is not None:
+        queries.append(boost_clause(vector_scores, parsed))
     hybrid: dict[str, Any] = {"queries": queries}
     positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
     if positive:
@@ -181,7 +186,7 @@ def hybrid_body(
     # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.
     hybrid["pagination_depth"] = max(k, start + size)
     body["query"] = {"hybrid": hybrid}
-    both = parsed.vector is None and bool(fields.vector)
+    both = parsed.vector is None and (bool(fields.vector) or vector_scores is not None)
     body = _weighted(body, weights) if both else _weighted_one_side(body, weights)
     return _highlighting_the_callers_query(body, client_body.get("query"))
 

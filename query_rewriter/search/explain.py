@@ -43,6 +43,9 @@ class Explain(TypedDict, total=False):
     fusion: str | None  # "pipeline", "client ...", or None when no hybrid search ran
     hits_from: str  # what the hits and hits.total are drawn from (engine/original_facets.py)
     signals: list[str]  # what ranked them: "bm25", "knn" (a vector field), "graph" (boosts)
+    # kgqr's vectors of an attached index without any (search/side_vectors.py): the side
+    # index, the caller's candidates, and how many had a vector the caller's fetch vouched for
+    side_vectors: dict[str, Any]
     # What the caller's query demands of every hit beyond one word ("a phrase
     # [match_phrase]"): the query then filters every side, and hits are its hits.
     kept_as_filter: str

@@ -319,7 +319,7 @@ class Rewriter:
             structure = meta.structure if meta is not None else DocumentStructure()
             try:
                 with timer.stage("embedder"):
-                    vectorless = meta is not None and not meta.fields().vector_field
+                    vectorless = meta is not None and not meta.fields().has_vectors
                     embed = (
                         no_vectors
                         if vectorless

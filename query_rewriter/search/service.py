@@ -31,6 +31,7 @@ from query_rewriter.search.plain_fusion import fuse_protecting_top
 from query_rewriter.search.plan import PassThrough, SearchPlan, strip_kgqr
 from query_rewriter.search.query_log import query_log_entry
 from query_rewriter.search.rewriter import RewriteOutcome, record_fallback
+from query_rewriter.search.side_vectors import visible_vectors
 from query_rewriter.search.state import ProxyState
 from query_rewriter.strategies.params import FUSE_PLAIN, KEEP_TOP, KNN_K, param_value
 
@@ -98,6 +99,8 @@ async def run_plan(
     if searched.within:
         explain["hits_from"] = searched.within
         explain["signals"] = list(searched.signals)
+    if searched.side_vectors is not None:
+        explain["side_vectors"] = searched.side_vectors
     if (kb_default := plan.default_explained()) is not None:
         explain["default"] = kb_default
     if plan.parsed.demands:
@@ -149,6 +152,7 @@ class Searched:
     failure: str | None = None
     within: str | None = None  # what the hits (and hits.total) are drawn from
     signals: tuple[str, ...] = ()  # what ranked them: bm25, knn (a vector field), graph
+    side_vectors: dict[str, Any] | None = None  # kgqr's vectors used, where it keeps them
 
 
 async def _rewritten_search(
@@ -164,6 +168,15 @@ async def _rewritten_search(
     weighed = HybridWeights(plan.bm25, boost_weights, outcome.rewrite.boost_share)
     # The documents the graph adds to the caller's matches, which the total then counts.
     added = outcome.rewrite.graph_linked() if graph_adds(plan.body, plan.parsed, weighed) else set()
+    side = None
+    # (No query vector: the proxy has not yet read the KB's new meta, a minute at most.)
+    if plan.fields is not None and plan.fields.side_vector_fields and outcome.vector:
+        end = int(plan.body.get("from", 0)) + int(plan.body.get("size", 10))
+        depth = max(state.settings.rewrite.side_vector_depth, k, end)
+        target = (plan.index, plan.kb, plan.fields)
+        side = await visible_vectors(
+            session, state.engine.as_kgqr(), target, plan.parsed, fields, depth
+        )
     body = hybrid_body(
         plan.body,
         plan.parsed,
@@ -175,14 +188,16 @@ async def _rewritten_search(
         deep=fuse,
         fields=fields,
         added=added,
+        vector_scores=side.scores(np.asarray(outcome.vector, np.float32)) if side else None,
     )
     plain = None
     if fuse:  # `base`'s ranking (the query alone) down to the end of the page
         vector = np.asarray(outcome.plain_vector, dtype=np.float32)
         weights = HybridWeights(plan.bm25, boost_weights)
         plain = hybrid_body(
-            plan.body, plan.parsed, plan.parsed.text, vector, k, weights, deep=True, fields=fields
-        )
+            plan.body, plan.parsed, plan.parsed.text, vector, k, weights, deep=True,
+            fields=fields, vector_scores=side.scores(vector) if side else None,
+        )  # fmt: skip
     answers = await rewritten_search(
         session, plan.index, body, plain, facet_body(plan.body, plan.parsed, added),
         plan.sent_params, state.neural_search,
@@ -208,11 +223,14 @@ async def _rewritten_search(
             " and the documents the graph links to it" if added else ""
         )
         sub_queries = len(body["query"]["hybrid"]["queries"])
-        sides = [side for side, used in (("bm25", plan.parsed.vector is None),
-                                         ("knn", bool(fields.vector))) if used]  # fmt: skip
+        sides = [name for name, used in (("bm25", plan.parsed.vector is None),
+                                         ("knn", bool(fields.vector) or side is not None))
+                 if used]  # fmt: skip
         signals = (*sides, *(["graph"] if sub_queries > len(sides) else []))
         answer = json_answer(merged, upstream, facets, *plain_answers)
-        return Searched(answer, body, fusion, within=within, signals=signals)
+        side_explained = side.explained() if side is not None else None
+        return Searched(answer, body, fusion, within=within, signals=signals,
+                        side_vectors=side_explained)  # fmt: skip
     if upstream.status_code in (401, 403, 404):
         return Searched(upstream, body, fusion)  # the caller's own refusal, as the engine gave it
     # A re-embed may have moved the KB to another model (its vectors no longer fit the

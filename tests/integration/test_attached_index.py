@@ -28,7 +28,7 @@ from ingest.kb_removal import drop_knowledge_base
 from kgqr_core.embedder import get_embedder
 from kgqr_core.field_evidence import FieldEvidence
 from kgqr_core.settings import Settings
-from kgqr_ops.background_proxy import free_port
+from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.cli import main
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.local_service import port_of
@@ -385,6 +385,49 @@ def test_without_vectors_the_graph_strategies_rank_over_bm25(
     ranked = [hit["_id"] for hit in answer["hits"]["hits"]]
     assert ranked[0] == "p3" and "m2" in ranked, explained["details"]
     assert answer["hits"]["total"]["value"] == len(ranked)  # p3 and what the graph added
+
+
+def test_kgqrs_own_vectors_rank_an_index_that_has_none_and_follow_its_changes(
+    settings: Settings, opensearch: Any, attached_without_vectors: str
+) -> None:
+    """`kgqr kb embed` writes kgqr's side index, never the team's; searches then rank the
+    caller's matches by those vectors too. A document the app changed since it was embedded
+    gets no vector score until `kgqr kb sync` embeds it again; a deleted one's goes."""
+    before = opensearch.indices.get_mapping(index=PLAIN_INDEX)
+    done = kgqr("kb", "embed", PLAIN_KB, "--field", "headline", "--field", "content",
+                "--model", settings.embedder.model)  # fmt: skip
+    assert done.exit_code == 0 and "embedded 8 documents" in done.output, done.output
+    assert opensearch.indices.get_mapping(index=PLAIN_INDEX) == before
+    side = schema.vectors_index(PLAIN_KB)
+    opensearch.indices.refresh(index=side)
+    assert opensearch.count(index=side)["count"] == 8
+    shown = kgqr("kb", "show", PLAIN_KB)
+    assert "kgqr's side index" in shown.output, shown.output
+
+    def explained(url: str) -> dict[str, Any]:
+        body = {"query": {"match": {"content": "an actor who played a hitman"}}, "size": 5}
+        params = {"kgqr.strategy": "base", "kgqr.explain": "true"}
+        answer = httpx.post(f"{url}/{PLAIN_INDEX}/_search", params=params, json=body,
+                            timeout=120).json()  # fmt: skip
+        assert answer["kgqr"].get("fallback") is None, answer["kgqr"]
+        return dict(answer["kgqr"])
+
+    with running_proxy(settings) as url:  # a proxy that reads the KB's meta afresh
+        first = explained(url)
+        assert first["signals"] == ["bm25", "knn"], first
+        vectors = first["side_vectors"]
+        assert vectors["index"] == side and vectors["scored"] == vectors["candidates"] >= 3
+        opensearch.update(index=PLAIN_INDEX, id="p3", refresh=True,
+                          body={"doc": {"content": "Tom Cruise played a hitman."}})  # fmt: skip
+        stale = explained(url)["side_vectors"]
+        assert stale["scored"] == stale["candidates"] - 1  # p3's text is not what was embedded
+        opensearch.delete(index=PLAIN_INDEX, id="p2", refresh=True)
+        synced = kgqr("kb", "sync", PLAIN_KB)
+        assert synced.exit_code == 0 and "1 deleted" in synced.output, synced.output
+        fresh = explained(url)["side_vectors"]
+        assert fresh["scored"] == fresh["candidates"], fresh
+    opensearch.indices.refresh(index=side)
+    assert opensearch.count(index=side)["count"] == 7  # p2's vector went with it
 
 
 KEYED_KB, KEYED_INDEX = "team-keyed", "team-movies-keyed"

@@ -1196,9 +1196,11 @@ def secured_shop_index(
     users: dict[str, str],
 ) -> Iterator[str]:  # fmt: skip
     """The shop's index, written by the admin, attached without vectors and given a graph
-    from its `brand` field by kgqr-ingest, which reads every field."""
+    from its `brand` field and kgqr's vectors of its description and brand by kgqr-ingest,
+    which reads every field."""
     from ingest.attached_indices import FieldChoices, attach, checked, field_map_for, mapping_of
-    from ingest.sources.attached_graph import IndexFieldsSource
+    from ingest.sources.attached_graph import IndexEmbedSource, IndexFieldsSource
+    from plugin import installer
 
     admin = connections.opensearch_client(_as(settings, secured, "admin", secured.admin_password))
     admin.indices.delete(index=SHOP_INDEX, ignore=[404])
@@ -1216,8 +1218,17 @@ def secured_shop_index(
         mapping = mapping_of(opensearch, SHOP_INDEX)
         chosen = FieldChoices(no_vectors=True, entity_fields=("brand",))
         fields = checked(field_map_for(SHOP_INDEX, mapping, chosen), mapping)
-        attach(opensearch, SHOP_KB, fields)
+        meta = attach(opensearch, SHOP_KB, fields)
         _graph_in_process(resources, redis_client, SHOP_KB, IndexFieldsSource(opensearch, fields))
+        embedded = fields.model_copy(update={  # what `kgqr kb embed --field ...` records
+            "side_vector_fields": ["description", "brand"],
+            "vector_model": settings.embedder.model, "dimension": resources.dimension,
+        })  # fmt: skip
+        kb_meta.save(opensearch, meta.model_copy(
+            update={"attached": embedded, "embedder": settings.embedder.model}))  # fmt: skip
+        installer.create_index(opensearch, schema.vectors_index(SHOP_KB),
+                               schema.kb_index_body("vectors", dimension=0))  # fmt: skip
+        _graph_in_process(resources, redis_client, SHOP_KB, IndexEmbedSource(opensearch, embedded))
 
     with _ingested(settings, secured, neo4j_driver, redis_client, SHOP_KB, write):
         yield SHOP_INDEX
@@ -1261,6 +1272,33 @@ def test_a_graph_read_from_a_field_leads_only_callers_who_see_the_field(
         else:
             assert any("Acme" in (node["path"] or "") for node in nodes), nodes
     assert led_to == {"reader": {"s2", "s4"}, "brandless": set(), "masked": set()}
+
+
+def test_kgqrs_vectors_count_only_for_callers_who_see_the_text_they_were_made_from(
+    secured: SecuredCredentials, secured_shop_index: str, proxy: tuple[str, list[str]],
+    users: dict[str, str],
+) -> None:  # fmt: skip
+    """kgqr embedded each product's description and brand. A caller whose field-level
+    security hides `brand`, or whose masking hashes it, cannot be ranked by vectors made
+    from it; one who sees both is. And kgqr's side index is kgqr's: no caller reads it."""
+    _until_rewritten(proxy[0], SHOP_INDEX, SHOP_QUERY, users["reader"])
+    scored = {}
+    for who in ("reader", "brandless", "masked"):
+        answer = _explained(proxy[0], SHOP_INDEX, "base", SHOP_QUERY,
+                            {"authorization": users[who]})  # fmt: skip
+        explain = answer.json()["kgqr"]
+        assert explain["fallback"] is None and explain["signals"] == ["bm25", "knn"], explain
+        vectors = explain["side_vectors"]
+        scored[who] = (vectors["scored"], vectors["candidates"])
+    assert scored["reader"][0] == scored["reader"][1] >= 2, scored
+    assert scored["brandless"][0] == scored["masked"][0] == 0, scored
+    for who in ("reader", "brandless"):
+        direct = httpx.post(
+            f"{secured.url}/{schema.vectors_index(SHOP_KB)}/_search",
+            headers={"authorization": users[who]},
+            verify=_trusting(secured),
+        )
+        assert direct.status_code == 403, direct.text
 
 
 def _put_role(secured: SecuredCredentials, role: str, definition: dict[str, Any]) -> None:

@@ -19,13 +19,15 @@ def test_the_service_role_covers_kgqrs_bookkeeping_and_no_knowledge_base() -> No
         schema.JUDGMENTS_INDEX,
         schema.TUNE_RUNS_INDEX,
     ]
-    assert graphs["index_patterns"] == ["kgqr-*-graph"]
+    assert graphs["index_patterns"] == ["kgqr-*-graph", "kgqr-*-vectors"]
     assert graphs["allowed_actions"] == ["get", "indices:admin/mappings/get"]
     assert fnmatch.fnmatch(schema.graph_index("movies"), "kgqr-*-graph")
-    for kb in ("graph", "x-graph", "movies"):
+    assert fnmatch.fnmatch(schema.vectors_index("movies"), "kgqr-*-vectors")
+    for kb in ("graph", "x-graph", "vectors", "x-vectors", "movies"):
         for content in (schema.documents_index(kb), schema.triples_index(kb),
                         schema.generation_index(schema.documents_index(kb), 3)):  # fmt: skip
-            assert not fnmatch.fnmatch(content, "kgqr-*-graph"), content
+            for pattern in graphs["index_patterns"]:
+                assert not fnmatch.fnmatch(content, pattern), content
 
 
 def test_the_ingest_role_covers_every_index_kgqr_writes() -> None:

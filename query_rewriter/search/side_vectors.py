@@ -1,0 +1,90 @@
+"""Ranking an attached index that has no vectors by kgqr's own (kgqr-KB-vectors, made by
+`kgqr kb embed`), without letting them show a caller more than their own search does.
+
+The caller's own search gives the candidates: their matches, best first by BM25, down to
+the hybrid's depth, with the fields the vectors were made from. kgqr reads its vectors of
+those documents only, by id with its own account (the side index is kgqr's, like the
+graph's copy), and a vector counts only where the caller's fetch shows the very text it
+was made from. A field hidden from the caller (field-level security), masked, or changed
+since it was embedded leaves that document without a vector score. So the vectors
+re-rank the caller's matches, as a k-NN side restricted to them would, and never add one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+from kgqr_core import packed_vectors
+from kgqr_core.field_evidence import digest, joined_text
+from plugin import schema
+from plugin.field_map import FieldMap
+from query_rewriter.engine.gateway import EngineSession
+from query_rewriter.engine.hybrid_query import SearchFields, bm25_clause
+from query_rewriter.engine.query_text import ParsedQuery
+
+log = logging.getLogger("kgqr.search")
+
+
+@dataclass(frozen=True)
+class VisibleVectors:
+    """kgqr's vectors of the caller's candidates that the caller's own fetch vouches for."""
+
+    index: str
+    candidates: int
+    ids: list[str]
+    vectors: np.ndarray  # one row per id, unit length
+
+    def scores(self, query: np.ndarray) -> dict[str, float]:
+        """Each document's cosine similarity to `query`, as the engine's cosinesimil
+        scores it ((1 + cos) / 2): the k-NN side's scores, normalised like it."""
+        if not self.ids:
+            return {}
+        unit = query / (np.linalg.norm(query) or 1.0)
+        similarity = (1.0 + self.vectors @ unit) / 2.0
+        return {doc_id: float(score) for doc_id, score in zip(self.ids, similarity, strict=True)}
+
+    def explained(self) -> dict[str, Any]:
+        return {"index": self.index, "candidates": self.candidates, "scored": len(self.ids)}
+
+
+async def visible_vectors(
+    caller: EngineSession,
+    kgqr: EngineSession,
+    target: tuple[str, str, FieldMap],
+    parsed: ParsedQuery,
+    searched: SearchFields,
+    depth: int,
+) -> VisibleVectors:
+    """For the search of `target` (index, KB, field map) by `parsed`: the caller's top
+    `depth` BM25 matches, and the vectors of those whose embedded text the caller sees."""
+    index, kb, fields = target
+    side_index = schema.vectors_index(kb)
+    embedded = fields.side_vector_fields
+    body = {"size": depth, "_source": embedded,
+            "query": bm25_clause(parsed.text, parsed, searched)}  # fmt: skip
+    hits = (await caller.search(index, body))["hits"]["hits"]
+    shown = {hit["_id"]: digest(joined_text(hit.get("_source") or {}, embedded)) for hit in hits}
+    if not shown:
+        return VisibleVectors(side_index, 0, [], np.zeros((0, 0), np.float32))
+    try:
+        answer = await kgqr.send("POST", f"/{side_index}/_mget", json={"ids": list(shown)})
+        answer.raise_for_status()
+    except httpx.HTTPError as exc:  # no vectors: BM25 and the graph still rank
+        log.warning("kgqr's vectors of %s unreadable: %s", index, exc)
+        return VisibleVectors(side_index, len(shown), [], np.zeros((0, 0), np.float32))
+    ids, rows = [], []
+    for document in answer.json()["docs"]:
+        source = document.get("_source") if document.get("found") else None
+        if source is not None and source.get("digest") == shown.get(document["_id"]):
+            ids.append(document["_id"])
+            rows.append(packed_vectors.unpack(source["vector"]))
+    if not rows:
+        return VisibleVectors(side_index, len(shown), [], np.zeros((0, 0), np.float32))
+    vectors = np.stack(rows)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return VisibleVectors(side_index, len(shown), ids, vectors)
