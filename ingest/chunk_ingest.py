@@ -169,12 +169,12 @@ def _refresh_field_edges(resources: WorkerResources, kb: str, batch: _Sorted) ->
     nodes that lost an edge (read before it goes), whose copies change, and the refreshed
     documents themselves (a document left with no edge too)."""
     ids = [refresh.id for refresh in batch.refreshes]
-    if not ids:
+    relations = sorted({name for refresh in batch.refreshes for name in refresh.relations})
+    batch.links.extend(link for refresh in batch.refreshes for link in refresh.links)
+    if not ids or not relations:  # no field edges to replace (a sync for vectors only)
         return set()
     losing = graph_projection.neighbours_of(resources.neo4j, kb, ids) | set(ids)
-    relations = sorted({name for refresh in batch.refreshes for name in refresh.relations})
     graph_writer.remove_field_edges(resources.neo4j, kb, relations, ids)
-    batch.links.extend(link for refresh in batch.refreshes for link in refresh.links)
     return losing
 
 
@@ -189,10 +189,15 @@ def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int
 def _write_side_vectors(resources: WorkerResources, kb: str, batch: _Sorted) -> int:
     """kgqr's vectors of an attached index's documents, into its own side index (the
     documents' nodes exist already, or come with their edges)."""
+
+    def write(client: Any, kb: str, documents: Any, vectors: Any) -> list[WriteFailure]:
+        model = resources.settings.embedder.model
+        return opensearch_writer.write_side_vectors(client, kb, documents, vectors, model)
+
     return _index_then_graph(
         resources, kb, batch, batch.to_embed,
         embedded=lambda document: ("", document.text), key=lambda document: document.id,
-        index_write=opensearch_writer.write_side_vectors, graph_write=lambda *_: None,
+        index_write=write, graph_write=lambda *_: None,
     )  # fmt: skip
 
 

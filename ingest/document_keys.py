@@ -47,7 +47,7 @@ class DocumentKeys:
                 )
             for hit in answer["hits"]:
                 for value in field_values(hit.get("_source") or {}, self.field):
-                    if value in found:
+                    if value in found and hit["_id"] not in found[value]:
                         found[value].append(hit["_id"])
         return found
 

@@ -162,8 +162,11 @@ def deleted_documents(client: Any, neo4j: Any, kb: str, index: str) -> list[str]
 def remove_side_vectors(client: Any, kb: str, ids: list[str]) -> None:
     """kgqr's vectors of deleted documents (none kept where it keeps none)."""
     index = schema.vectors_index(kb)
-    if ids and client.indices.exists(index=index):
-        client.delete_by_query(index=index, body={"query": {"ids": {"values": ids}}},
+    if not ids or not client.indices.exists(index=index):
+        return
+    for start in range(0, len(ids), EXISTENCE_BATCH):
+        batch = ids[start : start + EXISTENCE_BATCH]
+        client.delete_by_query(index=index, body={"query": {"ids": {"values": batch}}},
                                params={"refresh": "true"})  # fmt: skip
 
 

@@ -484,6 +484,15 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
         raise click.ClickException(f"{name!r} is kgqr's own knowledge base: it has vectors")
     model = model or settings.embedder.model
     fields = meta.attached
+    if (
+        meta.embedder
+        and meta.embedder != model
+        and client.indices.exists(index=schema.triples_index(name))
+    ):  # its triples' vectors and the queries' would live in different spaces
+        raise click.ClickException(
+            f"{name}'s extracted triples hold vectors of {meta.embedder}: embed with --model "
+            f"{meta.embedder}, or detach and build the graph again with {model}"
+        )
     chosen = fields.model_copy(update={
         "side_vector_fields": list(embed_fields), "vector_model": model,
         "dimension": embedder_dimension(model),
@@ -581,8 +590,9 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         gone = index_sync.deleted_documents(client, neo4j, name, fields.index)
         # Read before the edges go: whose documents in the graph's copy lose one.
         losing = graph_projection.neighbours_of(neo4j, name, gone)
-        index_sync.remove_documents(neo4j, name, gone)
+        # kgqr's vectors first: should that fail, the nodes left tell the next sync again.
         index_sync.remove_side_vectors(client, name, gone)
+        index_sync.remove_documents(neo4j, name, gone)
         try:
             graph_projection.project_nodes(neo4j, client, name, {*losing, *gone})
         except Exception as exc:  # Neo4j has lost what the copy still holds: not read now

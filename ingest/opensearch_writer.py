@@ -85,10 +85,12 @@ def write_triples(
 
 
 def write_side_vectors(
-    client: Any, kb: str, documents: Sequence[EmbedFrom], vectors: np.ndarray
+    client: Any, kb: str, documents: Sequence[EmbedFrom], vectors: np.ndarray, model: str
 ) -> list[WriteFailure]:
+    """Each with the model that made it: a chunk of an earlier `kgqr kb embed --model`
+    still queued when the model changed must not pass for the new model's."""
     items = [
-        (d.id, {"vector": packed_vectors.pack(vector), "digest": d.digest}, d)
+        (d.id, {"vector": packed_vectors.pack(vector), "digest": d.digest, "model": model}, d)
         for d, vector in zip(documents, vectors, strict=True)
     ]
     return _bulk(client, schema.vectors_index(kb), items, "opensearch-vectors")

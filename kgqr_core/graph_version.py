@@ -16,8 +16,10 @@ def version_key(kb: str) -> str:
 
 
 def epoch_key(kb: str) -> str:
-    """A token set once per KB beside its counter and lost with it: a version number
-    names one graph only together with its epoch (graph/shared_copies.py)."""
+    """A token set anew with every bump and lost with the counter: a version number names
+    one graph only together with its epoch (graph/shared_copies.py). A counter restarted
+    at 0 (Redis lost its data) or rolled back (a failover, an older snapshot) and bumped
+    again so never names a copy written before."""
     return f"kgqr:graph-epoch:{kb}"
 
 
@@ -27,7 +29,10 @@ def new_epoch() -> str:
 
 def bump(redis: Any, kb: str) -> None:
     """Record that `kb`'s graph changed (after the write, so a reload sees it)."""
-    redis.incr(version_key(kb))
+    with redis.pipeline(transaction=True) as both:
+        both.incr(version_key(kb))
+        both.set(epoch_key(kb), new_epoch())
+        both.execute()
 
 
 def parse(raw: bytes | str | None) -> int:

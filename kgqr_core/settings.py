@@ -555,12 +555,13 @@ class RewriteSettings(Section):
     side_vector_depth: int = Field(
         default=200,
         ge=1,
-        le=1000,
+        le=500,
         description="An attached index ranked by kgqr's own vectors (`kgqr kb embed`): how "
-        "many of the caller's best BM25 matches those vectors re-rank (at least knn_k, and "
-        "from + size). Each is fetched as the caller with its embedded fields, and its "
-        "vector by id. 200 over 50: MuSiQue dev R@5 +6.0 [+1.3, +11.3], HotpotQA not shown "
-        "to differ, p50 within a few ms (bench/attached_bm25.py --depths).",
+        "many of the caller's best BM25 matches those vectors re-rank (at least from + size; "
+        "a page past the 500th hit is ranked without them). Each is fetched as the caller "
+        "with its embedded fields, and its vector by id. 200 over 50: MuSiQue dev R@5 "
+        "+6.0 [+1.3, +11.3], HotpotQA not shown to differ, p50 within a few ms "
+        "(bench/attached_bm25.py --depths).",
     )
 
     knn_k: int = Field(

@@ -24,6 +24,9 @@ from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure
 
 SCAN_PAGE = 1_000
+# More than EmbeddingGemma's 2,048 tokens: the rest of a long document would only ride
+# through the broker to be cut off by the embedder.
+EMBEDDED_CHARS = 16_000
 
 
 class RelationsFileSource(Source):
@@ -43,6 +46,12 @@ class RelationsFileSource(Source):
 
     def structure(self) -> DocumentStructure:
         return DocumentStructure()
+
+    def fingerprint(self) -> str:
+        """The file's, and the key field it names documents by: the same file read with
+        another field is another job."""
+        keyed_by = self.keys.field if self.keys is not None else "_id"
+        return hashlib.sha1(f"{super().fingerprint()}|{keyed_by}".encode()).hexdigest()[:16]
 
     def records(self) -> Iterator[Record]:
         if self.keys is None:
@@ -93,7 +102,8 @@ class IndexFieldsSource(Source):
         """The index's document count and its fields: an index the team has since written
         to is a new job (`kgqr kb sync` keeps up with changes)."""
         count = self.client.count(index=self.fields.index)["count"]
-        key = f"{self.fields.index}|{self.fields.entity_fields}|{self.fields.reference_fields}"
+        fields = self.fields
+        key = f"{fields.index}|{fields.entity_fields}|{fields.reference_fields}|{fields.id_field}"
         return hashlib.sha1(f"{key}|{count}|{self.limit}".encode()).hexdigest()[:16]
 
     def records(self) -> Iterator[Record]:
@@ -166,8 +176,8 @@ def embed_from(doc_id: str, source: dict[str, Any], fields: list[str]) -> Record
     text = joined_text(source, fields)
     if not text.strip():
         return None
-    try:
-        return EmbedFrom(id=doc_id, text=text, digest=digest(text))
+    try:  # the digest of all of it; of the text, what an embedder reads at most
+        return EmbedFrom(id=doc_id, text=text[:EMBEDDED_CHARS], digest=digest(text))
     except ValidationError as exc:
         return Rejected(reason=f"{doc_id}: {exc.errors()[0]['msg']}", raw=text[:4000])
 

@@ -58,8 +58,10 @@ def ensure_base_image(engine: ContainerEngine, refresh: bool = False) -> bool:
         if made.returncode != 0:
             raise ServiceError(SERVICE, f"debootstrap failed: {made.stderr.strip()[-2000:]}")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imported = engine.run(["import", "-", BASE_TAG], stdin=tar.stdout, capture=True,
-                              check=False)  # fmt: skip
+        assert tar.stdout is not None
+        with tar.stdout:  # closed here too: an import that stops reading ends tar (EPIPE)
+            imported = engine.run(["import", "-", BASE_TAG], stdin=tar.stdout, capture=True,
+                                  check=False)  # fmt: skip
         tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
             raise ServiceError(SERVICE, f"importing the base image failed: {imported.stderr}")

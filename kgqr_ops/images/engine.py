@@ -124,14 +124,25 @@ def _answers(socket: Path) -> bool:
     return True
 
 
+def _docker_answers(binary: str) -> bool:
+    """Whether a docker CLI has a daemon to talk to: some machines ship the CLI alone, and
+    every command of it then fails (an image import that fails leaves its feeder hung)."""
+    try:
+        done = subprocess.run([binary, "info", "--format", "{{.ID}}"], capture_output=True,
+                              timeout=20)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
 def container_engine(settings: Settings) -> ContainerEngine:
-    """KGQR_CONTAINER_ENGINE if set, else podman, else docker; podman is installed from the
-    OS packages (with runc) where neither is found."""
+    """KGQR_CONTAINER_ENGINE if set, else podman, else a docker whose daemon answers;
+    podman is installed from the OS packages (with runc) where neither is found."""
     preferred = settings.container_engine
     state_dir = settings.home / "containers"
     for name in [preferred] if preferred else ["podman", "docker"]:
         found = shutil.which(name)
-        if found:
+        if found and (name != "docker" or preferred == "docker" or _docker_answers(found)):
             return ContainerEngine(found, state_dir)
     if preferred not in (None, "podman"):
         raise ServiceError(SERVICE, f"{preferred} is not installed")

@@ -6,8 +6,9 @@ Neo4j and 100+ MB, per worker). Mapped files live once in the page cache, so N w
 one copy, and a restarted proxy maps a current copy at once instead of reading Neo4j.
 
 A copy's folder is named by the KB's graph epoch and version. The version counter restarts
-at 0 when Redis loses its data, so a number alone could name an older graph; the epoch, a
-token set once per KB in Redis and lost with the counter, tells the two apart. A lock file
+at 0 when Redis loses its data, or goes back on a failover to a replica behind it, so a
+number alone could name an older graph; the epoch, a token Redis sets anew with every bump
+(kgqr_core/graph_version.py), tells them apart. A lock file
 per KB makes one process read Neo4j while the others wait (their searches expand in Neo4j
 or the OpenSearch copy meanwhile, as before). Older versions' folders are removed once a
 newer one is written; a process still mapping one keeps its pages until it lets go.
@@ -96,7 +97,10 @@ class SharedCopies:
                 log.warning("graph copy %s not written (%s): held per process", folder, exc)
                 return snapshot, False
         # The mapped copy, so the arrays just built are freed and the pages shared.
-        return self._map(folder) or snapshot, False
+        try:
+            return self._map(folder) or snapshot, False
+        except Exception:  # removed meanwhile by a newer version's writer: the one built
+            return snapshot, False
 
     def _map(self, folder: Path) -> GraphSnapshot | None:
         try:
@@ -125,8 +129,10 @@ class SharedCopies:
 
     @staticmethod
     def _remove_older(kb_folder: Path, epoch: str, version: int) -> None:
-        """Folders of lower versions, and of other epochs (Redis lost its data since)."""
+        """Folders of lower versions and of other epochs (each bump sets a new one), and
+        what a writer that crashed left half-written (none writes while the lock is held)."""
         for other in kb_folder.iterdir():
             match = FOLDER.match(other.name)
-            if match and (match["epoch"] != epoch or int(match["version"]) < version):
+            stale = match and (match["epoch"] != epoch or int(match["version"]) < version)
+            if stale or other.name.endswith(".partial"):
                 shutil.rmtree(other, ignore_errors=True)

@@ -168,15 +168,16 @@ async def _rewritten_search(
     weighed = HybridWeights(plan.bm25, boost_weights, outcome.rewrite.boost_share)
     # The documents the graph adds to the caller's matches, which the total then counts.
     added = outcome.rewrite.graph_linked() if graph_adds(plan.body, plan.parsed, weighed) else set()
-    side = None
+    side, scored = None, False
     # (No query vector: the proxy has not yet read the KB's new meta, a minute at most.)
     if plan.fields is not None and plan.fields.side_vector_fields and outcome.vector:
         end = int(plan.body.get("from", 0)) + int(plan.body.get("size", 10))
-        depth = max(state.settings.rewrite.side_vector_depth, k, end)
+        depth = max(state.settings.rewrite.side_vector_depth, end)
         target = (plan.index, plan.kb, plan.fields)
         side = await visible_vectors(
             session, state.engine.as_kgqr(), target, plan.parsed, fields, depth
         )
+        scored = side is not None and bool(side.ids)  # else no vector side at all
     body = hybrid_body(
         plan.body,
         plan.parsed,
@@ -188,7 +189,9 @@ async def _rewritten_search(
         deep=fuse,
         fields=fields,
         added=added,
-        vector_scores=side.scores(np.asarray(outcome.vector, np.float32)) if side else None,
+        vector_scores=side.scores(np.asarray(outcome.vector, np.float32))
+        if side and scored
+        else None,
     )
     plain = None
     if fuse:  # `base`'s ranking (the query alone) down to the end of the page
@@ -196,7 +199,7 @@ async def _rewritten_search(
         weights = HybridWeights(plan.bm25, boost_weights)
         plain = hybrid_body(
             plan.body, plan.parsed, plan.parsed.text, vector, k, weights, deep=True,
-            fields=fields, vector_scores=side.scores(vector) if side else None,
+            fields=fields, vector_scores=side.scores(vector) if side and scored else None,
         )  # fmt: skip
     answers = await rewritten_search(
         session, plan.index, body, plain, facet_body(plan.body, plan.parsed, added),
@@ -224,7 +227,7 @@ async def _rewritten_search(
         )
         sub_queries = len(body["query"]["hybrid"]["queries"])
         sides = [name for name, used in (("bm25", plan.parsed.vector is None),
-                                         ("knn", bool(fields.vector) or side is not None))
+                                         ("knn", bool(fields.vector) or scored))
                  if used]  # fmt: skip
         signals = (*sides, *(["graph"] if sub_queries > len(sides) else []))
         answer = json_answer(merged, upstream, facets, *plain_answers)

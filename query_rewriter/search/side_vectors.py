@@ -28,6 +28,9 @@ from query_rewriter.engine.hybrid_query import SearchFields, bm25_clause
 from query_rewriter.engine.query_text import ParsedQuery
 
 log = logging.getLogger("kgqr.search")
+# The deepest page side vectors rank: each candidate is one clause of the vector side (the
+# engine's max_clause_count is 1,024), and its text and vector are read per search.
+MOST_CANDIDATES = 500
 
 
 @dataclass(frozen=True)
@@ -59,15 +62,23 @@ async def visible_vectors(
     parsed: ParsedQuery,
     searched: SearchFields,
     depth: int,
-) -> VisibleVectors:
+) -> VisibleVectors | None:
     """For the search of `target` (index, KB, field map) by `parsed`: the caller's top
-    `depth` BM25 matches, and the vectors of those whose embedded text the caller sees."""
+    `depth` BM25 matches, and the vectors of those whose embedded text the caller sees.
+    None: no vector side for this search (a page deeper than MOST_CANDIDATES, or the
+    caller's candidate search refused), which BM25 and the graph rank alone."""
     index, kb, fields = target
     side_index = schema.vectors_index(kb)
     embedded = fields.side_vector_fields
+    if depth > MOST_CANDIDATES:
+        return None
     body = {"size": depth, "_source": embedded,
             "query": bm25_clause(parsed.text, parsed, searched)}  # fmt: skip
-    hits = (await caller.search(index, body))["hits"]["hits"]
+    try:
+        hits = (await caller.search(index, body))["hits"]["hits"]
+    except httpx.HTTPStatusError as exc:
+        log.warning("no side vectors for a search of %s: %s", index, exc)
+        return None
     shown = {hit["_id"]: digest(joined_text(hit.get("_source") or {}, embedded)) for hit in hits}
     if not shown:
         return VisibleVectors(side_index, 0, [], np.zeros((0, 0), np.float32))
@@ -80,9 +91,14 @@ async def visible_vectors(
     ids, rows = [], []
     for document in answer.json()["docs"]:
         source = document.get("_source") if document.get("found") else None
-        if source is not None and source.get("digest") == shown.get(document["_id"]):
+        if source is None or source.get("digest") != shown.get(document["_id"]):
+            continue  # none, or made from text the caller does not see (now)
+        if source.get("model") != fields.vector_model:
+            continue  # written by a job of an earlier `kgqr kb embed --model`
+        vector = packed_vectors.unpack(source["vector"])
+        if len(vector) == fields.dimension:
             ids.append(document["_id"])
-            rows.append(packed_vectors.unpack(source["vector"]))
+            rows.append(vector)
     if not rows:
         return VisibleVectors(side_index, len(shown), [], np.zeros((0, 0), np.float32))
     vectors = np.stack(rows)

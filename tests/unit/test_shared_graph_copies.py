@@ -105,6 +105,15 @@ def test_a_newer_version_or_a_new_epoch_removes_the_older_copies(tmp_path: Path)
     assert [p.name for p in (tmp_path / "kb").iterdir() if not p.name.startswith(".")] == ["cd34-1"]
 
 
+def test_what_a_crashed_writer_left_half_written_goes_with_the_next_write(
+    tmp_path: Path,
+) -> None:
+    left = tmp_path / "kb" / ".ab12-3.999.partial"
+    left.mkdir(parents=True)
+    SharedCopies(tmp_path).map_or_build("kb", "ab12", 4, lambda: GraphSnapshot.build(4, NODES, []))
+    assert not left.exists()
+
+
 def test_a_torn_copy_is_read_again_not_served(tmp_path: Path) -> None:
     shared = SharedCopies(tmp_path)
     shared.map_or_build("kb", "ab12", 2, lambda: GraphSnapshot.build(2, NODES, RELATIONSHIPS))
