@@ -23,7 +23,12 @@ import httpx
 import numpy as np
 
 from plugin.field_map import FieldMap
-from plugin.schema import HYBRID_BOOST_PIPELINE, HYBRID_PIPELINE, hybrid_pipeline
+from plugin.schema import (
+    HYBRID_BOOST_PIPELINE,
+    HYBRID_PIPELINE,
+    hybrid_pipeline,
+    kb_of_documents_index,
+)
 from query_rewriter.engine.forwarding import json_answer
 from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.original_facets import AGGREGATION_KEYS, without_aggregations
@@ -43,6 +48,8 @@ class SearchFields:
 
     text: tuple[str, ...]
     vector: str
+    # The team chose `text` (`kgqr kb attach --text`): a caller's query may name others.
+    chosen: bool = False
 
     @classmethod
     def of(cls, fields: FieldMap, parsed: ParsedQuery | None = None) -> SearchFields:
@@ -52,7 +59,8 @@ class SearchFields:
         named = parsed.fields if parsed is not None else ()
         if fields.follow_query_fields and named and "*" not in named:
             text = named
-        return cls(text, fields.vector_field or "")
+        chosen = not fields.follow_query_fields and kb_of_documents_index(fields.index) is None
+        return cls(text, fields.vector_field or "", chosen)
 
 
 OWN_FIELDS = SearchFields.of(FieldMap.own("own"))
@@ -86,6 +94,11 @@ def mean_vector(vectors: np.ndarray) -> np.ndarray | None:
     return mean / norm if norm > 0 else None
 
 
+# The least score a match gets: the hybrid query leaves out a hit every sub-query scores 0
+# (the total still counts it). Equal for every match, it changes no order.
+MATCHED_AT_FLOOR = {"constant_score": {"filter": {"match_all": {}}, "boost": 1e-4}}
+
+
 def _bool(must: dict[str, Any], parsed: ParsedQuery, added: Collection[str] = ()) -> dict[str, Any]:
     """`must` under the caller's filters, among their query's matches (and `added`)."""
     clause: dict[str, Any] = {"must": [must]}
@@ -106,7 +119,25 @@ def bm25_clause(text: str, parsed: ParsedQuery, fields: SearchFields) -> dict[st
         # direct search's do (the engine reads them from anywhere in the query).
         at_no_score = {"bool": {"should": parsed.named, "boost": 0}}
         lexical = {"bool": {"must": [lexical], "should": [at_no_score]}}
+    if parsed.query is not None and _names_other_fields(parsed, fields):
+        # The caller's words are in fields BM25 here does not read (the fields the team
+        # chose for an attached index): their matches stay hits, at BM25's floor, so hits
+        # and the total (the caller's own query's) agree.
+        return {
+            "bool": {
+                "should": [lexical, MATCHED_AT_FLOOR],
+                "filter": parsed.within(),
+                **({"must_not": parsed.must_not} if parsed.must_not else {}),
+            }
+        }
     return _bool(lexical, parsed)
+
+
+def _names_other_fields(parsed: ParsedQuery, fields: SearchFields) -> bool:
+    if not fields.chosen:
+        return False
+    read = {name.split("^")[0] for name in fields.text}
+    return any(name.split("^")[0] not in read for name in parsed.fields)
 
 
 def boost_clause(

@@ -74,7 +74,7 @@ async def run_plan(
         if outcome.vector is not None:  # else refused admission: the caller's own search
             try:
                 searched = await _rewritten_search(state, session, plan, outcome)
-            except httpx.HTTPError:
+            except httpx.TransportError:
                 raise  # OpenSearch unreachable: the plain query would not reach it either
             except Exception as exc:
                 # A kgqr bug costs the rewrite, as a failing strategy does, not the search.

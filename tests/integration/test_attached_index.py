@@ -334,18 +334,24 @@ def test_an_index_cannot_be_attached_as_two_knowledge_bases(
 PLAIN_KB, PLAIN_INDEX = "team-plain", "team-movies-plain"
 
 
+def _index_without_vectors(opensearch: Any, index: str) -> None:
+    """The fixture's documents in an index with no vector field (as opensearch-dsl writes
+    one)."""
+    opensearch.indices.delete(index=index, ignore=[404])
+    properties = {k: v for k, v in MAPPING["mappings"]["properties"].items() if k != "embedding"}
+    opensearch.indices.create(index=index, body={"mappings": {"properties": properties}})
+    for document in _documents():
+        opensearch.index(index=index, id=document.pop("id"), body=document)
+    opensearch.indices.refresh(index=index)
+
+
 @pytest.fixture(scope="module")
 def attached_without_vectors(
     opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
 ) -> Iterator[str]:
     """The same documents in an index with no vector field (BM25 only, as opensearch-dsl
     writes one), attached, its graph from the relations file."""
-    opensearch.indices.delete(index=PLAIN_INDEX, ignore=[404])
-    properties = {k: v for k, v in MAPPING["mappings"]["properties"].items() if k != "embedding"}
-    opensearch.indices.create(index=PLAIN_INDEX, body={"mappings": {"properties": properties}})
-    for document in _documents():
-        opensearch.index(index=PLAIN_INDEX, id=document.pop("id"), body=document)
-    opensearch.indices.refresh(index=PLAIN_INDEX)
+    _index_without_vectors(opensearch, PLAIN_INDEX)
     drop_knowledge_base(opensearch, neo4j_driver, redis_client, PLAIN_KB)
     done = kgqr("kb", "attach", PLAIN_KB, "--index", PLAIN_INDEX)
     assert done.exit_code == 0 and "vectors:     none" in done.output, done.output
@@ -428,6 +434,41 @@ def test_kgqrs_own_vectors_rank_an_index_that_has_none_and_follow_its_changes(
         assert fresh["scored"] == fresh["candidates"], fresh
     opensearch.indices.refresh(index=side)
     assert opensearch.count(index=side)["count"] == 7  # p2's vector went with it
+
+
+def test_matches_in_fields_the_map_does_not_search_stay_hits_and_the_total_agrees(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, proxy_url: str
+) -> None:
+    """Attached with `--text headline`, searched in `content`: BM25 through kgqr reads the
+    headlines, where the caller's words are not, and every one of the caller's matches is
+    still a hit, as many as the total counts."""
+    kb, index = "team-headlines", "team-movies-headlines"
+    _index_without_vectors(opensearch, index)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+    try:
+        done = kgqr("kb", "attach", kb, "--index", index, "--text", "headline")
+        assert done.exit_code == 0, done.output
+        body = {"query": {"match": {"content": "an American actor"}}, "size": 10}
+        direct = opensearch.search(index=index, body=body)["hits"]
+        assert direct["total"]["value"] >= 3
+        deadline = time.monotonic() + 2 * MISS_TTL_S
+        while True:
+            answer = httpx.post(
+                f"{proxy_url}/{index}/_search",
+                json=body,
+                timeout=120,
+                params={"kgqr.strategy": "base", "kgqr.explain": "true"},
+            ).json()
+            if "passed_through" not in answer["kgqr"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert answer["kgqr"].get("fallback") is None, answer["kgqr"]
+        hits = {hit["_id"] for hit in answer["hits"]["hits"]}
+        assert hits == {hit["_id"] for hit in direct["hits"]}
+        assert answer["hits"]["total"]["value"] == direct["total"]["value"] == len(hits)
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+        opensearch.indices.delete(index=index, ignore=[404])
 
 
 KEYED_KB, KEYED_INDEX = "team-keyed", "team-movies-keyed"

@@ -16,7 +16,12 @@ from plugin.field_map import (
     parse_boosted,
     suggest_field_map,
 )
-from query_rewriter.engine.hybrid_query import HybridWeights, SearchFields, hybrid_body
+from query_rewriter.engine.hybrid_query import (
+    HybridWeights,
+    SearchFields,
+    bm25_clause,
+    hybrid_body,
+)
 from query_rewriter.engine.query_text import parse_query, parse_vector_query
 from query_rewriter.search.kb_indices import SearchTarget
 from query_rewriter.search.plan import PassThrough, SearchPlan, plan_search
@@ -110,6 +115,24 @@ def test_boosts_are_read_and_bad_ones_refused() -> None:
 ATTACHED = suggest_field_map("articles", HAYSTACK).model_copy(
     update={"vector_model": "m", "follow_query_fields": True}
 )
+
+
+def test_matches_in_fields_the_team_left_out_of_the_map_stay_in_the_bm25_side() -> None:
+    """With `--text title` chosen, a search in `content`: BM25 reads the titles, and the
+    caller's matches (its query, as a filter) all stay, at 0 where the titles miss."""
+    chosen = ATTACHED.model_copy(update={"follow_query_fields": False,
+                                         "text_fields": {"title": 1.0}})  # fmt: skip
+    parsed = parse_query({"match": {"content": "heat"}}, ("content", "*"))
+    assert parsed is not None
+    fields = SearchFields.of(chosen, parsed)
+    assert fields.chosen and fields.text == ("title",)
+    clause = bm25_clause("heat", parsed, fields)["bool"]
+    assert clause["should"][0]["multi_match"]["fields"] == ["title"]
+    assert clause["filter"] == [{"match": {"content": "heat"}}] and "must" not in clause
+    named = parse_query({"match": {"title": "heat"}}, ("content", "*"))
+    assert named is not None and "must" in bm25_clause("heat", named, fields)["bool"]
+    own = SearchFields.of(FieldMap.own("kb"), parsed)
+    assert not own.chosen and "must" in bm25_clause("heat", parsed, own)["bool"]
 
 
 def test_an_attached_index_is_searched_in_its_own_fields_and_boosted_by_id() -> None:
