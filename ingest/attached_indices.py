@@ -53,6 +53,8 @@ def mapping_of(client: Any, index: str) -> dict[str, Any]:
 
     if NOT_ONE_NAME.search(index) or index == "_all":
         raise AttachRefused(f"[{index}] is not one index or alias name (no patterns or lists)")
+    if index.startswith("kgqr-"):  # by its name, whether or not it exists yet
+        raise AttachRefused(f"[{index}] is one of kgqr's own indices: attach a team's index")
     try:
         answer = client.indices.get_mapping(index=index)
     except NotFoundError:
