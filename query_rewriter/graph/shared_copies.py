@@ -26,6 +26,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -44,6 +45,31 @@ def _mapped_array(path: Path) -> np.ndarray:
     # expansion 3-4x slower. A zero-length memmap cannot be made: an empty array is not
     # one to share anyway.
     return np.asarray(mapped) if mapped.size else np.zeros(0, mapped.dtype)
+
+
+def _write_durably(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """On disk before the folder is renamed into place: after a power loss a file system
+    may keep the rename and lose the data, and a copy whose arrays read as zeros would
+    serve another graph's evidence without any error to tell."""
+    with open(path, "wb") as file:
+        write(file)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _array_writer(array: np.ndarray) -> Callable[[BinaryIO], None]:
+    def write(file: BinaryIO) -> None:
+        np.save(file, np.ascontiguousarray(array), allow_pickle=False)
+
+    return write
+
+
+def _sync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 class SharedCopies:
@@ -120,12 +146,14 @@ class SharedCopies:
         partial.mkdir(mode=0o700)
         arrays = snapshot.arrays()
         for name, array in arrays.items():
-            np.save(partial / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+            _write_durably(partial / f"{name}.npy", _array_writer(array))
         meta = {"format": FORMAT, "version": snapshot.version, "relations": snapshot.relations,
                 "arrays": sorted(arrays)}  # fmt: skip
-        (partial / META).write_text(json.dumps(meta))
+        _write_durably(partial / META, lambda file: file.write(json.dumps(meta).encode()))
+        _sync_folder(partial)
         shutil.rmtree(folder, ignore_errors=True)  # one found unreadable above
         partial.rename(folder)
+        _sync_folder(folder.parent)
 
     @staticmethod
     def _remove_older(kb_folder: Path, epoch: str, version: int) -> None:
