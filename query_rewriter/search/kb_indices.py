@@ -45,6 +45,16 @@ class SearchTarget:
         return (*self.fields.text_fields, "*")
 
     @property
+    def side_vectors_only(self) -> bool:
+        """Its only vectors are kgqr's side index (`kgqr kb embed`): they re-rank BM25's
+        top matches, with no k-NN over the whole index."""
+        return (
+            self.fields is not None
+            and not self.fields.vector_field
+            and bool(self.fields.side_vector_fields)
+        )
+
+    @property
     def vector_field(self) -> str | None:
         """The field a vector query must name to be rewritten; None: the KB has none."""
         return self.fields.vector_field if self.fields is not None else OWN_VECTOR_FIELD

@@ -60,6 +60,8 @@ class SearchPlan:
     # The search named no strategy and `auto` chose one for the KB's embedder: that model
     # ("" for none known).
     auto_for: str | None = None
+    # ... and its vectors re-rank only BM25's top hits (`kgqr kb embed`'s side index).
+    auto_side_vectors: bool = False
 
     def default_explained(self) -> dict[str, Any] | None:
         """Which default served a search that named no strategy, its version and why."""
@@ -67,12 +69,22 @@ class SearchPlan:
             return self.kb_default.model_dump(exclude={"evidence"})
         if self.auto_for is not None:
             model = self.auto_for or "no known model"
+            reason = (
+                f"what cross-validated dev evidence supports for a knowledge base of "
+                f"{model}'s vectors (docs/relevance.md, the global default)"
+            )
+            if self.auto_side_vectors:
+                reason = (
+                    "the KB's vectors are kgqr's side index, which re-ranks BM25's top hits "
+                    "only: the evidence for a graph default was measured with k-NN over "
+                    "every document, and on side vectors graph cost MuSiQue MRR "
+                    "(docs/attached-indices.md)"
+                )
             return {
                 "setting": f"KGQR_REWRITE_DEFAULT_STRATEGY={AUTO_DEFAULT}",
                 "strategy": self.strategy.name,
                 "embedder": self.auto_for or None,
-                "reason": f"what cross-validated dev evidence supports for a knowledge base "
-                f"of {model}'s vectors (docs/relevance.md, the global default)",
+                "reason": reason,
             }
         return None
 
@@ -414,7 +426,7 @@ def plan_search(
     index `index` names, if it is one."""
     options = _strategy_options(query_params, body)
     explain = _flag(options.get("explain", False))
-    auto_for = None
+    auto_for, auto_side_vectors = None, False
     if target is None and (own := kb_of_documents_index(index)) is not None:
         target = SearchTarget(own)
     named = options.get("strategy")
@@ -432,6 +444,11 @@ def plan_search(
         if named == AUTO_DEFAULT:
             auto_for = (target.embedder if target is not None else None) or ""
             named = default_strategy_for(auto_for)
+            # Side vectors re-rank BM25's top hits only; there `graph` cost MuSiQue 3.1 MRR
+            # against base with the same vectors (docs/attached-indices.md): base.
+            auto_side_vectors = target is not None and target.side_vectors_only
+            if auto_side_vectors:
+                named = "base"
     kb = target.kb if target is not None else None
     word_fields = target.word_fields if target is not None else None
     parsed = parse_query(body.get("query"), word_fields or WORD_FIELDS)
@@ -475,6 +492,7 @@ def plan_search(
         target.fields if target is not None else None,
         kb_default,
         auto_for,
+        auto_side_vectors,
     )
 
 

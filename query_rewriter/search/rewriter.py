@@ -22,18 +22,21 @@ from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
 from query_rewriter.engine.errors import redact_addresses
-from query_rewriter.engine.hybrid_query import fuse, mean_vector
+from query_rewriter.engine.gateway import EngineSession
+from query_rewriter.engine.hybrid_query import SearchFields, fuse, mean_vector
+from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.search.cache import RewriteCache, rewrite_key
 from query_rewriter.search.evidence import RecordingSearch, still_readable
 from query_rewriter.search.explain import Budget, Explain, Fallback
 from query_rewriter.search.query_embedders import EmbedderRefused, QueryEmbedders, no_vectors
+from query_rewriter.search.side_vectors import visible_vectors
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.agent.plan_book import book_of
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
 from query_rewriter.strategies.rewrite import LlmUsage, Rewrite, StageTimer
-from query_rewriter.strategies.services import Embed, Graph, Search
+from query_rewriter.strategies.services import Embed, Graph, Search, SideVectorScores
 
 log = logging.getLogger("kgqr.rewrite")
 
@@ -121,6 +124,7 @@ class Rewriter:
         embedders: QueryEmbedders,
         meta_of: Callable[[str], Awaitable[KnowledgeBaseMeta | None]],
         graph: Graph | None = None,
+        as_kgqr: Callable[[], EngineSession] | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
@@ -128,6 +132,8 @@ class Rewriter:
         self.embedders = embedders
         self.meta_of = meta_of
         self.graph = graph
+        # kgqr's account, which alone reads its side vectors (search/side_vectors.py).
+        self.as_kgqr = as_kgqr
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
         # Budgeted LLM rewrites still running after their search was answered, by cache key
         # (identical ones share one); referenced here so they are not collected mid-flight.
@@ -140,6 +146,25 @@ class Rewriter:
             return await self.meta_of(kb)
         except Exception:
             return None
+
+    def _side_vectors(
+        self, caller: Search, index: str, kb: str, meta: KnowledgeBaseMeta | None
+    ) -> SideVectorScores | None:
+        """The vector side of an attached index that kgqr embedded, as its searches read
+        it (search/service.py): the caller's candidates, vouched for by the caller's fetch."""
+        fields = meta.attached if meta is not None else None
+        if self.as_kgqr is None or fields is None or not fields.side_vector_fields:
+            return None
+        kgqr, depth = self.as_kgqr(), self.settings.rewrite.side_vector_depth
+
+        async def scores(
+            parsed: ParsedQuery, searched: SearchFields, vector: np.ndarray, size: int
+        ) -> dict[str, float] | None:
+            target = (index, kb, fields)
+            side = await visible_vectors(caller, kgqr, target, parsed, searched, max(depth, size))
+            return side.scores(vector) if side is not None and side.ids else None
+
+        return scores
 
     async def rewrite(
         self,
@@ -346,6 +371,7 @@ class Rewriter:
                 meta=meta,
                 fields=meta.attached if meta is not None else None,
                 vector_query=given_vector is not None,
+                side_vectors=self._side_vectors(gateway, index, kb, meta),
             )
             if given_vector is not None:  # the caller's client embedded it: no embedding
                 ctx.query_vectors[query] = np.asarray(given_vector, dtype=np.float32)

@@ -26,6 +26,7 @@ from plugin.field_map import FieldMap
 from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.hybrid_query import SearchFields, bm25_clause
 from query_rewriter.engine.query_text import ParsedQuery
+from query_rewriter.strategies.services import Search
 
 log = logging.getLogger("kgqr.search")
 # The deepest page side vectors rank: each candidate is one clause of the vector side (the
@@ -56,7 +57,7 @@ class VisibleVectors:
 
 
 async def visible_vectors(
-    caller: EngineSession,
+    caller: Search,
     kgqr: EngineSession,
     target: tuple[str, str, FieldMap],
     parsed: ParsedQuery,

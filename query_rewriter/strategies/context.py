@@ -32,7 +32,7 @@ from query_rewriter.strategies.params import (
     requested_value,
 )
 from query_rewriter.strategies.rewrite import LlmUsage, StageTimer
-from query_rewriter.strategies.services import Embed, Graph, Llm, Search
+from query_rewriter.strategies.services import Embed, Graph, Llm, Search, SideVectorScores
 
 # What the context itself reads for every strategy: the models behind its LLM and embedder,
 # and the length documents are cut to.
@@ -74,6 +74,9 @@ class StrategyContext:
     # A vector query's rewrite: `query_vectors` holds the caller's vector under the query's
     # name, and the plain hits are the k-NN search of it alone (it has no words).
     vector_query: bool = False
+    # An attached index without vectors that kgqr embedded: its plain hits are ranked by
+    # BM25 and these, as its searches are, so the graph's seeds are the hits base shows.
+    side_vectors: SideVectorScores | None = None
 
     @property
     def search_fields(self) -> SearchFields:
@@ -168,9 +171,9 @@ class StrategyContext:
         stage: str = "initial_retrieval",
         filters: list[dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
-        """The plain query's top hits (hybrid BM25 + k-NN; BM25 alone if the hybrid search
-        fails), as OpenSearch returns them: `_id`, `_score`, `_source` with `fields`;
-        `filters` (OpenSearch filter clauses) apply to both sides."""
+        """The plain query's top hits (hybrid BM25 + k-NN, or kgqr's side vectors; BM25
+        alone if the hybrid search fails), as OpenSearch returns them: `_id`, `_score`,
+        `_source` with `fields`; `filters` (OpenSearch filter clauses) apply to both sides."""
         with self.timer.stage(stage):
             vector = await self.query_vector(query)
             parsed = ParsedQuery(query, filters=filters or [])
@@ -180,9 +183,14 @@ class StrategyContext:
             )
             searched = self.search_fields
             k = int(self.param(KNN_K))
+            scores = None
             if self.vector_query:
                 parsed = ParsedQuery(query, filters=filters or [], vector=tuple(vector))
-            body = hybrid_body(request, parsed, query, vector, k, weights, fields=searched)
+            elif self.side_vectors is not None:
+                scores = await self.side_vectors(parsed, searched, vector, size)
+            body = hybrid_body(
+                request, parsed, query, vector, k, weights, fields=searched, vector_scores=scores
+            )
             try:
                 response = await self.opensearch.search(self.index, body, search_params({}, body))
             except Exception:

@@ -15,9 +15,17 @@ import numpy as np
 
 from kgqr_core.field_evidence import Evidence
 from kgqr_core.llm import LlmAnswer, LlmRequest
+from query_rewriter.engine.hybrid_query import SearchFields
+from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.graph.store import FollowedEdge, Neighbours
 
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]
+# An attached index's vectors kept by kgqr (`kgqr kb embed`): the similarity to a query
+# vector of the caller's top BM25 matches of a query, at least `size` deep, by document
+# id (the k-NN side the index lacks); None: no vector side for this search.
+SideVectorScores = Callable[
+    [ParsedQuery, SearchFields, np.ndarray, int], Awaitable[dict[str, float] | None]
+]
 
 
 class Llm(Protocol):

@@ -1294,6 +1294,11 @@ def test_kgqrs_vectors_count_only_for_callers_who_see_the_text_they_were_made_fr
     assert scored["reader"][2] == ["bm25", "knn"], scored
     for hidden in ("brandless", "masked"):  # no vector side at all
         assert scored[hidden][0] == 0 and scored[hidden][2] == ["bm25"], scored
+    for who in ("reader", "brandless", "masked"):  # the graph's seeds read them the same way
+        graph = _explained(proxy[0], SHOP_INDEX, "graph", SHOP_QUERY,
+                           {"authorization": users[who]}).json()["kgqr"]  # fmt: skip
+        assert graph["fallback"] is None and graph["details"]["seeds"], graph
+        assert graph["side_vectors"]["scored"] == scored[who][0], graph
     for who in ("reader", "brandless"):
         direct = httpx.post(
             f"{secured.url}/{schema.vectors_index(SHOP_KB)}/_search",

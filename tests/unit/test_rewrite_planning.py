@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kgqr_core.settings import Settings
+from plugin.field_map import FieldMap
 from plugin.kb_meta import KbDefault
 from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.engine.errors import RewriteRequestError
@@ -158,6 +159,23 @@ def test_auto_gives_a_search_naming_no_strategy_what_its_kbs_embedder_is_measure
     named = plan_search(index, {"kgqr.strategy": "prf"}, body, "auto",
                         SearchTarget("m", embedder="embeddinggemma-300m"))  # fmt: skip
     assert isinstance(named, SearchPlan) and named.default_explained() is None
+
+
+def test_auto_gives_base_where_the_kbs_vectors_only_re_rank_bm25s_top_hits() -> None:
+    body = {"query": {"match": {"body": "heat"}}}
+    gemma = "embeddinggemma-300m"
+    side = FieldMap(index="articles", text_fields={"body": 1.0}, vector_model=gemma,
+                    side_vector_fields=["body"])  # fmt: skip
+    plan = plan_search("articles", {}, body, "auto", SearchTarget("a", side, embedder=gemma))
+    assert isinstance(plan, SearchPlan) and plan.strategy.name == "base"
+    explained = plan.default_explained()
+    assert explained is not None and "side index" in explained["reason"]
+    # The same model's vectors in the index itself, searched by k-NN: graph, as measured.
+    own = FieldMap(index="articles", text_fields={"body": 1.0}, vector_field="embedding",
+                   vector_model=gemma)  # fmt: skip
+    knn = plan_search("articles", {}, body, "auto", SearchTarget("a", own, embedder=gemma))
+    assert isinstance(knn, SearchPlan) and knn.strategy.name == "graph"
+    assert "side index" not in (knn.default_explained() or {})["reason"]
 
 
 def _passes(index: str, params: dict[str, str], body: dict[str, Any], default: str | None) -> str:
