@@ -5,8 +5,14 @@ Then `kgqr kb embed` gives it kgqr's own vectors (a side index; KGQR_EMBEDDER_MO
 the same strategies run again. Each row is compared with the direct search per question:
 the paired difference, its 95% bootstrap interval, a randomization p-value, wins/losses.
 
+The graph comes from a relations file, or with `--graph-from fields` from the index's own
+structured fields: the same edges written into each document as a team's index keeps
+them, a keyword field of the entities it mentions (`mentions`) and one of the documents
+it links to (`links`), attached as entity and reference fields and read by
+`kgqr kb graph --from-fields`.
+
     python -m bench.attached_bm25 --corpus hotpotqa:../shared/data/hotpotqa100
-    python -m bench.attached_bm25 --corpus musique:../shared/data/musique100
+    python -m bench.attached_bm25 --corpus musique:../shared/data/musique100 --graph-from fields
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from workbench.evaluation.significance import compare, compare_runs
 
 STRATEGIES = ("base", "graph", "graph_walk")
 MAPPING = {"properties": {"title": {"type": "text"}, "body": {"type": "text"}}}
+# The graph as structured fields: what a document mentions, and which documents it links to.
+FIELDS_MAPPING = {"properties": {**MAPPING["properties"], "mentions": {"type": "keyword"},
+                                 "links": {"type": "keyword"}}}  # fmt: skip
 
 
 LATENCY_MS: list[float] = []  # the searches of the row being run
@@ -47,6 +56,18 @@ def _ranked(url: str, index: str, text: str, k: int, strategy: str | None) -> li
     answer = httpx.post(f"{url}/{index}/_search", params=params, json=body, timeout=300).json()
     LATENCY_MS.append(1000 * (time.perf_counter() - started))
     return [hit["_id"] for hit in answer["hits"]["hits"]]
+
+
+def _edges_as_fields(relations: Path) -> dict[str, dict[str, list[str]]]:
+    """Each document's edges as the fields a team's index would keep them in: the
+    entities it mentions, the documents it links to."""
+    fields: dict[str, dict[str, dict[str, None]]] = {}
+    for line in relations.read_text().splitlines():
+        edge = json.loads(line)
+        named = ("mentions", edge["entity"]) if "entity" in edge else ("links", edge["target"])
+        fields.setdefault(edge["source"], {}).setdefault(named[0], {})[named[1]] = None
+    return {doc: {name: list(values) for name, values in held.items()}
+            for doc, held in fields.items()}  # fmt: skip
 
 
 def depth_chosen_on_folds(runs: dict[str, PerQuery]) -> list[dict[str, Any]]:
@@ -75,6 +96,13 @@ def main() -> None:
     parser.add_argument(
         "--depths", default="", help="side_vector_depth values to compare (default: the setting's)"
     )
+    parser.add_argument(
+        "--graph-from", choices=("relations", "fields"), default="relations",
+        help="build the graph from a relations file, or from the index's own keyword fields",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-side-vectors", action="store_true", help="skip `kgqr kb embed` and its rows"
+    )
     args = parser.parse_args()
     settings = get_settings()
     kind = args.corpus.partition(":")[0]
@@ -93,16 +121,22 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         docs, relations, count = corpus_files(args.corpus, Path(tmp), settings.embedder.model)
+        as_fields = args.graph_from == "fields"
+        linked = _edges_as_fields(relations) if as_fields else {}
         opensearch.indices.delete(index=index, ignore=[404])
-        opensearch.indices.create(index=index, body={"mappings": MAPPING})
+        opensearch.indices.create(
+            index=index, body={"mappings": FIELDS_MAPPING if as_fields else MAPPING}
+        )
         lines = map(json.loads, docs.read_text().splitlines())
-        actions = ({"_index": index, "_id": d["id"], "title": d["title"], "body": d["text"]}
-                   for d in lines)  # fmt: skip
+        actions = ({"_index": index, "_id": d["id"], "title": d["title"], "body": d["text"],
+                    **linked.get(d["id"], {})} for d in lines)  # fmt: skip
         helpers.bulk(opensearch, actions, refresh=True)
         try:
+            graph_fields = ["--entity-field", "mentions", "--reference-field", "links"]
             run_kgqr("kb", "attach", kb, "--index", index, "--no-vectors", "--text", "title^2",
-                  "--text", "body")  # fmt: skip
-            run_kgqr("kb", "graph", kb, "--relations", str(relations))
+                     "--text", "body", *(graph_fields if as_fields else []))  # fmt: skip
+            source = ["--from-fields"] if as_fields else ["--relations", str(relations)]
+            run_kgqr("kb", "graph", kb, *source)
             record(
                 "BM25 (direct)",
                 {
@@ -120,9 +154,10 @@ def main() -> None:
                             for q in judged_queries})  # fmt: skip
 
             through_kgqr("", {})
-            run_kgqr("kb", "embed", kb, "--field", "title", "--field", "body")
+            if not args.no_side_vectors:
+                run_kgqr("kb", "embed", kb, "--field", "title", "--field", "body")
             depths: list[int | None] = [int(d) for d in args.depths.split(",") if d]
-            for depth in depths or [None]:
+            for depth in [] if args.no_side_vectors else depths or [None]:
                 suffix = " + kgqr's vectors" + (f" (top {depth})" if depth else "")
                 env = {"KGQR_REWRITE_SIDE_VECTOR_DEPTH": str(depth)} if depth else {}
                 through_kgqr(suffix, env)
@@ -131,7 +166,10 @@ def main() -> None:
             opensearch.indices.delete(index=index, ignore=[404])
     compared = compare_runs(per_query, "BM25 (direct)", ["R@5", "MRR"])
     against = {(c.strategy, c.metric): c.as_text() for c in compared}
-    print(f"\n{count} passages, {len(judged)} questions, top {args.k}, an index without vectors")
+    print(
+        f"\n{count} passages, {len(judged)} questions, top {args.k}, an index without vectors, "
+        f"its graph from {'its own fields' if as_fields else 'a relations file'}"
+    )
     print(f"{'search (through kgqr)':<38} {'R@5':>6} {'MRR':>6} {'p50 ms':>7}   against direct")
     for name, scores in rows.items():
         print(
@@ -147,8 +185,9 @@ def main() -> None:
     chosen = depth_chosen_on_folds({name: per_query[name] for name in embedded})
     for line in chosen:
         print(line["text"])
-    save(f"attached-bm25-{kind}", {
+    save(f"attached-bm25-{kind}" + ("-fields" if as_fields else ""), {
         "corpus": args.corpus, "questions": len(judged), "k": args.k,
+        "graph_from": args.graph_from,
         "model": settings.embedder.model, "rows": rows,
         "against_direct": [c.as_json() for c in compared],
         "deeper_against_shallowest": [c.as_json() for c in by_depth],
