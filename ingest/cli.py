@@ -110,9 +110,8 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     from ingest.tasks import chunk_sender
     from kgqr_core import connections
 
+    # What the command line got wrong is said before any store is reached.
     settings = get_settings()
-    opensearch = connections.opensearch_client(settings)
-    settings = job_runner.keep_kb_model(settings, opensearch, kb)
     chosen = {"kb_shards": shards, "kb_replicas": replicas}
     try:
         settings = settings.replaced({k: v for k, v in chosen.items() if v is not None})
@@ -122,6 +121,8 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
         loaded = open_source(source, limit=limit)
     except (ValueError, FileNotFoundError) as exc:
         raise click.BadParameter(str(exc), param_hint="SOURCE") from exc
+    opensearch = connections.opensearch_client(settings)
+    settings = job_runner.keep_kb_model(settings, opensearch, kb)
     jobs = JobStore(connections.redis_client(settings))
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
