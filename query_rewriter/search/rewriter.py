@@ -22,14 +22,13 @@ from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
 from query_rewriter.engine.errors import redact_addresses
-from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.hybrid_query import SearchFields, fuse, mean_vector
 from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.search.cache import RewriteCache, rewrite_key
 from query_rewriter.search.evidence import RecordingSearch, still_readable
 from query_rewriter.search.explain import Budget, Explain, Fallback
 from query_rewriter.search.query_embedders import EmbedderRefused, QueryEmbedders, no_vectors
-from query_rewriter.search.side_vectors import visible_vectors
+from query_rewriter.search.side_vectors import SideVectorReads
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.agent.plan_book import book_of
 from query_rewriter.strategies.base import Strategy
@@ -124,7 +123,6 @@ class Rewriter:
         embedders: QueryEmbedders,
         meta_of: Callable[[str], Awaitable[KnowledgeBaseMeta | None]],
         graph: Graph | None = None,
-        as_kgqr: Callable[[], EngineSession] | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
@@ -132,8 +130,6 @@ class Rewriter:
         self.embedders = embedders
         self.meta_of = meta_of
         self.graph = graph
-        # kgqr's account, which alone reads its side vectors (search/side_vectors.py).
-        self.as_kgqr = as_kgqr
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
         # Budgeted LLM rewrites still running after their search was answered, by cache key
         # (identical ones share one); referenced here so they are not collected mid-flight.
@@ -147,21 +143,19 @@ class Rewriter:
         except Exception:
             return None
 
-    def _side_vectors(
-        self, caller: Search, index: str, kb: str, meta: KnowledgeBaseMeta | None
+    @staticmethod
+    def _side_vector_scores(
+        caller: Search, reads: SideVectorReads | None
     ) -> SideVectorScores | None:
-        """The vector side of an attached index that kgqr embedded, as its searches read
-        it (search/service.py): the caller's candidates, vouched for by the caller's fetch."""
-        fields = meta.attached if meta is not None else None
-        if self.as_kgqr is None or fields is None or not fields.side_vector_fields:
+        """The vector side of an attached index that kgqr embedded, as the search reads it
+        (search/service.py): the caller's candidates, vouched for by the caller's fetch."""
+        if reads is None:
             return None
-        kgqr, depth = self.as_kgqr(), self.settings.rewrite.side_vector_depth
 
         async def scores(
             parsed: ParsedQuery, searched: SearchFields, vector: np.ndarray, size: int
         ) -> dict[str, float] | None:
-            target = (index, kb, fields)
-            side = await visible_vectors(caller, kgqr, target, parsed, searched, max(depth, size))
+            side = await reads.read(caller, parsed, searched, size)
             return side.scores(vector) if side is not None and side.ids else None
 
         return scores
@@ -177,10 +171,12 @@ class Rewriter:
         gateway: Search,
         caller: str,
         query_vector: Sequence[float] | None = None,
+        side_vectors: SideVectorReads | None = None,
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (engine/identities.py): a rewrite
         may quote documents only that caller can read, so it is cached per caller.
-        `query_vector`: a vector query's own vector (`query` then only names it)."""
+        `query_vector`: a vector query's own vector (`query` then only names it).
+        `side_vectors`: the search's reads of kgqr's vectors of an attached index."""
         # What shapes a rewrite is what its strategy declared (it cannot read anything
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
         # The vectors' model too: a re-embedded knowledge base never gets a cached query
@@ -244,8 +240,9 @@ class Rewriter:
             recorded = RecordingSearch(gateway, index)
             try:
                 outcome = await self._compute(
-                    index, kb, chosen, query, params, recorded, caller, timeout_s, query_vector
-                )
+                    index, kb, chosen, query, params, recorded, caller, timeout_s, query_vector,
+                    self._side_vector_scores(recorded, side_vectors),
+                )  # fmt: skip
             finally:
                 self._running -= 1
                 metrics.REWRITES_RUNNING.dec()
@@ -284,6 +281,7 @@ class Rewriter:
             gateway=gateway,
             caller=caller,
             query_vector=query_vector,
+            side_vectors=side_vectors,
         )
         pending = strategy.name if task is not None else None
         budget: Budget = {"served": fast.name, "pending": pending, "budget_ms": budget_ms}
@@ -328,6 +326,7 @@ class Rewriter:
         caller: str,
         timeout_s: float | None = None,
         given_vector: Sequence[float] | None = None,
+        side_vectors: SideVectorScores | None = None,
     ) -> RewriteOutcome:
         started = time.perf_counter()
         timeout_s = timeout_s or self.settings.rewrite.timeout_s
@@ -371,7 +370,7 @@ class Rewriter:
                 meta=meta,
                 fields=meta.attached if meta is not None else None,
                 vector_query=given_vector is not None,
-                side_vectors=self._side_vectors(gateway, index, kb, meta),
+                side_vectors=side_vectors,
             )
             if given_vector is not None:  # the caller's client embedded it: no embedding
                 ctx.query_vectors[query] = np.asarray(given_vector, dtype=np.float32)

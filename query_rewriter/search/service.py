@@ -31,7 +31,7 @@ from query_rewriter.search.plain_fusion import fuse_protecting_top
 from query_rewriter.search.plan import PassThrough, SearchPlan, strip_kgqr
 from query_rewriter.search.query_log import query_log_entry
 from query_rewriter.search.rewriter import RewriteOutcome, record_fallback
-from query_rewriter.search.side_vectors import visible_vectors
+from query_rewriter.search.side_vectors import SideVectorReads
 from query_rewriter.search.state import ProxyState
 from query_rewriter.strategies.params import FUSE_PLAIN, KEEP_TOP, KNN_K, param_value
 
@@ -60,6 +60,10 @@ async def run_plan(
     searched = Searched(None, None, None)  # the caller's own search, unless rewritten
     # Unless OpenSearch refuses these credentials, or this search: then its own answer.
     if identity is not None and not await state.identities.search_refused(caller, plan.index):
+        side_vectors = SideVectorReads.of(
+            state.engine.as_kgqr(), plan.index, plan.kb, plan.fields,
+            state.settings.rewrite.side_vector_depth,
+        )  # fmt: skip
         outcome = await state.rewriter.rewrite(
             index=plan.index,
             kb=plan.kb,
@@ -69,11 +73,12 @@ async def run_plan(
             gateway=state.engine.as_caller(caller),
             caller=identity,
             query_vector=plan.parsed.vector,
+            side_vectors=side_vectors,
         )
         started = time.perf_counter()
         if outcome.vector is not None:  # else refused admission: the caller's own search
             try:
-                searched = await _rewritten_search(state, session, plan, outcome)
+                searched = await _rewritten_search(state, session, plan, outcome, side_vectors)
             except httpx.TransportError:
                 raise  # OpenSearch unreachable: the plain query would not reach it either
             except Exception as exc:
@@ -156,10 +161,15 @@ class Searched:
 
 
 async def _rewritten_search(
-    state: ProxyState, session: EngineSession, plan: SearchPlan, outcome: RewriteOutcome
+    state: ProxyState,
+    session: EngineSession,
+    plan: SearchPlan,
+    outcome: RewriteOutcome,
+    side_vectors: SideVectorReads | None,
 ) -> Searched:
     """The hybrid search with the original query's totals and facets, fused with the
-    plain query's ranking where `fusion.plain` asks; no answer (and why) if either fails."""
+    plain query's ranking where `fusion.plain` asks; no answer (and why) if either fails.
+    `side_vectors`: kgqr's vectors of an attached index, as this search reads them."""
     k = int(param_value(KNN_K, plan.params, state.settings))
     fusion_mode = int(param_value(FUSE_PLAIN, plan.params, state.settings))
     fuse = fusion_mode >= 1 and outcome.plain_vector is not None
@@ -170,13 +180,9 @@ async def _rewritten_search(
     added = outcome.rewrite.graph_linked() if graph_adds(plan.body, plan.parsed, weighed) else set()
     side, scored = None, False
     # (No query vector: the proxy has not yet read the KB's new meta, a minute at most.)
-    if plan.fields is not None and plan.fields.side_vector_fields and outcome.vector:
+    if side_vectors is not None and outcome.vector:
         end = int(plan.body.get("from", 0)) + int(plan.body.get("size", 10))
-        depth = max(state.settings.rewrite.side_vector_depth, end)
-        target = (plan.index, plan.kb, plan.fields)
-        side = await visible_vectors(
-            session, state.engine.as_kgqr(), target, plan.parsed, fields, depth
-        )
+        side = await side_vectors.read(session, plan.parsed, fields, end)
         scored = side is not None and bool(side.ids)  # else no vector side at all
     body = hybrid_body(
         plan.body,

@@ -56,52 +56,88 @@ class VisibleVectors:
         return {"index": self.index, "candidates": self.candidates, "scored": len(self.ids)}
 
 
-async def visible_vectors(
-    caller: Search,
-    kgqr: EngineSession,
-    target: tuple[str, str, FieldMap],
-    parsed: ParsedQuery,
-    searched: SearchFields,
-    depth: int,
-) -> VisibleVectors | None:
-    """For the search of `target` (index, KB, field map) by `parsed`: the caller's top
-    `depth` BM25 matches, and the vectors of those whose embedded text the caller sees.
-    None: no vector side for this search (a page deeper than MOST_CANDIDATES, or the
-    caller's candidate search refused), which BM25 and the graph rank alone."""
-    index, kb, fields = target
-    side_index = schema.vectors_index(kb)
-    embedded = fields.side_vector_fields
-    if depth > MOST_CANDIDATES:
-        return None
-    body = {"size": depth, "_source": embedded,
-            "query": bm25_clause(parsed.text, parsed, searched)}  # fmt: skip
-    try:
-        hits = (await caller.search(index, body))["hits"]["hits"]
-    except httpx.HTTPStatusError as exc:
-        log.warning("no side vectors for a search of %s: %s", index, exc)
-        return None
-    shown = {hit["_id"]: digest(joined_text(hit.get("_source") or {}, embedded)) for hit in hits}
-    if not shown:
-        return VisibleVectors(side_index, 0, [], np.zeros((0, 0), np.float32))
-    try:
-        answer = await kgqr.send("POST", f"/{side_index}/_mget", json={"ids": list(shown)})
+@dataclass(frozen=True)
+class _Stored:
+    """One of kgqr's side vectors as stored: the digest of the text it was made from."""
+
+    digest: str
+    vector: np.ndarray
+
+
+class SideVectorReads:
+    """kgqr's side vectors as one search reads them. A graph strategy's seed step and the
+    search's own ranking each search the caller's candidates (their filters differ), and
+    the two lists mostly overlap: each stored vector is read once per search."""
+
+    def __init__(self, kgqr: EngineSession, target: tuple[str, str, FieldMap], depth: int):
+        self._kgqr = kgqr
+        self._target = target  # index, KB, field map
+        self._depth = depth  # KGQR_REWRITE_SIDE_VECTOR_DEPTH
+        self._stored: dict[str, _Stored | None] = {}  # by id; None: no usable vector
+
+    @classmethod
+    def of(
+        cls, kgqr: EngineSession, index: str, kb: str, fields: FieldMap | None, depth: int
+    ) -> SideVectorReads | None:
+        """None where the searched index has no side vectors (`kgqr kb embed`)."""
+        if fields is None or not fields.side_vector_fields:
+            return None
+        return cls(kgqr, (index, kb, fields), depth)
+
+    async def read(
+        self, caller: Search, parsed: ParsedQuery, searched: SearchFields, end: int
+    ) -> VisibleVectors | None:
+        """The caller's top BM25 matches of `parsed`, down to the configured depth or
+        `end` if deeper, and the vectors of those whose embedded text the caller sees.
+        None: no vector side for this search (a page deeper than MOST_CANDIDATES, or the
+        caller's candidate search refused), which BM25 and the graph rank alone.
+        `caller` is the caller's own session: one search has one caller."""
+        index, kb, fields = self._target
+        side_index = schema.vectors_index(kb)
+        embedded = fields.side_vector_fields
+        depth = max(self._depth, end)
+        if depth > MOST_CANDIDATES:
+            return None
+        body = {"size": depth, "_source": embedded,
+                "query": bm25_clause(parsed.text, parsed, searched)}  # fmt: skip
+        try:
+            hits = (await caller.search(index, body))["hits"]["hits"]
+        except httpx.HTTPStatusError as exc:
+            log.warning("no side vectors for a search of %s: %s", index, exc)
+            return None
+        shown = {hit["_id"]: digest(joined_text(hit.get("_source") or {}, embedded))
+                 for hit in hits}  # fmt: skip
+        try:
+            await self._fetch([doc_id for doc_id in shown if doc_id not in self._stored])
+        except httpx.HTTPError as exc:  # no vectors: BM25 and the graph still rank
+            log.warning("kgqr's vectors of %s unreadable: %s", index, exc)
+            return VisibleVectors(side_index, len(shown), [], np.zeros((0, 0), np.float32))
+        ids, rows = [], []
+        for doc_id, made_from in shown.items():
+            stored = self._stored.get(doc_id)
+            # A vector counts only if made from the very text the caller sees now.
+            if stored is not None and stored.digest == made_from:
+                ids.append(doc_id)
+                rows.append(stored.vector)
+        if not rows:
+            return VisibleVectors(side_index, len(shown), [], np.zeros((0, 0), np.float32))
+        return VisibleVectors(side_index, len(shown), ids, np.stack(rows))
+
+    async def _fetch(self, ids: list[str]) -> None:
+        """kgqr's vectors of `ids`, with its own account, unit length; those of another
+        model or size (an earlier `kgqr kb embed --model`) are none."""
+        if not ids:
+            return
+        _, kb, fields = self._target
+        answer = await self._kgqr.send("POST", f"/{schema.vectors_index(kb)}/_mget",
+                                       json={"ids": ids})  # fmt: skip
         answer.raise_for_status()
-    except httpx.HTTPError as exc:  # no vectors: BM25 and the graph still rank
-        log.warning("kgqr's vectors of %s unreadable: %s", index, exc)
-        return VisibleVectors(side_index, len(shown), [], np.zeros((0, 0), np.float32))
-    ids, rows = [], []
-    for document in answer.json()["docs"]:
-        source = document.get("_source") if document.get("found") else None
-        if source is None or source.get("digest") != shown.get(document["_id"]):
-            continue  # none, or made from text the caller does not see (now)
-        if source.get("model") != fields.vector_model:
-            continue  # written by a job of an earlier `kgqr kb embed --model`
-        vector = packed_vectors.unpack(source["vector"])
-        if len(vector) == fields.dimension:
-            ids.append(document["_id"])
-            rows.append(vector)
-    if not rows:
-        return VisibleVectors(side_index, len(shown), [], np.zeros((0, 0), np.float32))
-    vectors = np.stack(rows)
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    return VisibleVectors(side_index, len(shown), ids, vectors)
+        for document in answer.json()["docs"]:
+            source = document.get("_source") if document.get("found") else None
+            stored = None
+            if source is not None and source.get("model") == fields.vector_model:
+                vector = packed_vectors.unpack(source["vector"])
+                if len(vector) == fields.dimension:
+                    unit = vector / max(float(np.linalg.norm(vector)), 1e-12)
+                    stored = _Stored(str(source.get("digest")), unit)
+            self._stored[document["_id"]] = stored

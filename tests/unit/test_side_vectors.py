@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import numpy as np
 
 from kgqr_core import packed_vectors
+from kgqr_core.field_evidence import digest, joined_text
 from kgqr_core.settings import Settings
 from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure
 from query_rewriter.engine.hybrid_query import SearchFields
 from query_rewriter.engine.query_text import ParsedQuery
-from query_rewriter.search.side_vectors import VisibleVectors
+from query_rewriter.search.side_vectors import MOST_CANDIDATES, SideVectorReads, VisibleVectors
 from query_rewriter.strategies.context import StrategyContext
 
 
@@ -72,3 +74,53 @@ def test_a_graph_strategys_seeds_are_ranked_by_the_side_vectors_as_base_is() -> 
     ctx.side_vectors = None
     asyncio.run(ctx.initial_hits("heat waves", 5))
     assert len(sent[0]["query"]["hybrid"]["queries"]) == 1
+
+
+def test_one_search_reads_each_stored_vector_once_for_its_seeds_and_its_ranking() -> None:
+    """A graph search on a side-vector KB searches the caller's candidates twice (its seed
+    step, then its own ranking, under the caller's filters): the vectors of those both
+    found are read once, and each read still shows only what the caller's text vouches for."""
+    searches: list[dict[str, Any]] = []
+    mgets: list[list[str]] = []
+    seen = {"d1": "heat waves", "d2": "changed since embedded", "d3": "cold snaps"}
+    answers = {"heat waves": ["d1", "d2"], "cold snaps": ["d3", "d1"]}
+
+    class Caller:
+        async def search(
+            self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+        ) -> dict[str, Any]:
+            searches.append(body)
+            ids = answers[body["query"]["multi_match"]["query"]]
+            return {"hits": {"hits": [{"_id": i, "_source": {"body": seen[i]}} for i in ids]}}
+
+    def stored(doc_id: str) -> dict[str, Any]:
+        made_from = "heat waves" if doc_id == "d2" else seen[doc_id]
+        vector = packed_vectors.pack(np.asarray([3.0, 4.0 * int(doc_id[1])], np.float32))
+        return {"digest": digest(joined_text({"body": made_from}, ["body"])), "model": "m",
+                "vector": vector}  # fmt: skip
+
+    class Kgqr:
+        async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+            ids = kwargs["json"]["ids"]
+            mgets.append(ids)
+            docs = [{"_id": i, "found": True, "_source": stored(i)} for i in ids]
+            return httpx.Response(200, json={"docs": docs}, request=httpx.Request(method, path))
+
+    fields = FieldMap(index="articles", text_fields={"body": 1.0}, side_vector_fields=["body"],
+                      vector_model="m", dimension=2)  # fmt: skip
+    reads = SideVectorReads.of(Kgqr(), "articles", "a", fields, depth=200)  # type: ignore[arg-type]
+    assert reads is not None
+    searched = SearchFields.of(fields)
+
+    def read(query: str, end: int) -> VisibleVectors | None:
+        return asyncio.run(reads.read(Caller(), ParsedQuery(query), searched, end))
+
+    first = read("heat waves", 5)
+    assert first is not None and first.ids == ["d1"]  # d2's text changed since embedded
+    assert np.allclose(first.vectors, [[0.6, 0.8]]) and first.candidates == 2
+    assert searches[0]["size"] == 200 and mgets == [["d1", "d2"]]
+    second = read("cold snaps", 10)
+    assert second is not None and second.ids == ["d3", "d1"]
+    assert mgets == [["d1", "d2"], ["d3"]]  # d1's vector was read already
+    assert read("heat waves", MOST_CANDIDATES + 1) is None and len(searches) == 2
+    assert SideVectorReads.of(Kgqr(), "articles", "a", FieldMap.own("a"), 200) is None  # type: ignore[arg-type]
