@@ -110,19 +110,20 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     from ingest.tasks import chunk_sender
     from kgqr_core import connections
 
-    # What the command line got wrong is said before any store is reached.
+    try:  # a mistyped source is said before any store is reached
+        loaded = open_source(source, limit=limit)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.BadParameter(str(exc), param_hint="SOURCE") from exc
     settings = get_settings()
+    opensearch = connections.opensearch_client(settings)
+    # Before any `replaced`: that marks every setting as set on purpose, and a model set on
+    # purpose is not swapped for the one the KB records.
+    settings = job_runner.keep_kb_model(settings, opensearch, kb)
     chosen = {"kb_shards": shards, "kb_replicas": replicas}
     try:
         settings = settings.replaced({k: v for k, v in chosen.items() if v is not None})
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--replicas") from exc
-    try:
-        loaded = open_source(source, limit=limit)
-    except (ValueError, FileNotFoundError) as exc:
-        raise click.BadParameter(str(exc), param_hint="SOURCE") from exc
-    opensearch = connections.opensearch_client(settings)
-    settings = job_runner.keep_kb_model(settings, opensearch, kb)
     jobs = JobStore(connections.redis_client(settings))
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)

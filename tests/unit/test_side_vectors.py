@@ -113,7 +113,7 @@ def test_one_search_reads_each_stored_vector_once_for_its_seeds_and_its_ranking(
     searched = SearchFields.of(fields)
 
     def read(query: str, end: int) -> VisibleVectors | None:
-        return asyncio.run(reads.read(Caller(), ParsedQuery(query), searched, end))
+        return asyncio.run(reads.read(Caller(), ParsedQuery(query), searched, end))  # type: ignore[arg-type]
 
     first = read("heat waves", 5)
     assert first is not None and first.ids == ["d1"]  # d2's text changed since embedded
