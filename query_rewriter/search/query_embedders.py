@@ -96,9 +96,10 @@ class QueryEmbedders:
         return cls(model, frozenset({model}), _loaded={model: embed})
 
     def model_for(self, meta: KnowledgeBaseMeta | None) -> str:
-        """The KB's own model. Where its meta is unknown (unreadable, or a KB ingested
-        before kgqr recorded one): the one model loaded, if only one is, since that is
-        what this proxy's knowledge bases record; else the default."""
+        """The KB's own model. Where its meta is unknown (kgqr-meta unreadable; a KB it
+        does not record has its model read from its vectors' size, state.unrecorded_meta):
+        the one model loaded, if only one is, since that is what this proxy's knowledge
+        bases record; else the default."""
         if meta is not None:
             return meta.embedder
         if len(self._loaded) == 1:

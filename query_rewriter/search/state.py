@@ -6,9 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgqr_core.embedder_models import MODELS
 from kgqr_core.settings import Settings
 from plugin import kb_meta
-from plugin.schema import META_INDEX, META_READ_SIZE
+from plugin.field_map import OWN_VECTOR_FIELD
+from plugin.schema import META_INDEX, META_READ_SIZE, documents_index
 from query_rewriter.engine.gateway import Engine, EngineSession
 from query_rewriter.engine.identities import IdentityResolver
 from query_rewriter.search.kb_indices import KnowledgeBaseIndices, knowledge_bases_in_meta
@@ -44,16 +46,45 @@ class ProxyState:
 
 async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | None:
     """The knowledge base's metadata (structure, embedder) from kgqr-meta, cached for a
-    minute; None for a KB ingested before kgqr kept any."""
+    minute; for a KB kgqr-meta does not record, what its documents index says of it."""
     cached = state.kb_metas.get(kb)
     if cached and cached[0] > time.monotonic():
         return cached[1]
-    response = await state.engine.as_kgqr().send("GET", f"/{META_INDEX}/_doc/{kb}")
+    kgqr = state.engine.as_kgqr()
+    response = await kgqr.send("GET", f"/{META_INDEX}/_doc/{kb}")
     meta = None
     if response.status_code == 200:
         meta = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"])
+    elif response.status_code == 404:
+        meta = await unrecorded_meta(kgqr, kb)
     state.kb_metas[kb] = (time.monotonic() + STRUCTURE_TTL_S, meta)
     return meta
+
+
+async def unrecorded_meta(kgqr: EngineSession, kb: str) -> kb_meta.KnowledgeBaseMeta | None:
+    """A knowledge base of kgqr's own that kgqr-meta does not record (ingested before kgqr
+    kept meta, or written by a worker alone): its model is the registered one whose size
+    its vectors have. Not whichever model the proxy happens to hold: one KB of another
+    model elsewhere made searches of such a KB send vectors of the wrong size. None where
+    its index has no vectors, or their size is no one model's."""
+    index = documents_index(kb)
+    answer = await kgqr.send("GET", f"/{index}/_mapping/field/{OWN_VECTOR_FIELD}")
+    if answer.status_code != 200:
+        return None
+    sizes = {
+        mapping.get("dimension")
+        for found in answer.json().values()
+        for field in found.get("mappings", {}).values()
+        for mapping in field.get("mapping", {}).values()
+    }
+    models = [model for model in MODELS.values() if {model.dimension} == sizes]
+    if len(models) != 1:
+        return None
+    model = models[0]
+    return kb_meta.KnowledgeBaseMeta(
+        kb=kb, structure=kb_meta.DocumentStructure(), embedder=model.name,
+        dimension=model.dimension, document_revision=model.document_revision,
+    )  # fmt: skip
 
 
 async def knowledge_base_names(session: EngineSession) -> list[str]:

