@@ -91,8 +91,8 @@ def test_a_worker_embeds_a_chunk_with_the_model_its_job_was_checked_against(
         found = opensearch.search(index=index, body={"size": 1, "_source": ["vector"]})
         assert len(found["hits"]["hits"][0]["_source"]["vector"]) == 768
     finally:
-        # A Gemma KB left in kgqr-meta would make later proxies load Gemma alone, and
-        # embed queries of KBs that record no model with it.
+        # A Gemma KB left in kgqr-meta would make later proxies load Gemma alone (and
+        # spend a Gemma load in every later test that starts one).
         with connections.neo4j_driver(settings) as neo4j:
             drop_knowledge_base(opensearch, neo4j, redis_client, kb_name)
 
