@@ -67,6 +67,9 @@ class JobStore:
     def done_chunks(self, job_id: str) -> set[int]:
         return {int(chunk) for chunk in self.redis.smembers(self._key(job_id) + ":done")}
 
+    def exists(self, job_id: str) -> bool:
+        return bool(self.redis.exists(self._key(job_id)))
+
     def is_done(self, job_id: str, chunk: int) -> bool:
         return bool(self.redis.sismember(self._key(job_id) + ":done", chunk))
 

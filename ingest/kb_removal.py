@@ -23,6 +23,13 @@ class RemovedKnowledgeBase:
 
 def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> RemovedKnowledgeBase:
     schema.check_kb_name(kb)
+    # Its jobs first: a chunk still queued finds its job gone and writes nothing
+    # (tasks.ingest_chunk_task), where it would have made the indices again.
+    job_store = JobStore(redis)
+    mine = job_store.jobs_of(kb)
+    for job in mine:
+        job_store.forget(job.job_id)
+    jobs = len(mine)
     indices = []
     for name in (
         schema.documents_index(kb),
@@ -51,8 +58,4 @@ def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> Rem
         if gone < NEO4J_DELETE_BATCH:
             break
     graph_version.bump(redis, kb)
-    jobs = JobStore(redis)
-    mine = jobs.jobs_of(kb)
-    for job in mine:
-        jobs.forget(job.job_id)
-    return RemovedKnowledgeBase(indices, nodes, len(mine))
+    return RemovedKnowledgeBase(indices, nodes, jobs)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 from ingest.celery_app import app
-from ingest.chunk_ingest import ingest_chunk
+from ingest.chunk_ingest import ChunkOutcome, ingest_chunk
 from ingest.transient_errors import is_transient
 from ingest.worker_resources import WorkerResources
 from kgqr_core.settings import get_settings
 
 MAX_RETRIES = 8
+log = logging.getLogger("kgqr.ingest")
 
 
 def _resources(model: str | None = None) -> WorkerResources:
@@ -40,7 +42,16 @@ def ingest_chunk_task(
 ) -> dict[str, Any]:
     """Ingest one chunk; transient store or LLM failures retry with exponential backoff."""
     try:
-        outcome = ingest_chunk(_resources(model), job_id, kb, chunk, records, extract_triples)
+        resources = _resources(model)
+        if not resources.jobs.exists(job_id):
+            # Its job was forgotten (`kgqr ingest drop`) while it waited in the queue:
+            # writing it would bring a dropped knowledge base back.
+            log.warning(
+                "a chunk of a job no longer on record was set aside unwritten",
+                extra={"kgqr": {"job": job_id, "kb": kb, "chunk": chunk}},
+            )
+            return _report(chunk, ChunkOutcome(skipped=True))
+        outcome = ingest_chunk(resources, job_id, kb, chunk, records, extract_triples)
     except Exception as exc:
         if is_transient(exc) and self.request.retries < MAX_RETRIES:
             countdown = min(2**self.request.retries, 60)
@@ -51,6 +62,10 @@ def ingest_chunk_task(
         # For good: say so in the job, so `kgqr ingest` ends (non-zero) instead of waiting.
         _resources(model).jobs.fail_chunk(job_id, chunk, f"{type(exc).__name__}: {exc}")
         raise
+    return _report(chunk, outcome)
+
+
+def _report(chunk: int, outcome: ChunkOutcome) -> dict[str, Any]:
     return {
         "chunk": chunk,
         "skipped": outcome.skipped,

@@ -84,6 +84,24 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
         assert f"no knowledge base {kb!r}" in gone.output, command
 
 
+def test_a_chunk_still_queued_when_its_kb_is_dropped_writes_nothing(
+    stores: Stores, kb: str
+) -> None:
+    """A worker took the queued chunks of a dropped KB after the drop, and made its
+    documents index again: `kgqr ingest drop` seemed to work, then the KB was back."""
+    from ingest.tasks import ingest_chunk_task
+
+    settings, opensearch, neo4j, redis = stores
+    job, _ = run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
+    drop_knowledge_base(opensearch, neo4j, redis, kb)
+    record = {"kind": "document", "id": "late", "type": "movie", "text": "queued before the drop"}
+    model = settings.embedder.model
+    answer = ingest_chunk_task.apply(args=[job.job_id, kb, 99, [record], False, model]).get()
+    assert answer["skipped"] is True and answer["counts"] == {}
+    assert not opensearch.indices.exists(index=schema.documents_index(kb))
+    assert JobStore(redis).progress(job.job_id) is None
+
+
 def test_dropping_a_knowledge_base_leaves_one_whose_name_it_begins(stores: Stores, kb: str) -> None:
     """Job ids begin with their KB's name, and drop forgot every job whose id began with
     `KB-`: dropping `movies` forgot the jobs of `movies-x`, whose next ingest then ran
