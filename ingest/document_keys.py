@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Iterator
+from decimal import Decimal, InvalidOperation
 from itertools import islice
 from typing import Any
 
 from ingest.records import Link, Record, Refresh, Rejected
-from kgqr_core.field_evidence import field_values
+from kgqr_core.field_evidence import field_items
 
 BATCH = 1_000
 # A batch's documents are read in one search; more than this for BATCH keys means the
@@ -45,11 +46,42 @@ class DocumentKeys:
                     f"{answer['total']['value']} documents of {self.index} hold {len(batch)} "
                     f"values of {self.field}: it is not a field that names one document each"
                 )
+            numeric = _by_number(batch)
             for hit in answer["hits"]:
-                for value in field_values(hit.get("_source") or {}, self.field):
-                    if value in found and hit["_id"] not in found[value]:
-                        found[value].append(hit["_id"])
+                for value in field_items(hit.get("_source") or {}, self.field):
+                    for key in _keys_matching(value, found, numeric):
+                        if hit["_id"] not in found[key]:
+                            found[key].append(hit["_id"])
         return found
+
+
+def _number(text: str) -> Decimal | None:
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def _by_number(keys: Collection[str]) -> dict[Decimal, list[str]]:
+    """The keys that spell a number, by that number."""
+    numbers: dict[Decimal, list[str]] = {}
+    for key in keys:
+        if (number := _number(key)) is not None:
+            numbers.setdefault(number, []).append(key)
+    return numbers
+
+
+def _keys_matching(
+    value: Any, keys: Collection[str], numeric: dict[Decimal, list[str]]
+) -> list[str]:
+    """The keys a document's value answers. A numeric field matches the key "12" to a
+    stored 12.0 (a table whose ids had a gap exports them as floats): numbers compare as
+    numbers, exactly (Decimal: no two long ids are one float); text compares as text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = _number(str(value))
+        return numeric.get(number, []) if number is not None else []
+    return [str(value)] if str(value) in keys else []
 
 
 def keyed(records: Iterable[Record], keys: DocumentKeys, sources: bool) -> Iterator[Record]:

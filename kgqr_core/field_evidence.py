@@ -16,14 +16,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 
-def field_values(source: dict[str, Any], path: str) -> list[str]:
-    """A document's values of a (dotted) field, as strings: one for a scalar, each of a
-    list's, none when absent."""
+def field_items(source: dict[str, Any], path: str) -> list[Any]:
+    """A document's values of a (dotted) field as its JSON holds them: one for a scalar,
+    each of a list's, none when absent or blank."""
     value: Any = source
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     items = value if isinstance(value, list) else [value]
-    return [str(item) for item in items if item is not None and str(item).strip()]
+    return [item for item in items if item is not None and str(item).strip()]
+
+
+def field_values(source: dict[str, Any], path: str) -> list[str]:
+    """field_items, as strings."""
+    return [str(item) for item in field_items(source, path)]
 
 
 def joined_text(source: dict[str, Any], fields: Iterable[str]) -> str:
