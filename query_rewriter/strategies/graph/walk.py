@@ -106,10 +106,11 @@ async def strongest_paths(
         return path.hops, -seeds.get(path.seed, 0.0), path.seed
 
     chosen: dict[str, Neighbour] = {}
-    for path in hood.paths(nodes, hidden=hidden, between_seeds=True):
-        if path.id not in chosen or strength(path) < strength(chosen[path.id]):
-            chosen[path.id] = path
-    titles = await titles_as_read(ctx, ctx.index, documents_between(chosen.values()))
+    with ctx.timer.stage("paths"):  # the explain's alone: nothing ranks by them
+        for path in hood.paths(nodes, hidden=hidden, between_seeds=True):
+            if path.id not in chosen or strength(path) < strength(chosen[path.id]):
+                chosen[path.id] = path
+        titles = await titles_as_read(ctx, ctx.index, documents_between(chosen.values()))
     return {node: f"{p.seed} --{p.relation_text(titles)}--> {node}" for node, p in chosen.items()}
 
 
