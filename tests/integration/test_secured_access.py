@@ -137,6 +137,13 @@ ROLES: dict[str, dict[str, Any]] = {
             {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~title"]}
         ],
     },
+    # Reads every document, but not kgqr's `id` field, which its lookups read ids from.
+    "kgqr_test_idless": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~id"]}
+        ],
+    },
     "kgqr_test_brandless": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
         "index_permissions": [
@@ -739,6 +746,23 @@ def test_the_graph_boosts_and_shows_only_documents_the_caller_may_read(
     assert counted["restricted"] == {
         name: count - 1 for name, count in counted["reader"].items()
     }, counted
+
+
+@pytest.mark.parametrize("strategy", ["graph", "graph_mix"])
+def test_a_caller_who_may_not_see_kgqrs_id_field_gets_the_same_graph_boosts(
+    strategy: str, proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """The similarity lookups read kgqr's documents' ids from their `id` field (the
+    engine's `_id` costs a read of stored fields); a role whose field-level security
+    hides that field gets them by `_id` instead, not a rewrite without its boosts."""
+    boosted = {}
+    for who in ("reader", "idless"):
+        answer = _explained(proxy[0], INDEX, strategy, QUERY, {"authorization": users[who]})
+        assert answer.status_code == 200, answer.text
+        explain = answer.json()["kgqr"]
+        assert explain["fallback"] is None, explain["fallback"]
+        boosted[who] = [(node["id"], node["score"]) for node in explain["details"]["graph_nodes"]]
+    assert boosted["reader"] and boosted["idless"] == boosted["reader"], boosted
 
 
 def test_the_walks_cut_off_is_made_among_the_documents_the_caller_may_read(
