@@ -69,9 +69,9 @@ class Rewrite:
     # The boost sub-query's share of the hybrid score, when the strategy sets its own (the
     # agent's answers are the ranking); else the settings' hybrid_boost_weights.
     boost_share: float | None = None
-    # Documents whose content the rewrite states without having fetched them (a triple's
-    # passage): with its boosts and what its searches returned, what a cached copy of it is
-    # re-checked against (search/evidence.py).
+    # Documents the rewrite names or states without having fetched them (a triple's
+    # passage, a seed read by id alone): with its boosts and what its searches returned,
+    # what a cached copy of it is re-checked against (search/evidence.py).
     sources: list[str] = field(default_factory=list)
 
     def graph_linked(self) -> set[str]:

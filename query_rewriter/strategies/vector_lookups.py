@@ -21,28 +21,6 @@ from query_rewriter.strategies.services import Search
 T = TypeVar("T")
 
 
-# kgqr's own documents keep their `_id` in this keyword field too (ingest's writer).
-OWN_ID_FIELD = "id"
-
-
-async def _scored_ids(
-    ctx: StrategyContext, index: str, body: dict[str, Any]
-) -> list[tuple[str, dict[str, Any]]]:
-    """`body`'s hits, each with its document id, asking back nothing else. Of kgqr's own
-    documents, their `id` doc values and no stored fields: the engine reads `_id` from
-    blocks of stored fields compressed with whole documents, which made a 150-id cosine
-    lookup 3x slower (40 ms against 13 on the MuSiQue KB here). An attached index, or a
-    caller whose field-level security leaves `id` out, gets `_id` as before."""
-    if ctx.fields is None and index == ctx.index:
-        own = {**body, "stored_fields": "_none_", "docvalue_fields": [OWN_ID_FIELD]}
-        hits = (await ctx.opensearch.search(index, own))["hits"]["hits"]
-        found = [(hit.get("fields") or {}).get(OWN_ID_FIELD) or [] for hit in hits]
-        if all(found):
-            return [(str(values[0]), hit) for values, hit in zip(found, hits, strict=True)]
-    hits = (await ctx.opensearch.search(index, {**body, "_source": False}))["hits"]["hits"]
-    return [(str(hit["_id"]), hit) for hit in hits]
-
-
 def _cosine_body(
     ctx: StrategyContext, query_vector: np.ndarray, ids: set[str], top: int | None
 ) -> dict[str, Any]:
@@ -77,8 +55,8 @@ async def exact_cosine(
     `top`, only the `top` most similar come back."""
     if not ids:
         return {}
-    scored = await _scored_ids(ctx, index, _cosine_body(ctx, query_vector, ids, top))
-    return {doc_id: _cosine(hit) for doc_id, hit in scored}
+    hits = await ctx.search_ids(index, _cosine_body(ctx, query_vector, ids, top))
+    return {hit["_id"]: _cosine(hit) for hit in hits}
 
 
 # A linked document's similarity when it shares no word with the query (BM25 only).
@@ -100,12 +78,12 @@ async def query_similarity(
     words = bm25_clause(query, ParsedQuery(query), ctx.search_fields)
     scored = {"bool": {"should": [words], "filter": [{"ids": {"values": sorted(ids)}}]}}
     body = {"size": min(len(ids), top or len(ids)), "query": scored}
-    hits = await _scored_ids(ctx, ctx.index, body)
-    best = max((float(hit["_score"] or 0.0) for _, hit in hits), default=0.0)
+    hits = await ctx.search_ids(ctx.index, body)
+    best = max((float(hit["_score"] or 0.0) for hit in hits), default=0.0)
     share = 1.0 - LINKED_FLOOR
     return {
-        doc_id: LINKED_FLOOR + share * (float(hit["_score"] or 0.0) / best if best else 0.0)
-        for doc_id, hit in hits
+        hit["_id"]: LINKED_FLOOR + share * (float(hit["_score"] or 0.0) / best if best else 0.0)
+        for hit in hits
     }
 
 

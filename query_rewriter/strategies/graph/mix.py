@@ -76,7 +76,8 @@ class GraphMix(Strategy):
         rewrite.boost_ids.update({node: scored[node] / best for node in kept})
         rewrite.boost_ids[hits[0]["id"]] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
-        rewrite.sources = sorted(walked.passages)
+        # The seeds it names were read by id alone: its evidence, as the passages are.
+        rewrite.sources = sorted(walked.passages | {hit["id"] for hit in hits})
         near = walked.hood.around(kept)
         lifted_by = await strongest_paths(ctx, near, kept, walked.seeds)
         rewrite.details = {

@@ -114,10 +114,18 @@ async def strongest_paths(
     return {node: f"{p.seed} --{p.relation_text(titles)}--> {node}" for node, p in chosen.items()}
 
 
+async def plain_seeds(ctx: StrategyContext, query: str) -> list[dict[str, Any]]:
+    """The plain query's top graph.seeds hits, by id alone: no graph strategy reads more
+    of them, and fetching their title and text made this search cost as much as base's
+    whole search (search_ids)."""
+    hits = await ctx.plain_hits(query, int(ctx.param(SEEDS)), None)
+    return [{"id": hit["_id"]} for hit in hits]
+
+
 async def seed_hits(ctx: StrategyContext, query: str) -> list[dict[str, Any]]:
-    """The plain query's top graph.seeds hits, where the bridge starts; none leaves the
-    graph nothing to start from, a failure the search falls back from."""
-    hits = await ctx.initial_hits(query, int(ctx.param(SEEDS)))
+    """plain_seeds, where the bridge starts; none leaves the graph nothing to start from,
+    a failure the search falls back from."""
+    hits = await plain_seeds(ctx, query)
     if not hits:
         raise ValueError("no seeds: the plain query found nothing")
     return hits
@@ -205,10 +213,10 @@ class GraphWalk(Strategy):
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         rewrite = Rewrite(strategy=self.name, query=query)
-        plain_hits = ctx.initial_hits(query, int(ctx.param(SEEDS)))
-        hits, triples = await hits_and_triple_seeds(ctx, plain_hits, query)
+        hits, triples = await hits_and_triple_seeds(ctx, plain_seeds(ctx, query), query)
         walked = await walk_from(ctx, hits, triples)
-        rewrite.sources = sorted(walked.passages)
+        # The seeds it names were read by id alone: its evidence, as the passages are.
+        rewrite.sources = sorted(walked.passages | {hit["id"] for hit in hits})
         ranked = walked.ranked
         kept = list(ranked)
         near = walked.hood.around(kept)
