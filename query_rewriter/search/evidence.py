@@ -56,7 +56,7 @@ class RecordingSearch:
 
 def _fetches_documents(body: dict[str, Any]) -> bool:
     """Whether a search's hits show something of their documents: not a count, nor a
-    lookup of ids (`_source: false`, or only their `id` doc values: vector_lookups)."""
+    lookup of ids (`_source: false`, or only their `id` doc values: search_ids)."""
     ids_only = body.get("_source") is False or body.get("stored_fields") == "_none_"
     return not ids_only and body.get("size") != 0
 
