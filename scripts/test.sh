@@ -19,11 +19,12 @@ echo "test.sh: services ready after $(( $(date +%s) - started ))s"
 ruff check .
 ruff format --check .
 mypy  # the packages and strictness are in pyproject.toml
-pytest tests "$@"
+# The slowest tests, named in every run: .ci/run must stay under 40 minutes.
+pytest tests --durations=25 "$@"
 if [ $# -eq 0 ]; then
   # The testcontainers path (docs/containers.md): ingest, the proxy, the strategies and the
   # secured node again, with OpenSearch, Neo4j and Redis started from kgqr's images.
-  KGQR_TEST_SERVICES=containers pytest tests/integration/test_ingest_pipeline.py \
+  KGQR_TEST_SERVICES=containers pytest --durations=10 tests/integration/test_ingest_pipeline.py \
     tests/integration/test_proxy.py tests/integration/test_graph_strategy.py \
     tests/integration/test_secured_access.py
 fi
