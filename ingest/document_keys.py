@@ -18,8 +18,13 @@ from typing import Any
 
 from ingest.records import Link, Record, Refresh, Rejected
 from kgqr_core.field_evidence import field_items
+from plugin.field_map import mapped_fields
 
 BATCH = 1_000
+NUMERIC_TYPES = frozenset(
+    {"long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float",
+     "unsigned_long"}
+)  # fmt: skip
 # A batch's documents are read in one search; more than this for BATCH keys means the
 # field is no key (most values name many documents).
 MOST_DOCUMENTS = 10_000
@@ -31,6 +36,20 @@ class DocumentKeys:
 
     def __init__(self, client: Any, index: str, field: str) -> None:
         self.client, self.index, self.field = client, index, field
+        self._numeric: bool | None = None
+
+    def numeric(self) -> bool:
+        """Whether the index maps the field as a number, so that the engine finds a stored
+        12.0 for the key "12" (a keyword field holding 12 matches "12" alone)."""
+        if self._numeric is None:
+            answer = self.client.indices.get_mapping(index=self.index)
+            types = {
+                found.type
+                for body in answer.values()
+                if (found := mapped_fields(body.get("mappings") or {}).get(self.field))
+            }
+            self._numeric = bool(types) and types <= NUMERIC_TYPES
+        return self._numeric
 
     def ids_of(self, keys: Collection[str]) -> dict[str, list[str]]:
         """Each key's documents (none, one, or several: the caller tells them apart)."""
@@ -46,7 +65,7 @@ class DocumentKeys:
                     f"{answer['total']['value']} documents of {self.index} hold {len(batch)} "
                     f"values of {self.field}: it is not a field that names one document each"
                 )
-            numeric = _by_number(batch)
+            numeric = _by_number(batch) if self.numeric() else None
             for hit in answer["hits"]:
                 for value in field_items(hit.get("_source") or {}, self.field):
                     for key in _keys_matching(value, found, numeric):
@@ -73,12 +92,13 @@ def _by_number(keys: Collection[str]) -> dict[Decimal, list[str]]:
 
 
 def _keys_matching(
-    value: Any, keys: Collection[str], numeric: dict[Decimal, list[str]]
+    value: Any, keys: Collection[str], numeric: dict[Decimal, list[str]] | None
 ) -> list[str]:
-    """The keys a document's value answers. A numeric field matches the key "12" to a
-    stored 12.0 (a table whose ids had a gap exports them as floats): numbers compare as
-    numbers, exactly (Decimal: no two long ids are one float); text compares as text."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    """The keys a document's value answers. A numeric field (`numeric`: its batch's keys
+    by number) matches the key "12" to a stored 12.0 (a table whose ids had a gap exports
+    them as floats): there numbers compare as numbers, exactly (Decimal: no two long ids
+    are one float); anywhere else values compare as text, as a keyword field's do."""
+    if numeric is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         number = _number(str(value))
         return numeric.get(number, []) if number is not None else []
     return [str(value)] if str(value) in keys else []
