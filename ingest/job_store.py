@@ -59,6 +59,8 @@ class JobStore:
         self.redis.sadd("kgqr:jobs", job_id)
 
     def finish_enqueuing(self, job_id: str, chunks_total: int) -> None:
+        if not self.exists(job_id):  # dropped while its chunks were being sent
+            return
         self.redis.hset(
             self._key(job_id),
             mapping={"chunks_total": chunks_total, "state": "enqueued", "updated": time.time()},
@@ -74,14 +76,16 @@ class JobStore:
         return bool(self.redis.sismember(self._key(job_id) + ":done", chunk))
 
     def complete_chunk(self, job_id: str, chunk: int, counts: dict[str, int]) -> bool:
-        """Record a finished chunk; False when it had already been recorded."""
+        """Record a finished chunk; False when it had already been recorded, or its job is
+        no longer on record (a drop forgot it: counting would make a record without its
+        KB, which every later chunk of the job would take for a live one)."""
         key = self._key(job_id)
         done_key = key + ":done"
         with self.redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(done_key)
-                    if pipe.sismember(done_key, chunk):
+                    pipe.watch(done_key, key)
+                    if not pipe.exists(key) or pipe.sismember(done_key, chunk):
                         pipe.reset()
                         return False
                     pipe.multi()
@@ -101,7 +105,7 @@ class JobStore:
         """Record a chunk that failed for good (retries spent, or an error no retry fixes),
         so the job can finish as failed instead of waiting for it forever."""
         key = self._key(job_id)
-        if self.is_done(job_id, chunk):
+        if self.is_done(job_id, chunk) or not self.exists(job_id):
             return
         self.redis.hset(key + ":failed", chunk, reason[:500])
         self.redis.expire(key + ":failed", JOB_TTL_S)
@@ -112,6 +116,8 @@ class JobStore:
         """Say why a chunk is being retried (a store down, an index blocked), so a job that
         seems stuck tells the user what it waits for."""
         key = self._key(job_id)
+        if not self.exists(job_id):
+            return
         self.redis.hset(key + ":retrying", chunk, reason[:500])
         self.redis.expire(key + ":retrying", JOB_TTL_S)
 

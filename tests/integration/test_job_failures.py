@@ -238,3 +238,18 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_forgotten_job_is_not_made_again_by_its_late_chunks(redis_client: Any, jobs: Any) -> None:
+    """A chunk running when its KB was dropped counted itself into a record without its
+    KB, which every later chunk of the job took for a live job, and `progress` for a job
+    without a state."""
+    store, job = jobs
+    store.start(job, "kb", "jsonl:x")
+    store.forget(job)
+    store.finish_enqueuing(job, chunks_total=2)
+    assert store.complete_chunk(job, 0, {"documents": 3}) is False
+    store.fail_chunk(job, 1, "late")
+    store.note_retry(job, 1, "late")
+    assert not store.exists(job) and store.progress(job) is None
+    assert not redis_client.keys(f"kgqr:job:{job}*")
