@@ -112,6 +112,10 @@ def stack() -> Iterator[Stack]:
         **passwords,
         "KGQR_COMPOSE_OPENSEARCH_PORT": str(_free_port()),
         "KGQR_COMPOSE_FRONT_PORT": str(front_port),
+        # What the suite gives every rewrite (tests/conftest.py): the tests check what a
+        # rewrite does, not how fast a busy machine's LLM answers.
+        "KGQR_REWRITE_TIMEOUT_S": os.environ["KGQR_REWRITE_TIMEOUT_S"],
+        "KGQR_LLM_TIMEOUT_S": os.environ["KGQR_LLM_TIMEOUT_S"],
     }
     command = [*_compose_command(engine), "-p", PROJECT, "-f", str(DOCKER_DIR / "compose.yml"),
                "--profile", "llm"]  # fmt: skip
