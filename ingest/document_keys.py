@@ -18,13 +18,9 @@ from typing import Any
 
 from ingest.records import Link, Record, Refresh, Rejected
 from kgqr_core.field_evidence import field_items
-from plugin.field_map import mapped_fields
+from plugin.field_map import NUMERIC_TYPES, mapped_fields
 
 BATCH = 1_000
-NUMERIC_TYPES = frozenset(
-    {"long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float",
-     "unsigned_long"}
-)  # fmt: skip
 # A batch's documents are read in one search; more than this for BATCH keys means the
 # field is no key (most values name many documents).
 MOST_DOCUMENTS = 10_000
@@ -48,7 +44,7 @@ class DocumentKeys:
                 for body in answer.values()
                 if (found := mapped_fields(body.get("mappings") or {}).get(self.field))
             }
-            self._numeric = bool(types) and types <= NUMERIC_TYPES
+            self._numeric = bool(types) and types <= set(NUMERIC_TYPES)
         return self._numeric
 
     def ids_of(self, keys: Collection[str]) -> dict[str, list[str]]:

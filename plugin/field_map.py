@@ -21,8 +21,12 @@ from plugin.schema import documents_index
 # The fields the read path asks of a hit, as kgqr's own documents name them.
 OWN_TEXT_FIELDS = {"title": 2.0, "text": 1.0}
 OWN_VECTOR_FIELD = "vector"
+# Each of kgqr's own documents keeps its `_id` in this keyword field too (ingest's writer).
+OWN_ID_FIELD = "id"
 TEXT_TYPES = ("text", "match_only_text")
 KEYWORD_TYPES = ("keyword", "constant_keyword", "wildcard")
+NUMERIC_TYPES = ("long", "integer", "short", "byte", "double", "float", "half_float",
+                 "scaled_float", "unsigned_long")  # fmt: skip
 # Field names third-party clients give the text they embedded (LangChain `text`,
 # Haystack `content`, LlamaIndex `content`), and a title's usual names: suggested first.
 BODY_NAMES = ("text", "content", "body", "page_content", "passage", "description")

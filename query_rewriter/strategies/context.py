@@ -12,7 +12,7 @@ from kgqr_core.llm import LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 from kgqr_core.settings import Settings
 from kgqr_core.single_flight import SingleFlight
-from plugin.field_map import FieldMap
+from plugin.field_map import OWN_ID_FIELD, FieldMap
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.engine.hybrid_query import (
     OWN_FIELDS,
@@ -34,8 +34,6 @@ from query_rewriter.strategies.params import (
 from query_rewriter.strategies.rewrite import LlmUsage, StageTimer
 from query_rewriter.strategies.services import Embed, Graph, Llm, Search, SideVectorScores
 
-# kgqr's own documents keep their `_id` in this keyword field too (ingest's writer).
-OWN_ID_FIELD = "id"
 # What the context itself reads for every strategy: the models behind its LLM and embedder,
 # and the length documents are cut to.
 CONTEXT_SETTINGS = ("llm_model", "embedder_model", "rewrite_doc_chars")
