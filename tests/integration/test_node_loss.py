@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,23 +77,50 @@ def _primary_holder(client: Any, index: str, nodes: list[OpenSearchNode]) -> Ope
     return next(node for node in nodes[1:] if node.name in primaries)
 
 
-def test_a_data_node_killed_mid_ingest_loses_nothing(
-    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
-    kb_name: str, tmp_path: Path,
-) -> None:  # fmt: skip
+def _cluster(settings: Settings) -> Settings:
+    """Settings for the test cluster, addressed at node 1, with a Celery queue of its own."""
     queue = f"kgqr-faults-{uuid.uuid4().hex[:8]}"
-    cluster = settings.replaced({"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
-                                          "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
+    return settings.replaced({"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
+                              "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IngestThroughALoss:
+    """What an ingest job saw while a data node holding a primary died under it."""
+
+    kb: str
+    expected: dict[str, int]
+    progress: Any  # the job's end
+    failed_searches: list[str]  # direct searches during the 20 s outage that failed
+    searches: int
+    statuses: set[str]  # the cluster's health meanwhile
+    report: Any  # both stores' counts, read before the node came back
+    health: dict[str, Any]  # once it had
+
+
+@pytest.fixture(scope="module")
+def ingest_through_a_loss(
+    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[IngestThroughALoss]:  # fmt: skip
+    """The movies KB, ingested while a data node is SIGKILLed, then the node brought back.
+    The searching tests below search the same KB: ingesting it again took each of them
+    45 s, a third of its time."""
+    cluster = _cluster(settings)
+    others = ",".join(f"http://127.0.0.1:{node.member.http_port}" for node in three_nodes[1:])
     client = connections.opensearch_client(cluster)
     assert _health(client)["number_of_nodes"] == 3
-    expected = _write_source(tmp_path)
-    spec = f"jsonl:{tmp_path}"
+    kb_name = f"t-faults-{uuid.uuid4().hex[:8]}"
+    folder = tmp_path_factory.mktemp("movies")
+    expected = _write_source(folder)
+    spec = f"jsonl:{folder}"
     jobs = JobStore(redis_client)
+    queue = cluster.redis.ingest_queue
     worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch.url, "KGQR_INGEST_QUEUE": queue}
-    log = str(tmp_path / "worker.log")
     failed_searches: list[str] = []
     searches = 0
-    with job_runner.temporary_worker(cluster, log, queues=queue, env=worker_env):
+    with job_runner.temporary_worker(cluster, str(folder / "worker.log"), queues=queue,
+                                     env=worker_env):  # fmt: skip
         job_runner.prepare_stores(cluster, client, neo4j_driver)
         job = job_runner.enqueue(
             open_source(spec), spec, kb_name, settings=cluster, opensearch=client, jobs=jobs,
@@ -117,58 +145,39 @@ def test_a_data_node_killed_mid_ingest_loses_nothing(
             statuses.add(_health(client)["status"])
             time.sleep(0.2)
         progress = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=600)
-    assert progress.finished and not progress.failed, progress
-    assert failed_searches == [], f"{len(failed_searches)} of {searches}: {failed_searches[:3]}"
-    assert "yellow" in statuses  # the replicas of the lost node's shards are missing
     report = verify(client, neo4j_driver, kb_name)
-    assert report.opensearch_counts == expected == report.neo4j_counts
-    assert report.relation_counts == {"DIRECTED_BY": MOVIES}
-    assert progress.counts["rejected"] == 0
-
     victim.up()
-    health = _wait_green(client)
-    assert health["status"] == "green" and health["number_of_nodes"] == 3
-    drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)
+    yield IngestThroughALoss(kb_name, expected, progress, failed_searches, searches, statuses,
+                             report, _wait_green(client))  # fmt: skip
+    # Through every node: a test may have left one down.
+    every_node = connections.opensearch_client(cluster.replaced({"opensearch_other_urls": others}))
+    drop_knowledge_base(every_node, neo4j_driver, redis_client, kb_name)
 
 
-def _cluster(settings: Settings) -> Settings:
-    """Settings for the test cluster, addressed at node 1, with a Celery queue of its own."""
-    queue = f"kgqr-faults-{uuid.uuid4().hex[:8]}"
-    return settings.replaced({"opensearch_url": f"http://127.0.0.1:{HTTP_PORT}",
-                              "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
-
-
-def _ingested_kb(
-    cluster: Settings, client: Any, neo4j_driver: Any, redis_client: Any, kb_name: str,
-    folder: Path,
-) -> str:  # fmt: skip
-    """The movies KB ingested into the green cluster by a worker of its own; its index."""
-    assert _wait_green(client)["status"] == "green"
-    _write_source(folder)
-    spec = f"jsonl:{folder}"
-    queue = cluster.redis.ingest_queue
-    worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch.url, "KGQR_INGEST_QUEUE": queue}
-    with job_runner.temporary_worker(cluster, str(folder / "worker.log"), queues=queue,
-                                     env=worker_env):  # fmt: skip
-        job_runner.prepare_stores(cluster, client, neo4j_driver)
-        job = job_runner.enqueue(
-            open_source(spec), spec, kb_name, settings=cluster, opensearch=client,
-            jobs=JobStore(redis_client), send=chunk_sender(kb_name, queue), dimension=384,
-        )  # fmt: skip
-        done = job_runner.follow(JobStore(redis_client), job.job_id, lambda _p: None, 300)
-    assert done.finished and not done.failed
-    return schema.documents_index(kb_name)
+def test_a_data_node_killed_mid_ingest_loses_nothing(
+    ingest_through_a_loss: IngestThroughALoss,
+) -> None:
+    loss = ingest_through_a_loss
+    assert loss.progress.finished and not loss.progress.failed, loss.progress
+    assert loss.failed_searches == [], (
+        f"{len(loss.failed_searches)} of {loss.searches}: {loss.failed_searches[:3]}"
+    )
+    assert "yellow" in loss.statuses  # the replicas of the lost node's shards are missing
+    assert loss.report.opensearch_counts == loss.expected == loss.report.neo4j_counts
+    assert loss.report.relation_counts == {"DIRECTED_BY": MOVIES}
+    assert loss.progress.counts["rejected"] == 0
+    assert loss.health["status"] == "green" and loss.health["number_of_nodes"] == 3
 
 
 def test_rewritten_searches_answer_while_a_node_dies(
-    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
-    kb_name: str, tmp_path: Path,
-) -> None:  # fmt: skip
+    settings: Settings, three_nodes: list[OpenSearchNode], ingest_through_a_loss: IngestThroughALoss
+) -> None:
     """Searches through kgqr (`base`: hybrid BM25 + k-NN) without pause while a node that
     holds a primary is killed: none answers 5xx; how many were slower is printed."""
     cluster = _cluster(settings)
     client = connections.opensearch_client(cluster)
-    index = _ingested_kb(cluster, client, neo4j_driver, redis_client, kb_name, tmp_path)
+    index = schema.documents_index(ingest_through_a_loss.kb)
+    assert _wait_green(client)["status"] == "green"
     victim = _primary_holder(client, index, three_nodes)
     timings: list[tuple[float, int, float]] = []  # (seconds since start, status, ms)
     with running_proxy(cluster) as url, httpx.Client(timeout=60) as http:
@@ -194,7 +203,6 @@ def test_rewritten_searches_answer_while_a_node_dies(
     assert errors == []
     victim.up()
     assert _wait_green(client)["number_of_nodes"] == 3
-    drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)
 
 
 def _search_through(front: str, index: str, strategy: str | None) -> str | None:
@@ -212,9 +220,8 @@ def _search_through(front: str, index: str, strategy: str | None) -> str | None:
 
 
 def test_losing_node_1_costs_only_the_searches_in_flight(
-    settings: Settings, three_nodes: list[OpenSearchNode], neo4j_driver: Any, redis_client: Any,
-    kb_name: str, tmp_path: Path,
-) -> None:  # fmt: skip
+    settings: Settings, three_nodes: list[OpenSearchNode], ingest_through_a_loss: IngestThroughALoss
+) -> None:
     """The front and the proxy know every node: the configured one (node 1, which clients
     used to depend on) and those the engine reports. SIGKILL node 1 during streams of
     searches through the front, passed through and rewritten: at most the searches in flight
@@ -224,7 +231,8 @@ def test_losing_node_1_costs_only_the_searches_in_flight(
     # The test's own client knows every node: node 1 dies under it.
     others = ",".join(f"http://127.0.0.1:{node.member.http_port}" for node in three_nodes[1:])
     client = connections.opensearch_client(cluster.replaced({"opensearch_other_urls": others}))
-    index = _ingested_kb(cluster, client, neo4j_driver, redis_client, kb_name, tmp_path)
+    index = schema.documents_index(ingest_through_a_loss.kb)
+    assert _wait_green(client)["status"] == "green"
     outcomes: list[tuple[float, str | None]] = []  # (seconds since the kill or before, error)
     stop = threading.Event()
     killed_at: list[float] = []
@@ -260,4 +268,3 @@ def test_losing_node_1_costs_only_the_searches_in_flight(
     three_nodes[0].up()
     health = _wait_green(client)
     assert health["status"] == "green" and health["number_of_nodes"] == 3
-    drop_knowledge_base(client, neo4j_driver, redis_client, kb_name)
