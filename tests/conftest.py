@@ -6,7 +6,8 @@ Integration fixtures look for services in this order:
 2. otherwise, when a Docker daemon answers, OpenSearch, Neo4j and Redis in testcontainers;
 3. otherwise the run fails, saying which service is missing and how to start it.
 Tests are marked `unit`, `integration` or `containers` by the folder they live in; the
-last run kgqr's own images (`kgqr images build`) with docker/compose.yml.
+last run kgqr's own images (`kgqr images build`) with docker/compose.yml. A test that asks
+for `llm_settings` is also marked `llm`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = Path(str(item.fspath)).relative_to(TESTS_DIR).parts[0]
         if folder in {"unit", "integration", "containers"}:
             item.add_marker(getattr(pytest.mark, folder))
+        if "llm_settings" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.llm)
 
 
 @pytest.fixture(scope="session")
