@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import httpx
 
 from kgqr_core.settings import Settings
+from plugin.field_map import OWN_ID_FIELD
 from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.gateway import EngineSession
 
@@ -84,6 +85,32 @@ class IdentityResolver:
             f"{caller.fingerprint()} {index}", probed, keep=lambda status: status != 404
         )
         return refused
+
+    async def reads_own_ids(self, caller: Caller, index: str) -> bool:
+        """Whether the caller reads kgqr's documents' `id` doc values as their ids, checked
+        on one document (`_id` beside them) and kept a while. A role that masks `id` reads
+        hashes there, and one whose field-level security hides it reads nothing: either
+        would leave the graph strategies no seed the graph knows. An index with nothing
+        the caller may read, or an answer that is not one, is asked about again."""
+        probe = {"size": 1, "_source": False, "docvalue_fields": [OWN_ID_FIELD],
+                 "query": {"match_all": {}}}  # fmt: skip
+
+        async def probed() -> bool | None:
+            try:
+                response = await self._engine.as_caller(caller).send(
+                    "POST", f"/{index}/_search", json=probe
+                )
+                hits = response.json()["hits"]["hits"] if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                return None
+            if not hits:
+                return None
+            return (hits[0].get("fields") or {}).get(OWN_ID_FIELD) == [hits[0]["_id"]]
+
+        read: bool | None = await self._remembered(
+            f"{caller.fingerprint()} {index} ids", probed, keep=lambda found: found is not None
+        )
+        return bool(read)
 
     async def _remembered(
         self,

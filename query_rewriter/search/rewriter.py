@@ -35,7 +35,13 @@ from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import ALPHA, param_value
 from query_rewriter.strategies.rewrite import LlmUsage, Rewrite, StageTimer
-from query_rewriter.strategies.services import Embed, Graph, Search, SideVectorScores
+from query_rewriter.strategies.services import (
+    Embed,
+    Graph,
+    OwnIdsCheck,
+    Search,
+    SideVectorScores,
+)
 
 log = logging.getLogger("kgqr.rewrite")
 
@@ -172,11 +178,14 @@ class Rewriter:
         caller: str,
         query_vector: Sequence[float] | None = None,
         side_vectors: SideVectorReads | None = None,
+        own_ids: OwnIdsCheck | None = None,
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (engine/identities.py): a rewrite
         may quote documents only that caller can read, so it is cached per caller.
         `query_vector`: a vector query's own vector (`query` then only names it).
-        `side_vectors`: the search's reads of kgqr's vectors of an attached index."""
+        `side_vectors`: the search's reads of kgqr's vectors of an attached index.
+        `own_ids`: whether the caller reads kgqr's `id` doc values as ids
+        (StrategyContext.search_ids)."""
         # What shapes a rewrite is what its strategy declared (it cannot read anything
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
         # The vectors' model too: a re-embedded knowledge base never gets a cached query
@@ -241,7 +250,7 @@ class Rewriter:
             try:
                 outcome = await self._compute(
                     index, kb, chosen, query, params, recorded, caller, timeout_s, query_vector,
-                    self._side_vector_scores(recorded, side_vectors),
+                    self._side_vector_scores(recorded, side_vectors), own_ids,
                 )  # fmt: skip
             finally:
                 self._running -= 1
@@ -282,6 +291,7 @@ class Rewriter:
             caller=caller,
             query_vector=query_vector,
             side_vectors=side_vectors,
+            own_ids=own_ids,
         )
         pending = strategy.name if task is not None else None
         budget: Budget = {"served": fast.name, "pending": pending, "budget_ms": budget_ms}
@@ -327,6 +337,7 @@ class Rewriter:
         timeout_s: float | None = None,
         given_vector: Sequence[float] | None = None,
         side_vectors: SideVectorScores | None = None,
+        own_ids: OwnIdsCheck | None = None,
     ) -> RewriteOutcome:
         started = time.perf_counter()
         timeout_s = timeout_s or self.settings.rewrite.timeout_s
@@ -371,6 +382,7 @@ class Rewriter:
                 fields=meta.attached if meta is not None else None,
                 vector_query=given_vector is not None,
                 side_vectors=side_vectors,
+                own_ids=own_ids,
             )
             if given_vector is not None:  # the caller's client embedded it: no embedding
                 ctx.query_vectors[query] = np.asarray(given_vector, dtype=np.float32)

@@ -74,6 +74,7 @@ async def run_plan(
             caller=identity,
             query_vector=plan.parsed.vector,
             side_vectors=side_vectors,
+            own_ids=lambda: state.identities.reads_own_ids(caller, plan.index),
         )
         started = time.perf_counter()
         if outcome.vector is not None:  # else refused admission: the caller's own search

@@ -32,7 +32,14 @@ from query_rewriter.strategies.params import (
     requested_value,
 )
 from query_rewriter.strategies.rewrite import LlmUsage, StageTimer
-from query_rewriter.strategies.services import Embed, Graph, Llm, Search, SideVectorScores
+from query_rewriter.strategies.services import (
+    Embed,
+    Graph,
+    Llm,
+    OwnIdsCheck,
+    Search,
+    SideVectorScores,
+)
 
 # What the context itself reads for every strategy: the models behind its LLM and embedder,
 # and the length documents are cut to.
@@ -77,6 +84,9 @@ class StrategyContext:
     # An attached index without vectors that kgqr embedded: its plain hits are ranked by
     # BM25 and these, as its searches are, so the graph's seeds are the hits base shows.
     side_vectors: SideVectorScores | None = None
+    # Asked before search_ids trusts the `id` doc values (kept per caller by the proxy);
+    # None: a context built by hand, which trusts every hit that has one.
+    own_ids: OwnIdsCheck | None = None
 
     @property
     def search_fields(self) -> SearchFields:
@@ -171,8 +181,13 @@ class StrategyContext:
         from stored fields compressed in blocks with whole documents (vectors included),
         which made a 150-id cosine lookup 3x dearer (40 ms against 13) and a 10-hit hybrid
         search 3.5x (34 ms against 10) on this machine. An attached index, or a caller
-        whose field-level security hides `id`, gets `_id` from `_source: false`."""
-        if self.fields is None and index == self.index:
+        whose field-level security hides or masks `id`, gets `_id` from `_source: false`:
+        a masked field's doc values are hashes, which the graph would not know."""
+        if (
+            self.fields is None
+            and index == self.index
+            and (self.own_ids is None or await self.own_ids())
+        ):
             own = {**body, "stored_fields": "_none_", "docvalue_fields": [OWN_ID_FIELD]}
             hits = (await self.opensearch.search(index, own, params))["hits"]["hits"]
             found = [(hit.get("fields") or {}).get(OWN_ID_FIELD) or [] for hit in hits]

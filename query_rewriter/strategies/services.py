@@ -26,6 +26,9 @@ Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 SideVectorScores = Callable[
     [ParsedQuery, SearchFields, np.ndarray, int], Awaitable[dict[str, float] | None]
 ]
+# Whether the caller reads kgqr's documents' `id` doc values as their ids: a role may mask
+# that field (hashes) or hide it (nothing), and the engine would still answer.
+OwnIdsCheck = Callable[[], Awaitable[bool]]
 
 
 class Llm(Protocol):

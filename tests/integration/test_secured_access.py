@@ -144,6 +144,13 @@ ROLES: dict[str, dict[str, Any]] = {
             {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~id"]}
         ],
     },
+    # Reads every document, with kgqr's `id` field masked (hashes in its doc values).
+    "kgqr_test_idmasked": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {"index_patterns": PATTERNS, "allowed_actions": ["read"], "masked_fields": ["id"]}
+        ],
+    },
     "kgqr_test_brandless": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
         "index_permissions": [
@@ -754,15 +761,17 @@ def test_a_caller_who_may_not_see_kgqrs_id_field_gets_the_same_graph_boosts(
 ) -> None:
     """The similarity lookups read kgqr's documents' ids from their `id` field (the
     engine's `_id` costs a read of stored fields); a role whose field-level security
-    hides that field gets them by `_id` instead, not a rewrite without its boosts."""
+    hides that field, or masks it (its doc values are then hashes, which the graph does
+    not know), gets them by `_id` instead, not a rewrite without its boosts."""
     boosted = {}
-    for who in ("reader", "idless"):
+    for who in ("reader", "idless", "idmasked"):
         answer = _explained(proxy[0], INDEX, strategy, QUERY, {"authorization": users[who]})
         assert answer.status_code == 200, answer.text
         explain = answer.json()["kgqr"]
         assert explain["fallback"] is None, explain["fallback"]
         boosted[who] = [(node["id"], node["score"]) for node in explain["details"]["graph_nodes"]]
     assert boosted["reader"] and boosted["idless"] == boosted["reader"], boosted
+    assert boosted["idmasked"] == boosted["reader"], boosted
 
 
 def test_the_walks_cut_off_is_made_among_the_documents_the_caller_may_read(

@@ -140,6 +140,37 @@ def test_a_search_the_engine_refuses_is_known_per_caller_and_index_for_a_while()
     assert asked.count("Basic early") == 2  # a missing index is asked about again
 
 
+def test_whether_a_caller_reads_kgqrs_id_doc_values_as_ids_is_checked_and_kept() -> None:
+    """A role that masks `id` reads hashes from its doc values, and one that hides it reads
+    nothing: both get `_id` from the engine instead. An index the caller sees nothing of,
+    or an error, says nothing, and is asked again."""
+
+    def hit(doc_id: str, values: list[str] | None) -> httpx.Response:
+        found = {"_id": doc_id, **({"fields": {"id": values}} if values is not None else {})}
+        return httpx.Response(200, json={"hits": {"hits": [found]}})
+
+    resolver, asked = _resolver(
+        {
+            "Basic reader": hit("m1", ["m1"]),
+            "Basic masked": hit("m1", ["9f86d081884c7d65"]),
+            "Basic hidden": hit("m1", None),
+            "Basic empty": httpx.Response(200, json={"hits": {"hits": []}}),
+            "Basic busy": httpx.Response(429, json={}),
+        }
+    )
+
+    async def reads() -> list[bool]:
+        return [
+            await resolver.reads_own_ids(Caller.from_headers({"authorization": a}, SERVICE), "kb")
+            for a in ("Basic reader", "Basic masked", "Basic hidden", "Basic empty", "Basic busy",
+                      "Basic reader", "Basic masked", "Basic empty", "Basic busy")
+        ]  # fmt: skip
+
+    assert asyncio.run(reads()) == [True, False, False, False, False, True, False, False, False]
+    assert asked.count("Basic reader") == asked.count("Basic masked") == 1  # then remembered
+    assert asked.count("Basic empty") == asked.count("Basic busy") == 2
+
+
 @pytest.mark.parametrize(
     "text",
     [
