@@ -18,14 +18,17 @@ bash "$repo/scripts/test_browser.sh"
 echo "test.sh: services ready after $(( $(date +%s) - started ))s"
 ruff check .
 ruff format --check .
-mypy  # the packages and strictness are in pyproject.toml
+# The packages and strictness are in pyproject.toml. Its cache lives beside the venv, so a
+# fresh clone on a machine that ran this before checks what changed (14 s), not all (140 s).
+mypy --cache-dir "${KGQR_HOME:-$HOME/.cache/kgqr}/mypy"
 # The slowest tests, named in every run: .ci/run must stay under 40 minutes.
 pytest tests --durations=25 "$@"
 if [ $# -eq 0 ]; then
   # The testcontainers path (docs/containers.md): ingest, the proxy, the strategies and the
   # secured node again, with OpenSearch, Neo4j and Redis started from kgqr's images. Not
-  # the tests that wait on the LLM: it stays the local one, and they took 4 of its 11 min.
-  KGQR_TEST_SERVICES=containers pytest --durations=10 -m "not llm" \
+  # the tests that wait on the LLM (it stays the local one: 4 of the pass's 11 min), nor
+  # those that kill a worker (kgqr's own processes, run the same either way: 73 s).
+  KGQR_TEST_SERVICES=containers pytest --durations=10 -m "not llm and not worker_faults" \
     tests/integration/test_ingest_pipeline.py \
     tests/integration/test_proxy.py tests/integration/test_graph_strategy.py \
     tests/integration/test_secured_access.py

@@ -282,6 +282,7 @@ def _kill_while_holding(worker: Any, log: Path, held: int) -> None:
     worker.process.wait()
 
 
+@pytest.mark.worker_faults
 def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
     stores: Stores, kb: str, tmp_path: Path
 ) -> None:
@@ -315,6 +316,7 @@ def test_killed_worker_loses_nothing_and_a_rerun_completes_without_duplicates(
     assert nodes[0]["n"] == 120
 
 
+@pytest.mark.worker_faults
 def test_a_worker_that_dies_mid_job_is_restarted_and_the_job_finishes(
     stores: Stores, kb: str, tmp_path: Path
 ) -> None:

@@ -305,12 +305,17 @@ def test_each_baseline_strategy_expands_the_query(
     assert response.json()["hits"]["hits"]
 
 
+# What the cache tests ask of hyde: one hypothetical document, not three. They check who
+# is served a rewrite, not what the LLM writes, and each document took ~8 s of the LLM.
+ONE_DOCUMENT = {"kgqr.param.rewrite.n": "1"}
+
+
 def test_repeat_rewrite_is_served_from_the_cache(
     proxy_url: str, movies_kb: str, llm_settings: Settings, unique_name: str
 ) -> None:
     # A query no earlier run has cached (Redis outlives test runs).
     query = {**QUERY, "query": {"match": {"text": f"bank robbers {unique_name}"}}}
-    params = {"kgqr.strategy": "hyde", "kgqr.explain": "true"}
+    params = {"kgqr.strategy": "hyde", "kgqr.explain": "true", **ONE_DOCUMENT}
     first = _search(proxy_url, movies_kb, query, **params).json()["kgqr"]
     second = _search(proxy_url, movies_kb, query, **params).json()["kgqr"]
     assert first["cached"] is False and first["llm_calls"] == 1
@@ -334,7 +339,7 @@ def test_identical_concurrent_rewrites_share_one_llm_call(
     import asyncio
 
     query = {**QUERY, "query": {"match": {"text": f"heist movie {unique_name}"}}}
-    params = {"kgqr.strategy": "hyde", "kgqr.explain": "true"}
+    params = {"kgqr.strategy": "hyde", "kgqr.explain": "true", **ONE_DOCUMENT}
 
     async def both() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=300) as client:
