@@ -191,9 +191,9 @@ def ingested(stack: Stack) -> str:
     return verified
 
 
-def _search(client: OpenSearch, strategy: str, **params: str) -> dict[str, Any]:
-    asked = {"kgqr.strategy": strategy, "kgqr.explain": "true", **params}
-    return client.search(index=f"kgqr-{KB}-documents", body=QUERY, params=asked)
+def _search(client: OpenSearch, strategy: str) -> dict[str, Any]:
+    return client.search(index=f"kgqr-{KB}-documents", body=QUERY,
+                         params={"kgqr.strategy": strategy, "kgqr.explain": "true"})  # fmt: skip
 
 
 def test_the_sample_kb_lands_through_the_worker_container(ingested: str) -> None:
@@ -233,10 +233,8 @@ def test_an_llm_strategy_reaches_the_llm_container_with_its_key(
     stack: Stack, ingested: str, users: dict[str, str]
 ) -> None:
     """hyde asks the LLM container (which answers only with the stack's key) for a
-    hypothetical document: no fallback means the rewriter reached it. One document, not
-    the default three: what is checked is the way to the LLM, not how much it writes."""
-    reader = stack.client("smoke-reader", users["smoke-reader"])
-    answer = _search(reader, "hyde", **{"kgqr.param.rewrite.n": "1"})
+    hypothetical document: no fallback means the rewriter reached it."""
+    answer = _search(stack.client("smoke-reader", users["smoke-reader"]), "hyde")
     explain = answer["kgqr"]
     assert explain["strategy"] == "hyde" and explain.get("fallback") is None, explain
     assert answer["hits"]["hits"][0]["_id"] == HIDDEN
