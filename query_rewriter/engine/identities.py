@@ -100,15 +100,18 @@ class IdentityResolver:
                 response = await self._engine.as_caller(caller).send(
                     "POST", f"/{index}/_search", json=probe
                 )
-                hits = response.json()["hits"]["hits"] if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                if response.status_code != 200:
+                    return None
+                hits = response.json()["hits"]["hits"]
+                if not hits:
+                    return None
+                first = hits[0]
+                return bool((first.get("fields") or {}).get(OWN_ID_FIELD) == [first["_id"]])
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
                 return None
-            if not hits:
-                return None
-            return (hits[0].get("fields") or {}).get(OWN_ID_FIELD) == [hits[0]["_id"]]
 
         read: bool | None = await self._remembered(
-            f"{caller.fingerprint()} {index} ids", probed, keep=lambda found: found is not None
+            f"ids {caller.fingerprint()} {index}", probed, keep=lambda found: found is not None
         )
         return bool(read)
 

@@ -701,6 +701,38 @@ def test_branches_asking_for_the_query_vector_at_once_share_one_embedding() -> N
     assert (first == second).all()
 
 
+@pytest.mark.parametrize("reads", [True, False])
+def test_the_id_lookups_ask_once_per_rewrite_whether_the_caller_reads_ids(reads: bool) -> None:
+    """A caller who reads kgqr's `id` doc values as ids gets them, and stored fields are
+    skipped; one who does not (a role masks `id`) gets `_id`. Asked once per rewrite: an
+    unclear answer is not kept across searches, and would otherwise cost every lookup."""
+    asked: list[str] = []
+    bodies: list[dict[str, Any]] = []
+
+    async def own_ids() -> bool:
+        asked.append("own_ids")
+        return reads
+
+    class Engine:
+        async def search(
+            self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+        ) -> dict[str, Any]:
+            bodies.append(body)
+            hit = {"_id": "m1", "_score": 1.0, "fields": {"id": ["m1"]}}
+            return {"hits": {"hits": [hit]}}
+
+    async def lookups() -> list[list[dict[str, Any]]]:
+        ctx = StrategyContext(Settings(), "i", "kb", None, None, Engine(), None,  # type: ignore[arg-type]
+                              own_ids=own_ids)  # fmt: skip
+        return [await ctx.search_ids("i", {"size": 1}) for _ in range(3)]
+
+    found = asyncio.run(lookups())
+    assert asked == ["own_ids"]
+    assert all(hits[0]["_id"] == "m1" for hits in found)
+    assert all(("stored_fields" in body) is reads for body in bodies)
+    assert all(("_source" in body) is not reads for body in bodies)
+
+
 def test_side_by_side_stages_leave_no_stage_current_and_a_failed_one_named() -> None:
     timer = StageTimer()
 
