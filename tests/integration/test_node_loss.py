@@ -84,6 +84,12 @@ def _cluster(settings: Settings) -> Settings:
                               "kb_shards": 3, "ingest_queue": queue})  # fmt: skip
 
 
+def _every_node_client(cluster: Settings, nodes: list[OpenSearchNode]) -> Any:
+    """A client that knows every node, not only node 1: it outlives any one of them."""
+    others = ",".join(f"http://127.0.0.1:{node.member.http_port}" for node in nodes[1:])
+    return connections.opensearch_client(cluster.replaced({"opensearch_other_urls": others}))
+
+
 @dataclass(frozen=True)
 class IngestThroughALoss:
     """What an ingest job saw while a data node holding a primary died under it."""
@@ -108,8 +114,7 @@ def ingest_through_a_loss(
     45 s, a third of its time. Dropped through every node, however the ingest or a test
     ended: one may have left a node down."""
     cluster = _cluster(settings)
-    others = ",".join(f"http://127.0.0.1:{node.member.http_port}" for node in three_nodes[1:])
-    every_node = connections.opensearch_client(cluster.replaced({"opensearch_other_urls": others}))
+    every_node = _every_node_client(cluster, three_nodes)
     kb_name = f"t-faults-{uuid.uuid4().hex[:8]}"
     try:
         yield _ingested_through_a_loss(cluster, three_nodes, neo4j_driver, redis_client,
@@ -238,8 +243,7 @@ def test_losing_node_1_costs_only_the_searches_in_flight(
     node 1 is back."""
     cluster = _cluster(settings)
     # The test's own client knows every node: node 1 dies under it.
-    others = ",".join(f"http://127.0.0.1:{node.member.http_port}" for node in three_nodes[1:])
-    client = connections.opensearch_client(cluster.replaced({"opensearch_other_urls": others}))
+    client = _every_node_client(cluster, three_nodes)
     index = schema.documents_index(ingest_through_a_loss.kb)
     assert _wait_green(client)["status"] == "green"
     outcomes: list[tuple[float, str | None]] = []  # (seconds since the kill or before, error)
