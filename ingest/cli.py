@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,6 +17,9 @@ from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import kb_option
+
+if TYPE_CHECKING:
+    from ingest.kb_removal import RemovedKnowledgeBase
 
 RUN_HELP = """Load SOURCE (KIND:PATH) into knowledge base --kb.
 
@@ -300,19 +303,43 @@ def rejected(kb: str, limit: int) -> None:
         click.echo(f"    {json.dumps(src['record'], ensure_ascii=False)[:200]}")
 
 
-@ingest.command()
-@kb_option("Knowledge base to delete.")
-@click.confirmation_option(prompt="Delete this knowledge base from OpenSearch, Neo4j and Redis?")
-def drop(kb: str) -> None:
-    """Delete a knowledge base everywhere: indices, kgqr-meta entry, graph, job records."""
+def removed_with_chunks_settled(opensearch: Any, kb: str) -> RemovedKnowledgeBase:
+    """drop_knowledge_base as the commands run it: after the chunks that workers are
+    still writing for its jobs, and saying so when some did not end in time."""
+    from ingest.celery_app import app
+    from ingest.job_runner import CHUNK_SETTLE_S, wait_for_running_chunks
     from ingest.kb_removal import drop_knowledge_base
     from kgqr_core import connections
 
     settings = get_settings()
+
+    def settle(job_ids: list[str]) -> set[str]:
+        return wait_for_running_chunks(app, job_ids, say=lambda line: click.echo(line, err=True))
+
     with connections.neo4j_driver(settings) as neo4j:
         removed = drop_knowledge_base(
-            connections.opensearch_client(settings), neo4j, connections.redis_client(settings), kb
+            opensearch, neo4j, connections.redis_client(settings), kb, settle=settle
         )
+    if removed.still_writing:
+        click.echo(
+            f"warning: {removed.still_writing} chunks of {kb} were still being written after "
+            f"{CHUNK_SETTLE_S:.0f} s; what they write may bring documents of it back: drop "
+            "it again once `celery inspect active` no longer lists them",
+            err=True,
+        )
+    return removed
+
+
+@ingest.command()
+@kb_option("Knowledge base to delete.")
+@click.confirmation_option(prompt="Delete this knowledge base from OpenSearch, Neo4j and Redis?")
+def drop(kb: str) -> None:
+    """Delete a knowledge base everywhere: indices, kgqr-meta entry, graph, job records.
+    Chunks a worker is still writing are waited for (up to 5 min), so that none brings
+    the knowledge base back."""
+    from kgqr_core import connections
+
+    removed = removed_with_chunks_settled(connections.opensearch_client(get_settings()), kb)
     click.echo(
         f"dropped {kb}: indices {', '.join(removed.indices) or 'none'}; "
         f"{removed.nodes} graph nodes; {removed.jobs} job records"

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ingest.cli import job_options, worker_option
+from ingest.cli import job_options, removed_with_chunks_settled, worker_option
 from kgqr_core.embedder_models import default_strategy
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import checked_kb_name
@@ -325,16 +325,11 @@ def _copy_graph(name: str, client: Any) -> None:
 def detach(name: str) -> None:
     """Forget an attached index: its kgqr-meta record, graph and job records. The index
     itself is never touched."""
-    from ingest.kb_removal import drop_knowledge_base
-    from kgqr_core import connections
-
     client = _client()
     meta = _meta(client, name)
     if meta.attached is None:
         raise click.ClickException(f"{name!r} is kgqr's own knowledge base: `kgqr ingest drop`")
-    settings = get_settings()
-    with connections.neo4j_driver(settings) as neo4j:
-        removed = drop_knowledge_base(client, neo4j, connections.redis_client(settings), name)
+    removed = removed_with_chunks_settled(client, name)
     click.echo(f"detached {name}: {removed.nodes} graph nodes removed; "
                f"{meta.attached.index} untouched")  # fmt: skip
 

@@ -3,6 +3,7 @@ nodes and relationships, and its job records (so a later ingest starts from scra
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,17 +20,30 @@ class RemovedKnowledgeBase:
     indices: list[str]
     nodes: int
     jobs: int
+    # Chunks a worker still reported as writing when `settle` gave up waiting on them.
+    still_writing: int = 0
 
 
-def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> RemovedKnowledgeBase:
+def drop_knowledge_base(
+    opensearch: Any,
+    neo4j: Any,
+    redis: Any,
+    kb: str,
+    settle: Callable[[list[str]], Collection[str]] | None = None,
+) -> RemovedKnowledgeBase:
+    """`settle(job_ids)` returns once no chunk of those jobs is being written, or with the
+    tasks that still are (the commands pass job_runner.wait_for_running_chunks); a caller
+    that knows none runs, as a test after its ingest ended, passes nothing."""
     schema.check_kb_name(kb)
     # Its jobs first: a chunk still queued finds its job gone and writes nothing
-    # (tasks.ingest_chunk_task), where it would have made the indices again.
+    # (tasks.ingest_chunk_task), where it would have made the indices again. One already
+    # writing would too, so the stores are emptied only once those have ended.
     job_store = JobStore(redis)
     mine = job_store.jobs_of(kb)
     for job in mine:
         job_store.forget(job.job_id)
     jobs = len(mine)
+    still_writing = settle([job.job_id for job in mine]) if settle is not None and mine else ()
     indices = []
     for name in (
         schema.documents_index(kb),
@@ -58,4 +72,4 @@ def drop_knowledge_base(opensearch: Any, neo4j: Any, redis: Any, kb: str) -> Rem
         if gone < NEO4J_DELETE_BATCH:
             break
     graph_version.bump(redis, kb)
-    return RemovedKnowledgeBase(indices, nodes, jobs)
+    return RemovedKnowledgeBase(indices, nodes, jobs, len(still_writing))
