@@ -122,6 +122,10 @@ def ingest_chunk(
     # An attached index's documents are graph nodes only (they stay in the team's index).
     graph_writer.write_document_nodes(resources.neo4j, kb, [r.id for r in batch.to_extract])
     for document, evidence in passages:
+        if not resources.jobs.exists(job_id):
+            # Dropped while an LLM reads the chunk's passages, which can take minutes: the
+            # drop waits on this chunk (ingest.write_leases), so it stops unwritten.
+            return ChunkOutcome(skipped=True)
         extraction = extract(resources.llm, document)
         # What is read from an attached index's fields is usable only where they show.
         read_from = {"evidence": evidence}

@@ -303,28 +303,24 @@ def rejected(kb: str, limit: int) -> None:
         click.echo(f"    {json.dumps(src['record'], ensure_ascii=False)[:200]}")
 
 
-def removed_with_chunks_settled(opensearch: Any, kb: str) -> RemovedKnowledgeBase:
-    """drop_knowledge_base as the commands run it: after the chunks that workers are
-    still writing for its jobs, and saying so when some did not end in time."""
-    from ingest.celery_app import app
-    from ingest.job_runner import CHUNK_SETTLE_S, wait_for_running_chunks
+def dropped_saying_so(opensearch: Any, kb: str) -> RemovedKnowledgeBase:
+    """drop_knowledge_base as the commands run it: saying what it waits for, and warning
+    of chunks it stopped waiting for."""
     from ingest.kb_removal import drop_knowledge_base
+    from ingest.write_leases import SETTLE_S
     from kgqr_core import connections
 
     settings = get_settings()
-
-    def settle(job_ids: list[str]) -> set[str]:
-        return wait_for_running_chunks(app, job_ids, say=lambda line: click.echo(line, err=True))
-
     with connections.neo4j_driver(settings) as neo4j:
         removed = drop_knowledge_base(
-            opensearch, neo4j, connections.redis_client(settings), kb, settle=settle
-        )
+            opensearch, neo4j, connections.redis_client(settings), kb,
+            say=lambda line: click.echo(line, err=True),
+        )  # fmt: skip
     if removed.still_writing:
         click.echo(
-            f"warning: {removed.still_writing} chunks of {kb} were still being written after "
-            f"{CHUNK_SETTLE_S:.0f} s; what they write may bring documents of it back: drop "
-            "it again once `celery inspect active` no longer lists them",
+            f"warning: {len(removed.still_writing)} chunks of {kb} were still being written "
+            f"after {SETTLE_S:.0f} s (tasks {', '.join(removed.still_writing)}); what they "
+            "write may bring documents of it back: drop it again once they end",
             err=True,
         )
     return removed
@@ -335,11 +331,11 @@ def removed_with_chunks_settled(opensearch: Any, kb: str) -> RemovedKnowledgeBas
 @click.confirmation_option(prompt="Delete this knowledge base from OpenSearch, Neo4j and Redis?")
 def drop(kb: str) -> None:
     """Delete a knowledge base everywhere: indices, kgqr-meta entry, graph, job records.
-    Chunks a worker is still writing are waited for (up to 5 min), so that none brings
-    the knowledge base back."""
+    Chunks that workers are still writing are waited for first, so that none brings the
+    knowledge base back."""
     from kgqr_core import connections
 
-    removed = removed_with_chunks_settled(connections.opensearch_client(get_settings()), kb)
+    removed = dropped_saying_so(connections.opensearch_client(get_settings()), kb)
     click.echo(
         f"dropped {kb}: indices {', '.join(removed.indices) or 'none'}; "
         f"{removed.nodes} graph nodes; {removed.jobs} job records"

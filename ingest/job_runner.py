@@ -12,7 +12,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -262,11 +262,6 @@ def follow(
         time.sleep(poll_s)
 
 
-# How long a drop waits for chunks still being written: a chunk of 100 records whose
-# triples an LLM extracts takes minutes.
-CHUNK_SETTLE_S = 300.0
-
-
 def resender(
     app: Any, job_id: str, send_again: Callable[[], EnqueuedJob], say: Callable[[str], None]
 ) -> Callable[[], None]:
@@ -278,7 +273,7 @@ def resender(
     held: set[str] = set()
 
     def resend() -> None:
-        running = tasks_running_for(app, [job_id])
+        running = tasks_running_for(app, job_id)
         if running and not running <= held:
             held.clear()
             held.update(running)
@@ -290,39 +285,17 @@ def resender(
     return resend
 
 
-def tasks_running_for(app: Any, job_ids: Collection[str], timeout_s: float = 1.5) -> set[str]:
-    """Ids of the chunk tasks of these jobs that workers report as running. A connection
-    of its own: the pooled one may be a dead one to a broker that has since restarted."""
+def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> set[str]:
+    """Ids of the chunk tasks of `job_id` that workers report as running. A connection of
+    its own: the pooled one may be a dead one to a broker that has since restarted."""
     with app.connection() as connection:
         active = app.control.inspect(timeout=timeout_s, connection=connection).active() or {}
     return {
         str(task.get("id"))
         for tasks in active.values()
         for task in tasks or []
-        if any(job_id in str(task.get("args")) for job_id in job_ids)
+        if job_id in str(task.get("args"))
     }
-
-
-def wait_for_running_chunks(
-    app: Any,
-    job_ids: Collection[str],
-    say: Callable[[str], None],
-    timeout_s: float = CHUNK_SETTLE_S,
-    poll_s: float = 1.0,
-) -> set[str]:
-    """Wait until no worker reports a chunk of these jobs as running; returns the tasks
-    still running when `timeout_s` ran out. A drop forgets a KB's jobs first, so no chunk
-    starts writing after that; this waits out the ones already writing, which would
-    otherwise make the KB's indices again after the drop deleted them. Bounded: a worker
-    whose broker went away keeps reporting its chunk as running forever."""
-    deadline = time.monotonic() + timeout_s
-    running = tasks_running_for(app, job_ids)
-    if running:
-        say(f"waiting for {len(running)} chunks still being written (at most {timeout_s:.0f} s)")
-    while running and time.monotonic() < deadline:
-        time.sleep(poll_s)
-        running = tasks_running_for(app, job_ids)
-    return running
 
 
 def workers_consuming(app: Any, queue: str, timeout_s: float = 1.5) -> int:

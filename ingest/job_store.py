@@ -43,12 +43,12 @@ class JobStore:
         self.redis = redis
 
     @staticmethod
-    def _key(job_id: str) -> str:
+    def key(job_id: str) -> str:
         return f"kgqr:job:{job_id}"
 
     def start(self, job_id: str, kb: str, source: str) -> None:
         """Create the job, or mark an existing one as being re-enqueued (keeps its counts)."""
-        key, now = self._key(job_id), time.time()
+        key, now = self.key(job_id), time.time()
         self.redis.hsetnx(key, "created", now)
         self.redis.hset(
             key, mapping={"kb": kb, "source": source, "state": "enqueuing", "updated": now}
@@ -62,24 +62,24 @@ class JobStore:
         if not self.exists(job_id):  # dropped while its chunks were being sent
             return
         self.redis.hset(
-            self._key(job_id),
+            self.key(job_id),
             mapping={"chunks_total": chunks_total, "state": "enqueued", "updated": time.time()},
         )
 
     def done_chunks(self, job_id: str) -> set[int]:
-        return {int(chunk) for chunk in self.redis.smembers(self._key(job_id) + ":done")}
+        return {int(chunk) for chunk in self.redis.smembers(self.key(job_id) + ":done")}
 
     def exists(self, job_id: str) -> bool:
-        return bool(self.redis.exists(self._key(job_id)))
+        return bool(self.redis.exists(self.key(job_id)))
 
     def is_done(self, job_id: str, chunk: int) -> bool:
-        return bool(self.redis.sismember(self._key(job_id) + ":done", chunk))
+        return bool(self.redis.sismember(self.key(job_id) + ":done", chunk))
 
     def complete_chunk(self, job_id: str, chunk: int, counts: dict[str, int]) -> bool:
         """Record a finished chunk; False when it had already been recorded, or its job is
         no longer on record (a drop forgot it: counting would make a record without its
         KB, which every later chunk of the job would take for a live one)."""
-        key = self._key(job_id)
+        key = self.key(job_id)
         done_key = key + ":done"
         with self.redis.pipeline() as pipe:
             while True:
@@ -104,7 +104,7 @@ class JobStore:
     def fail_chunk(self, job_id: str, chunk: int, reason: str) -> None:
         """Record a chunk that failed for good (retries spent, or an error no retry fixes),
         so the job can finish as failed instead of waiting for it forever."""
-        key = self._key(job_id)
+        key = self.key(job_id)
         if self.is_done(job_id, chunk) or not self.exists(job_id):
             return
         self.redis.hset(key + ":failed", chunk, reason[:500])
@@ -115,7 +115,7 @@ class JobStore:
     def note_retry(self, job_id: str, chunk: int, reason: str) -> None:
         """Say why a chunk is being retried (a store down, an index blocked), so a job that
         seems stuck tells the user what it waits for."""
-        key = self._key(job_id)
+        key = self.key(job_id)
         if not self.exists(job_id):
             return
         self.redis.hset(key + ":retrying", chunk, reason[:500])
@@ -124,7 +124,7 @@ class JobStore:
     def progress(self, job_id: str) -> JobProgress | None:
         """One snapshot (MULTI/EXEC): read one by one, a chunk completing between the reads
         showed as done without its counts, and a finished job reported 0 documents."""
-        key = self._key(job_id)
+        key = self.key(job_id)
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(key)
             pipe.scard(key + ":done")
@@ -166,6 +166,6 @@ class JobStore:
         return [progress.job_id for progress in self.jobs_of(kb) if not progress.finished]
 
     def forget(self, job_id: str) -> None:
-        key = self._key(job_id)
+        key = self.key(job_id)
         self.redis.delete(key, key + ":done", key + ":failed", key + ":retrying")
         self.redis.srem("kgqr:jobs", job_id)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ingest.cli import job_options, removed_with_chunks_settled, worker_option
+from ingest.cli import dropped_saying_so, job_options, worker_option
 from kgqr_core.embedder_models import default_strategy
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import checked_kb_name
@@ -329,7 +329,7 @@ def detach(name: str) -> None:
     meta = _meta(client, name)
     if meta.attached is None:
         raise click.ClickException(f"{name!r} is kgqr's own knowledge base: `kgqr ingest drop`")
-    removed = removed_with_chunks_settled(client, name)
+    removed = dropped_saying_so(client, name)
     click.echo(f"detached {name}: {removed.nodes} graph nodes removed; "
                f"{meta.attached.index} untouched")  # fmt: skip
 

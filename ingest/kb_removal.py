@@ -3,12 +3,13 @@ nodes and relationships, and its job records (so a later ingest starts from scra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.job_store import JobStore
 from ingest.reembed import state_key as reembed_state_key
+from ingest.write_leases import SETTLE_S, WriteLeases
 from kgqr_core import graph_version
 from plugin import schema
 
@@ -20,8 +21,8 @@ class RemovedKnowledgeBase:
     indices: list[str]
     nodes: int
     jobs: int
-    # Chunks a worker still reported as writing when `settle` gave up waiting on them.
-    still_writing: int = 0
+    # Leases of chunks still being written when the drop stopped waiting for them.
+    still_writing: list[str] = field(default_factory=list)
 
 
 def drop_knowledge_base(
@@ -29,21 +30,20 @@ def drop_knowledge_base(
     neo4j: Any,
     redis: Any,
     kb: str,
-    settle: Callable[[list[str]], Collection[str]] | None = None,
+    say: Callable[[str], None] = lambda _line: None,
+    settle_s: float = SETTLE_S,
 ) -> RemovedKnowledgeBase:
-    """`settle(job_ids)` returns once no chunk of those jobs is being written, or with the
-    tasks that still are (the commands pass job_runner.wait_for_running_chunks); a caller
-    that knows none runs, as a test after its ingest ended, passes nothing."""
+    """Its jobs are forgotten first, so that a chunk still queued finds its job gone and
+    writes nothing (tasks.ingest_chunk_task). One already writing would write after the
+    delete and make the indices again, so the stores are emptied once no chunk of the KB
+    holds a write lease (ingest.write_leases), or `settle_s` ran out."""
     schema.check_kb_name(kb)
-    # Its jobs first: a chunk still queued finds its job gone and writes nothing
-    # (tasks.ingest_chunk_task), where it would have made the indices again. One already
-    # writing would too, so the stores are emptied only once those have ended.
     job_store = JobStore(redis)
     mine = job_store.jobs_of(kb)
     for job in mine:
         job_store.forget(job.job_id)
     jobs = len(mine)
-    still_writing = settle([job.job_id for job in mine]) if settle is not None and mine else ()
+    still_writing = WriteLeases(redis).wait_until_none(kb, say, settle_s)
     indices = []
     for name in (
         schema.documents_index(kb),
@@ -72,4 +72,4 @@ def drop_knowledge_base(
         if gone < NEO4J_DELETE_BATCH:
             break
     graph_version.bump(redis, kb)
-    return RemovedKnowledgeBase(indices, nodes, jobs, len(still_writing))
+    return RemovedKnowledgeBase(indices, nodes, jobs, still_writing)

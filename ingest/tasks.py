@@ -43,15 +43,17 @@ def ingest_chunk_task(
     """Ingest one chunk; transient store or LLM failures retry with exponential backoff."""
     try:
         resources = _resources(model)
-        if not resources.jobs.exists(job_id):
-            # Its job was forgotten (`kgqr ingest drop`) while it waited in the queue:
-            # writing it would bring a dropped knowledge base back.
-            log.warning(
-                "a chunk of a job no longer on record was set aside unwritten",
-                extra={"kgqr": {"job": job_id, "kb": kb, "chunk": chunk}},
-            )
-            return _report(chunk, ChunkOutcome(skipped=True))
-        outcome = ingest_chunk(resources, job_id, kb, chunk, records, extract_triples)
+        token = self.request.id or f"{job_id}:{chunk}"
+        with resources.leases.writing(resources.jobs.key(job_id), kb, token) as held:
+            if not held:
+                # Its job was forgotten (`kgqr ingest drop`) while it waited in the queue:
+                # writing it would bring a dropped knowledge base back.
+                log.warning(
+                    "a chunk of a job no longer on record was set aside unwritten",
+                    extra={"kgqr": {"job": job_id, "kb": kb, "chunk": chunk}},
+                )
+                return _report(chunk, ChunkOutcome(skipped=True))
+            outcome = ingest_chunk(resources, job_id, kb, chunk, records, extract_triples)
     except Exception as exc:
         if is_transient(exc) and self.request.retries < MAX_RETRIES:
             countdown = min(2**self.request.retries, 60)

@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import Any
 
 from ingest.job_store import JobStore
+from ingest.write_leases import WriteLeases
 from kgqr_core import connections
 from kgqr_core.embedder import Embedder, get_embedder
 from kgqr_core.llm import LlmClient
@@ -32,6 +33,10 @@ class WorkerResources:
     @cached_property
     def jobs(self) -> JobStore:
         return JobStore(self.redis)
+
+    @cached_property
+    def leases(self) -> WriteLeases:
+        return WriteLeases(self.redis)
 
     @cached_property
     def embedder(self) -> Embedder:

@@ -107,32 +107,32 @@ def test_a_chunk_being_written_when_its_kb_is_dropped_does_not_bring_it_back(
     stores: Stores, kb: str
 ) -> None:
     """A chunk a worker was already writing when its KB was dropped wrote its documents
-    after the drop, and its index was back. The drop now waits for it."""
-    from ingest.celery_app import app
-    from ingest.job_runner import tasks_running_for, wait_for_running_chunks
+    after the drop, and the KB's index was back. The drop now waits for its lease."""
     from ingest.tasks import ingest_chunk_task
+    from ingest.write_leases import WriteLeases
 
     settings, opensearch, neo4j, redis = stores
     job, _ = run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
-    # Long enough to embed that the drop comes while the worker is still at it.
+    # Enough to embed that the worker is still at it when the drop comes.
     records = [
         {"kind": "document", "id": f"late-{n}", "type": "movie", "text": f"late film {n} " * 10}
-        for n in range(800)
+        for n in range(500)
     ]
     sent = ingest_chunk_task.apply_async(
         args=[job.job_id, kb, 99, records, False, settings.embedder.model]
     )
-    deadline = time.monotonic() + 60
-    while not tasks_running_for(app, [job.job_id]) and not sent.ready():
-        assert time.monotonic() < deadline, "the worker never took the chunk"
-    assert not sent.ready(), "the chunk ended before the drop: make it longer"
-    said: list[str] = []
-    removed = drop_knowledge_base(
-        opensearch, neo4j, redis, kb,
-        settle=lambda ids: wait_for_running_chunks(app, ids, said.append, timeout_s=300),
-    )  # fmt: skip
-    assert removed.still_writing == 0 and said and "1 chunks" in said[0], said
-    assert sent.ready()
+    try:
+        deadline = time.monotonic() + 60
+        while sent.id not in WriteLeases(redis).live(kb):
+            assert not sent.ready(), f"the chunk ended before it was seen writing: {sent.result}"
+            assert time.monotonic() < deadline, "the worker never took the chunk"
+            time.sleep(0.02)
+        said: list[str] = []
+        removed = drop_knowledge_base(opensearch, neo4j, redis, kb, say=said.append)
+        assert removed.still_writing == [] and said, said
+        assert sent.ready(), "the drop ended before the chunk it waited for"
+    finally:
+        sent.get(timeout=300, propagate=False)
     assert not opensearch.indices.exists(index=schema.documents_index(kb))
     rows, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
     assert rows[0]["n"] == 0

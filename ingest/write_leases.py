@@ -1,0 +1,95 @@
+"""Leases of the chunks being written, so that a drop waits for them.
+
+A drop forgets a knowledge base's jobs first, and a chunk looks for its job before it
+writes, so a queued chunk writes nothing. One already writing would write after the
+drop's delete and make the KB's index again. So a chunk takes a lease on its KB in the
+same step as that look (one Lua script: no drop comes between them), renews it while it
+runs, and gives it back when it ends; the drop empties the stores once the KB holds no
+live lease. Leases live in Redis, not in what workers answer to a broadcast: a busy or
+stopping worker misses a broadcast and looks idle. A worker killed mid-chunk stops
+renewing, and its lease lapses within LEASE_S instead of holding every drop back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+LEASE_S = 60.0  # renewed every third of it while the chunk runs
+SETTLE_S = 300.0  # how long a drop waits for live leases before it says which it left
+
+# KEYS: the job's record, the KB's leases; ARGV: expiry, token, the leases' key TTL.
+_CLAIM = """
+if redis.call('exists', KEYS[1]) == 0 then return 0 end
+redis.call('zadd', KEYS[2], ARGV[1], ARGV[2])
+redis.call('expire', KEYS[2], ARGV[3])
+return 1
+"""
+
+
+def _leases_key(kb: str) -> str:
+    return f"kgqr:writing:{kb}"
+
+
+class WriteLeases:
+    def __init__(self, redis: Any, lease_s: float = LEASE_S) -> None:
+        self.redis = redis
+        self.lease_s = lease_s
+
+    @contextlib.contextmanager
+    def writing(self, job_key: str, kb: str, token: str) -> Iterator[bool]:
+        """Whether the chunk may write: its job's record (`job_key`) was there when it
+        took the lease. The lease is given back on the way out, held or not: a task
+        re-delivered after its worker died reuses its id, and so clears the lease the
+        dead run left."""
+        key = _leases_key(kb)
+        held = bool(self.redis.eval(_CLAIM, 2, job_key, key, self._expiry(), token, self._ttl()))
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._renew, args=(key, token, stop), daemon=True)
+        if held:
+            renewer.start()
+        try:
+            yield held
+        finally:
+            stop.set()
+            if held:
+                renewer.join()
+            self.redis.zrem(key, token)
+
+    def live(self, kb: str) -> list[str]:
+        """Tokens of the leases still renewed: chunks of the KB being written now."""
+        found = self.redis.zrangebyscore(_leases_key(kb), time.time(), "+inf")
+        return [token.decode() for token in found]
+
+    def wait_until_none(
+        self, kb: str, say: Callable[[str], None], timeout_s: float = SETTLE_S, poll_s: float = 0.2
+    ) -> list[str]:
+        """Wait until no chunk of the KB is being written; returns the leases still live
+        when `timeout_s` ran out (a chunk whose triples an LLM extracts can take longer)."""
+        deadline = time.monotonic() + timeout_s
+        live = self.live(kb)
+        if live:
+            say(f"waiting for {len(live)} chunks of {kb} still being written "
+                f"(at most {timeout_s:.0f} s)")  # fmt: skip
+        while live and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            live = self.live(kb)
+        return live
+
+    def _renew(self, key: str, token: str, stop: threading.Event) -> None:
+        while not stop.wait(self.lease_s / 3):
+            # Redis away: the lease lapses as a dead worker's would, and the chunk's own
+            # writes to Redis fail and retry it anyway.
+            with contextlib.suppress(Exception):
+                self.redis.zadd(key, {token: self._expiry()}, xx=True)
+                self.redis.expire(key, self._ttl())
+
+    def _expiry(self) -> float:
+        return time.time() + self.lease_s
+
+    def _ttl(self) -> int:
+        return math.ceil(self.lease_s * 2)

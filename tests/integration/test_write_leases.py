@@ -1,0 +1,77 @@
+"""Write leases against a real Redis: what a drop waits for, and what it does not."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ingest.job_store import JobStore
+from ingest.write_leases import WriteLeases
+
+
+@pytest.fixture
+def job(redis_client: Any, kb_name: str) -> Iterator[str]:
+    jobs = JobStore(redis_client)
+    job_id = f"{kb_name}-jsonl-0"
+    jobs.start(job_id, kb_name, "jsonl:test")
+    yield jobs.key(job_id)
+    jobs.forget(job_id)
+    redis_client.delete(f"kgqr:writing:{kb_name}")
+
+
+def test_a_chunk_of_a_forgotten_job_gets_no_lease(
+    redis_client: Any, kb_name: str, job: str
+) -> None:
+    leases = WriteLeases(redis_client)
+    redis_client.delete(job)
+    with leases.writing(job, kb_name, "task-1") as held:
+        assert held is False
+        assert leases.live(kb_name) == []
+
+
+def test_a_drop_waits_for_a_live_lease_and_not_for_a_lapsed_one(
+    redis_client: Any, kb_name: str, job: str
+) -> None:
+    leases = WriteLeases(redis_client, lease_s=0.3)
+    # A worker killed mid-chunk: its lease was never renewed, and has lapsed.
+    redis_client.zadd(f"kgqr:writing:{kb_name}", {"dead-task": time.time() - 1})
+    assert leases.wait_until_none(kb_name, pytest.fail, timeout_s=5) == []
+    released = threading.Event()
+    said: list[str] = []
+
+    def chunk() -> None:
+        with leases.writing(job, kb_name, "task-2") as held:
+            assert held
+            released.wait(5)
+
+    writer = threading.Thread(target=chunk)
+    writer.start()
+    try:
+        while "task-2" not in leases.live(kb_name):
+            time.sleep(0.01)
+        # Past three lease lengths: renewed, the lease is still live.
+        assert leases.wait_until_none(kb_name, said.append, timeout_s=1.0) == ["task-2"]
+        assert said and "1 chunks" in said[0]
+        threading.Timer(0.3, released.set).start()
+        started = time.monotonic()
+        assert leases.wait_until_none(kb_name, said.append, timeout_s=5) == []
+        assert time.monotonic() - started >= 0.2
+    finally:
+        released.set()
+        writer.join()
+    assert leases.live(kb_name) == []
+
+
+def test_a_redelivered_task_clears_the_lease_its_dead_run_left(
+    redis_client: Any, kb_name: str, job: str
+) -> None:
+    leases = WriteLeases(redis_client)
+    redis_client.zadd(f"kgqr:writing:{kb_name}", {"task-3": time.time() + 60})
+    redis_client.delete(job)  # the drop forgot the job meanwhile
+    with leases.writing(job, kb_name, "task-3") as held:
+        assert held is False
+    assert leases.live(kb_name) == []
