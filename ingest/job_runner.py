@@ -216,6 +216,13 @@ def _send_chunks(
             elif record["kind"] in ("relation", "link"):
                 relations[record["type"]] = None
         if chunk_no not in done:
+            if not jobs.exists(job_id):
+                # Its chunks would skip; its kgqr-meta record, saved after this, would
+                # make a KB with no indices show in `kgqr kb list`.
+                raise ValueError(
+                    f"knowledge base {kb!r} was dropped while this ingest sent its chunks "
+                    f"({sent} sent): nothing more of it is written"
+                )
             send(job_id, chunk_no, chunk, source.extract_triples)
             sent += 1
     jobs.finish_enqueuing(job_id, total)

@@ -138,6 +138,34 @@ def test_a_chunk_being_written_when_its_kb_is_dropped_does_not_bring_it_back(
     assert rows[0]["n"] == 0
 
 
+def test_an_ingest_whose_kb_is_dropped_while_it_sends_stops_and_records_nothing(
+    stores: Stores, kb: str
+) -> None:
+    """A drop while `kgqr ingest` still sent chunks left the KB's kgqr-meta record, saved
+    after the last chunk: a KB with no indices, listed by `kgqr kb list`."""
+    from ingest import job_runner
+    from ingest.sources import open_source
+
+    settings, opensearch, neo4j, redis = stores
+    spec = f"jsonl:{FIXTURES / 'tiny_kb'}"
+    sent: list[int] = []
+
+    def send(job_id: str, chunk: int, records: list[Any], extract: bool) -> None:
+        sent.append(chunk)
+        if chunk == 0:
+            drop_knowledge_base(opensearch, neo4j, redis, kb)
+
+    dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
+    with pytest.raises(ValueError, match="was dropped while this ingest sent its chunks"):
+        job_runner.enqueue(
+            open_source(spec), spec, kb, settings=settings, opensearch=opensearch,
+            jobs=JobStore(redis), send=send, dimension=dimension, chunk_size=1,
+        )  # fmt: skip
+    assert sent == [0]
+    assert kb_meta.load(opensearch, kb) is None
+    assert not opensearch.indices.exists(index=schema.documents_index(kb))
+
+
 def test_dropping_a_knowledge_base_leaves_one_whose_name_it_begins(stores: Stores, kb: str) -> None:
     """Job ids begin with their KB's name, and drop forgot every job whose id began with
     `KB-`: dropping `movies` forgot the jobs of `movies-x`, whose next ingest then ran
