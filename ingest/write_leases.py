@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from redis.exceptions import RedisError
+
 LEASE_S = 60.0  # renewed every third of it while the chunk runs
 SETTLE_S = 300.0  # how long a drop waits for live leases before it says which it left
 
@@ -58,7 +60,10 @@ class WriteLeases:
             stop.set()
             if held:
                 renewer.join()
-            self.redis.zrem(key, token)
+            # Redis away at the end of a written chunk: the lease lapses by itself, and
+            # the chunk, recorded done, is not retried for it.
+            with contextlib.suppress(RedisError):
+                self.redis.zrem(key, token)
 
     def live(self, kb: str) -> list[str]:
         """Tokens of the leases still renewed: chunks of the KB being written now."""
@@ -84,7 +89,7 @@ class WriteLeases:
         while not stop.wait(self.lease_s / 3):
             # Redis away: the lease lapses as a dead worker's would, and the chunk's own
             # writes to Redis fail and retry it anyway.
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(RedisError):
                 self.redis.zadd(key, {token: self._expiry()}, xx=True)
                 self.redis.expire(key, self._ttl())
 
