@@ -598,9 +598,13 @@ def test_the_llm_reads_triples_from_chosen_text_fields_into_the_graph_only(
     with recording_llm(_extracted) as (url, prompts):
         stand_in = settings.replaced({"llm_base_url": url, "llm_model": f"stand-in-{time.time()}"})
         resources = WorkerResources(stand_in)
+        # On record as a task's job is: a chunk stops reading passages once its job is gone.
+        job_id = f"extract-{time.time()}"
+        resources.jobs.start(job_id, KB, "test")
         try:
-            outcome = ingest_chunk(resources, f"extract-{time.time()}", KB, 0, records)
+            outcome = ingest_chunk(resources, job_id, KB, 0, records)
         finally:
+            resources.jobs.forget(job_id)
             resources.neo4j.close()
     assert outcome.counts["triples"] == 2 and len(prompts) == 8 + 2  # a TTR call per hit
     found, _, _ = neo4j_driver.execute_query(
