@@ -217,20 +217,27 @@ def _send_chunks(
                 relations[record["type"]] = None
         if chunk_no not in done:
             if not jobs.exists(job_id):
-                # Its chunks would skip; its kgqr-meta record, saved after this, would
-                # make a KB with no indices show in `kgqr kb list`.
-                raise ValueError(
-                    f"knowledge base {kb!r} was dropped while this ingest sent its chunks "
-                    f"({sent} sent): nothing more of it is written"
-                )
+                raise _dropped_while_sending(kb, sent)
             send(job_id, chunk_no, chunk, source.extract_triples)
             sent += 1
-    jobs.finish_enqueuing(job_id, total)
+    if not jobs.finish_enqueuing(job_id, total):
+        raise _dropped_while_sending(kb, sent)
     seen = DocumentStructure(
         types={name: list(fields) for name, fields in types.items()}, relations=list(relations)
     )
     structure = source.structure().merge(seen)
     return EnqueuedJob(job_id, total, sent, total - sent, structure)
+
+
+def _dropped_while_sending(kb: str, sent: int) -> ValueError:
+    """Its chunks would skip; its kgqr-meta record, saved after the last one, would make a
+    KB with no indices show in `kgqr kb list`. Asked before each chunk, so a large source
+    stops early, and once more after the last, so a drop after it (or a re-run with every
+    chunk done) is caught too."""
+    return ValueError(
+        f"knowledge base {kb!r} was dropped while this ingest sent its chunks ({sent} sent): "
+        "nothing more of it is written"
+    )
 
 
 def _broker_errors() -> tuple[type[BaseException], ...]:

@@ -58,13 +58,16 @@ class JobStore:
         self.redis.expire(key, JOB_TTL_S)
         self.redis.sadd("kgqr:jobs", job_id)
 
-    def finish_enqueuing(self, job_id: str, chunks_total: int) -> None:
-        if not self.exists(job_id):  # dropped while its chunks were being sent
-            return
+    def finish_enqueuing(self, job_id: str, chunks_total: int) -> bool:
+        """False when the job is no longer on record (dropped while its chunks were being
+        sent): nothing is recorded, which would make a record without its KB."""
+        if not self.exists(job_id):
+            return False
         self.redis.hset(
             self.key(job_id),
             mapping={"chunks_total": chunks_total, "state": "enqueued", "updated": time.time()},
         )
+        return True
 
     def done_chunks(self, job_id: str) -> set[int]:
         return {int(chunk) for chunk in self.redis.smembers(self.key(job_id) + ":done")}

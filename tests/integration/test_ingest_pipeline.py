@@ -156,14 +156,18 @@ def test_an_ingest_whose_kb_is_dropped_while_it_sends_stops_and_records_nothing(
             drop_knowledge_base(opensearch, neo4j, redis, kb)
 
     dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
-    with pytest.raises(ValueError, match="was dropped while this ingest sent its chunks"):
-        job_runner.enqueue(
-            open_source(spec), spec, kb, settings=settings, opensearch=opensearch,
-            jobs=JobStore(redis), send=send, dimension=dimension, chunk_size=1,
-        )  # fmt: skip
-    assert sent == [0]
-    assert kb_meta.load(opensearch, kb) is None
-    assert not opensearch.indices.exists(index=schema.documents_index(kb))
+    # One chunk a record: the next chunk finds the job gone. One chunk in all: no chunk
+    # is left to ask before, and finishing the job finds it gone.
+    for chunk_size in (1, 1000):
+        sent.clear()
+        with pytest.raises(ValueError, match="was dropped while this ingest sent its chunks"):
+            job_runner.enqueue(
+                open_source(spec), spec, kb, settings=settings, opensearch=opensearch,
+                jobs=JobStore(redis), send=send, dimension=dimension, chunk_size=chunk_size,
+            )  # fmt: skip
+        assert sent == [0]
+        assert kb_meta.load(opensearch, kb) is None
+        assert not opensearch.indices.exists(index=schema.documents_index(kb))
 
 
 def test_dropping_a_knowledge_base_leaves_one_whose_name_it_begins(stores: Stores, kb: str) -> None:
