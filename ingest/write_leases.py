@@ -21,7 +21,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-LEASE_S = 60.0  # renewed every third of it while the chunk runs
+# Renewed every quarter of it while the chunk runs: a renewal may come 15 s late (a
+# worker starved of CPU, Redis restarting) before a drop stops waiting for the chunk,
+# and a drop after a worker was killed waits at most this long for its lease to lapse.
+LEASE_S = 20.0
 SETTLE_S = 300.0  # how long a drop waits for live leases before it says which it left
 
 # KEYS: the job's record, the KB's leases; ARGV: expiry, token, the leases' key TTL.
@@ -86,7 +89,7 @@ class WriteLeases:
         return live
 
     def _renew(self, key: str, token: str, stop: threading.Event) -> None:
-        while not stop.wait(self.lease_s / 3):
+        while not stop.wait(self.lease_s / 4):
             # Redis away: the lease lapses as a dead worker's would, and the chunk's own
             # writes to Redis fail and retry it anyway.
             with contextlib.suppress(RedisError):
