@@ -3,6 +3,7 @@ nodes and relationships, and its job records (so a later ingest starts from scra
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,14 +37,17 @@ def drop_knowledge_base(
     """Its jobs are forgotten first, so that a chunk still queued finds its job gone and
     writes nothing (tasks.ingest_chunk_task). One already writing would write after the
     delete and make the indices again, so the stores are emptied once no chunk of the KB
-    holds a write lease (ingest.write_leases), or `settle_s` ran out."""
+    holds a write lease (ingest.write_leases), or `settle_s` ran out. An ingest of the
+    same KB started during that wait is forgotten in turn, and its chunks waited for: it
+    would otherwise go on writing into the emptied stores, on record as a live job."""
     schema.check_kb_name(kb)
-    job_store = JobStore(redis)
-    mine = job_store.jobs_of(kb)
-    for job in mine:
-        job_store.forget(job.job_id)
-    jobs = len(mine)
-    still_writing = WriteLeases(redis).wait_until_none(kb, say, settle_s)
+    job_store, leases = JobStore(redis), WriteLeases(redis)
+    deadline = time.monotonic() + settle_s
+    jobs = _forget_jobs(job_store, kb)
+    still_writing = leases.wait_until_none(kb, say, settle_s)
+    while not still_writing and (late := _forget_jobs(job_store, kb)):
+        jobs += late
+        still_writing = leases.wait_until_none(kb, say, max(0.0, deadline - time.monotonic()))
     indices = []
     for name in (
         schema.documents_index(kb),
@@ -73,3 +77,10 @@ def drop_knowledge_base(
             break
     graph_version.bump(redis, kb)
     return RemovedKnowledgeBase(indices, nodes, jobs, still_writing)
+
+
+def _forget_jobs(job_store: JobStore, kb: str) -> int:
+    mine = job_store.jobs_of(kb)
+    for job in mine:
+        job_store.forget(job.job_id)
+    return len(mine)

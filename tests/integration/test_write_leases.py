@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ingest.job_store import JobStore
+from ingest.kb_removal import drop_knowledge_base
 from ingest.write_leases import WriteLeases
 
 
@@ -75,3 +76,55 @@ def test_a_redelivered_task_clears_the_lease_its_dead_run_left(
     with leases.writing(job, kb_name, "task-3") as held:
         assert held is False
     assert leases.live(kb_name) == []
+
+
+def test_an_ingest_started_during_a_drops_wait_is_forgotten_and_waited_for(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, kb_name: str, job: str
+) -> None:
+    """The drop waits on a chunk of the first ingest; a second ingest of the KB begins
+    meanwhile and one of its chunks starts writing. The drop waits for that chunk too,
+    and forgets the second job, so none of its queued chunks writes after the drop."""
+    jobs, leases = JobStore(redis_client), WriteLeases(redis_client)
+    second = f"{kb_name}-jsonl-1"
+    waiting, first_done, second_done = threading.Event(), threading.Event(), threading.Event()
+    ended: list[float] = []
+
+    def chunk(job_key: str, token: str, done: threading.Event) -> None:
+        with leases.writing(job_key, kb_name, token) as held:
+            assert held
+            done.wait(10)
+
+    first = threading.Thread(target=chunk, args=(job, "task-a", first_done))
+    first.start()
+    while "task-a" not in leases.live(kb_name):
+        time.sleep(0.01)
+
+    def drop() -> None:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name,
+                            say=lambda _line: waiting.set(), settle_s=10)  # fmt: skip
+        ended.append(time.monotonic())
+
+    dropper = threading.Thread(target=drop)
+    dropper.start()
+    try:
+        assert waiting.wait(5)
+        jobs.start(second, kb_name, "jsonl:test")  # the second ingest, after the forget
+        late = threading.Thread(target=chunk, args=(jobs.key(second), "task-b", second_done))
+        late.start()
+        while "task-b" not in leases.live(kb_name):
+            time.sleep(0.01)
+        first_done.set()
+        first.join()
+        time.sleep(0.3)
+        assert not ended  # still waiting, for the second ingest's chunk
+        second_done.set()
+        late.join()
+        dropper.join(10)
+        assert ended
+        assert not jobs.exists(second)
+        with leases.writing(jobs.key(second), kb_name, "task-c") as held:
+            assert held is False  # a queued chunk of the second ingest writes nothing
+    finally:
+        first_done.set()
+        second_done.set()
+        jobs.forget(second)
