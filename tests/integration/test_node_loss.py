@@ -33,6 +33,10 @@ from plugin import schema
 
 HTTP_PORT, EXTRA_HTTP_BASE, TRANSPORT_BASE = 9271, 9280, 9371
 MOVIES, PEOPLE = 900, 300
+# How long searches go on after a kill: a SIGKILLed node's connections close at once, so
+# the cluster has dropped it, and the front and proxy moved on, well before this.
+AFTER_KILL_S = 15
+CALM_S = 3  # searches through kgqr before the kill, for their typical time
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +101,12 @@ class IngestThroughALoss:
     kb: str
     expected: dict[str, int]
     progress: Any  # the job's end
-    failed_searches: list[str]  # direct searches during the 20 s outage that failed
+    failed_searches: list[str]  # direct searches during the outage that failed
     searches: int
+    # Searches through kgqr (`base`) from CALM_S before the kill to the outage's end:
+    # (when it began, status, ms, whether it had hits), and when the kill came.
+    rewritten: list[tuple[float, int, float, bool]]
+    killed_at: float
     statuses: set[str]  # the cluster's health meanwhile
     report: Any  # both stores' counts, read before the node came back
     health: dict[str, Any]  # once it had
@@ -136,8 +144,10 @@ def _ingested_through_a_loss(
     worker_env = {"KGQR_OPENSEARCH_URL": cluster.opensearch.url, "KGQR_INGEST_QUEUE": queue}
     failed_searches: list[str] = []
     searches = 0
-    with job_runner.temporary_worker(cluster, str(folder / "worker.log"), queues=queue,
-                                     env=worker_env):  # fmt: skip
+    rewritten: list[tuple[float, int, float, bool]] = []
+    worker = job_runner.temporary_worker(cluster, str(folder / "worker.log"), queues=queue,
+                                         env=worker_env)  # fmt: skip
+    with worker, running_proxy(cluster) as url, httpx.Client(timeout=60) as http:
         job_runner.prepare_stores(cluster, client, neo4j_driver)
         job = job_runner.enqueue(
             open_source(spec), spec, kb_name, settings=cluster, opensearch=client, jobs=jobs,
@@ -145,13 +155,19 @@ def _ingested_through_a_loss(
         )  # fmt: skip
         index = schema.documents_index(kb_name)
         victim = _primary_holder(client, index, three_nodes)
+        # Loads the proxy's embedder, so that the searches before the kill show the
+        # proxy's typical time, not its first.
+        _rewritten_search(http, url, index)
         deadline = time.monotonic() + 300
         while jobs.progress(job.job_id).chunks_done < 3 and time.monotonic() < deadline:  # type: ignore[union-attr]
             time.sleep(0.1)
+        calm_until = time.monotonic() + CALM_S
+        while time.monotonic() < calm_until:
+            rewritten.append(_rewritten_search(http, url, index))
         kill(victim)
         killed_at = time.monotonic()
         statuses = set()
-        while time.monotonic() - killed_at < 20:  # searches during the outage
+        while time.monotonic() - killed_at < AFTER_KILL_S:  # searches during the outage
             try:
                 found = client.search(index=index, body={"query": {"match": {"text": "robbers"}}})
                 if not found["hits"]["hits"]:
@@ -159,13 +175,24 @@ def _ingested_through_a_loss(
             except Exception as exc:  # every failure is what the test counts
                 failed_searches.append(str(exc)[:200])
             searches += 1
+            rewritten.append(_rewritten_search(http, url, index))
             statuses.add(_health(client)["status"])
-            time.sleep(0.2)
+            time.sleep(0.1)
         progress = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=600)
     report = verify(client, neo4j_driver, kb_name)
     victim.up()
-    return IngestThroughALoss(kb_name, expected, progress, failed_searches, searches, statuses,
-                              report, _wait_green(client))  # fmt: skip
+    return IngestThroughALoss(kb_name, expected, progress, failed_searches, searches, rewritten,
+                              killed_at, statuses, report, _wait_green(client))  # fmt: skip
+
+
+def _rewritten_search(http: httpx.Client, url: str, index: str) -> tuple[float, int, float, bool]:
+    """One `base` search through kgqr: (when it began, status, ms, whether it had hits)."""
+    began = time.monotonic()
+    query = {"query": {"match": {"text": "robbers in 3 cities"}}}
+    response = http.post(f"{url}/{index}/_search", params={"kgqr.strategy": "base"}, json=query)
+    took = (time.monotonic() - began) * 1000
+    hits = response.status_code == 200 and bool(response.json()["hits"]["hits"])
+    return began, response.status_code, took, hits
 
 
 def test_a_data_node_killed_mid_ingest_loses_nothing(
@@ -184,39 +211,21 @@ def test_a_data_node_killed_mid_ingest_loses_nothing(
 
 
 def test_rewritten_searches_answer_while_a_node_dies(
-    settings: Settings, three_nodes: list[OpenSearchNode], ingest_through_a_loss: IngestThroughALoss
+    ingest_through_a_loss: IngestThroughALoss,
 ) -> None:
-    """Searches through kgqr (`base`: hybrid BM25 + k-NN) without pause while a node that
-    holds a primary is killed: none answers 5xx; how many were slower is printed."""
-    cluster = _cluster(settings)
-    client = connections.opensearch_client(cluster)
-    index = schema.documents_index(ingest_through_a_loss.kb)
-    assert _wait_green(client)["status"] == "green"
-    victim = _primary_holder(client, index, three_nodes)
-    timings: list[tuple[float, int, float]] = []  # (seconds since start, status, ms)
-    with running_proxy(cluster) as url, httpx.Client(timeout=60) as http:
-        started = time.monotonic()
-        killed_at = None
-        while time.monotonic() - started < 30:
-            if killed_at is None and time.monotonic() - started > 5:
-                kill(victim)
-                killed_at = time.monotonic() - started
-            before = time.perf_counter()
-            query = {"query": {"match": {"text": "robbers in 3 cities"}}}
-            response = http.post(f"{url}/{index}/_search", params={"kgqr.strategy": "base"},
-                                 json=query)  # fmt: skip
-            took = (time.perf_counter() - before) * 1000
-            timings.append((time.monotonic() - started, response.status_code, took))
-            assert response.json()["hits"]["hits"], response.text
-    errors = [t for t in timings if t[1] >= 500]
-    calm = sorted(ms for at, _, ms in timings if killed_at is not None and at < killed_at)
+    """Searches through kgqr (`base`: hybrid BM25 + k-NN) without pause while a data node
+    that holds a primary is killed (the ingest's, above): none fails or comes back empty;
+    how many were slower is printed."""
+    loss = ingest_through_a_loss
+    timings = [(at - loss.killed_at, *rest) for at, *rest in loss.rewritten]
+    calm = sorted(ms for at, _, ms, _ in timings if at < 0)
+    after = [t for t in timings if t[0] >= 0]
+    assert calm and after and max(at for at, *_ in after) > AFTER_KILL_S - 3
     typical = calm[len(calm) // 2]
-    slower = [t for t in timings if t[2] > 3 * typical]
-    print(f"{len(timings)} searches, {len(errors)} 5xx, {len(slower)} over 3x the p50 before "
-          f"the kill ({typical:.0f} ms); slowest {max(t[2] for t in timings):.0f} ms")  # fmt: skip
-    assert errors == []
-    victim.up()
-    assert _wait_green(client)["number_of_nodes"] == 3
+    slower = [t for t in after if t[2] > 3 * typical]
+    print(f"{len(timings)} searches, {len(slower)} after the kill over 3x the p50 before it "
+          f"({typical:.0f} ms); slowest {max(t[2] for t in timings):.0f} ms")  # fmt: skip
+    assert [t for t in timings if t[1] != 200 or not t[3]] == []
 
 
 def _search_through(front: str, index: str, strategy: str | None) -> str | None:
@@ -265,7 +274,7 @@ def test_losing_node_1_costs_only_the_searches_in_flight(
             time.sleep(5)
             killed_at.append(time.monotonic())
             kill(three_nodes[0])
-            time.sleep(20)
+            time.sleep(AFTER_KILL_S)
             stop.set()
             for thread in streams:
                 thread.join(timeout=60)
@@ -277,7 +286,8 @@ def test_losing_node_1_costs_only_the_searches_in_flight(
     assert before and not any(before)
     assert len(failed) <= len(streams), failed  # at most the ones in flight
     assert all(at < 5 for at, _ in failed), failed  # none once the front and proxy moved on
-    assert answered and min(answered) < 5 and max(answered) > 15  # answering throughout
+    # Answering throughout:
+    assert answered and min(answered) < 5 and max(answered) > AFTER_KILL_S - 3
     three_nodes[0].up()
     health = _wait_green(client)
     assert health["status"] == "green" and health["number_of_nodes"] == 3
