@@ -27,8 +27,10 @@ if [ $# -eq 0 ]; then
   # The testcontainers path (docs/containers.md): ingest, the proxy, the strategies and the
   # secured node again, with OpenSearch, Neo4j and Redis started from kgqr's images. Not
   # the tests that wait on the LLM (it stays the local one: 4 of the pass's 11 min), nor
-  # those that kill a worker (kgqr's own processes, run the same either way: 73 s).
-  KGQR_TEST_SERVICES=containers pytest --durations=10 -m "not llm and not worker_faults" \
+  # those that kill a worker (kgqr's own processes, run the same either way: 73 s), nor
+  # those of kgqr's own logic alone (same_on_containers: 90 s).
+  KGQR_TEST_SERVICES=containers pytest --durations=10 \
+    -m "not llm and not worker_faults and not same_on_containers" \
     tests/integration/test_ingest_pipeline.py \
     tests/integration/test_proxy.py tests/integration/test_graph_strategy.py \
     tests/integration/test_secured_access.py

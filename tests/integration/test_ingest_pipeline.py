@@ -36,6 +36,7 @@ def kb(kb_name: str, opensearch: Any, neo4j_driver: Any, redis_client: Any) -> I
     drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name)
 
 
+@pytest.mark.same_on_containers
 def test_stark_layout_lands_in_both_stores_with_matching_counts(
     stores: Stores, kb: str, tmp_path: Path
 ) -> None:
@@ -103,6 +104,7 @@ def test_a_chunk_still_queued_when_its_kb_is_dropped_writes_nothing(
     assert JobStore(redis).progress(job.job_id) is None
 
 
+@pytest.mark.same_on_containers
 def test_a_chunk_being_written_when_its_kb_is_dropped_does_not_bring_it_back(
     stores: Stores, kb: str
 ) -> None:
@@ -274,6 +276,7 @@ def test_second_run_sends_nothing_and_changes_nothing(stores: Stores, kb: str) -
     assert verify(opensearch, neo4j, kb).ok
 
 
+@pytest.mark.same_on_containers
 @pytest.mark.skipif(
     not (SHARED_DATA / "musique100").is_dir(), reason="../shared/data/musique100 is absent"
 )

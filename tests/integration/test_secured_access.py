@@ -1015,6 +1015,7 @@ def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(
     assert CHAIN_HIDDEN in response and CHAIN_HIDDEN in prompt
 
 
+@pytest.mark.same_on_containers
 def test_the_tuning_page_searches_and_judges_as_the_caller(
     proxy: tuple[str, list[str]], users: dict[str, str]
 ) -> None:
