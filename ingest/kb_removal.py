@@ -43,6 +43,7 @@ def drop_knowledge_base(
     schema.check_kb_name(kb)
     job_store, leases = JobStore(redis), WriteLeases(redis)
     deadline = time.monotonic() + settle_s
+    redis.delete(reembed_state_key(kb))  # a re-embed writing stops at its next write
     jobs = _forget_jobs(job_store, kb)
     still_writing = leases.wait_until_none(kb, say, settle_s)
     while not still_writing and (late := _forget_jobs(job_store, kb)):
@@ -62,7 +63,7 @@ def drop_knowledge_base(
         for index in [i for i in found if i == name or schema.generation_of(name, i) is not None]:
             opensearch.indices.delete(index=index)
             indices.append(index)
-    redis.delete(reembed_state_key(kb))
+    redis.delete(reembed_state_key(kb))  # its last write, waited for, saved its cursor
     opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404])
     nodes = 0
     while True:

@@ -12,7 +12,9 @@ miss what it writes; the copy is checked document for document before the swap.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import Any
 
 from ingest.bulk_requests import bulk_results
 from ingest.job_store import JobStore
+from ingest.write_leases import WriteLeases
 from kgqr_core.embedder import Embedder
 from kgqr_core.embedder_models import document_revision
 from plugin import kb_meta, schema
@@ -190,12 +193,26 @@ def copy_index(
              {**hit["_source"], "vector": vector.tolist()})
             for hit, vector in zip(hits, vectors, strict=True)
         ]  # fmt: skip
-        errors = [item["error"] for item in bulk_results(opensearch, operations) if "error" in item]
-        if errors:
-            raise ReembedError(f"{copy.target} refused {len(errors)} documents: {errors[:3]}")
-        copy.cursor, copy.copied = hits[-1]["sort"][0], copy.copied + len(hits)
-        redis.hset(state_key(plan_.kb), mapping=plan_.copies_state())
+        with _still_on_record(redis, plan_.kb):
+            results = bulk_results(opensearch, operations)
+            errors = [item["error"] for item in results if "error" in item]
+            if errors:
+                raise ReembedError(f"{copy.target} refused {len(errors)} documents: {errors[:3]}")
+            copy.cursor, copy.copied = hits[-1]["sort"][0], copy.copied + len(hits)
+            redis.hset(state_key(plan_.kb), mapping=plan_.copies_state())
         on_progress(Progress(copy.role, copy.copied, total))
+
+
+@contextlib.contextmanager
+def _still_on_record(redis: Any, kb: str) -> Iterator[None]:
+    """A write of the re-embed, under a write lease on its state (ingest.write_leases),
+    as an ingest's chunk writes under its job's: a drop deletes that state first and waits
+    for the lease, so the re-embed stops at its next write instead of making the dropped
+    KB's indices, or its kgqr-meta record, again."""
+    with WriteLeases(redis).writing(state_key(kb), kb, f"reembed-{os.getpid()}") as held:
+        if not held:
+            raise ReembedError(f"knowledge base {kb!r} was dropped during the re-embed")
+        yield
 
 
 def check_copies(opensearch: Any, plan_: ReembedPlan) -> None:
@@ -230,18 +247,19 @@ def swap(
             actions.append({"remove_index": {"index": copy.source}})
         else:
             actions.append({"remove": {"index": copy.source, "alias": copy.name}})
-    if not done:
-        opensearch.indices.update_aliases(body={"actions": actions})
-    kb_meta.save(
-        opensearch,
-        meta.model_copy(
-            update={
-                "embedder": plan_.model,
-                "dimension": plan_.dimension,
-                "document_revision": document_revision(plan_.model),
-            }
-        ),
-    )
+    with _still_on_record(redis, plan_.kb):
+        if not done:
+            opensearch.indices.update_aliases(body={"actions": actions})
+        kb_meta.save(
+            opensearch,
+            meta.model_copy(
+                update={
+                    "embedder": plan_.model,
+                    "dimension": plan_.dimension,
+                    "document_revision": document_revision(plan_.model),
+                }
+            ),
+        )
     time.sleep(grace_s)
     for copy in plan_.copies:
         if copy.source != copy.name:

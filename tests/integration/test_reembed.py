@@ -5,16 +5,17 @@ lead to the new vectors, which the proxy searches with the new model's queries."
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from ingest import reembed
-from kgqr_core.embedder import get_embedder
+from ingest.kb_removal import drop_knowledge_base
+from kgqr_core.embedder import Embedder, get_embedder
 from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
 from plugin import kb_meta, schema
@@ -172,3 +173,41 @@ def test_vectors_of_an_older_document_form_are_reembedded_with_the_same_model(
     hit = opensearch.get(index=index, id="m2")["_source"]
     expected = minilm.encode([hit["body"]], [hit["title"]])[0]
     assert sum(a * b for a, b in zip(hit["vector"], expected, strict=True)) > 0.9999
+
+
+class _DroppedWhileEmbedding:
+    """The re-embed's embedder, whose second batch sees its KB dropped while it embeds:
+    between reading that batch and writing it."""
+
+    def __init__(self, real: Embedder, drop: Callable[[], object]) -> None:
+        self.real, self.drop, self.batches = real, drop, 0
+        self.model_name = real.model_name
+
+    def encode(self, texts: Any, titles: Any) -> Any:
+        self.batches += 1
+        if self.batches == 2:
+            self.drop()
+        return self.real.encode(texts, titles)
+
+
+def test_a_reembed_stops_at_its_next_write_once_its_kb_is_dropped(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any, tiny_kb: str
+) -> None:
+    """Its write would make the dropped KB's new index again (and its kgqr-meta record at
+    the swap): the drop deletes the re-embed's state, and the write, which holds a lease on
+    that state, finds it gone."""
+    meta = kb_meta.load(opensearch, tiny_kb)
+    assert meta is not None  # an older document form: a re-embed with the same model runs
+    kb_meta.save(opensearch, meta.model_copy(update={"document_revision": 0}))
+    minilm = get_embedder(settings.embedder.model)
+    dropping = _DroppedWhileEmbedding(
+        minilm, lambda: drop_knowledge_base(opensearch, neo4j_driver, redis_client, tiny_kb)
+    )
+    with pytest.raises(reembed.ReembedError, match="dropped during the re-embed"):
+        reembed.reembed(opensearch, redis_client, tiny_kb, cast(Embedder, dropping), 384,
+                        lambda _p: None, batch=3)  # fmt: skip
+    assert dropping.batches == 2
+    left = opensearch.indices.get(index=f"kgqr-{tiny_kb}-*", ignore_unavailable=True)
+    assert list(left) == []
+    assert kb_meta.load(opensearch, tiny_kb) is None
+    assert reembed.in_progress(redis_client, tiny_kb) is None
