@@ -8,6 +8,8 @@ runs, and gives it back when it ends; the drop empties the stores once the KB ho
 live lease. Leases live in Redis, not in what workers answer to a broadcast: a busy or
 stopping worker misses a broadcast and looks idle. A worker killed mid-chunk stops
 renewing, and its lease lapses within LEASE_S instead of holding every drop back.
+A re-embed (ingest.reembed), which runs in its own process and not as chunks, writes
+under the same leases, with its state in Redis for the record a drop deletes first.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from redis.exceptions import RedisError
 LEASE_S = 20.0
 SETTLE_S = 300.0  # how long a drop waits for live leases before it says which it left
 
-# KEYS: the job's record, the KB's leases; ARGV: expiry, token, the leases' key TTL.
+# KEYS: the writer's record (its job's, or a re-embed's state), the KB's leases;
+# ARGV: expiry, token, the leases' key TTL.
 _CLAIM = """
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
 redis.call('zadd', KEYS[2], ARGV[1], ARGV[2])
@@ -46,13 +49,13 @@ class WriteLeases:
         self.lease_s = lease_s
 
     @contextlib.contextmanager
-    def writing(self, job_key: str, kb: str, token: str) -> Iterator[bool]:
-        """Whether the chunk may write: its job's record (`job_key`) was there when it
-        took the lease. The lease is given back on the way out, held or not: a task
-        re-delivered after its worker died reuses its id, and so clears the lease the
-        dead run left."""
+    def writing(self, record_key: str, kb: str, token: str) -> Iterator[bool]:
+        """Whether the writer may write: its record (`record_key`: a chunk's job, a
+        re-embed's state), which a drop deletes first, was there when it took the lease.
+        The lease is given back on the way out, held or not: a task re-delivered after
+        its worker died reuses its id, and so clears the lease the dead run left."""
         key = _leases_key(kb)
-        held = bool(self.redis.eval(_CLAIM, 2, job_key, key, self._expiry(), token, self._ttl()))
+        held = bool(self.redis.eval(_CLAIM, 2, record_key, key, self._expiry(), token, self._ttl()))
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(key, token, stop), daemon=True)
         if held:
