@@ -39,7 +39,7 @@ class RecordingSearch:
         self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
     ) -> dict[str, Any]:
         answer = await self._inner.search(index, body, params)
-        if _fetches_documents(body):
+        if fetches_documents(body):
             self._keep(index, answer)  # a readability probe fetches nothing to show
         return answer
 
@@ -54,7 +54,7 @@ class RecordingSearch:
             self.read.update(hit["_id"] for hit in answer.get("hits", {}).get("hits", []))
 
 
-def _fetches_documents(body: dict[str, Any]) -> bool:
+def fetches_documents(body: dict[str, Any]) -> bool:
     """Whether a search's hits show something of their documents: not a count, nor a
     lookup of ids (`_source: false`, or only their `id` doc values: search_ids)."""
     ids_only = body.get("_source") is False or body.get("stored_fields") == "_none_"

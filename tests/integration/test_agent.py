@@ -20,6 +20,7 @@ from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import kb_meta, schema
+from query_rewriter.search.evidence import RecordingSearch, fetches_documents
 from query_rewriter.strategies.agent.executor import execute
 from query_rewriter.strategies.agent.plan import fill, validate
 from query_rewriter.strategies.agent.plan_book import PlanBook, PlanEntry, book_of
@@ -96,6 +97,21 @@ def _judged(made: list[SynthesizedQuery], category: str, split: str) -> list[Jud
     ]
 
 
+class BodiesSent(RecordingSearch):
+    """The caller's searches, with the bodies of those that fetch documents."""
+
+    def __init__(self, inner: Any, index: str) -> None:
+        super().__init__(inner, index)
+        self.fetching: list[dict[str, Any]] = []
+
+    async def search(
+        self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        if fetches_documents(body):
+            self.fetching.append(body)
+        return await super().search(index, body, params)
+
+
 def _expected_answers(kb: GeneratedKb, question: SynthesizedQuery) -> set[str]:
     """The answers recomputed from the generator's own records and the question's words,
     independently of the synthesizer: the path from the category, the condition from the
@@ -157,7 +173,8 @@ def test_the_executor_agrees_with_a_hand_written_cypher_query(
         "MATCH (p:Node {kb: $kb})-[:MADE_BY]->(:Node {kb: $kb, id: $brand}) RETURN p.id AS id",
         kb=catalog_kb, brand=brand["id"],
     )  # fmt: skip
-    expected = {r["id"] for r in records if documents[r["id"]]["fields"]["year"] > 2014}
+    made = {r["id"] for r in records}
+    expected = {node for node in made if documents[node]["fields"]["year"] > 2014}
     assert expected, "the fixture's first brand has no product after 2014"
     meta = kb_meta.load(opensearch, catalog_kb)
     assert meta is not None
@@ -166,9 +183,16 @@ def test_the_executor_agrees_with_a_hand_written_cypher_query(
     async def run() -> list[str]:
         async with PlanSession.open(settings, catalog_kb, meta, llm=False) as session:
             plan = validate(fill(BY_BRAND_AND_YEAR, question), meta.structure)
-            result = await execute(plan, question, session.context())
+            ctx = session.context()
+            ctx.opensearch = sent = BodiesSent(ctx.opensearch, ctx.index)
+            result = await execute(plan, question, ctx)
             # The follow's rows come from Neo4j, unread as the caller: not counted.
             assert [s.rows for s in result.steps][:3] == [1, None, len(expected)]
+            # The search and the rank read ids alone: only the filter fetches, and only
+            # its field. What they found is the run's evidence, since no fetch names it.
+            fetched = [body.get("_source", "whole documents") for body in sent.fetching]
+            assert fetched == [["fields"]] and sent.read == made
+            assert brand["id"] in result.read and set(result.answer) <= result.read
             return result.answer
 
     assert set(asyncio.run(run())) == expected

@@ -51,6 +51,10 @@ class PlanRun:
     steps: list[StepReport] = field(default_factory=list)
     # What the plan's searches found (read as the caller), answers or not.
     searched: list[str] = field(default_factory=list)
+    # Every id a search or rank step found as the caller. They come by id alone, so no
+    # fetched document names them: a cached rewrite is re-checked against these
+    # (Rewrite.sources), whose counts its explain shows.
+    read: set[str] = field(default_factory=set)
 
     def explain(self) -> list[dict[str, Any]]:
         return [vars(report) for report in self.steps]
@@ -69,6 +73,8 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
         results[step.id] = dict(list(ranked.items())[:MAX_ROWS])
         if isinstance(step, Search):
             run.searched.extend(results[step.id])
+        if isinstance(step, Search | Rank):
+            run.read.update(results[step.id])
         elapsed = round((time.perf_counter() - started) * 1000, 1)
         rows = len(results[step.id]) if read[step.id] else None
         run.steps.append(StepReport(step.id, step.op, rows, elapsed))
@@ -141,14 +147,16 @@ async def _follow(step: Follow, sources: Ranked, ctx: StrategyContext) -> Ranked
 
 
 async def _search(step: Search, ctx: StrategyContext) -> Ranked:
+    """The step's hits by id alone (search_ids): the plan reads nothing else of them, and
+    fetching whole documents, vectors included, cost a search more than the engine's
+    ranking did."""
     filters = [{"term": {"type": step.type}}] if step.type else []
     if step.by == "hybrid":
-        hits = await ctx.plain_hits(step.text, step.k, [], stage="plan_search", filters=filters)
+        hits = await ctx.plain_hits(step.text, step.k, None, stage="plan_search", filters=filters)
     else:
         match = {"match": {"title": step.text}}
-        body = {"size": step.k, "_source": False,
-                "query": {"bool": {"must": [match], "filter": filters}}}  # fmt: skip
-        hits = (await ctx.opensearch.search(ctx.index, body))["hits"]["hits"]
+        body = {"size": step.k, "query": {"bool": {"must": [match], "filter": filters}}}
+        hits = await ctx.search_ids(ctx.index, body)
     return {hit["_id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}
 
 
@@ -160,7 +168,7 @@ async def _rank(step: Rank, candidates: Ranked, ctx: StrategyContext) -> Ranked:
     ids = [{"ids": {"values": list(candidates)}}]
     # k-NN's k is at least the candidates' number, so every candidate the caller may read
     # comes back; one that does not is one the caller may not see.
-    hits = await ctx.plain_hits(step.text, len(candidates), [], stage="plan_rank", filters=ids)
+    hits = await ctx.plain_hits(step.text, len(candidates), None, stage="plan_rank", filters=ids)
     return {hit["_id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}
 
 

@@ -78,6 +78,7 @@ class PlanAgent(Strategy):
         rewrite = Rewrite(strategy=self.name, query=query)
         rewrite.boost_ids = plan_order_boosts(run.answer, len(answers), run.searched)
         rewrite.boost_share = ctx.param(WEIGHT)
+        rewrite.sources = sorted(run.read)
         rewrite.details = {
             "category": entry.category,
             "similarity": round(similarity, 4),
