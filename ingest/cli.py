@@ -309,6 +309,7 @@ def dropped_saying_so(opensearch: Any, kb: str) -> RemovedKnowledgeBase:
     from ingest.kb_removal import drop_knowledge_base
     from ingest.write_leases import SETTLE_S
     from kgqr_core import connections
+    from query_rewriter.graph.shared_copies import SharedCopies
 
     settings = get_settings()
     with connections.neo4j_driver(settings) as neo4j:
@@ -316,6 +317,8 @@ def dropped_saying_so(opensearch: Any, kb: str) -> RemovedKnowledgeBase:
             opensearch, neo4j, connections.redis_client(settings), kb,
             say=lambda line: click.echo(line, err=True),
         )  # fmt: skip
+    if folder := settings.graph.snapshot_dir:  # this machine's graph copies of it
+        SharedCopies(settings.home / folder).remove(kb)
     if removed.still_writing:
         click.echo(
             f"warning: {len(removed.still_writing)} chunks of {kb} were still being written "

@@ -83,6 +83,14 @@ class SharedCopies:
             raise ValueError(f"no graph copy folder for {kb!r} at epoch {epoch!r}")
         return self.directory / kb / f"{epoch}-{version}"
 
+    def remove(self, kb: str) -> None:
+        """Every copy of a dropped knowledge base. A copy is otherwise removed only when a
+        newer version of it is written, which for a dropped KB is never (or when its name
+        is searched again). A process that maps one keeps its pages until it lets go; one
+        writing a copy meanwhile finds its folder gone, and holds what it built."""
+        if KB_NAME.match(kb):
+            shutil.rmtree(self.directory / kb, ignore_errors=True)
+
     def map_or_build(
         self, kb: str, epoch: str, version: int, build: Callable[[], GraphSnapshot | None]
     ) -> tuple[GraphSnapshot | None, bool]:

@@ -62,10 +62,15 @@ def test_stark_layout_lands_in_both_stores_with_matching_counts(
 def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str) -> None:
     from click.testing import CliRunner
 
+    from kgqr_core.settings import get_settings
     from kgqr_ops.cli import main
+    from query_rewriter.graph.shared_copies import SharedCopies
 
     _, opensearch, neo4j, redis = stores
     run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
+    settings = get_settings()  # the command's: where this machine keeps graph copies
+    copies = SharedCopies(settings.home / settings.graph.snapshot_dir)
+    copies.folder(kb, "ab12", 3).mkdir(parents=True)
     refused = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb], input="n\n")
     assert refused.exit_code == 1 and opensearch.indices.exists(index=schema.documents_index(kb))
     for command in ("verify", "rejected"):
@@ -79,6 +84,7 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
     rows, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb}) RETURN count(n) AS n", kb=kb)
     assert rows[0]["n"] == 0
     assert not JobStore(redis).jobs_of(kb)
+    assert not (copies.directory / kb).exists() and copies.directory.exists()
     # A dropped (or mistyped) KB is an error to check, not an empty "all is well" report.
     for command in ("verify", "rejected"):
         gone = CliRunner().invoke(main, ["ingest", command, "--kb", kb])
