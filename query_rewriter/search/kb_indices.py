@@ -117,6 +117,12 @@ class KnowledgeBaseIndices:
             )
         return self._known.attached.get(index)
 
+    def listed_embedder(self, kb: str) -> str | None:
+        """The model kgqr-meta named for `kb` when last read: at most the refresh interval
+        old for a KB being searched, since each search asks for its target first. None:
+        none named, or the KB not listed."""
+        return self._known.embedders.get(kb)
+
     async def _refresh(self) -> None:
         try:
             self._known, _ = await self._reading.run("known", self._read)

@@ -180,7 +180,7 @@ async def _rewritten_search(
     # The documents the graph adds to the caller's matches, which the total then counts.
     added = outcome.rewrite.graph_linked() if graph_adds(plan.body, plan.parsed, weighed) else set()
     side, scored = None, False
-    # (No query vector: the proxy has not yet read the KB's new meta, a minute at most.)
+    # (No query vector: the proxy has not yet read the KB's new meta; state.meta_of.)
     if side_vectors is not None and outcome.vector:
         end = int(plan.body.get("from", 0)) + int(plan.body.get("size", 10))
         side = await side_vectors.read(session, plan.parsed, fields, end)

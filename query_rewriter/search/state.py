@@ -46,9 +46,12 @@ class ProxyState:
 
 async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | None:
     """The knowledge base's metadata (structure, embedder) from kgqr-meta, cached for a
-    minute; for a KB kgqr-meta does not record, what its documents index says of it."""
+    minute; for a KB kgqr-meta does not record, what its documents index says of it.
+    Read again sooner once the list of knowledge bases (read every few seconds) names
+    another model for it: after a re-embed or `kgqr kb embed` to a model of the same size,
+    queries embedded with the old one met the new vectors without an error, for a minute."""
     cached = state.kb_metas.get(kb)
-    if cached and cached[0] > time.monotonic():
+    if cached and cached[0] > time.monotonic() and not _model_moved(state, kb, cached[1]):
         return cached[1]
     kgqr = state.engine.as_kgqr()
     response = await kgqr.send("GET", f"/{META_INDEX}/_doc/{kb}")
@@ -59,6 +62,11 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
         meta = await unrecorded_meta(kgqr, kb)
     state.kb_metas[kb] = (time.monotonic() + STRUCTURE_TTL_S, meta)
     return meta
+
+
+def _model_moved(state: ProxyState, kb: str, meta: kb_meta.KnowledgeBaseMeta | None) -> bool:
+    listed = state.kb_indices.listed_embedder(kb)
+    return meta is not None and listed is not None and listed != meta.embedder
 
 
 async def unrecorded_meta(kgqr: EngineSession, kb: str) -> kb_meta.KnowledgeBaseMeta | None:
