@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,15 +186,27 @@ class GraphSnapshots:
             return
         known.snapshot = snapshot
         metrics.GRAPH_SNAPSHOT_LOADS.labels("mapped" if mapped else "loaded").inc()
-        metrics.GRAPH_SNAPSHOT_RELATIONSHIPS.set(
-            sum(k.snapshot.relationship_count for k in self._known.values() if k.snapshot)
-        )
+        self._count_held()
         log.info(
             "graph of %s %s: %d nodes, %d relationships, version %d, %.1f s",
             kb, "mapped from this machine's copy" if mapped else "copied from Neo4j",
             len(snapshot.ids), snapshot.relationship_count, version,
             time.perf_counter() - started,
         )  # fmt: skip
+
+    def forget(self, kbs: Collection[str]) -> None:
+        """Let go of the copies of knowledge bases that are gone (dropped). A copy is
+        replaced only when its KB is searched again, which a dropped one never is: its
+        arrays stayed in memory, or mapped from files its drop removed, holding their disk
+        space, for as long as the process ran."""
+        for kb in kbs:
+            self._known.pop(kb, None)
+        self._count_held()
+
+    def _count_held(self) -> None:
+        metrics.GRAPH_SNAPSHOT_RELATIONSHIPS.set(
+            sum(k.snapshot.relationship_count for k in self._known.values() if k.snapshot)
+        )
 
     async def wait_for_loads(self) -> None:
         """Until the loads started so far finish (a test, a bench)."""

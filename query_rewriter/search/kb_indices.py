@@ -68,6 +68,7 @@ class KnownKnowledgeBases:
     attached: dict[str, SearchTarget]
     defaults: dict[str, KbDefault]
     embedders: dict[str, str] = field(default_factory=dict)
+    listed: frozenset[str] = frozenset()  # every KB kgqr-meta records
 
 
 async def knowledge_bases_in_meta(session: EngineSession) -> KnownKnowledgeBases:
@@ -76,10 +77,11 @@ async def knowledge_bases_in_meta(session: EngineSession) -> KnownKnowledgeBases
         {"size": META_READ_SIZE, "_source": ["kb", "attached", "defaults", "embedder"],
          "query": {"match_all": {}}},
     )  # fmt: skip
-    attached, defaults, embedders = {}, {}, {}
+    attached, defaults, embedders, listed = {}, {}, {}, set()
     for hit in answer["hits"]["hits"]:
         source = hit["_source"]
         kb = source["kb"]
+        listed.add(kb)
         current = (
             KbDefault.model_validate(source["defaults"][-1]) if source.get("defaults") else None
         )
@@ -90,15 +92,22 @@ async def knowledge_bases_in_meta(session: EngineSession) -> KnownKnowledgeBases
         if source.get("attached"):
             fields = FieldMap.model_validate(source["attached"])
             attached[fields.index] = SearchTarget(kb, fields, defaults.get(kb), embedders.get(kb))
-    return KnownKnowledgeBases(attached, defaults, embedders)
+    return KnownKnowledgeBases(attached, defaults, embedders, frozenset(listed))
 
 
 class KnowledgeBaseIndices:
+    """`on_gone` hears of the knowledge bases kgqr-meta stopped recording (dropped) since
+    the last read, so that what the proxy holds of them goes too."""
+
     def __init__(
-        self, read: Callable[[], Awaitable[KnownKnowledgeBases]], ttl_s: float = DEFAULT_TTL_S
+        self,
+        read: Callable[[], Awaitable[KnownKnowledgeBases]],
+        ttl_s: float = DEFAULT_TTL_S,
+        on_gone: Callable[[set[str]], None] | None = None,
     ) -> None:
         self._read = read
         self._ttl_s = ttl_s
+        self._on_gone = on_gone
         self._known = KnownKnowledgeBases({}, {})
         self._read_at = -ttl_s
         self._reading: SingleFlight[KnownKnowledgeBases] = SingleFlight()
@@ -125,7 +134,12 @@ class KnowledgeBaseIndices:
 
     async def _refresh(self) -> None:
         try:
-            self._known, _ = await self._reading.run("known", self._read)
+            known, _ = await self._reading.run("known", self._read)
         except Exception as exc:  # no kgqr-meta yet, or the engine briefly away
             log.info("knowledge bases not read from kgqr-meta: %s", exc)
+        else:
+            gone = set(self._known.listed - known.listed)
+            self._known = known
+            if gone and self._on_gone is not None:
+                self._on_gone(gone)
         self._read_at = time.monotonic()

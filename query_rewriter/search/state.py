@@ -13,6 +13,7 @@ from plugin.field_map import OWN_VECTOR_FIELD, mapped_fields
 from plugin.schema import META_INDEX, META_READ_SIZE, documents_index
 from query_rewriter.engine.gateway import Engine, EngineSession
 from query_rewriter.engine.identities import IdentityResolver
+from query_rewriter.graph.copies import SnapshotGraph
 from query_rewriter.search.kb_indices import KnowledgeBaseIndices, knowledge_bases_in_meta
 from query_rewriter.search.query_log import QueryLog
 from query_rewriter.search.rewriter import Rewriter
@@ -38,9 +39,11 @@ class ProxyState:
     kb_indices: KnowledgeBaseIndices = field(init=False)
 
     def __post_init__(self) -> None:
+        graph = self.rewriter.graph
         self.kb_indices = KnowledgeBaseIndices(
             lambda: knowledge_bases_in_meta(self.engine.as_kgqr()),
             self.settings.rewrite.kb_refresh_s,
+            on_gone=graph.snapshots.forget if isinstance(graph, SnapshotGraph) else None,
         )
 
 

@@ -375,7 +375,8 @@ def test_the_processes_of_a_machine_share_one_copy_read_once_from_neo4j(
         redis = aioredis.Redis.from_url(settings.redis.url)
         try:
             loaded, mapped = loads("loaded"), loads("mapped")
-            first = await copy(GraphSnapshots(shared, redis))
+            holder = GraphSnapshots(shared, redis)
+            first = await copy(holder)
             second = await copy(GraphSnapshots(shared, redis))
             assert (loads("loaded") - loaded, loads("mapped") - mapped) == (1, 1)
             assert first is not None and second is not None
@@ -391,6 +392,12 @@ def test_the_processes_of_a_machine_share_one_copy_read_once_from_neo4j(
             small = shared.replaced({"graph_snapshot_max_relations": 3})
             assert await copy(GraphSnapshots(small, redis)) is None
             assert loads("too_large") - too_large == 1 and loads("loaded") - loaded == 2
+            # A dropped KB's copy is let go of: it was held until the KB was searched again.
+            assert await holder.current(kb) is first
+            assert metric_sample("kgqr_graph_snapshot_relationships") > 0
+            holder.forget({kb})
+            assert metric_sample("kgqr_graph_snapshot_relationships") == 0  # all it held
+            assert await holder.current(kb) is None  # read anew if the name is searched
         finally:
             await redis.aclose()
 
