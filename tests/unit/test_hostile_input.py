@@ -29,6 +29,7 @@ from query_rewriter.search.plan import PassThrough, SearchPlan, plan_search, uri
 pytestmark = pytest.mark.unit
 INDEX = "kgqr-movies-documents"
 SMALL, LARGE = 64 * 1024, 1024 * 1024  # the issue's sizes: 1 MB against 64 KB
+LINEAR = 2.0  # per-unit cost ratio allowed: quadratic code gives 16 between these sizes
 
 
 def plan(raw: bytes) -> SearchPlan | PassThrough:
@@ -53,9 +54,17 @@ def seconds(work: Callable[[], Any], repeats: int = 5) -> float:
 
 
 def per_unit_ratio(work: Callable[[int], Any], small: int, large: int) -> float:
-    """Cost per unit of size at `large` over that at `small` (1.0 for linear code)."""
+    """Cost per unit of size at `large` over that at `small` (1.0 for linear code); the
+    least of up to three measurements. Another process busy on both cores once made one
+    measurement 2.14: it inflates one, where code worse than linear costs 16x in each."""
     work(small)  # warm caches (compiled patterns, imports) before timing either
-    return (seconds(lambda: work(large)) / large) / (seconds(lambda: work(small)) / small)
+    ratio = float("inf")
+    for _ in range(3):
+        small_s, large_s = seconds(lambda: work(small)), seconds(lambda: work(large))
+        ratio = min(ratio, (large_s / large) / (small_s / small))
+        if ratio <= LINEAR:
+            break
+    return ratio
 
 
 @pytest.mark.parametrize("word", ["a", "a:", "a?", "a~", "a\\"])
@@ -63,7 +72,7 @@ def test_planning_a_single_huge_word_costs_linear_time(word: str) -> None:
     def planned(size: int) -> None:
         plan(query_string(word * (size // len(word))))
 
-    assert per_unit_ratio(planned, SMALL, LARGE) <= 2.0
+    assert per_unit_ratio(planned, SMALL, LARGE) <= LINEAR
 
 
 def test_a_query_text_longer_than_kgqr_rewrites_passes_through_unscanned() -> None:
@@ -99,7 +108,7 @@ def test_syntax_detection_costs_linear_time_up_to_the_longest_text_rewritten(
         for _ in range(20):
             syntax_used(kind, {"query": text})
 
-    assert per_unit_ratio(detected, MAX_QUERY_CHARS // 16, MAX_QUERY_CHARS) <= 2.0
+    assert per_unit_ratio(detected, MAX_QUERY_CHARS // 16, MAX_QUERY_CHARS) <= LINEAR
 
 
 def test_an_msearch_of_hostile_items_costs_linear_time_in_its_size() -> None:
@@ -111,7 +120,7 @@ def test_an_msearch_of_hostile_items_costs_linear_time_in_its_size() -> None:
         for header, search in zip(checked, lines[1::2], strict=True):
             plan_search(str(header.single_index), {}, search, "graph")
 
-    assert per_unit_ratio(items, SMALL, LARGE) <= 2.0
+    assert per_unit_ratio(items, SMALL, LARGE) <= LINEAR
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -126,7 +135,7 @@ def test_filter_path_costs_linear_time_in_the_answers_depth(paths: list[str]) ->
     # `**` paths once doubled at every level: 2.8 s at depth 16, twice that at 17.
     # (A real answer is far shallower; 256 keeps below Python's recursion limit.)
     answers = {depth: _nested(depth) for depth in (16, 256)}
-    assert per_unit_ratio(lambda depth: filtered(answers[depth], paths), 16, 256) <= 2.0
+    assert per_unit_ratio(lambda depth: filtered(answers[depth], paths), 16, 256) <= LINEAR
 
 
 @pytest.mark.parametrize("run", ["a", "1", "a.", "a:1", "a-", "[a"])
@@ -134,7 +143,7 @@ def test_scrubbing_an_upstream_error_costs_linear_time(run: str) -> None:
     def scrubbed(size: int) -> None:
         redact_addresses(run * (size // len(run)))
 
-    assert per_unit_ratio(scrubbed, SMALL, LARGE) <= 2.0
+    assert per_unit_ratio(scrubbed, SMALL, LARGE) <= LINEAR
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
