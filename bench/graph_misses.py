@@ -6,7 +6,8 @@ document the bridge reaches from the first hit (up to 100). Each relevant docume
 `graph` leaves outside its top 5 falls in one of these groups:
 - boosted, too little: the bridge reached and boosted it, and it still ranks below 5;
 - reached, cut: the bridge reaches it, but below the graph.boosts most similar;
-- not reached: not within two hops of the first hit (its graph lacks the link);
+- not reached: not among the (up to 100) documents the bridge boosts at the ceiling: not
+  within two hops of the first hit, or behind a hub the hub cap (`kar_hub_cap`) cuts;
 and, across the groups, whether the first hit itself was relevant, and which relevant
 documents base had in its top 5 that `graph` pushed out.
 

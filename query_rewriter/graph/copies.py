@@ -92,7 +92,9 @@ class GraphSnapshots:
         version = await self.version(kb)
         if version is None:
             return None
-        known = self._known[kb]
+        known = self._known.get(kb)
+        if known is None:  # forgotten (its KB dropped) while Redis was asked
+            return None
         if known.snapshot is not None and known.snapshot.version == version:
             return known.snapshot
         loadable = known.too_large_at != version and time.monotonic() >= known.retry_at

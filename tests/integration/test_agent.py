@@ -193,6 +193,7 @@ def test_the_executor_agrees_with_a_hand_written_cypher_query(
             fetched = [body.get("_source", "whole documents") for body in sent.fetching]
             assert fetched == [["fields"]] and sent.read == made
             assert brand["id"] in result.read and set(result.answer) <= result.read
+            assert made <= result.read  # what the follow reached, the filter's too
             return result.answer
 
     assert set(asyncio.run(run())) == expected

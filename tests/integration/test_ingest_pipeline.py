@@ -73,6 +73,7 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
     copies.folder(kb, "ab12", 3).mkdir(parents=True)
     refused = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb], input="n\n")
     assert refused.exit_code == 1 and opensearch.indices.exists(index=schema.documents_index(kb))
+    assert copies.folder(kb, "ab12", 3).exists()
     for command in ("verify", "rejected"):
         there = CliRunner().invoke(main, ["ingest", command, "--kb", kb])
         assert there.exit_code == 0, (command, there.output)

@@ -51,9 +51,9 @@ class PlanRun:
     steps: list[StepReport] = field(default_factory=list)
     # What the plan's searches found (read as the caller), answers or not.
     searched: list[str] = field(default_factory=list)
-    # Every id a search or rank step found as the caller. They come by id alone, so no
-    # fetched document names them: a cached rewrite is re-checked against these
-    # (Rewrite.sources), whose counts its explain shows.
+    # Every id a search or rank step found as the caller, and every document a follow's
+    # kept edges rest on (their targets, the passages they were read from). No fetched
+    # document names them: a cached rewrite is re-checked against these (Rewrite.sources).
     read: set[str] = field(default_factory=set)
 
     def explain(self) -> list[dict[str, Any]]:
@@ -69,7 +69,8 @@ async def execute(plan: Plan, query: str, ctx: StrategyContext) -> PlanRun:
     for step in plan.steps:
         started = time.perf_counter()
         with ctx.timer.stage("plan"):
-            ranked = await _run(step, [results[name] for name in inputs(step)], query, ctx)
+            given = [results[name] for name in inputs(step)]
+            ranked = await _run(step, given, query, ctx, run.read)
         results[step.id] = dict(list(ranked.items())[:MAX_ROWS])
         if isinstance(step, Search):
             run.searched.extend(results[step.id])
@@ -106,11 +107,13 @@ def read_as_caller(plan: Plan) -> dict[str, bool]:
     return read
 
 
-async def _run(step: Step, given: list[Ranked], query: str, ctx: StrategyContext) -> Ranked:
+async def _run(
+    step: Step, given: list[Ranked], query: str, ctx: StrategyContext, read: set[str]
+) -> Ranked:
     if isinstance(step, Search):
         return await _search(step, ctx)
     if isinstance(step, Follow):
-        return await _follow(step, given[0], ctx)
+        return await _follow(step, given[0], ctx, read)
     if isinstance(step, Filter):
         return await _filter(step, given[0], query, ctx)
     if isinstance(step, Rank):
@@ -122,7 +125,7 @@ async def _run(step: Step, given: list[Ranked], query: str, ctx: StrategyContext
     raise AssertionError(f"unhandled step {step!r}")
 
 
-async def _follow(step: Follow, sources: Ranked, ctx: StrategyContext) -> Ranked:
+async def _follow(step: Follow, sources: Ranked, ctx: StrategyContext, read: set[str]) -> Ranked:
     if not sources:
         return {}
     edges = await ctx.knowledge_graph().follow(
@@ -141,6 +144,7 @@ async def _follow(step: Follow, sources: Ranked, ctx: StrategyContext) -> Ranked
         for edge in batch:
             if edge.evidence() <= allowed:
                 reached[edge.target] = max(reached.get(edge.target, 0.0), sources[edge.source])
+                read.update(item for item in edge.evidence() if isinstance(item, str))
         if len(reached) >= MAX_ROWS:
             break
     return dict(sorted(reached.items(), key=lambda item: -item[1]))
