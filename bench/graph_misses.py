@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from bench.bench_common import REPO, proxy_process, save
+from plugin import schema
 from workbench.evaluation.query_sets import JudgedQuery, load_query_set
 
 SETS = {"musique": "musique:{data}/musique100", "hotpotqa": "hotpotqa:{data}/hotpotqa100"}
@@ -45,7 +46,7 @@ def explained(
     if params:
         body["ext"] = {"kgqr": {"params": params}}
     answer = client.post(
-        f"{url}/kgqr-{kb}-documents/_search",
+        f"{url}/{schema.documents_index(kb)}/_search",
         params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
         json=body,
     )

@@ -317,8 +317,8 @@ def dropped_saying_so(opensearch: Any, kb: str) -> RemovedKnowledgeBase:
             opensearch, neo4j, connections.redis_client(settings), kb,
             say=lambda line: click.echo(line, err=True),
         )  # fmt: skip
-    if folder := settings.graph.snapshot_dir:  # this machine's graph copies of it
-        SharedCopies(settings.home / folder).remove(kb)
+    if copies := SharedCopies.of_machine(settings):  # this machine's graph copies of it
+        copies.remove(kb)
     if removed.still_writing:
         click.echo(
             f"warning: {len(removed.still_writing)} chunks of {kb} were still being written "

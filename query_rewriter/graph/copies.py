@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -66,8 +65,7 @@ class GraphSnapshots:
         self._redis = redis
         self._known: dict[str, _KnownGraph] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
-        folder = settings.graph.snapshot_dir
-        self._shared = SharedCopies(settings.home / Path(folder)) if folder else None
+        self._shared = SharedCopies.of_machine(settings)
 
     async def version(self, kb: str) -> int | None:
         """The KB's graph version as of the last look (looked at again once

@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from kgqr_core.settings import Settings
 from plugin.schema import KB_NAME
 from query_rewriter.graph.in_memory import GraphSnapshot
 
@@ -77,6 +78,14 @@ class SharedCopies:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+
+    @classmethod
+    def of_machine(cls, settings: Settings) -> SharedCopies | None:
+        """The copies `KGQR_GRAPH_SNAPSHOT_DIR` keeps (under `home` unless absolute), where
+        the proxies and the drop of this machine look; None where it is empty (each
+        process holds its own copy)."""
+        folder = settings.graph.snapshot_dir
+        return cls(settings.home / Path(folder)) if folder else None
 
     def folder(self, kb: str, epoch: str, version: int) -> Path:
         if not KB_NAME.match(kb) or not re.fullmatch(r"[0-9a-f]+", epoch):

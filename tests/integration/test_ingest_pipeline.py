@@ -69,7 +69,8 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
     _, opensearch, neo4j, redis = stores
     run_to_end(*stores, f"jsonl:{FIXTURES / 'tiny_kb'}", kb)
     settings = get_settings()  # the command's: where this machine keeps graph copies
-    copies = SharedCopies(settings.home / settings.graph.snapshot_dir)
+    copies = SharedCopies.of_machine(settings)
+    assert copies is not None, "the suite keeps graph copies (KGQR_GRAPH_SNAPSHOT_DIR)"
     copies.folder(kb, "ab12", 3).mkdir(parents=True)
     refused = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb], input="n\n")
     assert refused.exit_code == 1 and opensearch.indices.exists(index=schema.documents_index(kb))
