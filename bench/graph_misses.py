@@ -9,7 +9,11 @@ document the bridge reaches from the first hit (up to 100). Each relevant docume
 - not reached: not among the (up to 100) documents the bridge boosts at the ceiling: not
   within two hops of the first hit, or behind a hub the hub cap (`kar_hub_cap`) cuts;
 and, across the groups, whether the first hit itself was relevant, and which relevant
-documents base had in its top 5 that `graph` pushed out.
+documents base had in its top 5 that `graph` pushed out. For each miss it also reads from
+Neo4j how many hops lie between it and the first hit, and between it and the nearest other
+relevant document of its question (a passage and a passage naming the same entity are two
+hops apart): a miss far from every relevant document is one no walk from the right first
+hit reaches either; only links the graph lacks would.
 
 It says where a better graph signal would have to come from, not how good one is:
 its figures are counts, not compared settings.
@@ -27,6 +31,8 @@ from typing import Any
 import httpx
 
 from bench.bench_common import REPO, proxy_process, save
+from kgqr_core import connections
+from kgqr_core.settings import get_settings
 from plugin import schema
 from workbench.evaluation.query_sets import JudgedQuery, load_query_set
 
@@ -34,6 +40,20 @@ SETS = {"musique": "musique:{data}/musique100", "hotpotqa": "hotpotqa:{data}/hot
 TOP = 5
 DEPTH = 20
 ALL_BOOSTS = 100  # graph.boosts' ceiling (query_rewriter/strategies/graph/walk.py)
+FARTHEST = 6  # hops a distance is looked for up to; farther counts as unlinked
+SHORTEST = f"""
+MATCH (a:Node {{kb: $kb, id: $source}}), (b:Node {{kb: $kb, id: $target}})
+MATCH path = shortestPath((a)-[*..{FARTHEST}]-(b))
+RETURN length(path) AS hops
+"""
+
+
+def hops_between(neo4j: Any, kb: str, source: str | None, target: str) -> int | None:
+    """The fewest hops between two nodes in either direction, None past FARTHEST."""
+    if source is None or source == target:
+        return 0 if source == target else None
+    found = neo4j.execute_query(SHORTEST, kb=kb, source=source, target=target).records
+    return int(found[0]["hops"]) if found else None
 
 
 def explained(
@@ -55,7 +75,9 @@ def explained(
     return [hit["_id"] for hit in found["hits"]["hits"]], found["kgqr"].get("details") or {}
 
 
-def misses_of(client: httpx.Client, url: str, kb: str, query: JudgedQuery) -> list[dict[str, Any]]:
+def misses_of(
+    client: httpx.Client, url: str, neo4j: Any, kb: str, query: JudgedQuery
+) -> list[dict[str, Any]]:
     base, _ = explained(client, url, kb, query, "base")
     graph, details = explained(client, url, kb, query, "graph")
     _, reach = explained(client, url, kb, query, "graph", {"graph.boosts": ALL_BOOSTS})
@@ -77,6 +99,12 @@ def misses_of(client: httpx.Client, url: str, kb: str, query: JudgedQuery) -> li
             "query": query.id, "document": doc, "group": group,
             "rank_graph": rank, "rank_base": base.index(doc) + 1 if doc in base else None,
             "boost": boosted.get(doc), "first_hit_relevant": first in relevant,
+            "hops_from_first_hit": hops_between(neo4j, kb, first, doc),
+            "hops_from_relevant": min(
+                (hops for other in relevant - {doc}
+                 if (hops := hops_between(neo4j, kb, other, doc)) is not None),
+                default=None,
+            ),
         })  # fmt: skip
     return rows
 
@@ -92,9 +120,10 @@ def main() -> None:
     with (
         proxy_process({"KGQR_REWRITE_CACHE_TTL_S": "0"}) as proxy,
         httpx.Client(timeout=120) as client,
+        connections.neo4j_driver(get_settings()) as neo4j,
     ):
         for query in queries:
-            rows.extend(misses_of(client, proxy.url, args.kb, query))
+            rows.extend(misses_of(client, proxy.url, neo4j, args.kb, query))
     relevant = sum(1 for q in queries for grade in q.judgments.values() if grade > 0)
     groups = Counter(row["group"] for row in rows)
     first_relevant = Counter(row["group"] for row in rows if row["first_hit_relevant"])
@@ -105,6 +134,15 @@ def main() -> None:
         print(f"  {group:<20} {groups[group]:>3} ({first_relevant[group]} with a relevant "
               "first hit)")  # fmt: skip
     print(f"  in base's top {TOP}, pushed out by graph: {len(pushed_out)}")
+    distances = {"hops_from_first_hit": "the first hit",
+                 "hops_from_relevant": "the nearest other relevant document"}  # fmt: skip
+    for field, label in distances.items():
+        hops = Counter(row[field] for row in rows if row["group"] == "not reached")
+        spread = ", ".join(
+            f"{'unlinked' if h is None else h}: {hops[h]}"
+            for h in sorted(hops, key=lambda h: FARTHEST + 1 if h is None else h)
+        )
+        print(f"  not reached, hops from {label} (up to {FARTHEST}): {spread}")
     save(f"graph-misses-{args.kb}", {"set": args.set, "kb": args.kb, "relevant": relevant,
                                      "groups": dict(groups), "misses": rows})  # fmt: skip
 
