@@ -72,6 +72,9 @@ def explained(
     )
     answer.raise_for_status()
     found = answer.json()
+    # A search that fell back is the plain query's: its misses would all read "not reached".
+    if fallback := found["kgqr"].get("fallback"):
+        raise RuntimeError(f"{strategy} fell back on {query.id!r}: {fallback}")
     return [hit["_id"] for hit in found["hits"]["hits"]], found["kgqr"].get("details") or {}
 
 
