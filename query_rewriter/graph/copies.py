@@ -65,6 +65,7 @@ class GraphSnapshots:
         self._redis = redis
         self._known: dict[str, _KnownGraph] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
+        self._removing: set[asyncio.Task[None]] = set()
         self._shared = SharedCopies.of_machine(settings)
 
     async def version(self, kb: str) -> int | None:
@@ -198,9 +199,15 @@ class GraphSnapshots:
         """Let go of the copies of knowledge bases that are gone (dropped). A copy is
         replaced only when its KB is searched again, which a dropped one never is: its
         arrays stayed in memory, or mapped from files its drop removed, holding their disk
-        space, for as long as the process ran."""
+        space, for as long as the process ran. Their files go too: the drop removes them
+        only on the machine it runs on, and a proxy's machine may be another. In a thread,
+        since removing a large copy takes the disk's time."""
         for kb in kbs:
             self._known.pop(kb, None)
+            if self._shared is not None:
+                removal = asyncio.create_task(asyncio.to_thread(self._shared.remove, kb))
+                self._removing.add(removal)
+                removal.add_done_callback(self._removing.discard)
         self._count_held()
 
     def _count_held(self) -> None:
@@ -209,9 +216,9 @@ class GraphSnapshots:
         )
 
     async def wait_for_loads(self) -> None:
-        """Until the loads started so far finish (a test, a bench)."""
-        while self._loading:
-            await asyncio.gather(*self._loading.values(), return_exceptions=True)
+        """Until the loads and removals started so far finish (a test, a bench)."""
+        while self._loading or self._removing:
+            await asyncio.gather(*self._loading.values(), *self._removing, return_exceptions=True)
 
 
 class SnapshotGraph(Neo4jGraph):

@@ -393,9 +393,12 @@ def test_the_processes_of_a_machine_share_one_copy_read_once_from_neo4j(
             assert await copy(GraphSnapshots(small, redis)) is None
             assert loads("too_large") - too_large == 1 and loads("loaded") - loaded == 2
             # A dropped KB's copy is let go of: it was held until the KB was searched again.
+            # Its files go too, wherever the drop ran.
             assert await holder.current(kb) is first
             holder.forget({kb})
             assert metric_sample("kgqr_graph_snapshot_relationships") == 0  # all it held
+            await holder.wait_for_loads()
+            assert not (tmp_path / kb).exists()
             assert await holder.current(kb) is None  # read anew if the name is searched
             await holder.wait_for_loads()
         finally:
