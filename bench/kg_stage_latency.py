@@ -282,7 +282,7 @@ async def measure_graph(
             rss = rss_mb()
             started = time.perf_counter()
             await graph.snapshots.current(kb)
-            await graph.snapshots.wait_for_loads()
+            await graph.snapshots.settle()
             copy_load_s = time.perf_counter() - started
             copy_rss_mb = rss_mb() - rss
             assert await graph.snapshots.current(kb) is not None, "the graph was not copied"

@@ -199,13 +199,13 @@ class GraphSnapshots:
         """Let go of the copies of knowledge bases that are gone (dropped). A copy is
         replaced only when its KB is searched again, which a dropped one never is: its
         arrays stayed in memory, or mapped from files its drop removed, holding their disk
-        space, for as long as the process ran. Their files go too: the drop removes them
-        only on the machine it runs on, and a proxy's machine may be another. In a thread,
-        since removing a large copy takes the disk's time."""
+        space, for as long as the process ran. Their files go too, since the drop removes
+        them only on the machine it runs on and a proxy's machine may be another."""
         for kb in kbs:
             self._known.pop(kb, None)
             if self._shared is not None:
-                removal = asyncio.create_task(asyncio.to_thread(self._shared.remove, kb))
+                load = self._loading.get(kb)
+                removal = asyncio.create_task(_remove_files(self._shared, kb, load))
                 self._removing.add(removal)
                 removal.add_done_callback(self._removing.discard)
         self._count_held()
@@ -215,10 +215,19 @@ class GraphSnapshots:
             sum(k.snapshot.relationship_count for k in self._known.values() if k.snapshot)
         )
 
-    async def wait_for_loads(self) -> None:
-        """Until the loads and removals started so far finish (a test, a bench)."""
+    async def settle(self) -> None:
+        """Until the loads and file removals started so far finish (a test, a bench)."""
         while self._loading or self._removing:
             await asyncio.gather(*self._loading.values(), *self._removing, return_exceptions=True)
+
+
+async def _remove_files(shared: SharedCopies, kb: str, load: asyncio.Task[None] | None) -> None:
+    """After this process's load of the KB, if one runs, so it does not write its copy
+    back; in a thread, since a large copy takes the disk's time to remove."""
+    if load is not None:
+        await asyncio.gather(load, return_exceptions=True)
+    await anyio.to_thread.run_sync(shared.remove, kb)
+    log.info("graph copy files of %s removed: kgqr-meta no longer lists it", kb)
 
 
 class SnapshotGraph(Neo4jGraph):

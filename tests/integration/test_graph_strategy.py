@@ -289,11 +289,11 @@ def test_preloading_every_knowledge_base_reads_what_kgqr_meta_lists_or_nothing(
             small = settings.replaced({"graph_snapshot_max_relations": 100})
             snapshots = GraphSnapshots(small, redis)
             started = await snapshots.preload("*", lambda: knowledge_base_names(as_kgqr))
-            await snapshots.wait_for_loads()
+            await snapshots.settle()
             # A name kgqr-meta does not list (a typo) is not copied as an empty graph.
             named = GraphSnapshots(small, redis)
             typo = await named.preload(f"{kb},no-such-kb", lambda: knowledge_base_names(as_kgqr))
-            await named.wait_for_loads()
+            await named.settle()
             assert typo == [kb]
             unlisted = GraphSnapshots(settings, redis)
 
@@ -330,7 +330,7 @@ def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
         snapshots = GraphSnapshots(looking_often, redis)
         try:
             assert await snapshots.current(kb_name) is None  # nothing copied yet: Neo4j
-            await snapshots.wait_for_loads()
+            await snapshots.settle()
             first = await snapshots.current(kb_name)
             assert first is not None and directed_by_mann(first) == {"m1", "m2", "m3"}
             await anyio.to_thread.run_sync(
@@ -340,7 +340,7 @@ def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
             )
             await asyncio.sleep(0.1)
             assert await snapshots.current(kb_name) is None, "a stale copy was served"
-            await snapshots.wait_for_loads()
+            await snapshots.settle()
             second = await snapshots.current(kb_name)
             assert second is not None and second.version > first.version
             assert directed_by_mann(second) == {"m1", "m2", "m3", "m9"}
@@ -365,7 +365,7 @@ def test_the_processes_of_a_machine_share_one_copy_read_once_from_neo4j(
 
     async def copy(snapshots: GraphSnapshots) -> GraphSnapshot | None:
         await snapshots.current(kb)
-        await snapshots.wait_for_loads()
+        await snapshots.settle()
         return await snapshots.current(kb)
 
     def folders() -> list[str]:
@@ -397,10 +397,13 @@ def test_the_processes_of_a_machine_share_one_copy_read_once_from_neo4j(
             assert await holder.current(kb) is first
             holder.forget({kb})
             assert metric_sample("kgqr_graph_snapshot_relationships") == 0  # all it held
-            await holder.wait_for_loads()
+            await holder.settle()
             assert not (tmp_path / kb).exists()
             assert await holder.current(kb) is None  # read anew if the name is searched
-            await holder.wait_for_loads()
+            # A load still running as its KB goes does not write the copy back afterwards.
+            holder.forget({kb})
+            await holder.settle()
+            assert not (tmp_path / kb).exists()
         finally:
             await redis.aclose()
 
@@ -417,14 +420,14 @@ def test_a_graph_too_large_to_copy_or_unknown_versions_expand_in_neo4j(
         small = GraphSnapshots(settings.replaced({"graph_snapshot_max_relations": 3}),
                                redis)  # fmt: skip
         await small.current(kb)
-        await small.wait_for_loads()
+        await small.settle()
         too_large = await small.current(kb)
         await redis.aclose()
         # Redis unreachable: whether a copy is current cannot be told.
         gone = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
         blind = GraphSnapshots(settings, gone)
         unknown = await blind.current(kb)
-        await blind.wait_for_loads()
+        await blind.settle()
         await gone.aclose()
         return too_large, unknown
 
