@@ -40,20 +40,47 @@ SETS = {"musique": "musique:{data}/musique100", "hotpotqa": "hotpotqa:{data}/hot
 TOP = 5
 DEPTH = 20
 ALL_BOOSTS = 100  # graph.boosts' ceiling (query_rewriter/strategies/graph/walk.py)
-FARTHEST = 6  # hops a distance is looked for up to; farther counts as unlinked
+FARTHEST = 6  # hops a distance is looked for up to
+FAR = f"none within {FARTHEST}"
+ABSENT = "not in the graph"
+NO_OTHER = "no other relevant document"
 SHORTEST = f"""
 MATCH (a:Node {{kb: $kb, id: $source}}), (b:Node {{kb: $kb, id: $target}})
-MATCH path = shortestPath((a)-[*..{FARTHEST}]-(b))
+OPTIONAL MATCH path = shortestPath((a)-[*..{FARTHEST}]-(b))
 RETURN length(path) AS hops
 """
 
 
-def hops_between(neo4j: Any, kb: str, source: str | None, target: str) -> int | None:
-    """The fewest hops between two nodes in either direction, None past FARTHEST."""
-    if source is None or source == target:
-        return 0 if source == target else None
+def hops_between(neo4j: Any, kb: str, source: str, target: str) -> int | str:
+    """The fewest hops between two documents in either direction, or why none is counted:
+    FAR past FARTHEST, ABSENT when either is not a node of the graph."""
+    if source == target:  # shortestPath refuses a path from a node to itself
+        return 0
     found = neo4j.execute_query(SHORTEST, kb=kb, source=source, target=target).records
-    return int(found[0]["hops"]) if found else None
+    if not found:
+        return ABSENT
+    return FAR if found[0]["hops"] is None else int(found[0]["hops"])
+
+
+def nearest(neo4j: Any, kb: str, document: str, others: list[str]) -> tuple[str | None, int | str]:
+    """Of `others` (best first), the one fewest hops from `document` (of equals, the
+    first), and how many; else why none is counted (FAR over ABSENT: one of them is in the
+    graph, only too far)."""
+    distances = {other: hops_between(neo4j, kb, other, document) for other in others}
+    counted = {other: hops for other, hops in distances.items() if isinstance(hops, int)}
+    if counted:
+        best = min(counted, key=lambda other: counted[other])
+        return best, counted[best]
+    if not distances:
+        return None, NO_OTHER
+    return None, FAR if FAR in distances.values() else ABSENT
+
+
+def spread(values: list[int | str]) -> str:
+    """'2: 10, 4: 4, none within 6: 1': counts first, reasons after."""
+    counts = Counter(values)
+    order = sorted(counts, key=lambda v: (isinstance(v, str), v if isinstance(v, int) else 0))
+    return ", ".join(f"{value}: {counts[value]}" for value in order)
 
 
 def explained(
@@ -86,7 +113,7 @@ def misses_of(
     _, reach = explained(client, url, kb, query, "graph", {"graph.boosts": ALL_BOOSTS})
     boosted = {node["id"]: node["score"] for node in details.get("graph_nodes", [])}
     reached = {node["id"] for node in reach.get("graph_nodes", [])}
-    first = details.get("kept_first")
+    first: str = details["kept_first"]
     relevant = {doc for doc, grade in query.judgments.items() if grade > 0}
     rows = []
     for doc in sorted(relevant):
@@ -98,16 +125,18 @@ def misses_of(
             else "reached, cut" if doc in reached
             else "not reached"
         )  # fmt: skip
+        # The other relevant documents in graph's order: of two as near, the higher ranked.
+        others = sorted(
+            relevant - {doc}, key=lambda o: (graph.index(o) if o in graph else DEPTH, o)
+        )
+        other, hops = nearest(neo4j, kb, doc, others)
         rows.append({
             "query": query.id, "document": doc, "group": group,
             "rank_graph": rank, "rank_base": base.index(doc) + 1 if doc in base else None,
             "boost": boosted.get(doc), "first_hit_relevant": first in relevant,
             "hops_from_first_hit": hops_between(neo4j, kb, first, doc),
-            "hops_from_relevant": min(
-                (hops for other in relevant - {doc}
-                 if (hops := hops_between(neo4j, kb, other, doc)) is not None),
-                default=None,
-            ),
+            "nearest_relevant": other, "hops_from_relevant": hops,
+            "nearest_relevant_rank_graph": graph.index(other) + 1 if other in graph else None,
         })  # fmt: skip
     return rows
 
@@ -137,15 +166,20 @@ def main() -> None:
         print(f"  {group:<20} {groups[group]:>3} ({first_relevant[group]} with a relevant "
               "first hit)")  # fmt: skip
     print(f"  in base's top {TOP}, pushed out by graph: {len(pushed_out)}")
-    distances = {"hops_from_first_hit": "the first hit",
-                 "hops_from_relevant": "the nearest other relevant document"}  # fmt: skip
-    for field, label in distances.items():
-        hops = Counter(row[field] for row in rows if row["group"] == "not reached")
-        spread = ", ".join(
-            f"{'unlinked' if h is None else h}: {hops[h]}"
-            for h in sorted(hops, key=lambda h: FARTHEST + 1 if h is None else h)
-        )
-        print(f"  not reached, hops from {label} (up to {FARTHEST}): {spread}")
+    unreached = [row for row in rows if row["group"] == "not reached"]
+    print(f"  not reached, hops from the first hit: "
+          f"{spread([row['hops_from_first_hit'] for row in unreached])}")  # fmt: skip
+    print(f"  not reached, hops from the nearest other relevant document: "
+          f"{spread([row['hops_from_relevant'] for row in unreached])}")  # fmt: skip
+    # Where a second bridge, from graph's own top hits, would start next to the miss.
+    chained = [
+        row for row in unreached
+        if row["hops_from_relevant"] == 2
+        and row["nearest_relevant_rank_graph"] is not None
+        and row["nearest_relevant_rank_graph"] <= 3
+    ]  # fmt: skip
+    print(f"  not reached, two hops from a relevant document graph ranks in its top 3: "
+          f"{len(chained)}")  # fmt: skip
     save(f"graph-misses-{args.kb}", {"set": args.set, "kb": args.kb, "relevant": relevant,
                                      "groups": dict(groups), "misses": rows})  # fmt: skip
 
