@@ -76,6 +76,11 @@ def nearest(neo4j: Any, kb: str, document: str, others: list[str]) -> tuple[str 
     return None, FAR if FAR in distances.values() else ABSENT
 
 
+def rank_in(ranking: list[str], doc: str | None) -> int | None:
+    """The 1-based rank of `doc` in a page of ids, None when it is not on the page."""
+    return ranking.index(doc) + 1 if doc in ranking else None
+
+
 def spread(values: list[int | str]) -> str:
     """'2: 10, 4: 4, none within 6: 1': counts first, reasons after."""
     counts = Counter(values)
@@ -117,7 +122,7 @@ def misses_of(
     relevant = {doc for doc, grade in query.judgments.items() if grade > 0}
     rows = []
     for doc in sorted(relevant):
-        rank = graph.index(doc) + 1 if doc in graph else None
+        rank = rank_in(graph, doc)
         if rank is not None and rank <= TOP:
             continue
         group = (
@@ -126,17 +131,15 @@ def misses_of(
             else "not reached"
         )  # fmt: skip
         # The other relevant documents in graph's order: of two as near, the higher ranked.
-        others = sorted(
-            relevant - {doc}, key=lambda o: (graph.index(o) if o in graph else DEPTH, o)
-        )
+        others = sorted(relevant - {doc}, key=lambda o: (rank_in(graph, o) or DEPTH + 1, o))
         other, hops = nearest(neo4j, kb, doc, others)
         rows.append({
             "query": query.id, "document": doc, "group": group,
-            "rank_graph": rank, "rank_base": base.index(doc) + 1 if doc in base else None,
+            "rank_graph": rank, "rank_base": rank_in(base, doc),
             "boost": boosted.get(doc), "first_hit_relevant": first in relevant,
             "hops_from_first_hit": hops_between(neo4j, kb, first, doc),
             "nearest_relevant": other, "hops_from_relevant": hops,
-            "nearest_relevant_rank_graph": graph.index(other) + 1 if other in graph else None,
+            "nearest_relevant_rank_graph": rank_in(graph, other),
         })  # fmt: skip
     return rows
 
