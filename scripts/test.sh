@@ -20,7 +20,14 @@ ruff check .
 ruff format --check .
 # The packages and strictness are in pyproject.toml. Its cache lives beside the venv, so a
 # fresh clone on a machine that ran this before checks what changed (14 s), not all (140 s).
-mypy --cache-dir "${KGQR_HOME:-$HOME/.cache/kgqr}/mypy"
+# Two checkouts on one machine share it, so one run at a time holds it (flock, util-linux).
+mypy_cache="${KGQR_HOME:-$HOME/.cache/kgqr}/mypy"
+mkdir -p "$mypy_cache"
+if command -v flock > /dev/null; then
+  flock "$mypy_cache.lock" mypy --cache-dir "$mypy_cache"
+else
+  mypy --cache-dir "$mypy_cache"
+fi
 # The slowest tests, named in every run: .ci/run must stay under 40 minutes.
 pytest tests --durations=25 "$@"
 if [ $# -eq 0 ]; then
