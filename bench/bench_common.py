@@ -1,8 +1,9 @@
-"""Shared by the benchmark scripts: where results go, what machine produced them, and a
-kgqr proxy in a process of its own."""
+"""Shared by the benchmark scripts: where results go, what machine produced them, the dev
+sets they score, and a kgqr proxy in a process of its own."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
 import json
@@ -22,10 +23,27 @@ import httpx
 from kgqr_ops.background_proxy import free_port
 from plugin import schema
 from workbench.evaluation import graph_copy_wait
+from workbench.evaluation.query_sets import JudgedQuery, load_query_set
 from workbench.evaluation.runner import EvalTarget
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[1]
+# The shared multi-hop dev sets, by the name a bench's --set takes ({data}: ../shared/data).
+DEV_SETS = {"musique": "musique:{data}/musique100", "hotpotqa": "hotpotqa:{data}/hotpotqa100"}
+
+
+def dev_set_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of a bench that scores one dev set on the knowledge base of its corpus."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--set", choices=sorted(DEV_SETS), required=True)
+    parser.add_argument("--kb", required=True, help="The knowledge base of that set's corpus.")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    return parser
+
+
+def dev_queries(name: str, data: Path) -> list[JudgedQuery]:
+    """Every judged question of the dev set `name`, read from `data`."""
+    return load_query_set(DEV_SETS[name].format(data=data), None, None)
 
 
 class RunningProxy(NamedTuple):

@@ -21,10 +21,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bench.bench_common import REPO, proxy_process, save
+from bench.bench_common import DEV_SETS, REPO, dev_queries, proxy_process, save
 from workbench.evaluation.cross_validation import Candidate, cross_validate
 from workbench.evaluation.metrics import METRIC_NAMES
-from workbench.evaluation.query_sets import load_query_set
 from workbench.evaluation.significance import compare_runs
 from workbench.tuning.auto import (
     BASELINE,
@@ -34,7 +33,6 @@ from workbench.tuning.auto import (
     score_settings,
 )
 
-SETS = {"musique": "musique:{data}/musique100", "hotpotqa": "hotpotqa:{data}/hotpotqa100"}
 FOLDS = 5
 SHOWN = ("R@5", "MRR", "nDCG@10")
 
@@ -71,17 +69,17 @@ def main() -> None:
     figures: dict[str, Any] = {"folds": FOLDS, "chosen_on": "R@5", "kb_suffix": args.kb_suffix,
                                "sets": {}}  # fmt: skip
     with proxy_process({"KGQR_REWRITE_CACHE_TTL_S": "0"}) as proxy:
-        for name, spec in SETS.items():
-            queries = load_query_set(spec.format(data=args.data), None, None)
+        for name in DEV_SETS:
+            queries = dev_queries(name, args.data)
             settings = candidate_settings([BASELINE, *strategies])
             pacing = {"size": 20, "concurrency": 1, "headers": {}}
             kb = name + args.kb_suffix
             scored = asyncio.run(score_settings(proxy.url, kb, queries, settings, {}, pacing))
             figures["sets"][name] = {s: judged(scored, s) for s in strategies}
     fit = [s for s in strategies
-           if not any(figures["sets"][n][s]["worse_on"] for n in SETS)]  # fmt: skip
+           if not any(figures["sets"][n][s]["worse_on"] for n in DEV_SETS)]  # fmt: skip
     figures["not_worse_on_any_metric_on_both_sets"] = fit
-    for name in SETS:
+    for name in DEV_SETS:
         for strategy in strategies:
             found = figures["sets"][name][strategy]
             for kind in ("held_out", "configured"):

@@ -23,20 +23,17 @@ its figures are counts, not compared settings.
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.bench_common import REPO, proxy_process, save
+from bench.bench_common import dev_queries, dev_set_parser, proxy_process, save
 from kgqr_core import connections
 from kgqr_core.settings import get_settings
 from plugin import schema
-from workbench.evaluation.query_sets import JudgedQuery, load_query_set
+from workbench.evaluation.query_sets import JudgedQuery
 
-SETS = {"musique": "musique:{data}/musique100", "hotpotqa": "hotpotqa:{data}/hotpotqa100"}
 TOP = 5
 DEPTH = 20
 ALL_BOOSTS = 100  # graph.boosts' ceiling (query_rewriter/strategies/graph/walk.py)
@@ -145,12 +142,8 @@ def misses_of(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=sorted(SETS), required=True)
-    parser.add_argument("--kb", required=True, help="The knowledge base of that set's corpus.")
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
-    args = parser.parse_args()
-    queries = load_query_set(SETS[args.set].format(data=args.data), None, None)
+    args = dev_set_parser(__doc__.split("\n\n")[0]).parse_args()
+    queries = dev_queries(args.set, args.data)
     rows: list[dict[str, Any]] = []
     with (
         proxy_process({"KGQR_REWRITE_CACHE_TTL_S": "0"}) as proxy,
