@@ -29,7 +29,7 @@ from query_rewriter.engine.original_facets import facet_body, with_original_face
 from query_rewriter.search.explain import Explain, Fallback
 from query_rewriter.search.plain_fusion import fuse_protecting_top
 from query_rewriter.search.plan import PassThrough, SearchPlan, strip_kgqr
-from query_rewriter.search.query_log import query_log_entry
+from query_rewriter.search.query_log import HitCount, query_log_entry
 from query_rewriter.search.rewriter import RewriteOutcome, record_fallback
 from query_rewriter.search.side_vectors import SideVectorReads
 from query_rewriter.search.state import ProxyState
@@ -121,7 +121,8 @@ async def run_plan(
                 index=plan.index,
                 strategy=plan.strategy.name,
                 explain=explain,
-                upstream=upstream,
+                status=upstream.status_code,
+                counted=searched.counted or HitCount.of_response(upstream),
                 total_ms=(time.perf_counter() - began) * 1000,
             )
         )
@@ -159,6 +160,7 @@ class Searched:
     within: str | None = None  # what the hits (and hits.total) are drawn from
     signals: tuple[str, ...] = ()  # what ranked them: bm25, knn (a vector field), graph
     side_vectors: dict[str, Any] | None = None  # kgqr's vectors used, where it keeps them
+    counted: HitCount | None = None  # the answer's hits, counted while it was decoded
 
 
 async def _rewritten_search(
@@ -240,7 +242,7 @@ async def _rewritten_search(
         answer = json_answer(merged, upstream, facets, *plain_answers)
         side_explained = side.explained() if side is not None else None
         return Searched(answer, body, fusion, within=within, signals=signals,
-                        side_vectors=side_explained)  # fmt: skip
+                        side_vectors=side_explained, counted=HitCount.of(merged))  # fmt: skip
     if upstream.status_code in (401, 403, 404):
         return Searched(upstream, body, fusion)  # the caller's own refusal, as the engine gave it
     # A re-embed may have moved the KB to another model (its vectors no longer fit the
