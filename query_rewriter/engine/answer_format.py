@@ -20,6 +20,7 @@ import httpx
 import yaml
 from starlette.responses import Response
 
+from query_rewriter.engine import json_codec
 from query_rewriter.engine.filter_path import filtered
 from query_rewriter.engine.forwarding import about_the_request, to_response
 
@@ -89,11 +90,12 @@ class AnswerFormat:
             return Response(
                 text, status_code=status_code, headers=headers, media_type="application/yaml"
             )
-        indent = 2 if self.pretty else None
-        separators = None if self.pretty else (",", ":")
-        body = json.dumps(content, ensure_ascii=False, indent=indent, separators=separators)
+        if self.pretty:
+            body: str | bytes = json.dumps(content, ensure_ascii=False, indent=2) + "\n"
+        else:
+            body = json_codec.dumps(content)
         return Response(
-            body + ("\n" if self.pretty else ""),
+            body,
             status_code=status_code,
             headers=headers,
             media_type="application/json",
@@ -112,7 +114,7 @@ def json_params(params: dict[str, str]) -> dict[str, str]:
 def with_explain(upstream: httpx.Response, explain: Mapping[str, object] | None) -> dict[str, Any]:
     """OpenSearch's JSON answer, with the explain when one was asked for."""
     try:
-        result = upstream.json()
+        result = json_codec.loads(upstream.content)
     except ValueError:
         result = {"error": upstream.text}
     if isinstance(result, dict) and explain is not None:

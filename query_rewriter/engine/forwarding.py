@@ -24,6 +24,7 @@ from yarl import URL
 from kgqr_core.cluster_nodes import RETRIED_STATUSES, ClusterNodes, is_search
 from kgqr_core.connections import opensearch_ssl_context
 from kgqr_core.settings import Settings
+from query_rewriter.engine import json_codec
 from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.http_headers import HOP_BY_HOP
 
@@ -63,7 +64,8 @@ def json_answer(content: dict[str, Any], *answers: httpx.Response) -> httpx.Resp
     """An answer kgqr wrote from the engine's `answers` (the first gives the status), with
     their headers about the request."""
     headers = {**about_the_request(*answers), "content-type": "application/json"}
-    return httpx.Response(answers[0].status_code, json=content, headers=headers)
+    body = json_codec.dumps(content)
+    return httpx.Response(answers[0].status_code, content=body, headers=headers)
 
 
 def request_headers(request: Request) -> dict[str, str]:

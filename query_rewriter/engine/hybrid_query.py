@@ -29,6 +29,7 @@ from plugin.schema import (
     hybrid_pipeline,
     kb_of_documents_index,
 )
+from query_rewriter.engine import json_codec
 from query_rewriter.engine.forwarding import json_answer
 from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.original_facets import AGGREGATION_KEYS, without_aggregations
@@ -388,8 +389,9 @@ async def _client_side_hybrid(
     for response in responses:
         if response.status_code >= 400:
             return response
-    merged = copy.deepcopy(responses[0].json())
-    fused = rrf_fuse([r.json()["hits"]["hits"] for r in responses], size, start)
+    answers = [json_codec.loads(response.content) for response in responses]
+    merged = copy.deepcopy(answers[0])
+    fused = rrf_fuse([answer["hits"]["hits"] for answer in answers], size, start)
     merged["hits"]["hits"] = fused
     merged["hits"]["max_score"] = fused[0]["_score"] if fused else None
     return json_answer(merged, *responses)

@@ -1,0 +1,66 @@
+"""The proxy's JSON for large engine answers: orjson's speed, the standard library's numbers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+
+from query_rewriter.engine import json_codec
+
+TRICKY = [
+    b'{"n": 123456789012345678901234}',  # beyond 64 bits: orjson would make it a float
+    b"[18446744073709551616, -9223372036854775809, 1.5]",
+    b"1234567890123456789012",  # a bare integer, first in the text
+    b'{"v": [0.0030592051334679127, -0.00011749114491976798]}',  # a vector's long fractions
+    b'{"id": "12345678901234567890"}',
+    b"[1234567890123456789012.5, 1e-05]",
+    b"[1e400]",  # orjson refuses an infinite number
+    b'["\\ud800"]',  # and a lone surrogate
+    '{"title": "Zürich", "n": 0}'.encode(),
+]
+
+
+@pytest.mark.parametrize("raw", TRICKY)
+def test_loads_reads_numbers_as_the_standard_library(raw: bytes) -> None:
+    assert repr(json_codec.loads(raw)) == repr(json.loads(raw))
+
+
+def test_a_vector_answer_is_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of the module: long fractions alone do not send an answer to the slow path."""
+
+    def refused(raw: bytes) -> Any:
+        raise AssertionError("read by the standard library")
+
+    monkeypatch.setattr(json, "loads", refused)
+    answer = b'{"hits": {"hits": [{"_source": {"vector": [0.0030592051334679127, -0.068]}}]}}'
+    assert json_codec.loads(answer)["hits"]["hits"][0]["_source"]["vector"][0] == pytest.approx(
+        0.0030592051334679127
+    )
+
+
+def test_a_long_integer_is_never_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(raw: bytes) -> Any:
+        raise AssertionError("read by orjson")
+
+    monkeypatch.setattr(orjson, "loads", refused)
+    assert json_codec.loads(b'{"a": [1, -99999999999999999999]}') == {
+        "a": [1, -99999999999999999999]
+    }
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"n": 2**70, "m": -(2**70)},  # orjson refuses: written by the standard library
+        {"title": "Zürich", "v": [0.1, 1e-05, None, True]},
+        {"hits": {"total": {"value": 3}, "hits": []}},
+    ],
+)
+def test_dumps_round_trips(content: dict[str, Any]) -> None:
+    written = json_codec.dumps(content)
+    assert isinstance(written, bytes)
+    assert json.loads(written) == content
+    assert b"\\u00fc" not in written  # UTF-8, not escaped, as httpx writes a json= body
