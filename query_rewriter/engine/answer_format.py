@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from query_rewriter.engine import json_codec
 from query_rewriter.engine.filter_path import filtered
-from query_rewriter.engine.forwarding import about_the_request, to_response
+from query_rewriter.engine.forwarding import about_the_request, answer_content, to_response
 
 FORMAT_PARAMS = ("pretty", "format", "filter_path")
 BINARY_FORMATS = ("cbor", "smile")
@@ -114,9 +114,9 @@ def json_params(params: dict[str, str]) -> dict[str, str]:
 def with_explain(upstream: httpx.Response, explain: Mapping[str, object] | None) -> dict[str, Any]:
     """OpenSearch's JSON answer, with the explain when one was asked for."""
     try:
-        result = json_codec.loads(upstream.content)
+        result = answer_content(upstream)
     except ValueError:
         result = {"error": upstream.text}
     if isinstance(result, dict) and explain is not None:
-        result["kgqr"] = explain
+        result = {**result, "kgqr": explain}
     return dict(result)

@@ -60,12 +60,31 @@ def about_the_request(*answers: httpx.Response) -> dict[str, str]:
     return {name: ", ".join(found) for name, found in values.items()}
 
 
+# Where json_answer keeps the content it wrote: each hit's whole `_source` makes a
+# rewritten answer large, and a later step (the explain, the query log) need not read it
+# back from its bytes.
+_WRITTEN_CONTENT = "kgqr.content"
+
+
 def json_answer(content: dict[str, Any], *answers: httpx.Response) -> httpx.Response:
     """An answer kgqr wrote from the engine's `answers` (the first gives the status), with
     their headers about the request."""
     headers = {**about_the_request(*answers), "content-type": "application/json"}
     body = json_codec.dumps(content)
-    return httpx.Response(answers[0].status_code, content=body, headers=headers)
+    return httpx.Response(
+        answers[0].status_code,
+        content=body,
+        headers=headers,
+        extensions={_WRITTEN_CONTENT: content},
+    )
+
+
+def answer_content(answer: httpx.Response) -> Any:
+    """An answer's JSON: what json_answer wrote it from (not to be changed: copy it), else
+    read from its bytes (ValueError when it is not JSON kgqr can write back)."""
+    if _WRITTEN_CONTENT in answer.extensions:
+        return answer.extensions[_WRITTEN_CONTENT]
+    return json_codec.loads(answer.content)
 
 
 def request_headers(request: Request) -> dict[str, str]:

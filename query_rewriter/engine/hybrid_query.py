@@ -14,7 +14,6 @@ index's field map).
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -390,7 +389,7 @@ async def _client_side_hybrid(
         if response.status_code >= 400:
             return response
     answers = [json_codec.loads(response.content) for response in responses]
-    merged = copy.deepcopy(answers[0])
+    merged = answers[0]  # read here, for this answer alone
     fused = rrf_fuse([answer["hits"]["hits"] for answer in answers], size, start)
     merged["hits"]["hits"] = fused
     merged["hits"]["max_score"] = fused[0]["_score"] if fused else None

@@ -8,15 +8,17 @@ machine); orjson takes 0.25 and 0.2.
 
 orjson reads an integer beyond 64 bits as a float, which would change a caller's
 document. So an answer holding an integer of 19 or more digits is read by the standard
-library, as is one orjson refuses (a lone surrogate, an infinite number); a string of such
-digits sends it there too, which only costs the slower reader. orjson writes what it can,
-and the standard library the rest (an integer beyond 64 bits, a key that is not a
-string), as httpx would.
+library, as is one orjson refuses (a lone surrogate); a string of such digits sends it
+there too, which only costs the slower reader. A number no JSON can hold once read (1e400,
+NaN) is refused, as writing it back was before: the search then answers with the
+engine's own bytes. orjson writes what it can, and the standard library the rest (an
+integer beyond 64 bits, a lone surrogate), escaped to ASCII, which writes them all.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import orjson
@@ -41,14 +43,23 @@ def loads(raw: bytes) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(raw)
+    return json.loads(raw, parse_float=_finite, parse_constant=_refused)
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} cannot be written back as JSON")
+    return number
+
+
+def _refused(text: str) -> float:
+    raise ValueError(f"{text} is not JSON")
 
 
 def dumps(content: Any) -> bytes:
-    """`content` as compact UTF-8 JSON, as httpx writes a `json=` body."""
+    """`content` as compact JSON in UTF-8."""
     try:
         return orjson.dumps(content)
     except TypeError:  # orjson.JSONEncodeError is one
-        return json.dumps(
-            content, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-        ).encode("utf-8")
+        return json.dumps(content, separators=(",", ":"), allow_nan=False).encode("ascii")

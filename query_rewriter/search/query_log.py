@@ -19,6 +19,7 @@ import httpx
 
 from plugin.schema import QUERY_LOG_INDEX
 from query_rewriter import metrics
+from query_rewriter.engine.forwarding import answer_content
 from query_rewriter.search.explain import Explain
 
 log = logging.getLogger("kgqr.query_log")
@@ -36,18 +37,21 @@ class HitCount:
         """Read off an answer kgqr already holds decoded: its rewritten answer carries the
         documents' whole `_source`, vectors too (170 KB for ten MuSiQue hits), and decoding
         it again only to count took 2.7 ms a search on the event loop."""
-        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+        try:
             found = content["hits"]
-            total = found.get("total", 0)
-            counted = int(total["value"] if isinstance(total, dict) else total)
-            return cls(len(found["hits"]), counted)
-        return cls()
+            returned = len(found["hits"])
+        except (KeyError, TypeError):
+            return cls()
+        total = found.get("total")  # absent under `track_total_hits: false`
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            return cls(returned, int(total["value"] if isinstance(total, dict) else total))
+        return cls(returned)
 
     @classmethod
     def of_response(cls, upstream: httpx.Response) -> HitCount:
         """An answer kgqr sends on as the engine gave it (the caller's own search)."""
         try:
-            return cls.of(upstream.json())
+            return cls.of(answer_content(upstream))
         except ValueError:
             return cls()
 

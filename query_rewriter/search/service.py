@@ -14,9 +14,8 @@ import httpx
 import numpy as np
 
 from query_rewriter import metrics
-from query_rewriter.engine import json_codec
 from query_rewriter.engine.caller import Caller
-from query_rewriter.engine.forwarding import json_answer
+from query_rewriter.engine.forwarding import answer_content, json_answer
 from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.hybrid_query import (
     OWN_FIELDS,
@@ -218,12 +217,12 @@ async def _rewritten_search(
     upstream, facets, fusion = answers.ranked, answers.facets, answers.fusion
     failed = upstream if upstream.status_code >= 400 else facets
     if failed.status_code < 400:
-        merged = with_original_facets(json_codec.loads(upstream.content), facets.json())
+        merged = with_original_facets(answer_content(upstream), answer_content(facets))
         plain_answers = [answers.plain] if answers.plain is not None else []
         if fuse:
             # No plain hits if that search failed: the rewrite's ranking stands.
             base = [hit for a in plain_answers if a.status_code == 200
-                    for hit in json_codec.loads(a.content)["hits"]["hits"]]  # fmt: skip
+                    for hit in answer_content(a)["hits"]["hits"]]  # fmt: skip
             keep = int(param_value(KEEP_TOP, plan.params, state.settings))
             start, size = int(plan.body.get("from", 0)), int(plan.body.get("size", 10))
             rrf = fusion_mode == 1

@@ -17,8 +17,7 @@ TRICKY = [
     b'{"v": [0.0030592051334679127, -0.00011749114491976798]}',  # a vector's long fractions
     b'{"id": "12345678901234567890"}',
     b"[1234567890123456789012.5, 1e-05]",
-    b"[1e400]",  # orjson refuses an infinite number
-    b'["\\ud800"]',  # and a lone surrogate
+    b'["\\ud800"]',  # orjson refuses a lone surrogate
     '{"title": "Zürich", "n": 0}'.encode(),
 ]
 
@@ -26,6 +25,13 @@ TRICKY = [
 @pytest.mark.parametrize("raw", TRICKY)
 def test_loads_reads_numbers_as_the_standard_library(raw: bytes) -> None:
     assert repr(json_codec.loads(raw)) == repr(json.loads(raw))
+
+
+@pytest.mark.parametrize("raw", [b"[1e400]", b"[-1e999]", b'{"x": NaN}', b"[Infinity]"])
+def test_loads_refuses_a_number_no_json_can_hold(raw: bytes) -> None:
+    """Read, it could not be written back: the search answers with the engine's bytes."""
+    with pytest.raises(ValueError):
+        json_codec.loads(raw)
 
 
 def test_a_vector_answer_is_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,10 +63,14 @@ def test_a_long_integer_is_never_read_by_orjson(monkeypatch: pytest.MonkeyPatch)
         {"n": 2**70, "m": -(2**70)},  # orjson refuses: written by the standard library
         {"title": "Zürich", "v": [0.1, 1e-05, None, True]},
         {"hits": {"total": {"value": 3}, "hits": []}},
+        {"title": "\ud800 alone", "n": 2**70},  # both refused by orjson: escaped to ASCII
     ],
 )
 def test_dumps_round_trips(content: dict[str, Any]) -> None:
     written = json_codec.dumps(content)
     assert isinstance(written, bytes)
     assert json.loads(written) == content
-    assert b"\\u00fc" not in written  # UTF-8, not escaped, as httpx writes a json= body
+
+
+def test_dumps_writes_utf8_unescaped() -> None:
+    assert json_codec.dumps({"title": "Zürich"}) == '{"title":"Zürich"}'.encode()
