@@ -22,6 +22,7 @@ from starlette.responses import Response
 from kgqr_core.cluster_nodes import ClusterNodes, reported_urls
 from kgqr_core.connections import opensearch_basic_auth, opensearch_ssl_context
 from kgqr_core.settings import Settings
+from query_rewriter.engine import json_codec
 from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.failover import FailoverTransport
 from query_rewriter.engine.forwarding import Upstream
@@ -152,12 +153,16 @@ class EngineSession:
         content: bytes | None = None,
         content_type: str | None = None,
     ) -> httpx.Response:
-        """The engine's answer as it came (any status); transport errors raise."""
+        """The engine's answer as it came (any status); transport errors raise. A `json`
+        body is written with orjson: a search's k-NN clause holds the query's vector, and
+        the standard library's writing of it was a third of a millisecond a search."""
+        if json is not None:
+            content, content_type = json_codec.dumps(json), content_type or "application/json"
         headers = (
             self.headers if content_type is None else {**self.headers, "content-type": content_type}
         )
         return await self._client.request(
-            method, path, json=json, params=params or {}, content=content, headers=headers
+            method, path, params=params or {}, content=content, headers=headers
         )
 
     async def search_answer(
@@ -172,7 +177,7 @@ class EngineSession:
         """A search whose answer kgqr reads: an error status raises."""
         response = await self.search_answer(index, body, params)
         response.raise_for_status()
-        return dict(response.json())
+        return dict(json_codec.loads(response.content))
 
     async def msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several searches of one index in one round trip; a failed one raises, like search."""
