@@ -14,10 +14,12 @@ from plugin.kb_meta import KbDefault
 from plugin.schema import documents_index, kb_of_documents_index
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.hybrid_query import (
+    OWN_FIELDS,
     HybridWeights,
     fuse,
     graph_adds,
     hybrid_body,
+    knn_clause,
     mean_vector,
     rrf_fuse,
     search_params,
@@ -749,3 +751,11 @@ def test_side_by_side_stages_leave_no_stage_current_and_a_failed_one_named() -> 
     assert timer.current is None and set(timer.stages_ms) == {"a", "b"}
     asyncio.run(both(fail_a=True))
     assert timer.current == "a"  # b ended after a failed, and a is still the one to blame
+
+
+def test_the_knn_vector_is_rounded_as_pythons_round() -> None:
+    """knn_clause rounds with numpy for speed; the engine must get the values round() gives."""
+    vectors = np.random.default_rng(7).standard_normal((200, 768)).astype(np.float32) * 0.05
+    for vector in vectors:
+        sent = knn_clause(vector, 10, ParsedQuery(""), OWN_FIELDS)["knn"][OWN_FIELDS.vector]
+        assert sent["vector"] == [round(float(x), 6) for x in vector]
