@@ -156,11 +156,17 @@ class EngineSession:
         """The engine's answer as it came (any status); transport errors raise. A `json`
         body is written with orjson: a search's k-NN clause holds the query's vector, and
         the standard library's writing of it was a third of a millisecond a search."""
+        headers = self.headers
         if json is not None:
-            content, content_type = json_codec.dumps(json), content_type or "application/json"
-        headers = (
-            self.headers if content_type is None else {**self.headers, "content-type": content_type}
-        )
+            # The caller's content type, as httpx kept it: the engine refuses a search sent
+            # as text/plain directly, so it must through kgqr too.
+            given = content_type or next(
+                (v for k, v in headers.items() if k.lower() == "content-type"), None
+            )
+            content, content_type = json_codec.dumps(json), given or "application/json"
+        if content_type is not None:
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+            headers["content-type"] = content_type
         return await self._client.request(
             method, path, params=params or {}, content=content, headers=headers
         )
@@ -177,7 +183,7 @@ class EngineSession:
         """A search whose answer kgqr reads: an error status raises."""
         response = await self.search_answer(index, body, params)
         response.raise_for_status()
-        return dict(json_codec.loads(response.content))
+        return dict(response.json())
 
     async def msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several searches of one index in one round trip; a failed one raises, like search."""

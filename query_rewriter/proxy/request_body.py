@@ -8,13 +8,13 @@ the decompressed bytes too, so a small compressed body cannot expand without bou
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import AsyncIterable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
 
+from query_rewriter.engine import json_codec
 from query_rewriter.engine.errors import RewriteRequestError
 
 T = TypeVar("T")
@@ -102,8 +102,10 @@ def json_object(raw: bytes, what: str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # json_codec's reading: a number no JSON can hold (NaN, 1e400) is refused here, as
+        # the engine refuses it, not sent on as the null orjson would write for it.
+        value = json_codec.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise RewriteRequestError(
             400, "parse_exception", f"{what} is not valid JSON: {exc}"
         ) from exc

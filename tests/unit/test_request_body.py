@@ -3,13 +3,16 @@ and taken from the URL's `source` where OpenSearch takes them from."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import zlib
 
+import httpx
 import pytest
 
 from query_rewriter.engine.errors import RewriteRequestError
-from query_rewriter.proxy.request_body import body_and_params, decode_body
+from query_rewriter.engine.gateway import EngineSession
+from query_rewriter.proxy.request_body import body_and_params, decode_body, json_object
 
 BODY = b'{"query": {"match": {"text": "heat"}}}'
 
@@ -63,3 +66,31 @@ def test_a_body_in_the_url_is_read_where_opensearch_reads_it() -> None:
     as_yaml = {**source, "source_content_type": "application/yaml"}
     assert body_and_params(b"", as_yaml) == (b"", as_yaml, False)
     assert body_and_params(b"", {"size": "2"}) == (b"", {"size": "2"}, False)
+
+
+@pytest.mark.parametrize("raw", [b'{"query": {"range": {"n": {"gte": NaN}}}}', b'{"size": 1e400}'])
+def test_a_number_json_cannot_hold_is_a_400(raw: bytes) -> None:
+    """Sent on, orjson would write it as null: a query the caller did not send."""
+    with pytest.raises(RewriteRequestError) as refused:
+        json_object(raw, "the body")
+    assert refused.value.status == 400
+
+
+def test_engine_requests_keep_the_callers_content_type() -> None:
+    """A JSON body kgqr writes goes with the caller's content type when they gave one (the
+    engine refuses a search sent as text/plain, directly and so through kgqr), else JSON."""
+    sent: list[tuple[str | None, bytes]] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        sent.append((request.headers.get("content-type"), request.content))
+        return httpx.Response(200, json={})
+
+    async def send(headers: dict[str, str]) -> None:
+        async with httpx.AsyncClient(
+            transport=httpx.MockTransport(engine), base_url="http://e"
+        ) as c:
+            await EngineSession(c, headers).send("POST", "/i/_search", json={"size": 1})
+
+    asyncio.run(send({"Content-Type": "text/plain"}))
+    asyncio.run(send({}))
+    assert sent == [("text/plain", b'{"size":1}'), ("application/json", b'{"size":1}')]
