@@ -49,7 +49,8 @@ class HitCount:
 
     @classmethod
     def of_response(cls, upstream: httpx.Response) -> HitCount:
-        """An answer kgqr sends on as the engine gave it (the caller's own search)."""
+        """An answer's counts: read off the content a rewritten answer was written from
+        (forwarding.answer_content), else from the engine's bytes."""
         try:
             return cls.of(answer_content(upstream))
         except ValueError:

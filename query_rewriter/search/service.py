@@ -122,7 +122,7 @@ async def run_plan(
                 strategy=plan.strategy.name,
                 explain=explain,
                 status=upstream.status_code,
-                counted=searched.counted or HitCount.of_response(upstream),
+                counted=HitCount.of_response(upstream),
                 total_ms=(time.perf_counter() - began) * 1000,
             )
         )
@@ -160,7 +160,6 @@ class Searched:
     within: str | None = None  # what the hits (and hits.total) are drawn from
     signals: tuple[str, ...] = ()  # what ranked them: bm25, knn (a vector field), graph
     side_vectors: dict[str, Any] | None = None  # kgqr's vectors used, where it keeps them
-    counted: HitCount | None = None  # the answer's hits, counted while it was decoded
 
 
 async def _rewritten_search(
@@ -242,7 +241,7 @@ async def _rewritten_search(
         answer = json_answer(merged, upstream, facets, *plain_answers)
         side_explained = side.explained() if side is not None else None
         return Searched(answer, body, fusion, within=within, signals=signals,
-                        side_vectors=side_explained, counted=HitCount.of(merged))  # fmt: skip
+                        side_vectors=side_explained)  # fmt: skip
     if upstream.status_code in (401, 403, 404):
         return Searched(upstream, body, fusion)  # the caller's own refusal, as the engine gave it
     # A re-embed may have moved the KB to another model (its vectors no longer fit the
