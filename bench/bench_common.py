@@ -46,6 +46,16 @@ def dev_queries(name: str, data: Path) -> list[JudgedQuery]:
     return load_query_set(DEV_SETS[name].format(data=data), None, None)
 
 
+def comparisons_text(comparisons: list[dict[str, Any]], metrics: tuple[str, ...]) -> str:
+    """Paired comparisons as saved (PairedComparison.as_json), those of `metrics`, in one
+    line of percent points: `R@5 +6.0 [+1.0, +11.0] 7/1  MRR ...`."""
+    return "  ".join(
+        f"{c['metric']} {100 * c['difference']:+.1f} [{100 * c['low']:+.1f}, "
+        f"{100 * c['high']:+.1f}] {c['wins']}/{c['losses']}"
+        for c in comparisons if c["metric"] in metrics
+    )  # fmt: skip
+
+
 class RunningProxy(NamedTuple):
     url: str
     front: str

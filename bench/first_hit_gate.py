@@ -27,7 +27,13 @@ from typing import Any
 import httpx
 from scipy.stats import mannwhitneyu
 
-from bench.bench_common import dev_queries, dev_set_parser, proxy_process, save
+from bench.bench_common import (
+    comparisons_text,
+    dev_queries,
+    dev_set_parser,
+    proxy_process,
+    save,
+)
 from kgqr_core.settings import get_settings
 from plugin import schema
 from query_rewriter.strategies.graph.walk import SEEDS
@@ -71,11 +77,7 @@ def gated(strategy: PerQuery, base: PerQuery, margins: Mapping[str, float], tau:
 
 
 def shown(comparisons: list[dict[str, Any]]) -> str:
-    return "  ".join(
-        f"{c['metric']} {100 * c['difference']:+.1f} [{100 * c['low']:+.1f}, "
-        f"{100 * c['high']:+.1f}] {c['wins']}/{c['losses']}"
-        for c in comparisons if c["metric"] in SHOWN
-    )  # fmt: skip
+    return comparisons_text(comparisons, SHOWN)
 
 
 def judged(

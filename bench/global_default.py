@@ -21,7 +21,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bench.bench_common import DEV_SETS, REPO, dev_queries, proxy_process, save
+from bench.bench_common import (
+    DEV_SETS,
+    REPO,
+    comparisons_text,
+    dev_queries,
+    proxy_process,
+    save,
+)
 from workbench.evaluation.cross_validation import Candidate, cross_validate
 from workbench.evaluation.metrics import METRIC_NAMES
 from workbench.evaluation.significance import compare_runs
@@ -83,11 +90,7 @@ def main() -> None:
         for strategy in strategies:
             found = figures["sets"][name][strategy]
             for kind in ("held_out", "configured"):
-                shown = "  ".join(
-                    f"{c['metric']} {100 * c['difference']:+.1f} [{100 * c['low']:+.1f}, "
-                    f"{100 * c['high']:+.1f}] {c['wins']}/{c['losses']}"
-                    for c in found[kind] if c["metric"] in SHOWN
-                )  # fmt: skip
+                shown = comparisons_text(found[kind], SHOWN)
                 print(f"{name:>9} {strategy:>10} {kind:>10}  {shown}")
             print(f"{'':>9} {'':>10} chosen per fold: {found['chosen_per_fold']}; "
                   f"held-out worse on: {found['worse_on'] or 'no metric'}")  # fmt: skip
