@@ -32,7 +32,7 @@ class Param:
         """The value as a number in range, else the 400 a client sees."""
         try:
             value = float(given)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of 400 digits
             value = math.nan
         in_range = not isinstance(given, bool) and math.isfinite(value)
         if not in_range or not self.low <= value <= self.high:

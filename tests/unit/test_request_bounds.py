@@ -75,6 +75,14 @@ def test_parameters_outside_their_range_are_a_400_naming_it(
     )
 
 
+def test_an_integer_no_float_holds_is_a_400_not_an_overflow() -> None:
+    body = {**BODY, "ext": {"kgqr": {"params": {"rewrite.alpha": 10**400}}}}
+    with pytest.raises(RewriteRequestError) as refused:
+        plan_search(INDEX, {}, body, None)
+    assert refused.value.status == 400
+    assert "[rewrite.alpha]" in refused.value.reason
+
+
 def test_parameters_in_range_and_of_any_json_number_type_pass() -> None:
     params = {"kar.k": 20, "rewrite.alpha": 0.5}
     body = {**BODY, "ext": {"kgqr": {"strategy": "kar", "params": params}}}
