@@ -98,6 +98,13 @@ def body_and_params(
     return params["source"].encode(), rest, True
 
 
+# The deepest body kgqr reads. OpenSearch 2.19 has no bound of its own: a query of ~330
+# nested bools (JSON ~1,000 deep), or an aggregation's `meta` ~2,000 deep, overflows the
+# stack of the node that parses it, and the node exits. Real queries nest a few dozen
+# levels; the rewrite adds about ten, which orjson still writes (it stops at 255).
+MAX_NESTING = 128
+
+
 def json_object(raw: bytes, what: str) -> dict[str, Any]:
     if not raw.strip():
         return {}
@@ -109,9 +116,32 @@ def json_object(raw: bytes, what: str) -> dict[str, Any]:
         raise RewriteRequestError(
             400, "parse_exception", f"{what} is not valid JSON: {exc}"
         ) from exc
+    except RecursionError:  # beyond orjson's 1,024 levels, the standard library's stack
+        raise too_deep(what) from None
+    if nesting_depth(value, MAX_NESTING) > MAX_NESTING:
+        raise too_deep(what)
     if not isinstance(value, dict):
         raise RewriteRequestError(400, "parse_exception", f"{what} must be a JSON object")
     return value
+
+
+def too_deep(what: str) -> RewriteRequestError:
+    return RewriteRequestError(
+        400, "parse_exception", f"{what} nests deeper than {MAX_NESTING} levels"
+    )
+
+
+def nesting_depth(value: Any, enough: int) -> int:
+    """How deep objects and arrays nest in `value` (a scalar is 0), counted without
+    recursion and no further than `enough` + 1."""
+    deepest = 0
+    below: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while below and deepest <= enough:
+        node, depth = below.pop()
+        deepest = max(deepest, depth)
+        children = node.values() if isinstance(node, dict) else node
+        below.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 # Bodies larger than this are parsed on a worker thread: json.loads of the 10 MB kgqr

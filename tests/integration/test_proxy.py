@@ -221,6 +221,27 @@ def test_malformed_requests_get_opensearch_style_errors(entry_url: str, movies_k
     assert odd_msearch.status_code == 400
 
 
+def test_a_body_nested_deep_enough_to_stop_the_engine_is_a_400(
+    entry_url: str, movies_kb: str, settings: Settings
+) -> None:
+    """OpenSearch 2.19 parsing ~330 nested bools overflows its stack and the node exits;
+    through kgqr such a search, or such an msearch line, is a 400 and the engine lives."""
+    query = '{"match_all": {}}'
+    for _ in range(333):  # written by hand: the standard library's writer stops at ~1,000
+        query = '{"bool": {"must": [' + query + "]}}"
+    deep = b'{"query": %s}' % query.encode()
+    for path, body in [
+        ("_search", deep),
+        ("_msearch", b'{"index": "%s"}\n%s\n' % (movies_kb.encode(), deep)),
+    ]:
+        refused = httpx.post(f"{entry_url}/{movies_kb}/{path}", content=body,
+                             headers={"content-type": "application/json"})  # fmt: skip
+        assert refused.status_code == 400, path
+        assert refused.json()["error"]["type"] == "parse_exception"
+        assert "deeper than" in refused.json()["error"]["reason"]
+    assert httpx.get(settings.opensearch.url).status_code == 200
+
+
 @pytest.mark.parametrize("paging", [{"size": "abc"}, {"size": None}, {"from": "x"}])
 def test_paging_the_engine_refuses_gets_the_engines_error(
     entry_url: str, movies_kb: str, settings: Settings, paging: dict[str, Any]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import zlib
 
 import httpx
@@ -12,7 +13,13 @@ import pytest
 
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.gateway import EngineSession
-from query_rewriter.proxy.request_body import body_and_params, decode_body, json_object
+from query_rewriter.proxy.request_body import (
+    MAX_NESTING,
+    body_and_params,
+    decode_body,
+    json_object,
+    nesting_depth,
+)
 
 BODY = b'{"query": {"match": {"text": "heat"}}}'
 
@@ -74,6 +81,29 @@ def test_a_number_json_cannot_hold_is_a_400(raw: bytes) -> None:
     with pytest.raises(RewriteRequestError) as refused:
         json_object(raw, "the body")
     assert refused.value.status == 400
+
+
+def nested(depth: int) -> bytes:
+    """A search body whose JSON nests `depth` levels (the body itself is the first)."""
+    query = '{"match_all":{}}'
+    for _ in range(depth - 3):
+        query = '{"bool":' + query + "}"
+    return ('{"query":' + query + "}").encode()
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING + 1, 1_000, 1_030, 50_000])
+def test_a_body_nested_past_the_bound_is_a_400_however_deep(depth: int) -> None:
+    """OpenSearch 2.19 parsing ~1,000 levels of query overflows its stack and the node
+    exits; the standard library's reader and writer fail at about the same depth."""
+    assert nesting_depth(json.loads(nested(min(depth, 900))), 10_000) == min(depth, 900)
+    with pytest.raises(RewriteRequestError) as refused:
+        json_object(nested(depth), "the body")
+    assert refused.value.status == 400
+    assert f"deeper than {MAX_NESTING}" in refused.value.reason
+
+
+def test_a_body_at_the_bound_is_read() -> None:
+    assert nesting_depth(json_object(nested(MAX_NESTING), "the body"), 10_000) == MAX_NESTING
 
 
 def test_engine_requests_keep_the_callers_content_type() -> None:
