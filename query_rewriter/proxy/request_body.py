@@ -19,8 +19,11 @@ from query_rewriter.engine.errors import RewriteRequestError
 
 T = TypeVar("T")
 
-# zlib's wbits: gzip framing, and zlib framing (what HTTP calls "deflate").
-WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# The codings the engine's HTTP layer (Netty's decompressor) undoes, and zlib's wbits for
+# each: gzip framing; for deflate, zlib framing, or raw deflate when the body does not
+# start with a zlib header, as Netty reads it.
+GZIP_WBITS = 16 + zlib.MAX_WBITS
+CODINGS = ("gzip", "x-gzip", "deflate", "x-deflate")
 
 
 def too_large(limit: int) -> RewriteRequestError:
@@ -43,20 +46,28 @@ async def read_body(declared_length: str | None, stream: AsyncIterable[bytes], l
 
 
 def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:
-    """The body with its Content-Encoding undone (none, gzip, deflate), at most `limit`
-    bytes once decoded; another encoding is OpenSearch's own 400 for it."""
-    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
-    for coding in reversed(codings):  # applied in the order listed, so undone backwards
-        if coding == "identity":
-            continue
-        if coding not in WBITS:
-            raise RewriteRequestError(
-                400,
-                "illegal_argument_exception",
-                f"unsupported Content-Encoding [{coding}]; use gzip or deflate",
-            )
-        body = _inflate(body, WBITS[coding], limit, coding)
-    return body
+    """The body with its Content-Encoding undone, at most `limit` bytes once decoded.
+
+    One coding, as the engine reads it: a list ("gzip, gzip") the engine leaves undone and
+    then fails to parse, and kgqr refuses it before inflating anything (each layer was
+    bounded, but not their number: 300 layers of 8 MB held the event loop for a second)."""
+    coding = (content_encoding or "").strip().lower()
+    if coding in ("", "identity"):
+        return body
+    if coding not in CODINGS:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            f"unsupported Content-Encoding [{content_encoding}]; use one of gzip or deflate",
+        )
+    return _inflate(body, _wbits(coding, body), limit, coding)
+
+
+def _wbits(coding: str, body: bytes) -> int:
+    if coding.endswith("gzip"):
+        return GZIP_WBITS
+    zlib_header = len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0
+    return zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
 
 
 def _inflate(body: bytes, wbits: int, limit: int, coding: str) -> bytes:
