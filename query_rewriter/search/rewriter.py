@@ -203,7 +203,7 @@ class Rewriter:
         if strategy.reads_graph and self.graph is not None:
             config["graph_version"] = await self.graph.version(kb)
         if strategy.reads_plans:  # a new optimisation never serves old rewrites
-            book = book_of(await self.meta_of(kb))
+            book = book_of(meta)  # None while kgqr-meta is unreadable: the agent falls back
             config["agent_plans"] = book.version if book else None
         key = rewrite_key(caller, index, strategy.name, config, query)
         cached = await self.cache.get(key)

@@ -166,3 +166,20 @@ def test_fusion_keeps_the_plain_querys_top_and_fuses_the_rest() -> None:
     assert unprotected[0] != "a"  # what the protection is for
     pinned = fuse_protecting_top(plain, rewritten, 1, 0, 5, rrf=False)
     assert [hit["_id"] for hit in pinned] == ["a", "x", "c", "b", "y"]
+
+
+def test_kgqr_meta_unreadable_costs_the_agent_its_rewrite_not_the_search() -> None:
+    """The agent's plans are read from kgqr-meta; a failed read failed the whole search."""
+
+    async def unreadable(kb: str) -> KnowledgeBaseMeta:
+        raise ConnectionError("kgqr-meta did not answer")
+
+    async def run() -> None:
+        settings = Settings.of({})
+        rewriter = Rewriter(settings, GatedLlm(), RewriteCache(None, 0),  # type: ignore[arg-type]
+                            QueryEmbedders.single(_embed), unreadable)  # fmt: skip
+        outcome = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["agent"],
+                                         query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
+        assert outcome.fallback is not None and outcome.rewrite.strategy == "base"
+
+    asyncio.run(run())
