@@ -394,6 +394,7 @@ class ProxySettings(Section):
             "front_port",
             "metrics_token",
             "max_body_bytes",
+            "max_initial_line_bytes",
             "msearch_max_items",
             "query_log_enabled",
         }
@@ -429,6 +430,15 @@ class ProxySettings(Section):
         ge=1,
         description="Largest request body kgqr reads (searches, msearch, templates; "
         "decoded); more is a 413. Other bodies stream to OpenSearch unread.",
+    )
+
+    max_initial_line_bytes: int = Field(
+        default=4096,
+        ge=64,
+        description="Longest request line (method, path and query string) of the searches "
+        "kgqr reads; longer is OpenSearch's own 400 for it. Set it to the engine's "
+        "`http.max_initial_line_length` (4 KB by default): a caller's filter_path and "
+        "parameters then stay within what the engine takes directly.",
     )
 
     msearch_max_items: int = Field(

@@ -302,6 +302,13 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
     kind = "msearch" if msearch or templates else "search"
     if not (search or msearch or template or templates):
         return "passthrough", await state.engine.forward(request)
+    most = state.settings.proxy.max_initial_line_bytes
+    if request_line_bytes(request) > most:
+        # The engine's HTTP layer refuses such a line before anything else; kgqr sends a
+        # shorter one of its own, so it refuses it here, as the engine would have.
+        raise RewriteRequestError(
+            400, "too_long_http_line_exception", f"An HTTP line is larger than {most} bytes."
+        )
     if await credentials_refused(state.identities, request_headers(request), state.settings):
         # The engine's 401, the body streamed to it unread: a caller it does not know
         # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
@@ -318,6 +325,13 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
         return kind, await handle_msearch_template(state, request, templates.group(1), body)
     assert msearch
     return kind, await handle_msearch(state, request, msearch.group(1), body)
+
+
+def request_line_bytes(request: Request) -> int:
+    """`METHOD /path?query HTTP/1.1` as sent, in bytes."""
+    query: bytes = request.scope.get("query_string", b"")
+    path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    return len(request.method) + 1 + len(path) + (len(query) + 1 if query else 0) + 9
 
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:

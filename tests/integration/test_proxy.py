@@ -242,6 +242,22 @@ def test_a_body_nested_deep_enough_to_stop_the_engine_is_a_400(
     assert httpx.get(settings.opensearch.url).status_code == 200
 
 
+def test_a_request_line_the_engine_would_refuse_is_refused_as_it_would(
+    entry_url: str, movies_kb: str, settings: Settings
+) -> None:
+    """The engine refuses a line over 4 KB before reading anything; kgqr sends a shorter
+    line of its own, so it passed such a search, and read 800 filter paths for it."""
+    paths = {"filter_path": ",".join(f"hits.hits.f{n}" for n in range(400))}
+    via = httpx.post(f"{entry_url}/{movies_kb}/_search", json=QUERY, params=paths)
+    direct = httpx.post(f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/_search",
+                        json=QUERY, params=paths)  # fmt: skip
+    assert via.status_code == direct.status_code == 400
+    assert via.json()["error"]["type"] == direct.json()["error"]["type"]
+    assert via.json()["error"]["reason"] == direct.json()["error"]["reason"]
+    shorter = {"filter_path": ",".join(f"hits.hits.f{n}" for n in range(200))}
+    assert httpx.post(f"{entry_url}/{movies_kb}/_search", json=QUERY, params=shorter).is_success
+
+
 @pytest.mark.parametrize("paging", [{"size": "abc"}, {"size": None}, {"from": "x"}])
 def test_paging_the_engine_refuses_gets_the_engines_error(
     entry_url: str, movies_kb: str, settings: Settings, paging: dict[str, Any]
