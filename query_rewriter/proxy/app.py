@@ -369,7 +369,7 @@ async def handle_search_template(
     upstream = await passed_through_search(
         state, index, payload, plan, headers, endpoint="_search/template"
     )
-    return plan.answer.written(upstream, plan.explanation())
+    return await plan.answer.written(upstream, plan.explanation())
 
 
 async def _search(
@@ -391,10 +391,10 @@ async def _search(
         if plan.explain or in_url:  # kgqr reads the answer to explain it, or sends the
             # body the URL held as a body (forwarded, the URL would still hold it).
             upstream = await passed_through_search(state, index, body, plan, headers)
-            return plan.answer.written(upstream, plan.explanation() if plan.explain else None)
+            return await plan.answer.written(upstream, plan.explanation() if plan.explain else None)
         return await state.engine.forward(request, as_sent, decoded=True)
     upstream, explain = await run_plan(state, plan, headers)
-    response = plan.answer.written(upstream, explain if plan.explain else None)
+    response = await plan.answer.written(upstream, explain if plan.explain else None)
     if fallback := explain.get("fallback"):
         response.headers[FALLBACK_HEADER] = fallback_header(fallback)
     return response

@@ -176,7 +176,7 @@ async def _answer(
     took = int((time.perf_counter() - started) * 1000)
     answer = AnswerFormat.of(query_params)
     explained = any(plan.explain for plan in plans)
-    response = answer.response(
+    response = await answer.response(
         {"took": took, "responses": list(responses)},
         200,
         explain_at="responses.kgqr" if explained else None,

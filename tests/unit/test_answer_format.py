@@ -4,6 +4,7 @@ pretty JSON and YAML, and an explain no filter drops."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -57,12 +58,12 @@ def test_the_answer_is_written_filtered_pretty_or_in_yaml_with_the_explain_kept(
     assert shape == AnswerFormat(pretty=True, filter_path=("hits.hits._id",))
     assert json_params(params) == {"kgqr.strategy": "graph"}
     explained = {**ANSWER, "kgqr": {"strategy": "graph"}}
-    written = bytes(shape.response(explained, 200, explain_at="kgqr").body).decode()
+    written = bytes(asyncio.run(shape.response(explained, 200, explain_at="kgqr")).body).decode()
     assert written.startswith('{\n  "hits"') and json.loads(written) == {
         "hits": {"hits": [{"_id": "m1"}]},
         "kgqr": {"strategy": "graph"},
     }
-    as_yaml = AnswerFormat.of({"format": "yaml"}).response(ANSWER, 200)
+    as_yaml = asyncio.run(AnswerFormat.of({"format": "yaml"}).response(ANSWER, 200))
     assert as_yaml.media_type == "application/yaml"
     text = bytes(as_yaml.body).decode()
     assert text.startswith("---\n") and yaml.safe_load(text) == ANSWER
