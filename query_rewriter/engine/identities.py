@@ -21,6 +21,7 @@ AUTHINFO_PATH = "/_plugins/_security/authinfo"
 IDENTITY_TTL_S = 30.0
 MAX_IDENTITIES = 10_000
 REFUSED = "refused"
+NO_SECURITY = "no-security"  # authinfo 404s: the engine runs without the security plugin
 
 
 class CallerSessions(Protocol):
@@ -37,8 +38,9 @@ class IdentityResolver:
     mapped roles, tenant), and whether it lets the caller search an index.
 
     Two callers share a rewrite only when OpenSearch sees them as the same user with the
-    same roles. Without the security plugin (authinfo 404s) or when it cannot be asked,
-    the identity is the hash of the credential headers, which never merges two callers.
+    same roles. Without the security plugin (authinfo 404s) the identity is the hash of the
+    usual credential headers; when it cannot be asked, the hash of every header that may
+    say who the caller is. Neither merges two callers.
     None means OpenSearch refused the credentials (401): such a caller gets no rewrite,
     so it cannot spend kgqr's LLM or graph time.
     """
@@ -55,7 +57,12 @@ class IdentityResolver:
             found = await self._resolve(caller)
             if found == REFUSED:
                 return None
-            return found or f"headers:{caller.credential_fingerprint()}"
+            if found == NO_SECURITY:
+                return f"headers:{caller.credential_fingerprint()}"
+            # Not told (a timeout, a 5xx, an answer without a user): every header that may
+            # say who the caller is. The usual credential headers alone made every caller
+            # whose token is in a header of its own one "anonymous" caller, sharing rewrites.
+            return found or f"caller:{caller.fingerprint()}"
 
         identity: str | None = await self._remembered(fingerprint, resolved)
         return identity
@@ -142,6 +149,8 @@ class IdentityResolver:
             response = await self._engine.as_caller(caller).send("GET", AUTHINFO_PATH)
             if response.status_code == 401:
                 return REFUSED
+            if response.status_code == 404:
+                return NO_SECURITY
             if response.status_code != 200:
                 return None
             info = response.json()

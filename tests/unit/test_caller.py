@@ -117,6 +117,32 @@ def test_without_the_security_plugin_the_identity_is_the_credential_hash() -> No
     assert a and b and a != b and a.startswith("headers:")
 
 
+@pytest.mark.parametrize("status", [500, 503, 429, 403])
+def test_when_the_engine_cannot_say_who_a_caller_is_no_two_callers_share_an_identity(
+    status: int,
+) -> None:
+    """A token in a header of its own is no usual credential header: with authinfo
+    failing, every such caller hashed as "anonymous" and was served the others' rewrites."""
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda request: httpx.Response(status)), base_url="http://os"
+    )
+
+    class Sessions:
+        def as_caller(self, caller: Caller, headers: object = None) -> EngineSession:
+            return EngineSession(client, caller.headers)
+
+    resolver = IdentityResolver(Sessions())
+
+    async def identities() -> list[str | None]:
+        return [
+            await resolver.identity(Caller.from_headers({"x-team-token": token}, SERVICE))
+            for token in ("alice's", "bob's")
+        ]
+
+    alice, bob = asyncio.run(identities())
+    assert alice and bob and alice != bob
+
+
 def test_a_search_the_engine_refuses_is_known_per_caller_and_index_for_a_while() -> None:
     resolver, asked = _resolver(
         {
