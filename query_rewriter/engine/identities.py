@@ -75,6 +75,17 @@ class IdentityResolver:
         may not read the index got the LLM's expansion of their query beside the 403. An
         answer that says neither (an overloaded engine) lets the rewrite go on; its searches
         still run as the caller."""
+        status = await self._search_status(caller, index)
+        return status if status in (401, 403, 404) else None
+
+    async def may_search(self, caller: Caller, index: str) -> bool:
+        """Whether the engine runs the caller's searches of `index`: only its yes is one
+        (what kgqr read of its own index for them is shown on that alone)."""
+        return await self._search_status(caller, index) == 200
+
+    async def _search_status(self, caller: Caller, index: str) -> int | None:
+        """The status of an empty search of `index` as the caller, kept a while; None when
+        the engine could not be asked."""
 
         async def probed() -> int | None:
             try:
@@ -85,13 +96,16 @@ class IdentityResolver:
                 )
             except httpx.HTTPError:
                 return None
-            return response.status_code if response.status_code in (401, 403, 404) else None
+            return response.status_code
 
-        # A missing index is asked about again: one made a moment later is rewritten at once.
-        refused: int | None = await self._remembered(
-            f"{caller.fingerprint()} {index}", probed, keep=lambda status: status != 404
+        # A missing index is asked about again: one made a moment later is rewritten at
+        # once; and so is an answer that says nothing of the caller (an overloaded engine).
+        status: int | None = await self._remembered(
+            f"{caller.fingerprint()} {index}",
+            probed,
+            keep=lambda status: status in (200, 401, 403),
         )
-        return refused
+        return status
 
     async def reads_own_ids(self, caller: Caller, index: str) -> bool:
         """Whether the caller reads kgqr's documents' `id` doc values as their ids, checked

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from plugin.schema import META_INDEX
 from query_rewriter import metrics
 from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.forwarding import answer_content, json_answer
@@ -45,6 +46,30 @@ def fallback_header(fallback: Fallback) -> str:
     still learns that this answer is the plain query's."""
     text = f"{fallback.get('stage')}: {fallback.get('reason', '')}"
     return "".join(c if " " <= c <= "~" else " " for c in text)[:200]
+
+
+# What an explain quotes of kgqr-meta, which kgqr reads with its own account: a KB's own
+# default's who, when and why, and the agent's optimised plan. The strategy and parameters
+# stay (they are what ran); the rest is shown to callers the engine lets read kgqr-meta.
+META_OF_DEFAULT = ("reason", "set_by", "set_at")
+META_OF_AGENT = ("category", "plans_version", "plan")
+WITHHELD = "kept in kgqr-meta, which this caller may not read"
+
+
+async def _withhold_meta_unless_readable(
+    state: ProxyState, caller: Caller, plan: SearchPlan, explain: Explain
+) -> None:
+    default = explain.get("default") if plan.kb_default is not None else None
+    details = explain.get("details") if explain.get("strategy") == "agent" else None
+    quoted = isinstance(default, dict) or isinstance(details, dict)
+    if not quoted or await state.identities.may_search(caller, META_INDEX):
+        return
+    if isinstance(default, dict):
+        explain["default"] = {k: v for k, v in default.items() if k not in META_OF_DEFAULT}
+        explain["default"]["withheld"] = f"{', '.join(META_OF_DEFAULT)}: {WITHHELD}"
+    if isinstance(details, dict):  # a copy: the details are the (cached) rewrite's own
+        explain["details"] = {k: v for k, v in details.items() if k not in META_OF_AGENT}
+        explain["details"]["withheld"] = f"{', '.join(META_OF_AGENT)}: {WITHHELD}"
 
 
 async def run_plan(
@@ -109,6 +134,8 @@ async def run_plan(
         explain["side_vectors"] = searched.side_vectors
     if (kb_default := plan.default_explained()) is not None:
         explain["default"] = kb_default
+    if plan.explain:
+        await _withhold_meta_unless_readable(state, caller, plan, explain)
     if plan.parsed.demands:
         explain["kept_as_filter"] = plan.parsed.demands
     if plan.warnings:

@@ -814,6 +814,8 @@ def test_the_agents_plan_answers_only_with_documents_the_caller_may_read(
     response, prompt = seen["restricted"]
     answers = json.loads(response)["kgqr"]["details"]["answers"]
     assert "p4" in answers and "p2" not in answers
+    # The optimised plan is kgqr-meta's, which no test user may read.
+    assert not {"plan", "category", "plans_version"} & set(json.loads(response)["kgqr"]["details"])
     assert HIDDEN not in response and '"p2"' not in response and prompt == ""
     response, _ = seen["reader"]
     assert {"p2", "p4"} <= set(json.loads(response)["kgqr"]["details"]["answers"])
@@ -825,6 +827,43 @@ def test_the_agents_plan_answers_only_with_documents_the_caller_may_read(
     )
     assert reader[:2] == restricted[:2] == [1, None]
     assert restricted[2] == reader[2] - 1
+
+
+def test_what_kgqr_meta_says_of_a_kbs_default_is_shown_only_to_who_may_read_it(
+    settings: Settings, secured: SecuredCredentials, proxy: tuple[str, list[str]],
+    users: dict[str, str],
+) -> None:  # fmt: skip
+    """The default a search got is read from kgqr-meta with kgqr's own account. What ran
+    (strategy, parameters, version) is the caller's to see; who set it, when and why is
+    kgqr-meta's, which `reader` may not search and the admin may."""
+    ingester = connections.opensearch_client(
+        _as(settings, secured, "kgqr-ingest", secured.ingest_password)
+    )
+    chosen = kb_meta.set_default(ingester, KB, "graph", {}, "judged queries favour it", "ops-7")
+    plain = {"authorization": users["reader"]}
+    try:
+        deadline = time.monotonic() + settings.rewrite.kb_refresh_s + 10
+        while True:
+            asked = {"kgqr.explain": "true"}
+            shown = httpx.post(f"{proxy[0]}/{INDEX}/_search", params=asked, json=QUERY,
+                               headers=plain, timeout=120).json()["kgqr"]  # fmt: skip
+            if (shown.get("default") or {}).get("version") == chosen.version:
+                break
+            assert time.monotonic() < deadline, f"the default never served: {shown}"
+            time.sleep(0.5)
+        default = shown["default"]
+        assert default["strategy"] == "graph" and shown["strategy"] == "graph"
+        assert not {"reason", "set_by", "set_at"} & set(default)
+        assert "kgqr-meta" in default["withheld"]
+        assert "ops-7" not in json.dumps(shown) and "judged queries" not in json.dumps(shown)
+        own = httpx.post(f"{proxy[0]}/{INDEX}/_search", params=asked, json=QUERY,
+                         headers={"authorization": secured.admin_authorization},
+                         timeout=120)  # fmt: skip
+        told = own.json()["kgqr"]["default"]
+        assert told["set_by"] == "ops-7" and told["reason"] == "judged queries favour it"
+    finally:
+        kb_meta.set_default(ingester, KB, None, {}, "test done", "test")
+        ingester.close()
 
 
 def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
