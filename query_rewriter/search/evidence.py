@@ -7,9 +7,9 @@ document-level security narrows, a document's ACL field changes, a document is d
 What it serves is kept with it — the documents its searches fetched as the caller, its
 boosts and the passages behind its facts (Rewrite.sources), not its readability probes,
 which can name a whole neighbourhood — and a cached rewrite is served only if the caller
-may still read them all (one count as the caller), and still sees every field value the
-graph edges it used were read from (an attached index's fields); otherwise it is made
-afresh.
+may still read them all (one count as the caller), still sees the text its searches showed
+of them, and every field value the graph edges it used were read from (an attached
+index's fields); otherwise it is made afresh.
 """
 
 from __future__ import annotations
@@ -50,8 +50,31 @@ class RecordingSearch:
         return answers
 
     def _keep(self, index: str, answer: dict[str, Any]) -> None:
-        if index == self._index:
-            self.read.update(hit["_id"] for hit in answer.get("hits", {}).get("hits", []))
+        if index != self._index:
+            return
+        for hit in answer.get("hits", {}).get("hits", []):
+            self.read.add(hit["_id"])
+            if (text := text_shown(hit)) is not None:
+                self.shown.add(text)
+
+
+def text_shown(hit: dict[str, Any]) -> FieldEvidence | None:
+    """What a hit showed of its document's text, as field evidence: a rewrite quotes it
+    (PRF's terms, HyDE's and KAR's context, titles in paths), so a cached one is served
+    again only while the caller's fetch still shows the same text. Ids alone let a role
+    that came to hide or mask a field keep being served what it no longer shows."""
+    source = hit.get("_source")
+    if not isinstance(source, dict):
+        return None
+    fields = sorted(name for name, value in source.items() if _is_text(value))
+    return FieldEvidence.of_text(hit["_id"], fields, source) if fields else None
+
+
+def _is_text(value: Any) -> bool:
+    """Text a rewrite may quote: a string or strings, not a vector nor an object."""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(item, str) for item in value)
+    return isinstance(value, str)
 
 
 def fetches_documents(body: dict[str, Any]) -> bool:

@@ -1417,6 +1417,35 @@ def test_a_cached_rewrite_is_not_served_once_the_field_it_was_led_by_is_hidden(
         _put_role(secured, "kgqr_test_shifting", ROLES["kgqr_test_shifting"])
 
 
+def test_a_cached_rewrite_is_not_served_once_the_text_it_quotes_is_hidden(
+    secured: SecuredCredentials, proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """PRF's expansion is made of its top hits' text, as the caller's fetch showed it.
+    The same caller, the same roles, then field-level security hides the text: the cache
+    (kgqr's documents keep it in `body`) kept serving the expansion for its 24 hours,
+    though only ids were checked."""
+    body = {**QUERY, "query": {"match": {"text": "professional bank robbers and the police"}}}
+
+    def expanded() -> tuple[bool, str]:
+        answer = _explained(proxy[0], INDEX, "prf", body, {"authorization": users["shifting"]})
+        assert answer.status_code == 200, answer.text
+        explain = answer.json()["kgqr"]
+        return explain["cached"], json.dumps(explain["expansions"])
+
+    expanded()
+    cached, before = expanded()
+    assert cached is True and "police" in before  # m1's text: "... the heat from police"
+    narrowed = {**ROLES["kgqr_test_shifting"], "index_permissions": [
+        {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~body"]}]}  # fmt: skip
+    _put_role(secured, "kgqr_test_shifting", narrowed)
+    try:
+        cached, after = expanded()
+        assert cached is False
+        assert "police" not in after, after
+    finally:
+        _put_role(secured, "kgqr_test_shifting", ROLES["kgqr_test_shifting"])
+
+
 def test_an_attached_index_is_searched_and_graphed_only_as_the_caller_may_read_it(
     secured: SecuredCredentials, secured_team_index: str, proxy: tuple[str, list[str]],
     users: dict[str, str],
