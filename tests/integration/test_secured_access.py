@@ -955,6 +955,28 @@ def test_a_path_names_a_document_only_as_the_callers_own_fetch_shows_it(
     assert "(no title you may read)]" in texts["untitled"]
 
 
+def test_kar_without_drf_ranks_neighbours_by_titles_only_as_the_caller_reads_them(
+    proxy: tuple[str, list[str]], users: dict[str, str]
+) -> None:
+    """`kar_no_drf` scored each neighbour by the graph's copy of its title, which
+    field-level security does not reach, and the explain shows the scores: a caller whose
+    role hides titles could guess a hidden title and watch its score."""
+    body = {**QUERY, "query": {"match": {"text": "Heat, the 1995 film (Al Pacino)"}}}
+    scores = {}
+    for who in ("reader", "untitled"):
+        answer = _explained(proxy[0], INDEX, "kar_no_drf", body, {"authorization": users[who]})
+        assert answer.status_code == 200, answer.text
+        explain = answer.json()["kgqr"]
+        assert explain["fallback"] is None, explain["fallback"]
+        scores[who] = {n["id"]: n["score"] for n in explain["details"]["neighbours"]}
+        if who == "untitled":
+            assert all(n["title"] == "" for n in explain["details"]["neighbours"])
+    shared = set(scores["reader"]) & set(scores["untitled"])
+    assert shared, scores
+    # The reader's scores are their titles'; the other caller's cannot be.
+    assert all(scores["reader"][node] != scores["untitled"][node] for node in shared), scores
+
+
 def test_a_cached_rewrite_is_not_served_once_its_evidence_is_hidden_from_the_caller(
     proxy: tuple[str, list[str]], users: dict[str, str], secured: SecuredCredentials
 ) -> None:

@@ -180,22 +180,22 @@ DRF = DocumentSimilarity()
 
 
 class NameSimilarity:
-    """`kar_no_drf`: the query against each neighbour's *name*."""
+    """`kar_no_drf`: the query against each neighbour's *name*, as the caller reads it.
+
+    The graph keeps each document's title as its node's name, which field-level security
+    never reaches: ranked by those, a caller whose role hides titles learnt which hidden
+    title was nearest their query (each neighbour's score is in the explain). So the
+    neighbours are fetched as the caller first, and named by what that fetch shows."""
 
     needs_names = True
 
     async def rank(
         self, query_vector: np.ndarray, found: Neighbours, top_k: int, ctx: StrategyContext
     ) -> dict[str, tuple[float, KbDocument]]:
-        names = found.names()
-        vectors = await ctx.embed(list(names.values()))
-        scores = {
-            node_id: float(v @ query_vector) for node_id, v in zip(names, vectors, strict=True)
-        }
-        top = dict(sorted(scores.items(), key=lambda item: -item[1])[:top_k])
-        sources = await by_ids(ctx, ctx.index, list(top), DOC_FIELDS)
-        return {
-            node_id: (score, KbDocument.from_source(sources[node_id], node_id))
-            for node_id, score in top.items()
-            if node_id in sources
-        }
+        sources = await by_ids(ctx, ctx.index, list(found.names()), DOC_FIELDS)
+        documents = {node: KbDocument.from_source(src, node) for node, src in sources.items()}
+        names = [document.title or node for node, document in documents.items()]
+        vectors = await ctx.embed(names) if names else np.zeros((0, len(query_vector)))
+        scores = {node: float(v @ query_vector) for node, v in zip(documents, vectors, strict=True)}
+        top = sorted(scores.items(), key=lambda item: -item[1])[:top_k]
+        return {node: (score, documents[node]) for node, score in top}
