@@ -317,6 +317,9 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
     limit = state.settings.proxy.max_body_bytes
     body = await read_body(request.headers.get("content-length"), request.stream(), limit)
     body = decode_body(body, request.headers.get("content-encoding"), limit)
+    if foreign := engine_read(request.headers.get("content-type"), body):
+        metrics.PASSED_THROUGH.labels(foreign.code).inc()
+        return kind, await state.engine.forward(request, body, decoded=True)
     if search:
         return kind, await handle_search(state, request, search.group(1), body)
     if template:
@@ -336,9 +339,6 @@ def request_line_bytes(request: Request) -> int:
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
     raw, url_params, in_url = body_and_params(raw, request.query_params)
-    if not in_url and (foreign := engine_read(request.headers.get("content-type"))):
-        metrics.PASSED_THROUGH.labels(foreign.code).inc()
-        return await state.engine.forward(request, raw, decoded=True)
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     query_params, body = uri_search_as_body(url_params, payload)
     stripped = strip_kgqr(payload)
@@ -353,7 +353,7 @@ async def handle_search_template(
     else (another index, a body only the engine reads, a template it will not render for
     the caller) is sent on as it came."""
     target = await state.kb_indices.target(index)
-    if target is None or engine_read(request.headers.get("content-type")):
+    if target is None:
         return await state.engine.forward(request, raw, decoded=True)
     query_params, headers = dict(request.query_params), request_headers(request)
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))

@@ -16,6 +16,7 @@ import anyio
 
 from query_rewriter.engine import json_codec
 from query_rewriter.engine.errors import RewriteRequestError
+from query_rewriter.search.plan import JSON_MEDIA_TYPES
 
 T = TypeVar("T")
 
@@ -86,7 +87,6 @@ def _inflate(body: bytes, wbits: int, limit: int, coding: str) -> bytes:
 
 
 SOURCE_PARAMS = ("source", "source_content_type")
-JSON_MEDIA_TYPES = {"application/json", "application/x-ndjson"}
 
 
 def body_and_params(

@@ -270,15 +270,25 @@ def _engine_written(asked: str) -> PassThrough:
     return PassThrough("format", f"format={asked}: an answer format only the engine writes")
 
 
-def engine_read(content_type: str | None) -> PassThrough | None:
-    """The pass-through of a search whose body only the engine reads: YAML, CBOR or
-    SMILE, all of which OpenSearch takes (kgqr parses JSON; it answered a YAML search with
-    a 400). The engine then also chooses the answer's format, as it would directly."""
-    subtype = (content_type or "").split(";")[0].strip().lower().rpartition("/")[2]
-    kind = next((kind for kind in ("yaml", "cbor", "smile") if kind in subtype), None)
-    if kind is None:
+JSON_MEDIA_TYPES = ("application/json", "application/x-ndjson")
+
+
+def engine_read(content_type: str | None, body: bytes) -> PassThrough | None:
+    """The pass-through of a body kgqr does not read as JSON, which the engine answers as
+    it would directly: YAML, CBOR or SMILE, which it reads (kgqr answered a YAML search
+    with a 400), and any other type (text/plain, a form, none), which it refuses with a
+    406. Read as JSON, such a search was rewritten: a cross-site form could spend a
+    caller's LLM time on searches the engine refuses them."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if not body.strip() or media in JSON_MEDIA_TYPES:
         return None
-    return PassThrough("format", f"a {kind.upper()} request body, which only the engine reads")
+    subtype = media.rpartition("/")[2]
+    kind = next((kind for kind in ("yaml", "cbor", "smile") if kind in subtype), None)
+    if kind is not None:
+        return PassThrough("format", f"a {kind.upper()} request body, which only the engine reads")
+    return PassThrough(
+        "content_type", f"a body of type [{content_type or ''}], which kgqr reads only as JSON"
+    )
 
 
 def _asks_for_no_hits(query_params: dict[str, str], body: dict[str, Any]) -> bool:

@@ -258,6 +258,19 @@ def test_a_request_line_the_engine_would_refuse_is_refused_as_it_would(
     assert httpx.post(f"{entry_url}/{movies_kb}/_search", json=QUERY, params=shorter).is_success
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_of_a_type_the_engine_refuses_is_refused_as_the_engine_refuses_it(
+    entry_url: str, movies_kb: str, settings: Settings, content_type: str
+) -> None:
+    """A cross-site form can send text/plain; kgqr read it as JSON and rewrote the search
+    (an LLM call for the caller) where the engine answers 406."""
+    sent = {"content": json.dumps(QUERY).encode(), "headers": {"content-type": content_type}}
+    via = httpx.post(f"{entry_url}/{movies_kb}/_search", params={"kgqr.strategy": "hyde"}, **sent)
+    direct = httpx.post(f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/_search", **sent)
+    assert via.status_code == direct.status_code == 406
+    assert via.json() == direct.json()
+
+
 @pytest.mark.parametrize("paging", [{"size": "abc"}, {"size": None}, {"from": "x"}])
 def test_paging_the_engine_refuses_gets_the_engines_error(
     entry_url: str, movies_kb: str, settings: Settings, paging: dict[str, Any]
