@@ -264,9 +264,11 @@ def test_a_body_of_a_type_the_engine_refuses_is_refused_as_the_engine_refuses_it
 ) -> None:
     """A cross-site form can send text/plain; kgqr read it as JSON and rewrote the search
     (an LLM call for the caller) where the engine answers 406."""
-    sent = {"content": json.dumps(QUERY).encode(), "headers": {"content-type": content_type}}
-    via = httpx.post(f"{entry_url}/{movies_kb}/_search", params={"kgqr.strategy": "hyde"}, **sent)
-    direct = httpx.post(f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/_search", **sent)
+    body, headers = json.dumps(QUERY).encode(), {"content-type": content_type}
+    via = httpx.post(f"{entry_url}/{movies_kb}/_search", params={"kgqr.strategy": "hyde"},
+                     content=body, headers=headers)  # fmt: skip
+    direct = httpx.post(f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/_search",
+                        content=body, headers=headers)  # fmt: skip
     assert via.status_code == direct.status_code == 406
     assert via.json() == direct.json()
 

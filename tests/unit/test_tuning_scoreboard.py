@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+
 import pytest
 
+from workbench.tuning.routes import _statistics
 from workbench.tuning.scoreboard import Judgment, ShownRanking, scoreboard
 
 
@@ -37,3 +42,25 @@ def test_strategies_are_scored_on_queries_with_a_relevant_judgment() -> None:
 
 def test_nothing_judged_scores_nothing() -> None:
     assert scoreboard([], [ShownRanking("q", "base", ["a"])]) == []
+
+
+def test_the_pages_statistics_run_off_the_event_loop_one_at_a_time() -> None:
+    """The scoreboard's and promote's resamples took seconds on a few thousand judged
+    queries, on the event loop where every caller's search waited."""
+    running: list[int] = []
+
+    def work() -> int:
+        running.append(1)
+        concurrent = len(running)
+        time.sleep(0.05)
+        running.pop()
+        return concurrent
+
+    async def run() -> tuple[list[int], int]:
+        loop_thread = threading.get_ident()
+        found = await asyncio.gather(*(_statistics(work) for _ in range(3)))
+        thread = await _statistics(threading.get_ident)
+        return list(found), int(thread != loop_thread)
+
+    most, elsewhere = asyncio.run(run())
+    assert most == [1, 1, 1] and elsewhere == 1

@@ -9,8 +9,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import httpx
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -275,11 +276,23 @@ def _query_id(query: str) -> str:
     return "q" + hashlib.sha256(query.encode()).hexdigest()[:12]
 
 
+# The scoreboard's and promote's statistics (10,000 resamples a comparison, a comparison a
+# strategy and metric) took seconds on a few thousand judged queries, on the event loop,
+# where every caller's search waited. They run on a worker thread, one computation at a
+# time, so tune-page requests queue behind each other and searches do not.
+STATISTICS = anyio.CapacityLimiter(1)
+T = TypeVar("T")
+
+
+async def _statistics(work: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(work, *args, limiter=STATISTICS)
+
+
 async def metrics_over_judgments(request: Request) -> Response:
     kb = _kb(request.query_params)
     store = _store(request)
     judged = await store.judgments(kb)
-    rows = scoreboard(judged, await store.rankings(kb))
+    rows = await _statistics(scoreboard, judged, await store.rankings(kb))
     return JSONResponse(
         {"kb": kb, "judged_queries": len({j.query for j in judged}), "strategies": rows}
     )
@@ -298,13 +311,14 @@ async def promote(request: Request) -> Response:
             400, "illegal_argument_exception", f"[metric] must be one of {known}"
         )
     store = _store(request)
-    shown = shown_candidates(scored_rankings(await store.judgments(kb), await store.rankings(kb)))
+    judged, rankings = await store.judgments(kb), await store.rankings(kb)
+    shown = await _statistics(lambda: shown_candidates(scored_rankings(judged, rankings)))
     queries = len(next(iter(shown.values()), {}))
     if StrategySetting(BASELINE) not in shown or queries < 2:
         raise RewriteRequestError(400, "illegal_argument_exception",
                                   "judge at least two queries with base among the strategies "
                                   "run for each, then promote")  # fmt: skip
-    decision = decide(shown, metric, min(DEFAULT_FOLDS, queries))
+    decision = await _statistics(decide, shown, metric, min(DEFAULT_FOLDS, queries))
     if decision.promoted is None:  # too few: the KB keeps the default it has
         raise RewriteRequestError(400, "illegal_argument_exception", decision.reason())
     session = request.app.state.kgqr.engine.for_request(request_headers(request))
