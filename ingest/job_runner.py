@@ -2,12 +2,14 @@
 
 The job id is derived from the knowledge base and the source's fingerprint, so running
 the same command again resumes the same job: chunks already recorded as done are not
-sent again, and chunks that were lost with a killed worker are.
+sent again, and chunks that were lost with a killed worker are. Run again with another
+chunk size, it starts over: a chunk's number names its records only at its own size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import time
@@ -29,6 +31,8 @@ from plugin import installer, kb_meta
 from plugin.field_map import mapped_fields
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from plugin.schema import check_kb_name, documents_index
+
+log = logging.getLogger("kgqr.ingest")
 
 
 @dataclass(frozen=True)
@@ -200,9 +204,15 @@ def _send_chunks(
 ) -> EnqueuedJob:
     """Stream the source into chunks, send those not yet done, and read its structure."""
     job_id = job_id_for(source, kb)
-    if restart:
+    earlier = jobs.chunk_size_of(job_id)
+    if restart or (earlier is not None and earlier != chunk_size):
+        # A chunk's number says which records it holds only at its size: resumed with
+        # another, "chunk 3 done" skipped records never written, and the job said done.
+        if not restart:
+            log.info("chunk size changed from %d to %d: every chunk is sent again "
+                     "(writes are idempotent)", earlier, chunk_size)  # fmt: skip
         jobs.forget(job_id)
-    jobs.start(job_id, kb, spec)
+    jobs.start(job_id, kb, spec, chunk_size)
     done = jobs.done_chunks(job_id)
     types: dict[str, dict[str, None]] = {}
     relations: dict[str, None] = {}

@@ -46,13 +46,15 @@ class JobStore:
     def key(job_id: str) -> str:
         return f"kgqr:job:{job_id}"
 
-    def start(self, job_id: str, kb: str, source: str) -> None:
-        """Create the job, or mark an existing one as being re-enqueued (keeps its counts)."""
+    def start(self, job_id: str, kb: str, source: str, chunk_size: int | None = None) -> None:
+        """Create the job, or mark an existing one as being re-enqueued (keeps its counts).
+        `chunk_size`: how its chunks were cut, which their numbers mean (chunk_size_of)."""
         key, now = self.key(job_id), time.time()
         self.redis.hsetnx(key, "created", now)
-        self.redis.hset(
-            key, mapping={"kb": kb, "source": source, "state": "enqueuing", "updated": now}
-        )
+        mapping: dict[str, Any] = {"kb": kb, "source": source, "state": "enqueuing", "updated": now}
+        if chunk_size is not None:
+            mapping["chunk_size"] = chunk_size
+        self.redis.hset(key, mapping=mapping)
         self.redis.hdel(key, "chunks_total")
         self.redis.delete(key + ":failed", key + ":retrying")  # a re-run sends them again
         self.redis.expire(key, JOB_TTL_S)
@@ -68,6 +70,12 @@ class JobStore:
             mapping={"chunks_total": chunks_total, "state": "enqueued", "updated": time.time()},
         )
         return True
+
+    def chunk_size_of(self, job_id: str) -> int | None:
+        """The chunk size the job's chunks were cut by; None for a job not on record (or
+        recorded before sizes were)."""
+        size = self.redis.hget(self.key(job_id), "chunk_size")
+        return int(size) if size is not None else None
 
     def done_chunks(self, job_id: str) -> set[int]:
         return {int(chunk) for chunk in self.redis.smembers(self.key(job_id) + ":done")}

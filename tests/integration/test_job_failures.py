@@ -253,3 +253,35 @@ def test_a_forgotten_job_is_not_made_again_by_its_late_chunks(redis_client: Any,
     store.note_retry(job, 1, "late")
     assert not store.exists(job) and store.progress(job) is None
     assert not redis_client.keys(f"kgqr:job:{job}*")
+
+
+def test_a_resume_with_another_chunk_size_sends_every_record_again(
+    redis_client: Any, unique_name: str
+) -> None:
+    """Chunks are numbered at their size: resumed with another, "chunks 0-2 done" skipped
+    records never written (d6-d11 of twelve at 2 then 4), and the job said done."""
+    from ingest.sources import open_source
+    from tests.integration.ingest_helpers import TINY_KB
+
+    store, kb = JobStore(redis_client), unique_name
+    source = open_source(TINY_KB)
+    every = sum(1 for _ in source.records())
+    sent: list[tuple[int, int]] = []
+
+    def send(job_id: str, chunk: int, records: list[dict[str, Any]], extract: bool) -> None:
+        sent.append((chunk, len(records)))
+
+    first = job_runner._send_chunks(source, "jsonl:x", kb, store, send, 2, restart=True)
+    try:
+        for chunk in range(3):  # a worker finished three chunks, then was killed
+            store.complete_chunk(first.job_id, chunk, {"documents": 2})
+        sent.clear()
+        job_runner._send_chunks(source, "jsonl:x", kb, store, send, 4, restart=False)
+        assert sum(size for _, size in sent) == every
+        assert store.chunk_size_of(first.job_id) == 4
+        sent.clear()  # the same size again resumes: nothing done is sent twice
+        store.complete_chunk(first.job_id, 0, {"documents": 4})
+        job_runner._send_chunks(source, "jsonl:x", kb, store, send, 4, restart=False)
+        assert 0 not in [chunk for chunk, _ in sent] and sent
+    finally:
+        store.forget(first.job_id)
