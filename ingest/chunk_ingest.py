@@ -26,6 +26,7 @@ from ingest.records import (
     Refresh,
     Rejected,
     Relation,
+    set_aside_if_unstorable,
 )
 from ingest.triple_extraction import extract
 from ingest.worker_resources import WorkerResources
@@ -74,6 +75,9 @@ class _Sorted:
 def _sort(records: list[dict[str, Any]]) -> _Sorted:
     sorted_ = _Sorted()
     for raw in records:
+        if (kept := set_aside_if_unstorable(raw)) is not None:  # a message from elsewhere
+            sorted_.failures.append(WriteFailure(kept.model_dump(), kept.reason, kept.stage))
+            continue
         try:
             record = RECORD_ADAPTER.validate_python(raw)
         except ValidationError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ingest.records import set_aside_if_unstorable
 from ingest.sources.base import Source
 
 DEFAULT_CHUNK_SIZE = 256
@@ -26,7 +27,9 @@ def chunks(source: Source, size: int) -> Iterator[list[dict[str, Any]]]:
     chunk: list[dict[str, Any]] = []
     embedded = 0
     for record in source.records():
-        chunk.append(record.model_dump(mode="json"))
+        # Checked before JSON, which would write a NaN as null without a word.
+        kept = set_aside_if_unstorable(record.model_dump())
+        chunk.append((kept or record).model_dump(mode="json"))
         embedded += record.kind in EMBEDDED_KINDS
         if embedded >= size or len(chunk) >= size * GRAPH_ONLY_PER_EMBEDDED:
             yield chunk

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -99,6 +100,16 @@ class Relation(BaseModel):
     type: GraphName
     target: DocumentId
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("properties")
+    @classmethod
+    def _neo4j_names_them(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Neo4j refuses an empty property name or one holding NUL, and failed the whole
+        chunk's graph write, after its documents had landed."""
+        for name in value:
+            if not name.strip() or "\x00" in name:
+                raise ValueError(f"{name!r} cannot name a Neo4j property")
+        return value
 
 
 class Link(BaseModel):
@@ -219,6 +230,49 @@ Record = Annotated[
     Field(discriminator="kind"),
 ]
 RECORD_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
+
+INT64 = 2**63
+
+
+def unstorable(raw: Any) -> str | None:
+    """Why a record holds a value neither store takes, else None. Each of these passed
+    validation and then failed its whole chunk, for good, or was changed silently:
+    - text with a lone surrogate (an emoji's escape cut in half, `"\\ud83d"`): the
+      tokenizer and Neo4j's driver raise on it;
+    - NaN or an infinity: written as null, with nothing said;
+    - an integer beyond 64 bits: Neo4j's driver raises, OpenSearch refuses it.
+    Walked without recursion, as the record may nest as deep as its source did."""
+    below: list[tuple[str, Any]] = [("", raw)]
+    while below:
+        path, value = below.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{path or 'the record'}: text with a lone surrogate (not UTF-8)"
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int) and not -INT64 <= value < INT64:
+            return f"{path}: an integer beyond 64 bits"
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"{path}: {value} (no store keeps it; JSON has no such number)"
+        elif isinstance(value, dict):
+            for key, inner in value.items():
+                below.append((f"{path}.{key}" if path else str(key), inner))
+                below.append((f"{path} (a key)", key))
+        elif isinstance(value, list):
+            below.extend((f"{path}[{at}]", inner) for at, inner in enumerate(value))
+    return None
+
+
+def set_aside_if_unstorable(record: dict[str, Any]) -> Rejected | None:
+    """`record` (as its model dumps it, before any JSON) as a rejected one when it holds a
+    value neither store takes (`unstorable`); kept as text, since a dead letter could not
+    hold the value either."""
+    problem = unstorable(record)
+    if problem is None:
+        return None
+    return Rejected(reason=problem, raw=json.dumps(record, default=str), stage="validate")
 
 
 def _flatten(value: Any) -> str:

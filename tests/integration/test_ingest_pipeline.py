@@ -256,6 +256,40 @@ def test_records_a_store_cannot_hold_are_set_aside_not_their_chunk(
     assert verify(opensearch, neo4j, kb).ok
 
 
+def test_values_no_store_keeps_cost_their_own_records_not_their_chunk(
+    stores: Stores, kb: str, tmp_path: Path
+) -> None:
+    """A cut emoji escape (a lone surrogate: the tokenizer raised, so the chunk failed on
+    every re-run), a NaN field (written as null, unsaid), a 2**70 relation property and
+    a property with no name (Neo4j's driver and Neo4j raised after the documents had
+    landed, and none of the chunk's relations were written)."""
+    _, opensearch, neo4j, _ = stores
+    documents = (
+        '{"id": "ok1", "type": "note", "title": "Good", "text": "Graphs store relations."}\n'
+        '{"id": "cut", "type": "note", "title": "Heat \\ud83d", "text": "An emoji cut."}\n'
+        '{"id": "nan", "type": "note", "title": "Odd", "fields": {"score": NaN}}\n'
+        '{"id": "ok2", "type": "note", "title": "Also good", "text": "Engines rank."}\n'
+    )
+    relations = [
+        {"source": "ok1", "type": "see_also", "target": "ok2"},
+        {"source": "ok2", "type": "cites", "target": "ok1", "properties": {"n": 2**70}},
+        {"source": "ok2", "type": "cites", "target": "ok1", "properties": {"": "x"}},
+    ]
+    (tmp_path / "documents.jsonl").write_text(documents)
+    (tmp_path / "relations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in relations))
+    _, progress = run_to_end(*stores, f"jsonl:{tmp_path}", kb)
+    assert document_ids(opensearch, kb) == ["ok1", "ok2"]
+    assert (progress.counts["relations"], progress.counts["rejected"]) == (1, 4)
+    dead = schema.deadletter_index(kb)
+    opensearch.indices.refresh(index=dead)
+    reasons = " | ".join(
+        h["_source"]["reason"] for h in opensearch.search(index=dead)["hits"]["hits"]
+    )
+    assert "lone surrogate" in reasons and "nan" in reasons and "64 bits" in reasons, reasons
+    assert "Neo4j property" in reasons, reasons
+    assert verify(opensearch, neo4j, kb).ok
+
+
 def test_an_empty_source_is_said_to_hold_no_records(kb: str, tmp_path: Path) -> None:
     """It ran a job of 0 chunks that ended "[done]", as if something had landed."""
     from click.testing import CliRunner
