@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
+from ingest.opensearch_writer import TransientBulkError
 from kgqr_core.settings import Settings
 from plugin import installer, schema
 from plugin.schema import GraphCopyState
@@ -207,6 +208,10 @@ def _bulk(opensearch: Any, kb: str, actions: list[dict[str, Any]]) -> None:
         and result["status"] != 409
         and (verb, result["status"]) != ("delete", 404)
     ]
+    if any(result["status"] in (429, 503) for result in failed):
+        # Pushed back: the chunk is retried, as its documents' writes are. Raised as a
+        # plain error, it failed the chunk for good after both stores had its records.
+        raise TransientBulkError(f"graph copy of {kb}: pushed back: {failed[0]}")
     if failed:
         raise RuntimeError(f"graph copy of {kb}: {len(failed)} writes failed: {failed[0]}")
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from ingest.graph_projection import node_document
+from ingest.graph_projection import _bulk, node_document
+from ingest.transient_errors import is_transient
 from query_rewriter.graph.in_memory import GraphSnapshot
 from query_rewriter.graph.projection import CopyCannotAnswer, neighbourhood_rows
 from query_rewriter.graph.store import Neighbourhood, with_evidence
@@ -114,3 +115,17 @@ def test_first_hops_are_named_and_second_hops_not() -> None:
 
 def test_a_node_the_copy_lacks_reaches_nothing() -> None:
     assert projected(["gone"], hops=2, cap=50).rows == []
+
+
+@pytest.mark.parametrize(("status", "transient"), [(429, True), (503, True), (400, False)])
+def test_a_graph_copy_write_pushed_back_retries_its_chunk(status: int, transient: bool) -> None:
+    """Any failed write raised a plain error: a 429 failed its chunk for good, after both
+    stores had the chunk's records, and searches kept reading a stale copy."""
+
+    class Engine:
+        def bulk(self, body: list[dict[str, Any]], timeout: int) -> dict[str, Any]:
+            return {"items": [{"index": {"status": 201}}, {"index": {"status": status}}]}
+
+    with pytest.raises(RuntimeError) as raised:
+        _bulk(Engine(), "kb", [{"index": {}}, {}, {"index": {}}, {}])
+    assert is_transient(raised.value) is transient
