@@ -398,22 +398,28 @@ class Rewriter:
         known = ctx.query_vectors.get(query) if ctx is not None else None
         if known is None and given_vector is not None:  # the strategy failed early
             known = np.asarray(given_vector, dtype=np.float32)
-        embed = embed or await self.embedders.default()
         remaining = timeout_s - (time.perf_counter() - started)
         try:
+            embed = embed or await self.embedders.default()
             with timer.stage("embed"):
-                # Context texts (PRF hits, generated documents) are embedded within the budget;
-                # the query's own vector, which every hybrid search needs, always is (once: a
-                # strategy that embedded it already left it in the context).
+                # The query's own vector, which every hybrid search needs (once: a strategy
+                # that embedded it already left it in the context).
                 query_vector = known if known is not None else (await embed([query]))[0]
+        except Exception as exc:  # a model that does not load or encode: no hybrid search
+            reason = f"the query could not be embedded: {type(exc).__name__}: {exc}"
+            return self._unrewritten(strategy_name, query, params, "embed", reason)
+        try:
+            with timer.stage("embed"):
+                # Context texts (PRF hits, generated documents), within the budget.
                 context = list(rewrite.context_texts)
                 context_vectors = (
                     await asyncio.wait_for(embed(context), max(remaining, 0.0))
                     if context
                     else np.zeros((0, len(query_vector)), dtype=np.float32)
                 )
-        except TimeoutError:
-            fallback = fallback or record_fallback(strategy_name, "embed", "timed out")
+        except Exception as exc:
+            why = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            fallback = fallback or record_fallback(strategy_name, "embed", why)
             rewrite = Rewrite(strategy="base", query=query)
             context_vectors = np.zeros((0, len(query_vector)), dtype=np.float32)
         vector = fuse(query_vector, mean_vector(context_vectors), alpha)

@@ -183,3 +183,21 @@ def test_kgqr_meta_unreadable_costs_the_agent_its_rewrite_not_the_search() -> No
         assert outcome.fallback is not None and outcome.rewrite.strategy == "base"
 
     asyncio.run(run())
+
+
+def test_a_query_that_cannot_be_embedded_is_searched_as_sent() -> None:
+    """The query's own embedding ran outside the strategy's fallback: a model that failed
+    to load or encode answered every search of the KB with a 500."""
+
+    async def broken(texts: list[str]) -> np.ndarray:
+        raise RuntimeError("the model did not load")
+
+    async def run() -> None:
+        rewriter = _rewriter(Settings.of({}), GatedLlm(), broken)
+        for name in ("base", "graph"):
+            outcome = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES[name],
+                                             query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
+            assert outcome.vector is None and outcome.fallback is not None
+            assert outcome.fallback["stage"] == "embed"
+
+    asyncio.run(run())
