@@ -3,7 +3,7 @@
 The job id is derived from the knowledge base and the source's fingerprint, so running
 the same command again resumes the same job: chunks already recorded as done are not
 sent again, and chunks that were lost with a killed worker are. Run again with another
-chunk size, it starts over: a chunk's number names its records only at its own size.
+chunk size, it is another job, and the first is forgotten.
 """
 
 from __future__ import annotations
@@ -44,8 +44,11 @@ class EnqueuedJob:
     structure: DocumentStructure
 
 
-def job_id_for(source: Source, kb: str) -> str:
-    return f"{kb}-{source.kind}-{source.fingerprint()}"
+def job_id_for(source: Source, kb: str, chunk_size: int) -> str:
+    """The same source into the same KB at the same chunk size is the same job, resumed.
+    A chunk's number names its records only at its size: resumed at another, "chunk 3
+    done" skipped records never written, and the job said done."""
+    return f"{kb}-{source.kind}-{source.fingerprint()}-{chunk_size}"
 
 
 def prepare_stores(settings: Settings, opensearch: Any, neo4j: Any) -> int:
@@ -203,16 +206,16 @@ def _send_chunks(
     restart: bool,
 ) -> EnqueuedJob:
     """Stream the source into chunks, send those not yet done, and read its structure."""
-    job_id = job_id_for(source, kb)
-    earlier = jobs.chunk_size_of(job_id)
-    if restart or (earlier is not None and earlier != chunk_size):
-        # A chunk's number says which records it holds only at its size: resumed with
-        # another, "chunk 3 done" skipped records never written, and the job said done.
-        if not restart:
-            log.info("chunk size changed from %d to %d: every chunk is sent again "
-                     "(writes are idempotent)", earlier, chunk_size)  # fmt: skip
+    job_id = job_id_for(source, kb, chunk_size)
+    for other in jobs.others_of_stem(job_id.rpartition("-")[0] + "-", job_id):
+        # Its chunks still running complete into a job no longer on record (ignored), not
+        # into this one's numbering.
+        log.info("%s was cut at another chunk size: it is forgotten and every chunk is "
+                 "sent at %d (writes are idempotent)", other, chunk_size)  # fmt: skip
+        jobs.forget(other)
+    if restart:
         jobs.forget(job_id)
-    jobs.start(job_id, kb, spec, chunk_size)
+    jobs.start(job_id, kb, spec)
     done = jobs.done_chunks(job_id)
     types: dict[str, dict[str, None]] = {}
     relations: dict[str, None] = {}

@@ -46,15 +46,13 @@ class JobStore:
     def key(job_id: str) -> str:
         return f"kgqr:job:{job_id}"
 
-    def start(self, job_id: str, kb: str, source: str, chunk_size: int | None = None) -> None:
-        """Create the job, or mark an existing one as being re-enqueued (keeps its counts).
-        `chunk_size`: how its chunks were cut, which their numbers mean (chunk_size_of)."""
+    def start(self, job_id: str, kb: str, source: str) -> None:
+        """Create the job, or mark an existing one as being re-enqueued (keeps its counts)."""
         key, now = self.key(job_id), time.time()
         self.redis.hsetnx(key, "created", now)
-        mapping: dict[str, Any] = {"kb": kb, "source": source, "state": "enqueuing", "updated": now}
-        if chunk_size is not None:
-            mapping["chunk_size"] = chunk_size
-        self.redis.hset(key, mapping=mapping)
+        self.redis.hset(
+            key, mapping={"kb": kb, "source": source, "state": "enqueuing", "updated": now}
+        )
         self.redis.hdel(key, "chunks_total")
         self.redis.delete(key + ":failed", key + ":retrying")  # a re-run sends them again
         self.redis.expire(key, JOB_TTL_S)
@@ -70,12 +68,6 @@ class JobStore:
             mapping={"chunks_total": chunks_total, "state": "enqueued", "updated": time.time()},
         )
         return True
-
-    def chunk_size_of(self, job_id: str) -> int | None:
-        """The chunk size the job's chunks were cut by; None for a job not on record (or
-        recorded before sizes were)."""
-        size = self.redis.hget(self.key(job_id), "chunk_size")
-        return int(size) if size is not None else None
 
     def done_chunks(self, job_id: str) -> set[int]:
         return {int(chunk) for chunk in self.redis.smembers(self.key(job_id) + ":done")}
@@ -175,6 +167,13 @@ class JobStore:
     def unfinished(self, kb: str) -> list[str]:
         """The knowledge base's jobs that still have chunks to write."""
         return [progress.job_id for progress in self.jobs_of(kb) if not progress.finished]
+
+    def others_of_stem(self, stem: str, job_id: str) -> list[str]:
+        """The jobs whose id is `stem` and a number other than `job_id`'s: the same source
+        cut into chunks of another size."""
+        ids = (j.decode() for j in self.redis.smembers("kgqr:jobs"))
+        return sorted(j for j in ids if j != job_id and j.removeprefix(stem).isdigit()
+                      and j.startswith(stem))  # fmt: skip
 
     def forget(self, job_id: str) -> None:
         key = self.key(job_id)

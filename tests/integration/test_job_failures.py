@@ -272,16 +272,21 @@ def test_a_resume_with_another_chunk_size_sends_every_record_again(
         sent.append((chunk, len(records)))
 
     first = job_runner._send_chunks(source, "jsonl:x", kb, store, send, 2, restart=True)
+    second = first
     try:
         for chunk in range(3):  # a worker finished three chunks, then was killed
             store.complete_chunk(first.job_id, chunk, {"documents": 2})
         sent.clear()
-        job_runner._send_chunks(source, "jsonl:x", kb, store, send, 4, restart=False)
+        second = job_runner._send_chunks(source, "jsonl:x", kb, store, send, 4, restart=False)
         assert sum(size for _, size in sent) == every
-        assert store.chunk_size_of(first.job_id) == 4
+        assert not store.exists(first.job_id)  # forgotten: it lists no more as unfinished
+        # A chunk of the first cut, still running, does not count into the second's.
+        assert store.complete_chunk(first.job_id, 3, {"documents": 2}) is False
+        assert not store.is_done(second.job_id, 3)
         sent.clear()  # the same size again resumes: nothing done is sent twice
-        store.complete_chunk(first.job_id, 0, {"documents": 4})
+        store.complete_chunk(second.job_id, 0, {"documents": 4})
         job_runner._send_chunks(source, "jsonl:x", kb, store, send, 4, restart=False)
         assert 0 not in [chunk for chunk, _ in sent] and sent
     finally:
         store.forget(first.job_id)
+        store.forget(second.job_id)
