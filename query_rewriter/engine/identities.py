@@ -99,11 +99,11 @@ class IdentityResolver:
             return response.status_code
 
         # A missing index is asked about again: one made a moment later is rewritten at
-        # once; and so is an answer that says nothing of the caller (an overloaded engine).
+        # once. An answer that says nothing of the caller (an overloaded engine) is kept
+        # like the others: asked again on every search, it doubled the engine's load when
+        # it could least take it (may_search reads it as a no).
         status: int | None = await self._remembered(
-            f"{caller.fingerprint()} {index}",
-            probed,
-            keep=lambda status: status in (200, 401, 403),
+            f"{caller.fingerprint()} {index}", probed, keep=lambda status: status != 404
         )
         return status
 

@@ -16,7 +16,7 @@ import numpy as np
 from query_rewriter.graph.store import Neighbours
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import KAR_SEEDS, Param
-from query_rewriter.strategies.vector_lookups import by_ids, most_similar_documents
+from query_rewriter.strategies.vector_lookups import by_ids, id_chunks, most_similar_documents
 
 DOC_FIELDS = ["id", "title", "body", "type"]
 
@@ -192,10 +192,19 @@ class NameSimilarity:
     async def rank(
         self, query_vector: np.ndarray, found: Neighbours, top_k: int, ctx: StrategyContext
     ) -> dict[str, tuple[float, KbDocument]]:
-        sources = await by_ids(ctx, ctx.index, list(found.names()), DOC_FIELDS)
-        documents = {node: KbDocument.from_source(src, node) for node, src in sources.items()}
-        names = [document.title or node for node, document in documents.items()]
+        titles: dict[str, str] = {}
+        for chunk in id_chunks(list(found.names())):
+            read = await by_ids(ctx, ctx.index, chunk, ["title"])
+            titles.update(
+                {node: KbDocument.from_source(src, node).title for node, src in read.items()}
+            )
+        names = [title or node for node, title in titles.items()]
         vectors = await ctx.embed(names) if names else np.zeros((0, len(query_vector)))
-        scores = {node: float(v @ query_vector) for node, v in zip(documents, vectors, strict=True)}
+        scores = {node: float(v @ query_vector) for node, v in zip(titles, vectors, strict=True)}
         top = sorted(scores.items(), key=lambda item: -item[1])[:top_k]
-        return {node: (score, documents[node]) for node, score in top}
+        sources = await by_ids(ctx, ctx.index, [node for node, _ in top], DOC_FIELDS)
+        return {
+            node: (score, KbDocument.from_source(sources[node], node))
+            for node, score in top
+            if node in sources
+        }
