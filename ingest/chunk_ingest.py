@@ -75,11 +75,10 @@ class _Sorted:
 def _sort(records: list[dict[str, Any]]) -> _Sorted:
     sorted_ = _Sorted()
     for raw in records:
-        if (kept := set_aside_if_unstorable(raw)) is not None:  # a message from elsewhere
-            sorted_.failures.append(WriteFailure(kept.model_dump(), kept.reason, kept.stage))
-            continue
         try:
-            record = RECORD_ADAPTER.validate_python(raw)
+            # Chunks cut here were checked for unstorable values already; a message from
+            # elsewhere may not have been.
+            record = set_aside_if_unstorable(raw) or RECORD_ADAPTER.validate_python(raw)
         except ValidationError as exc:
             reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             sorted_.failures.append(WriteFailure(raw, reason, "validate"))

@@ -67,7 +67,9 @@ def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:
 def _wbits(coding: str, body: bytes) -> int:
     if coding.endswith("gzip"):
         return GZIP_WBITS
-    zlib_header = len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0
+    # Netty's test (ZlibDecoder's looksLikeZlib): deflate with a 32 KB window, checksummed.
+    header = body[0] << 8 | body[1] if len(body) >= 2 else 0
+    zlib_header = header & 0x7800 == 0x7800 and header % 31 == 0
     return zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
 
 
@@ -109,10 +111,12 @@ def body_and_params(
     return params["source"].encode(), rest, True
 
 
-# The deepest body kgqr reads. OpenSearch 2.19 has no bound of its own: a query of ~330
-# nested bools (JSON ~1,000 deep), or an aggregation's `meta` ~2,000 deep, overflows the
-# stack of the node that parses it, and the node exits. Real queries nest a few dozen
-# levels; the rewrite adds about ten, which orjson still writes (it stops at 255).
+# The deepest body kgqr reads, on purpose below what the engine parses. OpenSearch 2.19
+# bounds no depth here (measured on this build): a query of ~330 nested bools (JSON ~1,000
+# deep), or an aggregation's `meta` ~2,000 deep, overflowed the stack of the node that
+# parsed it, and the node exited: one caller took every caller's searches down. Real
+# queries nest a few dozen levels (Elasticsearch's own bool depth limit is far below
+# this); a body between here and the crash is refused, which the engine would run.
 MAX_NESTING = 128
 
 

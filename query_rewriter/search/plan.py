@@ -280,7 +280,7 @@ def engine_read(content_type: str | None, body: bytes) -> PassThrough | None:
     406. Read as JSON, such a search was rewritten: a cross-site form could spend a
     caller's LLM time on searches the engine refuses them."""
     media = (content_type or "").split(";")[0].strip().lower()
-    if not body.strip() or media in JSON_MEDIA_TYPES:
+    if media in JSON_MEDIA_TYPES or not body:  # blank JSON is a URL search; blank text, a 406
         return None
     subtype = media.rpartition("/")[2]
     kind = next((kind for kind in ("yaml", "cbor", "smile") if kind in subtype), None)

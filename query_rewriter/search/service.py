@@ -65,11 +65,14 @@ async def _withhold_meta_unless_readable(
     if not quoted or await state.identities.may_search(caller, META_INDEX):
         return
     if isinstance(default, dict):
-        explain["default"] = {k: v for k, v in default.items() if k not in META_OF_DEFAULT}
-        explain["default"]["withheld"] = f"{', '.join(META_OF_DEFAULT)}: {WITHHELD}"
+        explain["default"] = _withheld(default, META_OF_DEFAULT)
     if isinstance(details, dict):  # a copy: the details are the (cached) rewrite's own
-        explain["details"] = {k: v for k, v in details.items() if k not in META_OF_AGENT}
-        explain["details"]["withheld"] = f"{', '.join(META_OF_AGENT)}: {WITHHELD}"
+        explain["details"] = _withheld(details, META_OF_AGENT)
+
+
+def _withheld(shown: dict[str, Any], of_meta: tuple[str, ...]) -> dict[str, Any]:
+    kept = {key: value for key, value in shown.items() if key not in of_meta}
+    return {**kept, "withheld": f"{', '.join(of_meta)}: {WITHHELD}"}
 
 
 async def run_plan(

@@ -74,7 +74,9 @@ class PlanAgent(Strategy):
         run = await asyncio.wait_for(execute(plan, query, ctx), timeout=budget_s)
         answers = run.answer[: int(ctx.param(ANSWERS))]
         if not answers:
-            raise ValueError(f"plan {entry.category!r} found nothing for this query")
+            # Not named: the plan's category is kgqr-meta's, and a fallback's reason reaches
+            # every caller (the X-Kgqr-Fallback header).
+            raise ValueError("the plan chosen for this query found nothing")
         rewrite = Rewrite(strategy=self.name, query=query)
         rewrite.boost_ids = plan_order_boosts(run.answer, len(answers), run.searched)
         rewrite.boost_share = ctx.param(WEIGHT)
