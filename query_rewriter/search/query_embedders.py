@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -29,12 +30,18 @@ class MicroBatcher:
     """Concurrent queries share one encode: while a batch is encoding, queries that
     arrive wait and go together in the next one. A lone query waits for nothing; under
     load, one forward pass over many short queries costs little more than over one
-    (bench/query_embedding.py measures it)."""
+    (bench/query_embedding.py measures it).
+
+    A search's own query (one text) goes before the texts a rewrite embeds by the
+    hundred (KAR's neighbour names, KG-CQR's facts), and texts whose caller gave up (a
+    rewrite that timed out) are dropped unencoded: first come, first served, a thousand
+    abandoned texts kept every other caller's plain search waiting ~10 s."""
 
     def __init__(self, encode: Callable[[list[str]], np.ndarray], max_batch: int = 32) -> None:
         self._encode = encode
         self._max_batch = max_batch
-        self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self._queries: deque[tuple[str, asyncio.Future[np.ndarray]]] = deque()  # one text each
+        self._bulk: deque[tuple[str, asyncio.Future[np.ndarray]]] = deque()
         self._draining: asyncio.Task[None] | None = None
 
     async def embed(self, texts: list[str]) -> np.ndarray:
@@ -42,15 +49,22 @@ class MicroBatcher:
             return np.zeros((0, 0), dtype=np.float32)
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in texts]
-        self._pending.extend(zip(texts, futures, strict=True))
+        (self._queries if len(texts) == 1 else self._bulk).extend(zip(texts, futures, strict=True))
         if self._draining is None or self._draining.done():
             self._draining = asyncio.create_task(self._drain())
         return np.stack(await asyncio.gather(*futures))
 
+    def _next_batch(self) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
+        batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        for queue in (self._queries, self._bulk):
+            while queue and len(batch) < self._max_batch:
+                text, future = queue.popleft()
+                if not future.done():  # its caller may have given up (a timeout)
+                    batch.append((text, future))
+        return batch
+
     async def _drain(self) -> None:
-        while self._pending:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
+        while batch := self._next_batch():
             try:
                 vectors = await anyio.to_thread.run_sync(self._encode, [t for t, _ in batch])
             except Exception as exc:  # every waiter of the batch hears why
@@ -59,7 +73,7 @@ class MicroBatcher:
                         future.set_exception(exc)
                 continue
             for (_, future), vector in zip(batch, vectors, strict=True):
-                if not future.done():  # its caller may have given up (a timeout)
+                if not future.done():  # its caller may have given up meanwhile
                     future.set_result(vector)
 
 

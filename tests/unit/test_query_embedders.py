@@ -49,6 +49,38 @@ def test_an_encode_failure_reaches_every_query_of_its_batch() -> None:
         asyncio.run(run())
 
 
+def test_a_searchs_query_goes_before_texts_embedded_by_the_hundred_and_abandoned_ones_go() -> None:
+    """First come, first served, a thousand texts a timed-out rewrite had queued were
+    still encoded ahead of every other caller's plain search (~10 s here)."""
+    batches: list[list[str]] = []
+    first_started, release = threading.Event(), threading.Event()
+
+    def encode(texts: list[str]) -> np.ndarray:
+        batches.append(texts)
+        if len(batches) == 1:
+            first_started.set()
+            release.wait(10)
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+    async def run() -> None:
+        batcher = MicroBatcher(encode, max_batch=4)
+        first = asyncio.create_task(batcher.embed(["busy"]))
+        await asyncio.to_thread(first_started.wait, 10)
+        kept = asyncio.create_task(batcher.embed([f"kept {n}" for n in range(6)]))
+        abandoned = asyncio.create_task(batcher.embed([f"gone {n}" for n in range(100)]))
+        query = asyncio.create_task(batcher.embed(["a caller's query"]))
+        await asyncio.sleep(0.01)
+        abandoned.cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.gather(first, kept, query)
+
+    asyncio.run(run())
+    assert batches[1][0] == "a caller's query"
+    assert not any(text.startswith("gone") for batch in batches for text in batch)
+    assert sum(len(batch) for batch in batches) == 1 + 1 + 6
+
+
 def test_the_proxy_loads_ahead_the_models_its_knowledge_bases_record_not_the_default() -> None:
     loaded: list[str] = []
 
