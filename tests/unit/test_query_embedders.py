@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,16 +13,26 @@ import pytest
 from query_rewriter.search.query_embedders import MicroBatcher, QueryEmbedders
 
 
-def test_queries_arriving_during_an_encode_go_together_in_the_next() -> None:
-    batches: list[list[str]] = []
-    first_started, release = threading.Event(), threading.Event()
+def _holding_the_first(
+    batches: list[list[str]], started: threading.Event, release: threading.Event
+) -> Callable[[list[str]], np.ndarray]:
+    """An encoder that keeps each batch it gets, holds the first until `release`, and
+    encodes a text as [its length, 1]."""
 
     def encode(texts: list[str]) -> np.ndarray:
         batches.append(texts)
         if len(batches) == 1:
-            first_started.set()
+            started.set()
             release.wait(10)
         return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+    return encode
+
+
+def test_queries_arriving_during_an_encode_go_together_in_the_next() -> None:
+    batches: list[list[str]] = []
+    first_started, release = threading.Event(), threading.Event()
+    encode = _holding_the_first(batches, first_started, release)
 
     async def run() -> list[np.ndarray]:
         batcher = MicroBatcher(encode)
@@ -54,13 +65,7 @@ def test_a_searchs_query_goes_before_texts_embedded_by_the_hundred_and_abandoned
     still encoded ahead of every other caller's plain search (~10 s here)."""
     batches: list[list[str]] = []
     first_started, release = threading.Event(), threading.Event()
-
-    def encode(texts: list[str]) -> np.ndarray:
-        batches.append(texts)
-        if len(batches) == 1:
-            first_started.set()
-            release.wait(10)
-        return np.ones((len(texts), 2), dtype=np.float32)
+    encode = _holding_the_first(batches, first_started, release)
 
     async def run() -> None:
         batcher = MicroBatcher(encode, max_batch=4)
