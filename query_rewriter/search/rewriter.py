@@ -244,8 +244,12 @@ class Rewriter:
                 # An LLM-free rewrite refused runs as base, which is never refused: the
                 # search keeps base's hybrid ranking (a KB's default is often `graph`).
                 chosen, refused = STRATEGIES["base"], self._admission_reason()
-            self._running += 1
-            metrics.REWRITES_RUNNING.inc()
+            # `base` is not counted, as it is never refused: counted, sixteen base searches
+            # waiting on a model's first load pushed every other caller's graph searches
+            # down to base and refused their LLM rewrites.
+            counted = int(chosen.name != "base")
+            self._running += counted
+            metrics.REWRITES_RUNNING.inc(counted)
             recorded = RecordingSearch(gateway, index)
             try:
                 outcome = await self._compute(
@@ -253,8 +257,8 @@ class Rewriter:
                     self._side_vector_scores(recorded, side_vectors), own_ids,
                 )  # fmt: skip
             finally:
-                self._running -= 1
-                metrics.REWRITES_RUNNING.dec()
+                self._running -= counted
+                metrics.REWRITES_RUNNING.dec(counted)
             if refused is not None and outcome.fallback is None:  # not cached, as a fallback
                 outcome.fallback = record_fallback(strategy.name, "admission", refused)
             served = outcome.rewrite

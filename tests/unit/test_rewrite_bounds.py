@@ -201,3 +201,30 @@ def test_a_query_that_cannot_be_embedded_is_searched_as_sent() -> None:
             assert outcome.fallback["stage"] == "embed"
 
     asyncio.run(run())
+
+
+def test_base_searches_in_flight_take_no_admission_slot() -> None:
+    """Counted, base searches waiting on a model's first load pushed every other
+    caller's graph searches down to base and refused their LLM rewrites."""
+    release = asyncio.Event()
+
+    async def slow(texts: list[str]) -> np.ndarray:
+        await release.wait()
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    async def run() -> None:
+        rewriter = _rewriter(Settings.of({"rewrite_max_concurrent": 1}), GatedLlm(), slow)
+        waiting = asyncio.create_task(rewriter.rewrite(
+            index="i", kb="kb", strategy=STRATEGIES["base"], query="waits", params={},
+            gateway=None, caller="c"))  # type: ignore[arg-type]  # fmt: skip
+        await asyncio.sleep(0.01)
+        graph = asyncio.create_task(rewriter.rewrite(
+            index="i", kb="kb", strategy=STRATEGIES["graph"], query="q", params={},
+            gateway=None, caller="c"))  # type: ignore[arg-type]  # fmt: skip
+        await asyncio.sleep(0.01)
+        release.set()
+        outcome = await graph
+        assert outcome.fallback is None or outcome.fallback["stage"] != "admission"
+        await waiting
+
+    asyncio.run(run())
