@@ -498,7 +498,18 @@ class RewriteSettings(Section):
 
     expansions: int = Field(default=3, ge=1, le=8, description="n samples per LLM call")
 
-    timeout_s: float = Field(default=90.0, gt=0, description="Whole-rewrite budget.")
+    timeout_s: float = Field(
+        default=90.0, gt=0, description="Whole-rewrite budget of a strategy that calls an LLM."
+    )
+
+    llm_free_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Whole-rewrite budget of a strategy that calls no LLM (`graph`, the "
+        "walk, `prf`, `agent`...): they take milliseconds, so a hung Neo4j costs a search "
+        "this much, not the LLM's budget, before it runs as the plain query. Keep "
+        "KGQR_AGENT_TIME_BUDGET_MS below it.",
+    )
 
     budget_ms: int | None = Field(
         default=None,

@@ -234,6 +234,8 @@ class Rewriter:
             self.settings.rewrite.background_timeout_s
             if budgeted
             else self.settings.rewrite.timeout_s
+            if strategy.uses_llm
+            else self.settings.rewrite.llm_free_timeout_s
         )
 
         async def compute() -> RewriteOutcome:

@@ -228,3 +228,26 @@ def test_base_searches_in_flight_take_no_admission_slot() -> None:
         await waiting
 
     asyncio.run(run())
+
+
+def test_a_strategy_without_an_llm_falls_back_within_its_own_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`graph` (the default for Gemma's vectors) ran under the LLM's 90 s: a hung Neo4j
+    held each search that long before it ran as the plain query."""
+
+    async def hangs(query: str, ctx: object) -> None:
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(STRATEGIES["graph"], "rewrite", hangs)
+    settings = Settings.of({"rewrite_llm_free_timeout_s": 0.2, "rewrite_timeout_s": 60})
+
+    async def run() -> None:
+        rewriter = _rewriter(settings, GatedLlm(), _embed)
+        started = time.perf_counter()
+        outcome = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["graph"],
+                                         query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
+        assert outcome.fallback is not None and outcome.fallback["reason"] == "timed out"
+        assert time.perf_counter() - started < 30  # not the LLM's 60
+
+    asyncio.run(run())
