@@ -207,7 +207,7 @@ def _send_chunks(
 ) -> EnqueuedJob:
     """Stream the source into chunks, send those not yet done, and read its structure."""
     job_id = job_id_for(source, kb, chunk_size)
-    for other in jobs.others_of_stem(job_id.rpartition("-")[0] + "-", job_id):
+    for other in jobs.others_of_stem(job_id.rpartition("-")[0], job_id):
         # Its chunks still running complete into a job no longer on record (ignored), not
         # into this one's numbering.
         log.info("%s was cut at another chunk size: it is forgotten and every chunk is "
@@ -343,7 +343,7 @@ def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> set[str]
         str(task.get("id"))
         for tasks in active.values()
         for task in tasks or []
-        if job_id in str(task.get("args"))
+        if repr(job_id) in str(task.get("args"))  # quoted: `kb-x-25` is no `kb-x-256`
     }
 
 

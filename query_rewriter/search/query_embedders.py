@@ -40,8 +40,8 @@ class MicroBatcher:
     def __init__(self, encode: Callable[[list[str]], np.ndarray], max_batch: int = 32) -> None:
         self._encode = encode
         self._max_batch = max_batch
-        self._queries: deque[tuple[str, asyncio.Future[np.ndarray]]] = deque()  # one text each
-        self._bulk: deque[tuple[str, asyncio.Future[np.ndarray]]] = deque()
+        self._queries: deque[_Queued] = deque()  # one text each
+        self._bulk: deque[_Queued] = deque()
         self._draining: asyncio.Task[None] | None = None
 
     async def embed(self, texts: list[str]) -> np.ndarray:
@@ -49,32 +49,49 @@ class MicroBatcher:
             return np.zeros((0, 0), dtype=np.float32)
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in texts]
-        (self._queries if len(texts) == 1 else self._bulk).extend(zip(texts, futures, strict=True))
+        queue = self._queries if len(texts) == 1 else self._bulk
+        queued = (
+            _Queued(text, future, futures) for text, future in zip(texts, futures, strict=True)
+        )
+        queue.extend(queued)
         if self._draining is None or self._draining.done():
             self._draining = asyncio.create_task(self._drain())
-        return np.stack(await asyncio.gather(*futures))
+        try:
+            return np.stack(await asyncio.gather(*futures))
+        finally:  # given up (a timeout): what is still queued of it is not encoded
+            for future in futures:
+                future.cancel()
 
-    def _next_batch(self) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
-        batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+    def _next_batch(self) -> list[_Queued]:
+        batch: list[_Queued] = []
         for queue in (self._queries, self._bulk):
             while queue and len(batch) < self._max_batch:
-                text, future = queue.popleft()
-                if not future.done():  # its caller may have given up (a timeout)
-                    batch.append((text, future))
+                item = queue.popleft()
+                if not item.future.done():  # its caller may have given up
+                    batch.append(item)
         return batch
 
     async def _drain(self) -> None:
         while batch := self._next_batch():
             try:
-                vectors = await anyio.to_thread.run_sync(self._encode, [t for t, _ in batch])
+                vectors = await anyio.to_thread.run_sync(self._encode, [i.text for i in batch])
             except Exception as exc:  # every waiter of the batch hears why
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                    for sibling in item.request:  # the rest of a failed request is moot
+                        sibling.cancel()
                 continue
-            for (_, future), vector in zip(batch, vectors, strict=True):
-                if not future.done():  # its caller may have given up meanwhile
-                    future.set_result(vector)
+            for item, vector in zip(batch, vectors, strict=True):
+                if not item.future.done():  # its caller may have given up meanwhile
+                    item.future.set_result(vector)
+
+
+@dataclass(frozen=True)
+class _Queued:
+    text: str
+    future: asyncio.Future[np.ndarray]
+    request: list[asyncio.Future[np.ndarray]]  # every future of the text's embed call
 
 
 async def no_vectors(texts: list[str]) -> np.ndarray:

@@ -271,7 +271,10 @@ def test_a_resume_with_another_chunk_size_sends_every_record_again(
     def send(job_id: str, chunk: int, records: list[dict[str, Any]], extract: bool) -> None:
         sent.append((chunk, len(records)))
 
+    before = job_runner.job_id_for(source, kb, 2).rpartition("-")[0]  # ids had no size
+    store.start(before, kb, "jsonl:x")
     first = job_runner._send_chunks(source, "jsonl:x", kb, store, send, 2, restart=True)
+    assert not store.exists(before)  # unfinished for ever, it stopped `kgqr ingest reembed`
     second = first
     try:
         for chunk in range(3):  # a worker finished three chunks, then was killed
