@@ -395,6 +395,7 @@ class ProxySettings(Section):
             "metrics_token",
             "max_body_bytes",
             "max_initial_line_bytes",
+            "max_header_bytes",
             "msearch_max_items",
             "query_log_enabled",
         }
@@ -439,6 +440,15 @@ class ProxySettings(Section):
         "kgqr reads; longer is OpenSearch's own 400 for it. Set it to the engine's "
         "`http.max_initial_line_length` (4 KB by default): a caller's filter_path and "
         "parameters then stay within what the engine takes directly.",
+    )
+
+    max_header_bytes: int = Field(
+        default=8192,
+        ge=256,
+        description="Largest total of request headers on the searches kgqr reads; more is "
+        "OpenSearch's own 400 for it. Set it to the engine's `http.max_header_size` (8 KB by "
+        "default): sent on by kgqr, such a request waited a minute for an answer the engine "
+        "never gave, then answered 502.",
     )
 
     msearch_max_items: int = Field(

@@ -302,13 +302,18 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
     kind = "msearch" if msearch or templates else "search"
     if not (search or msearch or template or templates):
         return "passthrough", await state.engine.forward(request)
-    most = state.settings.proxy.max_initial_line_bytes
-    if request_line_bytes(request) > most:
-        # The engine's HTTP layer refuses such a line before anything else; kgqr sends a
-        # shorter one of its own, so it refuses it here, as the engine would have.
-        raise RewriteRequestError(
-            400, "too_long_http_line_exception", f"An HTTP line is larger than {most} bytes."
-        )
+    # The engine's HTTP layer refuses these before anything else. kgqr sends a shorter line
+    # of its own, so it refuses a long one here, as the engine would have; and headers over
+    # the engine's bound, sent on, were answered by nothing for a minute, then a 502.
+    proxy = state.settings.proxy
+    if request_line_bytes(request) > proxy.max_initial_line_bytes:
+        raise RewriteRequestError(400, "too_long_http_line_exception",
+                                  f"An HTTP line is larger than {proxy.max_initial_line_bytes} "
+                                  "bytes.")  # fmt: skip
+    if header_bytes(request) > proxy.max_header_bytes:
+        raise RewriteRequestError(400, "too_long_http_header_exception",
+                                  f"HTTP header is larger than {proxy.max_header_bytes} "
+                                  "bytes.")  # fmt: skip
     if await credentials_refused(state.identities, request_headers(request), state.settings):
         # The engine's 401, the body streamed to it unread: a caller it does not know
         # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
@@ -328,6 +333,11 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
         return kind, await handle_msearch_template(state, request, templates.group(1), body)
     assert msearch
     return kind, await handle_msearch(state, request, msearch.group(1), body)
+
+
+def header_bytes(request: Request) -> int:
+    """The request's header lines as sent (`name: value`), in bytes."""
+    return sum(len(name) + 2 + len(value) for name, value in request.scope.get("headers", ()))
 
 
 def request_line_bytes(request: Request) -> int:

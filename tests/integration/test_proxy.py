@@ -273,6 +273,40 @@ def test_a_body_of_a_type_the_engine_refuses_is_refused_as_the_engine_refuses_it
     assert via.json() == direct.json()
 
 
+def test_a_search_body_past_the_engines_limit_is_a_413_at_once(
+    entry_url: str, movies_kb: str
+) -> None:
+    """The front reads a search's body to disk before sending it (to send it again to
+    another node): unbounded, one upload could fill the disk."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(entry_url)
+    with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
+        sock.sendall(
+            f"POST /{movies_kb}/_search HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/json\r\nContent-Length: 200000000\r\n\r\n".encode()
+        )
+        head = sock.recv(4096).decode(errors="replace")
+    assert head.startswith("HTTP/1.1 413"), head[:200]
+    assert "content_too_long_exception" in head
+
+
+def test_headers_past_the_engines_bound_get_its_400_at_once(
+    entry_url: str, movies_kb: str, settings: Settings
+) -> None:
+    """A 10 KB header (a long bearer token in a header of its own) is over the engine's
+    8 KB: it answers 400 at once. Sent on by kgqr, nothing answered for a minute, then
+    kgqr's 502."""
+    long_token = {"x-team-token": "t" * 10_000}
+    via = httpx.post(f"{entry_url}/{movies_kb}/_search", json=QUERY, headers=long_token,
+                     timeout=30)  # fmt: skip
+    direct = httpx.post(f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/_search",
+                        json=QUERY, headers=long_token, timeout=30)  # fmt: skip
+    assert via.status_code == direct.status_code == 400
+    assert via.json()["error"]["type"] == direct.json()["error"]["type"]
+
+
 @pytest.mark.parametrize("paging", [{"size": "abc"}, {"size": None}, {"from": "x"}])
 def test_paging_the_engine_refuses_gets_the_engines_error(
     entry_url: str, movies_kb: str, settings: Settings, paging: dict[str, Any]
