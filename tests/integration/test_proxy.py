@@ -307,6 +307,18 @@ def test_headers_past_the_engines_bound_get_its_400_at_once(
     assert via.json()["error"]["type"] == direct.json()["error"]["type"]
 
 
+def test_the_engines_own_explain_of_a_rewritten_hit_explains_its_score(
+    entry_url: str, movies_kb: str
+) -> None:
+    """`explain: true` gave each hit the raw sub-queries' scores ("combined score of"),
+    not the normalised score the hit carries: the value did not match `_score`."""
+    body = {**QUERY, "explain": True}
+    hits = _search(entry_url, movies_kb, body, **{"kgqr.strategy": "base"}).json()["hits"]
+    assert hits["hits"]
+    for hit in hits["hits"]:
+        assert hit["_explanation"]["value"] == pytest.approx(hit["_score"], abs=1e-4), hit
+
+
 @pytest.mark.parametrize("paging", [{"size": "abc"}, {"size": None}, {"from": "x"}])
 def test_paging_the_engine_refuses_gets_the_engines_error(
     entry_url: str, movies_kb: str, settings: Settings, paging: dict[str, Any]
