@@ -675,6 +675,20 @@ def test_a_search_template_is_rewritten_like_the_search_it_renders(
         refused = httpx.post(f"{search}/template", params=explained, json=missing)
         assert refused.status_code == 404
         assert refused.json()["error"]["type"] == "resource_not_found_exception"
+        # The request's own explain replaces the template's, as the engine sets it: kgqr
+        # kept the template's, and explained every hit the engine would not have. A field
+        # the engine does not read is its 400, not a search run with it.
+        explaining = {"query": {"match": {"text": "{{q}}"}}, "explain": True}
+        says_explain = {"source": json.dumps(explaining), "params": {"q": "Pacino"}}
+        for flags in ({}, {"explain": False}):
+            asked = {**says_explain, **flags}
+            via = httpx.post(f"{search}/template", params=explained, json=asked).json()
+            direct = opensearch.search_template(index=movies_kb, body=asked)
+            assert not any("_explanation" in hit for hit in via["hits"]["hits"]), flags
+            assert not any("_explanation" in hit for hit in direct["hits"]["hits"]), flags
+        sized = httpx.post(f"{search}/template", params=explained, json={**says_explain, "size": 1})
+        assert sized.status_code == 400, sized.text[:300]
+        assert sized.json()["error"]["type"] == "x_content_parse_exception"
         # _msearch/template: the KB item rewritten, the other as the engine answers it; an
         # item the engine will not render sends the whole on as it came.
         pacino = {"id": unique_name, "params": {"q": "Pacino", "n": 3}}
