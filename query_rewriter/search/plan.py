@@ -389,6 +389,21 @@ def _pass_through(
             "collapse: the engine's hybrid query does not collapse its hits (neural-search "
             "2.19), so the search is sent as it is"
         )
+    if body.get("profile") is True:
+        # Measured on 2.19: a profiled hybrid query fails ("scorers are null for all
+        # sub-queries in hybrid query"); rewritten, every such search cost a failed one.
+        return "profile", (
+            "profile: the engine cannot profile its hybrid query (neural-search 2.19), so "
+            "the search is sent as it is"
+        )
+    if body.get("rescore"):
+        # A rescore runs on each hybrid sub-query before their scores are normalised: its
+        # weights lost their meaning (a rescored hit at 1.0, every other near 0).
+        return "rescore", (
+            "rescore: the engine rescores each of the hybrid query's parts before it "
+            "normalises them, which the rescore's weights do not mean, so the search is sent "
+            "as it is"
+        )
     if parsed is None:
         return "query_shape", (
             "kgqr rewrites match, match_phrase, multi_match, query_string and "

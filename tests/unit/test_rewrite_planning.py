@@ -200,6 +200,10 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     assert isinstance(plan_search(index, {"size": "3"}, {**body, "size": 0}, "hyde"), SearchPlan)
     assert isinstance(plan_search(index, {}, {**body, "size": 1}, "hyde"), SearchPlan)
     assert _passes(index, {}, {**body, "collapse": {"field": "type"}}, "graph") == "collapse"
+    assert _passes(index, {}, {**body, "profile": True}, "graph") == "profile"
+    rescore = {"window_size": 10, "query": {"rescore_query": {"match_phrase": {"text": "x"}}}}
+    assert _passes(index, {}, {**body, "rescore": rescore}, "graph") == "rescore"
+    assert isinstance(plan_search(index, {}, {**body, "profile": False}, "graph"), SearchPlan)
     # Sorted by a field, not by relevance (a `_score` sort is relevance).
     for sort in ("year", ["_score", {"year": "desc"}], {"year": {"order": "asc"}}):
         assert _passes(index, {}, {**body, "sort": sort}, "graph") == "sort", sort
