@@ -115,8 +115,8 @@ def body_and_params(
 # bounds no depth here (measured on this build): a query of ~330 nested bools (JSON ~1,000
 # deep), or an aggregation's `meta` ~2,000 deep, overflowed the stack of the node that
 # parsed it, and the node exited: one caller took every caller's searches down. Real
-# queries nest a few dozen levels (Elasticsearch's own bool depth limit is far below
-# this); a body between here and the crash is refused, which the engine would run.
+# queries nest a few dozen levels; a body between here and the crash is refused, which
+# the engine would run.
 MAX_NESTING = 128
 
 
