@@ -50,7 +50,12 @@ from query_rewriter.proxy.request_body import (
     off_the_loop_if_large,
     read_body,
 )
-from query_rewriter.proxy.search_template import TEMPLATE_PATH, rendered_search
+from query_rewriter.proxy.search_template import (
+    TEMPLATE_PATH,
+    rendered_search,
+    template_answer,
+    template_search_params,
+)
 from query_rewriter.search.cache import RewriteCache, code_version
 from query_rewriter.search.plan import (
     PassThrough,
@@ -369,7 +374,10 @@ async def handle_search_template(
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     rendered = await rendered_search(state, payload, headers)
     if isinstance(rendered, dict):
-        return await _search(state, request, index, query_params, rendered, False, raw)
+        searched = await template_search_params(state, index, query_params, rendered, headers)
+        if isinstance(searched, dict):
+            return await _search(state, request, index, searched, rendered, False, raw, True)
+        rendered = searched
     explain = explain_asked(query_params, {})
     metrics.PASSED_THROUGH.labels("template").inc()
     if not explain:
@@ -390,9 +398,11 @@ async def _search(
     body: dict[str, Any],
     in_url: bool,
     as_sent: bytes,
+    template: bool = False,
 ) -> Response:
     """The search `body` rewritten, or passed through: `as_sent` on the request's own path
-    when kgqr need not read the answer."""
+    when kgqr need not read the answer. `template`: the request was a template search,
+    and the answer is written as that endpoint's."""
     default = state.settings.rewrite.default_strategy
     plan = plan_search(index, query_params, body, default, await state.kb_indices.target(index))
     headers = request_headers(request)
@@ -401,9 +411,13 @@ async def _search(
         if plan.explain or in_url:  # kgqr reads the answer to explain it, or sends the
             # body the URL held as a body (forwarded, the URL would still hold it).
             upstream = await passed_through_search(state, index, body, plan, headers)
+            if template:
+                upstream = template_answer(upstream)
             return await plan.answer.written(upstream, plan.explanation() if plan.explain else None)
         return await state.engine.forward(request, as_sent, decoded=True)
     upstream, explain = await run_plan(state, plan, headers)
+    if template:
+        upstream = template_answer(upstream)
     response = await plan.answer.written(upstream, explain if plan.explain else None)
     if fallback := explain.get("fallback"):
         response.headers[FALLBACK_HEADER] = fallback_header(fallback)

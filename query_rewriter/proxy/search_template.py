@@ -11,8 +11,13 @@ passes through, is sent on as the caller sent it: the engine answers it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
+from query_rewriter.engine.forwarding import answer_content, json_answer
+from query_rewriter.search.plan import engine_params
 from query_rewriter.search.state import ProxyState
 
 TEMPLATE_PATH = re.compile(r"^/([^/_][^/]*)/_search/template/?\Z")
@@ -22,6 +27,21 @@ TEMPLATE_KEYS = ("id", "source", "params")
 # true). Kept from the template instead, a source with `explain: true` explained every hit
 # the engine would not have.
 SEARCH_SWITCHES = ("explain", "profile")
+# What `_search` reads from its URL into the search itself (RestSearchAction's
+# parseSearchSource). On `_search/template` the engine reads and checks them, then replaces
+# that search with the rendered one (measured on 2.19: `?size=1` answers every hit,
+# `?size=abc` is its 400). kgqr applied them to the rendered search. `track_total_hits`
+# alone is kept, where the template sets none.
+SEARCH_URL_PARAMS = frozenset((
+    "q", "df", "analyzer", "analyze_wildcard", "lenient", "default_operator",
+    "from", "size", "explain", "version", "seq_no_primary_term", "timeout",
+    "terminate_after", "stored_fields", "docvalue_fields", "_source", "_source_includes",
+    "_source_excludes", "sort", "stats", "track_scores", "track_total_hits",
+    "include_named_queries_score", "suggest_field", "suggest_text", "suggest_size",
+    "suggest_mode",
+))  # fmt: skip
+# A template search that matches nothing: the engine's check of a request's URL.
+_NOTHING = {"source": {"size": 0, "query": {"match_none": {}}}}
 
 
 async def rendered_search(
@@ -43,3 +63,46 @@ async def rendered_search(
         return f"the engine did not render the template for the caller ({answer.status_code})"
     searched = {key: value for key, value in output.items() if key not in SEARCH_SWITCHES}
     return {**searched, **{key: True for key in SEARCH_SWITCHES if request.get(key) is True}}
+
+
+async def template_search_params(
+    state: ProxyState,
+    index: str,
+    query_params: Mapping[str, str],
+    rendered: dict[str, Any],
+    headers: dict[str, str],
+) -> dict[str, str] | str:
+    """The URL parameters of the search a template request runs as the engine runs it
+    (SEARCH_URL_PARAMS dropped), or why the engine must answer it. Which values the engine
+    refuses (`size=abc`, `timeout=10`, `df` without `q`, `suggest_field`'s 500) only it
+    says exactly: a request carrying any is first checked by a template search matching
+    nothing, as the caller, with the same URL."""
+    ignored = SEARCH_URL_PARAMS.intersection(query_params)
+    if not ignored:
+        return dict(query_params)
+    check = await state.engine.for_request(headers).send(
+        "POST", f"/{index}/_search/template", json=_NOTHING, params=engine_params(query_params)
+    )
+    if check.status_code != 200:
+        return (
+            f"URL parameters the engine refuses on a template search ({check.status_code}): "
+            "it answers the request as it came"
+        )
+    kept = {k: v for k, v in query_params.items() if k not in ignored}
+    if "track_total_hits" in query_params and "track_total_hits" not in rendered:
+        kept["track_total_hits"] = query_params["track_total_hits"]
+    return kept
+
+
+def template_answer(upstream: httpx.Response) -> httpx.Response:
+    """A search's answer as `_search/template` writes it: with the top-level `"status"`
+    the engine adds there (and not to `_search`'s)."""
+    if not upstream.is_success:
+        return upstream
+    try:
+        content = answer_content(upstream)
+    except ValueError:
+        return upstream
+    if not isinstance(content, dict) or "status" in content:
+        return upstream
+    return json_answer({**content, "status": upstream.status_code}, upstream)

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from opensearchpy import OpenSearch
+from opensearchpy import OpenSearch, RequestError
 from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 from opensearchpy.helpers.search import Search
 
@@ -706,6 +706,36 @@ def test_a_search_template_is_rewritten_like_the_search_it_renders(
             assert multi[1].get("hits", {}).get("total") == direct[1].get("hits", {}).get("total")
     finally:
         opensearch.delete_script(id=unique_name)
+
+
+def test_a_template_search_reads_its_url_as_the_engine_does(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """`_search/template` checks the URL's search parameters (`size`, `explain`, `sort`)
+    and then runs the rendered search without them: `?size=1` answers every hit. kgqr
+    applied them to the rendered search, and its answer lacked the `"status"` the
+    engine's carries. A value the engine refuses stays its 400."""
+    source = {"query": {"match": {"text": "{{q}}"}}, "size": 5}
+    request = {"source": json.dumps(source), "params": {"q": "American"}}
+    path = f"/{movies_kb}/_search/template"
+    rewritten = {"kgqr.strategy": "base", "kgqr.explain": "true"}
+    for url in ({}, {"size": "1"}, {"explain": "true"}, {"_source": "false"}, {"sort": "id"},
+                {"track_total_hits": "1"}):  # fmt: skip
+        direct = opensearch.transport.perform_request("POST", path, params=url, body=request)
+        via = httpx.post(f"{entry_url}{path}", params={**url, **rewritten}, json=request).json()
+        assert via["kgqr"]["strategy"] == "base" and "passed_through" not in via["kgqr"], url
+        assert len(_ids(via)) == len(_ids(direct)) > 1, url
+        assert via["status"] == direct["status"] == 200, url
+        assert via["hits"]["total"] == direct["hits"]["total"], url
+        for hit in via["hits"]["hits"]:
+            assert "_source" in hit and "_explanation" not in hit, url
+    for url in ({"size": "abc"}, {"terminate_after": "-1"}, {"df": "text"}):
+        with pytest.raises(RequestError) as refused:
+            opensearch.transport.perform_request("POST", path, params=url, body=request)
+        via = httpx.post(f"{entry_url}{path}", params={**url, **rewritten}, json=request)
+        assert via.status_code == refused.value.status_code == 400, url
+        info: Any = refused.value.info
+        assert via.json()["error"]["reason"] == info["error"]["reason"], url
 
 
 def test_an_index_named_metrics_is_the_engines_not_kgqrs_counters(
