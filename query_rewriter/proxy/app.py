@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 from kgqr_core import connections
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings, get_settings
-from plugin.schema import hybrid_pipelines, proxy_index_templates
+from plugin.schema import META_INDEX, hybrid_pipelines, opensearch_resource, proxy_index_templates
 from query_rewriter import metrics
 from query_rewriter.engine.answer_format import AnswerFormat
 from query_rewriter.engine.caller import Caller
@@ -213,6 +213,7 @@ async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipel
     try:
         for name, body in proxy_index_templates().items():
             await http.put(f"/_index_template/{name}", json=body)
+        await _ensure_meta_mapping(http)
         if not pipelines:
             return
         for name, body in hybrid_pipelines(
@@ -221,6 +222,19 @@ async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipel
             await _ensure_pipeline(http, name, body)
     except httpx.HTTPError as exc:
         log.warning("could not install kgqr's definitions", extra={"kgqr": {"error": str(exc)}})
+
+
+async def _ensure_meta_mapping(http: httpx.AsyncClient) -> None:
+    """kgqr-meta's fields as kgqr defines them, on an existing kgqr-meta: the tune page
+    writes a default's evidence there with the caller's rights, and an older kgqr-meta
+    would map it field by field. Put here, at start, and not when a caller promotes: a
+    caller who may not write kgqr-meta had kgqr's account change its mapping."""
+    if (await http.head(f"/{META_INDEX}")).status_code != 200:
+        return  # made from kgqr's template (`kgqr plugin install`, any ingest or attach)
+    mappings = opensearch_resource("kb-meta-template")["template"]["mappings"]
+    mapped = await http.put(f"/{META_INDEX}/_mapping", json=mappings)
+    if mapped.status_code != 200:
+        log.warning("kgqr-meta's mapping not updated", extra={"kgqr": {"error": mapped.text[:300]}})
 
 
 async def _ensure_pipeline(http: httpx.AsyncClient, name: str, body: dict[str, Any]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
@@ -17,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from plugin import kb_meta, schema
+from plugin import kb_meta
 from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_index
 from query_rewriter.engine.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.engine.forwarding import request_headers
@@ -34,7 +33,6 @@ from workbench.tuning.auto import BASELINE, StrategySetting, decide, shown_candi
 from workbench.tuning.judgment_store import JudgmentStore
 from workbench.tuning.scoreboard import grades_by_query, scoreboard, scored_rankings
 
-log = logging.getLogger("kgqr.proxy")
 STATIC_TYPES = {"tune.js": "text/javascript", "tune.css": "text/css"}
 RECOMMENDED = "graph"  # the README's recommendation: graph evidence, no LLM
 # Measured with the local 1.5B model on 2 CPU cores (docs/results-archive.md, "Measurements").
@@ -325,14 +323,6 @@ async def promote(request: Request) -> Response:
     found = await session.send("GET", f"/{META_INDEX}/_doc/{kb}")
     found.raise_for_status()
     meta = kb_meta.KnowledgeBaseMeta.model_validate(found.json()["_source"])
-    # kgqr's own definitions, as `kgqr kb set-default` installs them: an older kgqr-meta
-    # would map the evidence field by field.
-    template = schema.opensearch_resource("kb-meta-template")["template"]["mappings"]
-    mapped = await request.app.state.kgqr.engine.as_kgqr().send(
-        "PUT", f"/{META_INDEX}/_mapping", json=template
-    )
-    if mapped.status_code != 200:
-        log.warning("kgqr-meta's mapping not updated: %s", mapped.text[:300])
     chosen, update = kb_meta.next_default(
         meta, decision.promoted.strategy, decision.promoted.params, decision.reason(),
         "tune page", decision.evidence(),
