@@ -548,6 +548,33 @@ def test_no_credentials_get_opensearchs_401_and_no_rewrite(
     assert len(prompts) == before  # refused callers cost no LLM call
 
 
+def test_kgqr_and_its_front_lend_kgqrs_account_to_the_same_callers(
+    settings: Settings, secured: SecuredCredentials, users: dict[str, str]
+) -> None:
+    """With KGQR_ANONYMOUS_USES_SERVICE_ACCOUNT on, a request carrying none of the
+    credential headers kgqr knows runs as kgqr's account, and one carrying any (a session
+    cookie, proxy authentication) is the caller's for the engine to judge. The front lent
+    the account whenever Authorization was empty: a caller with only a cookie ran as kgqr
+    through the front, and was refused through kgqr."""
+    lending = _as(settings, secured, "kgqr", secured.kgqr_password).replaced(
+        {"anonymous_uses_service_account": True}
+    )
+    with (
+        running_proxy(lending) as proxy_url,
+        running_front(
+            lending, "127.0.0.1", free_port(), int(proxy_url.rsplit(":", 1)[1])
+        ) as front_url,
+    ):
+        for url in (proxy_url, front_url):
+            authinfo = f"{url}/_plugins/_security/authinfo"
+            anonymous = httpx.get(authinfo)
+            assert anonymous.status_code == 200 and anonymous.json()["user_name"] == "kgqr", url
+            for sent in ({"cookie": "session=elsewhere"}, {"x-proxy-user": "reader"}):
+                assert httpx.get(authinfo, headers=sent).status_code == 401, (url, sent)
+            reader = httpx.get(authinfo, headers={"authorization": users["reader"]})
+            assert reader.json()["user_name"] == "reader", url
+
+
 def test_a_request_without_valid_credentials_is_not_read_before_the_engines_401(
     entry: str, proxy: tuple[str, list[str]], users: dict[str, str]
 ) -> None:

@@ -12,6 +12,7 @@ from pydantic import SecretStr
 from kgqr_core.settings import Settings
 from kgqr_ops.nginx_front import render_config
 from kgqr_ops.services.errors import ServiceError
+from query_rewriter.engine.caller import KNOWN_CREDENTIAL_HEADERS
 
 
 def test_every_placeholder_is_filled(tmp_path: Path) -> None:
@@ -24,13 +25,13 @@ def test_every_placeholder_is_filled(tmp_path: Path) -> None:
     assert "server 127.0.0.1:9201;" in config and "listen 0.0.0.0:9202;" in config
     assert f"pid {tmp_path}/front.pid;" in config
     assert f"listen unix:{tmp_path}/status.sock;" in config
-    assert '""       "";' in config  # no credentials: a caller's own header, or none
+    assert '~^\\|*$  "";' in config  # no credentials: a caller's own header, or none
 
 
 def test_callers_without_credentials_never_get_kgqrs_by_default(tmp_path: Path) -> None:
     settings = Settings.of({"opensearch_user": "admin", "opensearch_password": SecretStr("s3cret")})
     config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
-    assert '""       "";' in config
+    assert '~^\\|*$  "";' in config
     assert base64.b64encode(b"admin:s3cret").decode() not in config
 
 
@@ -44,7 +45,13 @@ def test_lending_kgqrs_account_to_anonymous_callers_is_an_opt_in(tmp_path: Path)
     )
     config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
     expected = "Basic " + base64.b64encode(b"admin:s3cret").decode()
-    assert f'""       "{expected}";' in config
+    assert f'~^\\|*$  "{expected}";' in config
+    # Lent only when none of the credential headers kgqr knows is sent, as kgqr lends it.
+    keyed_on = re.search(r'map "([^"]*)" \$upstream_authorization', config)
+    assert keyed_on is not None
+    assert set(keyed_on.group(1).split("|")) == {
+        f"$http_{name.replace('-', '_')}" for name in KNOWN_CREDENTIAL_HEADERS
+    }
 
 
 def _render(tmp_path: Path, **settings: object) -> str:
