@@ -517,8 +517,8 @@ class RewriteSettings(Section):
         gt=0,
         description="Whole-rewrite budget of a strategy that calls no LLM (`graph`, the "
         "walk, `prf`, `agent`...): they take milliseconds, so a hung Neo4j costs a search "
-        "this much, not the LLM's budget, before it runs as the plain query. Keep "
-        "KGQR_AGENT_TIME_BUDGET_MS below it.",
+        "this much, not the LLM's budget, before it runs as the plain query. The "
+        "agent's plan has its own budget on top (KGQR_AGENT_TIME_BUDGET_MS).",
     )
 
     budget_ms: int | None = Field(

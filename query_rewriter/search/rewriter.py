@@ -236,7 +236,7 @@ class Rewriter:
             else self.settings.rewrite.timeout_s
             if strategy.uses_llm
             else self.settings.rewrite.llm_free_timeout_s
-        )
+        ) + strategy.own_time_s(self.settings)
 
         async def compute() -> RewriteOutcome:
             chosen, refused = strategy, None

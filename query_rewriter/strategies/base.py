@@ -43,6 +43,12 @@ class Strategy(abc.ABC):
         """Its uncached rewrites wait on the LLM, so they are budgeted (KGQR_REWRITE_BUDGET_MS)."""
         return self.llm_calls > 0
 
+    def own_time_s(self, settings: Settings) -> float:
+        """A step's own time budget, set apart from the rewrite's (the agent's plan):
+        the rewrite is given it on top of its whole budget, so the step's own limit, and
+        its own fallback reason, are what a slow step meets."""
+        return 0.0
+
     @abc.abstractmethod
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite: ...
 

@@ -251,3 +251,26 @@ def test_a_strategy_without_an_llm_falls_back_within_its_own_budget(
         assert time.perf_counter() - started < 30  # not the LLM's 60
 
     asyncio.run(run())
+
+
+def test_the_agents_plan_has_its_own_budget_on_top_of_the_rewrites(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plan budget (KGQR_AGENT_TIME_BUDGET_MS) above the LLM-free rewrite's timeout was
+    never reached: the rewrite was cut first, and the plan's own outcome never told."""
+
+    async def slow_plan(query: str, ctx: object) -> None:
+        await asyncio.sleep(0.4)
+        raise ValueError("the plan chosen for this query found nothing")
+
+    monkeypatch.setattr(STRATEGIES["agent"], "rewrite", slow_plan)
+    settings = Settings.of({"rewrite_llm_free_timeout_s": 0.2, "agent_time_budget_ms": 1000})
+
+    async def run() -> None:
+        rewriter = _rewriter(settings, GatedLlm(), _embed)
+        outcome = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["agent"],
+                                         query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
+        assert outcome.fallback is not None
+        assert "found nothing" in outcome.fallback["reason"], outcome.fallback
+
+    asyncio.run(run())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
+from kgqr_core.settings import Settings
 from query_rewriter.strategies.agent.executor import execute
 from query_rewriter.strategies.agent.plan import fill, validate
 from query_rewriter.strategies.agent.plan_book import Router, book_of
@@ -58,6 +59,9 @@ class PlanAgent(Strategy):
 
     def __init__(self) -> None:
         self.router = Router()
+
+    def own_time_s(self, settings: Settings) -> float:
+        return float(settings.value("agent_time_budget_ms")) / 1000
 
     async def rewrite(self, query: str, ctx: StrategyContext) -> Rewrite:
         book = book_of(ctx.meta)
