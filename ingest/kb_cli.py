@@ -265,22 +265,22 @@ def set_default(
     from plugin import kb_meta
 
     client = _client()
+    by = kb_meta.set_by("kgqr kb set-default", get_settings().opensearch.user)
     try:
         if rollback or clear:
             if strategy or params or (rollback and clear):
                 raise click.UsageError("--rollback and --clear take no STRATEGY, --param or other")
             chosen = (
-                kb_meta.roll_back_default(client, name, to_version, "kgqr kb set-default")
+                kb_meta.roll_back_default(client, name, to_version, by)
                 if rollback
-                else kb_meta.set_default(client, name, None, {}, reason, "kgqr kb set-default")
+                else kb_meta.set_default(client, name, None, {}, reason, by)
             )
         else:
             if strategy is None:
                 raise click.UsageError("name a STRATEGY, or --rollback")
             [strategy] = strategy_names(strategy, "STRATEGY", single=True)
             values = strategy_params(params, strategy)
-            chosen = kb_meta.set_default(client, name, strategy, values, reason,
-                                         "kgqr kb set-default")  # fmt: skip
+            chosen = kb_meta.set_default(client, name, strategy, values, reason, by)
     except kb_meta.NoSuchDefault as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{name}: default {chosen.describe()}")

@@ -55,6 +55,12 @@ class KbDefault(BaseModel):
         return f"v{self.version}: {chosen}{' ' + params if params else ''} ({self.reason})"
 
 
+def set_by(tool: str, user: str | None) -> str:
+    """Who set a default: the tool, and the OpenSearch user it wrote as where known (the
+    record is a default's audit trail: the tool alone told no one who changed it)."""
+    return f"{tool}, as {user}" if user else tool
+
+
 class KnowledgeBaseMeta(BaseModel):
     kb: str
     structure: DocumentStructure

@@ -1105,8 +1105,9 @@ def test_kgcqr_shows_triples_only_from_passages_the_caller_may_read(
 
 @pytest.mark.same_on_containers
 def test_the_tuning_page_searches_and_judges_as_the_caller(
-    proxy: tuple[str, list[str]], users: dict[str, str]
-) -> None:
+    settings: Settings, secured: SecuredCredentials, proxy: tuple[str, list[str]],
+    users: dict[str, str],
+) -> None:  # fmt: skip
     url = proxy[0]
     query = {"kb": KB, "query": "American actor in Heat", "strategy": "base", "size": 8}
 
@@ -1142,6 +1143,18 @@ def test_the_tuning_page_searches_and_judges_as_the_caller(
     refused = tune("tuner", "promote", {"kb": KB})
     assert refused.status_code == 403, refused.text
     assert "kgqr-meta" in refused.text or "no permissions" in refused.text
+    # One who may write it promotes, and the default's record says who did.
+    promoted = httpx.post(f"{url}/_kgqr/tune/promote", json={"kb": KB}, timeout=120,
+                          headers={"authorization": secured.admin_authorization})  # fmt: skip
+    ingester = connections.opensearch_client(
+        _as(settings, secured, "kgqr-ingest", secured.ingest_password)
+    )
+    try:
+        assert promoted.status_code == 200, promoted.text
+        assert promoted.json()["default"]["set_by"] == "tune page, as admin"
+    finally:
+        kb_meta.set_default(ingester, KB, None, {}, "test done", "test")
+        ingester.close()
 
 
 def _cors(answer: httpx.Response) -> dict[str, list[str]]:

@@ -112,7 +112,8 @@ def auto(
 
     chosen = kb_meta.set_default(
         connections.opensearch_client(settings), kb, decision.promoted.strategy,
-        dict(decision.promoted.params), decision.reason(), "kgqr tune auto", evidence,
+        dict(decision.promoted.params), decision.reason(),
+        kb_meta.set_by("kgqr tune auto", settings.opensearch.user), evidence,
     )  # fmt: skip
     click.echo(f"{kb}: default {chosen.describe()}")
 

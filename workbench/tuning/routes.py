@@ -20,7 +20,7 @@ from plugin import kb_meta
 from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_index
 from query_rewriter.engine.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.engine.forwarding import request_headers
-from query_rewriter.engine.identities import credentials_refused
+from query_rewriter.engine.identities import AUTHINFO_PATH, credentials_refused
 from query_rewriter.proxy.request_body import off_the_loop_if_large, read_body
 from query_rewriter.search.plan import PassThrough, plan_search
 from query_rewriter.search.service import run_plan
@@ -323,9 +323,11 @@ async def promote(request: Request) -> Response:
     found = await session.send("GET", f"/{META_INDEX}/_doc/{kb}")
     found.raise_for_status()
     meta = kb_meta.KnowledgeBaseMeta.model_validate(found.json()["_source"])
+    authinfo = await session.send("GET", AUTHINFO_PATH)
+    user = authinfo.json().get("user_name") if authinfo.status_code == 200 else None
     chosen, update = kb_meta.next_default(
         meta, decision.promoted.strategy, decision.promoted.params, decision.reason(),
-        "tune page", decision.evidence(),
+        kb_meta.set_by("tune page", user if isinstance(user, str) else None), decision.evidence(),
     )  # fmt: skip
     written = await session.send("POST", f"/{META_INDEX}/_update/{kb}",
                                  params={"refresh": "wait_for"}, json=update)  # fmt: skip
