@@ -116,14 +116,22 @@ def strategy_params(
 def judged_queries(
     spec: str, hint: str, split: str | None = None, limit: int | None = None
 ) -> list[Any]:
-    """The judged queries `spec` (KIND:PATH) names, or a usage error naming `hint`: a line
-    that is not JSON, a missing file, or no queries at all."""
+    """The judged queries `spec` (KIND:PATH) names that have a relevant document, or a
+    usage error naming `hint`: a line that is not JSON, a missing file, an id given twice,
+    or no such queries at all. A query judged only non-relevant is left out, and said so:
+    recall, MRR and AP are undefined without a relevant document, and scored as zeros such
+    queries were ties counted in every comparison (the tune page leaves them out too)."""
+    from workbench.evaluation.metrics import relevant_ids
     from workbench.evaluation.query_sets import QuerySetError, load_query_set
 
     try:
-        queries = load_query_set(spec, split, limit)
+        loaded = load_query_set(spec, split, limit)
     except QuerySetError as exc:
         raise click.BadParameter(str(exc), param_hint=hint) from exc
+    queries = [query for query in loaded if relevant_ids(query.judgments)]
+    if left_out := len(loaded) - len(queries):
+        click.echo(f"{spec}: {left_out} of {len(loaded)} queries have no relevant document "
+                   "judged and are left out", err=True)  # fmt: skip
     if not queries:
-        raise click.BadParameter(f"{spec}: no queries", param_hint=hint)
+        raise click.BadParameter(f"{spec}: no queries with a relevant document", param_hint=hint)
     return queries

@@ -76,3 +76,10 @@ def test_mean_and_latency_percentiles() -> None:
     figures = latency_percentiles([0.4, 0.1, 0.3, 0.2])
     assert figures["p50_ms"] == pytest.approx(250.0)
     assert figures["p95_ms"] == pytest.approx(385.0)
+
+
+def test_a_document_ranked_twice_counts_at_its_first_place() -> None:
+    """Counted at each place (an alias over two indices holding it), it gave AP 2.0."""
+    twice = score_query(["a", "a", "b"], {"a": 1.0})
+    assert twice == score_query(["a", "b"], {"a": 1.0})
+    assert twice["mAP"] == 1.0 and twice["nDCG@10"] == 1.0

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 
+from kgqr_ops.cli_options import judged_queries
 from query_rewriter.search.warming import queries_from_file
 from workbench.evaluation.query_sets import JudgedQuery, QuerySetError, load_query_set
 
@@ -164,3 +166,29 @@ def test_shared_stark_splits_load(dataset: str) -> None:
     assert {q.id for q in queries} == wanted
     assert all(q.judgments for q in queries)
     assert load_query_set(f"stark:{folder}", "human", limit=5)
+
+
+def test_a_query_id_given_twice_is_refused(tmp_path: Path) -> None:
+    """Comparisons pair queries by id: the second replaced the first there, while the
+    table averaged both."""
+    path = tmp_path / "judged.jsonl"
+    path.write_text('{"id": "7", "query": "one", "relevant": ["a"]}\n'
+                    '{"id": "7", "query": "another", "relevant": ["b"]}\n')  # fmt: skip
+    with pytest.raises(QuerySetError, match="query id '7' is given twice"):
+        load_query_set(f"jsonl:{path}")
+
+
+def test_queries_without_a_relevant_document_are_left_out_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tune page's download writes queries judged only non-relevant; scored as zeros
+    they were ties in every comparison, and `tune auto` chose on more queries than the
+    page did."""
+    path = tmp_path / "judged.jsonl"
+    path.write_text('{"id": "a", "query": "one", "grades": {"d1": 1}}\n'
+                    '{"id": "b", "query": "two", "grades": {"d2": 0}}\n')  # fmt: skip
+    assert [q.id for q in judged_queries(f"jsonl:{path}", "--queries")] == ["a"]
+    assert "1 of 2 queries have no relevant document judged" in capsys.readouterr().err
+    path.write_text('{"id": "b", "query": "two", "grades": {"d2": 0}}\n')
+    with pytest.raises(click.BadParameter, match="no queries with a relevant document"):
+        judged_queries(f"jsonl:{path}", "--queries")

@@ -76,3 +76,14 @@ def test_runs_are_paired_by_query_and_compared_to_the_named_baseline() -> None:
     [compared] = compare_runs(runs, "base", ["MRR"])
     assert (compared.strategy, compared.queries, compared.wins) == ("graph", 2, 1)
     assert compared.difference == pytest.approx(0.25)
+
+
+def test_an_interval_above_zero_the_randomization_test_does_not_back_is_not_a_win() -> None:
+    """Four wins, no loss, six ties of ten: the percentile interval is [+10, +70], but
+    only 2^4 sign flips differ, and the exact p-value is 2/16 = 0.125."""
+    base = {f"q{i}": 0.0 for i in range(10)}
+    lifted = {**base, **{f"q{i}": 1.0 for i in range(4)}}
+    shown = compare("R@5", "graph", lifted, "base", base)
+    assert shown.low > 0 and shown.p_value == pytest.approx(0.125)
+    assert shown.verdict == "not shown to differ"
+    assert compare("R@5", "base", base, "graph", lifted).verdict == "not shown to differ"

@@ -65,3 +65,20 @@ def test_a_handful_of_queries_promotes_nothing() -> None:
     assert decision.promoted is None and decision.best_overall == WALK
     assert "5 judged queries are too few to choose on" in decision.reason()
     assert "nothing recorded" in decision.reason()
+
+
+def test_a_few_wins_among_ties_promote_nothing() -> None:
+    """Four of ten questions better, six the same: an interval above zero at p = 0.125
+    promoted the walk (the tune page's fewest queries are ten)."""
+    ten = QUERIES[:10]
+    walk = {q: _scores(0.5, 0.8) for q in ten} | {q: _scores(1.0, 0.8) for q in ten[:4]}
+    decision = decide({BASE: {q: _scores(0.5, 0.8) for q in ten}, WALK: walk}, "R@5", 5)
+    assert decision.promoted == BASE and not decision.beats_base
+
+
+def test_ties_go_to_base_whatever_order_the_settings_come_in() -> None:
+    """The tune page lists settings in the order their runs were stored: listed after
+    the walk, base lost every tie, and the evidence named the walk as chosen."""
+    same = {q: _scores(0.5, 0.8) for q in QUERIES}
+    decision = decide({WALK: dict(same), BASE: dict(same)}, "R@5", folds=5)
+    assert decision.best_overall == BASE and decision.validated.chosen() == {"base": 5}

@@ -169,8 +169,14 @@ def load_query_set(
         )
     loader, default_split = LOADERS[kind]
     queries: list[JudgedQuery] = []
+    seen: set[str] = set()
     for query in loader(Path(path).expanduser(), split or default_split):
         if limit is not None and len(queries) >= limit:
             break
+        if query.id in seen:
+            # Comparisons pair queries by id: the second silently replaced the first there,
+            # while the table averaged both.
+            raise QuerySetError(f"{spec}: query id {query.id!r} is given twice; ids must differ")
+        seen.add(query.id)
         queries.append(query)
     return queries

@@ -5,8 +5,9 @@ Every LLM-free strategy is scored at its configured parameters and at each value
 main parameters (one at a time, sweep.DEFAULT_GRID), on every judged query. The choice is
 cross-validated (cross_validation.py): on each fold, the setting best on the other folds'
 queries is scored on that fold's. The setting best on all queries is promoted only if
-those held-out scores beat base's with a 95% interval above zero on the chosen metric and
-MRR is not shown to be worse; otherwise base is recorded. On fewer than MIN_QUERIES judged
+those held-out scores beat base's with a 95% interval above zero (and a randomization
+test's p below 0.05: significance.PairedComparison.verdict) on the chosen metric and MRR
+is not shown to be worse; otherwise base is recorded. On fewer than MIN_QUERIES judged
 queries nothing is recorded: too few to show anything, they must not replace the default
 the knowledge base has (KGQR_REWRITE_DEFAULT_STRATEGY=auto gives Gemma's KBs `graph`).
 The evidence is printed, and recorded with the default (plugin.kb_meta.KbDefault).
@@ -99,14 +100,15 @@ class Decision:
         if self.beats_base:
             return (f"tune auto: {self.promoted.name} beat base on {self.queries} judged "
                     f"queries, cross-validated over {folds} folds: {shown}")  # fmt: skip
-        return (f"tune auto: no setting beat base with a {self.metric} interval above 0 and "
+        return (f"tune auto: no setting beat base with a {self.metric} interval above 0 "
+                f"(p < 0.05) and "
                 f"{GUARD_METRIC} not worse, cross-validated over {folds} folds on "
                 f"{self.queries} judged queries: {shown}")  # fmt: skip
 
     def evidence(self) -> dict[str, Any]:
         return {
             "rule": f"promote the setting best on all queries only if its cross-validated "
-                    f"{self.metric} beats base with a 95% interval above 0 and "
+                    f"{self.metric} beats base with a 95% interval above 0 (p < 0.05) and "
                     f"{GUARD_METRIC} is not shown worse",
             "metric": self.metric,
             "queries": self.queries,
@@ -122,8 +124,10 @@ def decide(
     scored: Mapping[StrategySetting, PerQuery], metric: str, folds: int, seed: int = 0
 ) -> Decision:
     """The rule, over settings already scored on every query (base's among them)."""
-    settings = list(scored)
-    base = next(s for s in settings if s.strategy == BASELINE and not s.params)
+    base = next(s for s in scored if s.strategy == BASELINE and not s.params)
+    # Base first, so that every tie (a fold's choice, the best overall) goes to it: the
+    # tune page lists settings in the order its runs were stored.
+    settings = [base, *(s for s in scored if s != base)]
     candidates = [Candidate(s.name, scored[s]) for s in settings]
     validated = cross_validate(candidates, metric, folds, seed)
     runs = {BASELINE: scored[base], "held-out": validated.per_query}
@@ -131,7 +135,11 @@ def decide(
     by_metric = {c.metric: c for c in against}
     best = max(settings, key=lambda s: mean_of(scored[s], metric))  # the first of equals
     enough = len(scored[base]) >= MIN_QUERIES
-    wins = enough and by_metric[metric].low > 0 and by_metric[GUARD_METRIC].verdict != "worse"
+    wins = (
+        enough
+        and by_metric[metric].verdict == "better"
+        and by_metric[GUARD_METRIC].verdict != "worse"
+    )
     return Decision(
         promoted=best if wins else base if enough else None,
         best_overall=best,
