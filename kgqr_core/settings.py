@@ -81,6 +81,23 @@ class Section(BaseModel):
     AS_IS: ClassVar[frozenset[str]] = frozenset()
 
 
+def _address(value: str, schemes: tuple[str, ...]) -> str:
+    """A service's URL checked when read: a wrong one (`notaurl`, a port `:abc`) otherwise
+    surfaced as a driver's traceback from the first command that used it, or as "could not
+    be reached"."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in schemes or not (parts.hostname or parts.scheme == "unix"):
+        raise ValueError(f"must be a URL of scheme {' or '.join(schemes)} with a host: {value!r}")
+    try:
+        parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+    except ValueError:
+        raise ValueError(f"has a port that is not a number from 0 to 65535: {value!r}") from None
+    return value
+
+
+HTTP_SCHEMES = ("http", "https")
+
+
 class OpenSearchSettings(Section):
     """OpenSearch: the cluster kgqr reaches, kgqr's own account on it, and the local
     node(s) `kgqr services` runs."""
@@ -122,6 +139,18 @@ class OpenSearchSettings(Section):
         description="Check an https OpenSearch's certificate and host name. Turn off only "
         "for a throwaway cluster with the security plugin's demo certificates.",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _an_http_address(cls, value: str) -> str:
+        return _address(value, HTTP_SCHEMES)
+
+    @field_validator("other_urls")
+    @classmethod
+    def _http_addresses(cls, value: str) -> str:
+        for url in filter(None, (part.strip() for part in value.split(","))):
+            _address(url, HTTP_SCHEMES)
+        return value
 
     version: str = Field(
         default="2.19.1", description="OpenSearch version `kgqr services` runs (Maven Central)."
@@ -212,6 +241,11 @@ class Neo4jSettings(Section):
         "Neo4j was down.",
     )
 
+    @field_validator("uri")
+    @classmethod
+    def _a_bolt_address(cls, value: str) -> str:
+        return _address(value, ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc"))
+
 
 class RedisSettings(Section):
     """Redis: the ingest queue and job records, and the rewrite and LLM caches."""
@@ -237,6 +271,11 @@ class RedisSettings(Section):
         "redis_url and cache_redis_url when they carry none. Unset: the local service's own "
         "(made by `kgqr services up redis` under `home`) for a Redis on this machine.",
     )
+
+    @field_validator("url", "cache_url")
+    @classmethod
+    def _a_redis_address(cls, value: str) -> str:
+        return _address(value, ("redis", "rediss", "unix"))
 
     timeout_s: float = Field(
         default=1.0,
@@ -266,6 +305,11 @@ class LlmSettings(Section):
         default="http://127.0.0.1:8080/v1",
         description="An OpenAI-compatible chat endpoint (the local llama.cpp server by default).",
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _an_http_address(cls, value: str) -> str:
+        return _address(value, HTTP_SCHEMES)
 
     model: str = Field(
         default="qwen2.5-coder-1.5b",
@@ -1099,7 +1143,16 @@ def get_settings() -> Settings:
 
 # KGQR_ variables that are no setting: the config file's name, and what scripts/bootstrap.sh
 # and the secured node's set-up read.
-NOT_SETTINGS = {"KGQR_CONFIG", "KGQR_VENV", "KGQR_PYTHON", "KGQR_BIN_DIR", "KGQR_COMPAT_VENV"}
+# Variables kgqr's own scripts, tests and compose file read, which no command reads as a
+# setting: each warned on every kgqr command of a shell that exported it (the README's
+# KGQR_DATA_DIR, docs/containers.md's compose passwords).
+NOT_SETTINGS = {
+    "KGQR_CONFIG", "KGQR_VENV", "KGQR_PYTHON", "KGQR_BIN_DIR", "KGQR_COMPAT_VENV",
+    "KGQR_DATA_DIR", "KGQR_TEST_SERVICES", "KGQR_ADMIN_PASSWORD", "KGQR_DASHBOARDS_PASSWORD",
+    "KGQR_INGEST_OPENSEARCH_PASSWORD", "KGQR_OPENSEARCH_ADMIN_PASSWORD",
+    "KGQR_COMPOSE_FRONT_PORT", "KGQR_COMPOSE_OPENSEARCH_PORT", "KGQR_IMAGE",
+    "KGQR_LLM_IMAGE", "KGQR_NEO4J_IMAGE", "KGQR_OPENSEARCH_IMAGE", "KGQR_REDIS_IMAGE",
+}  # fmt: skip
 NOT_SETTINGS_PREFIX = "KGQR_SECURITY_"
 
 

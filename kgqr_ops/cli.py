@@ -54,6 +54,9 @@ class LazyGroup(click.Group):
         wherever it was found."""
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # `--help`, a usage error: click's own, read no settings (a bad one was a
+            # traceback from `kgqr kb list --help`)
         except (ConfigurationError, ServiceError) as exc:
             raise click.ClickException(str(exc)) from exc
         except Exception as exc:
@@ -76,7 +79,10 @@ def _unreachable(exc: BaseException) -> str | None:
     import opensearchpy.exceptions
     import redis.exceptions
 
-    settings = get_settings()
+    try:
+        settings = get_settings()
+    except ConfigurationError:
+        return None  # the failure is told as it is
     if isinstance(exc, opensearchpy.exceptions.SSLError):  # reached, but TLS failed
         return (
             f"OpenSearch at {settings.opensearch.url}: TLS failed ({exc.error}); check that "
@@ -101,7 +107,8 @@ def _unreachable(exc: BaseException) -> str | None:
     )
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kgqr", prog_name="kgqr")
 def main() -> None:
     """kgqr: a knowledge-graph-aware query rewriter for OpenSearch.
 

@@ -90,11 +90,8 @@ def render_config(
 ) -> str:
     """The nginx configuration: `listen` and `kgqr` as host:port, `status` the unix socket
     for its counters, `nodes` the cluster's node URLs (default: the configured ones)."""
-    upstream = urlparse(settings.opensearch.url)
-    if upstream.scheme not in ("http", "https") or not upstream.hostname:
-        raise ServiceError(
-            SERVICE, f"not an OpenSearch URL the front can forward to: {upstream.geturl()}"
-        )
+    upstream = urlparse(settings.opensearch.url)  # an http(s) URL with a host: settings check it
+    assert upstream.hostname is not None
     # Callers without credentials reach OpenSearch without any, unless the opt-in lends them
     # kgqr's account (query_rewriter/engine/caller.py).
     lent = (

@@ -28,6 +28,8 @@ from kgqr_core.settings import get_settings
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="How much the proxy logs (JSON lines on stderr): at INFO, each rewritten search "
+    "with its explain (what it became and why) and every fallback; WARNING, what degraded.",
 )
 @click.option(
     "--workers",

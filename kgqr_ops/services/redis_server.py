@@ -30,11 +30,16 @@ class RedisServer(LocalService):
         return self.layout.data(self.name) / "redis.conf"
 
     @property
-    def password(self) -> str:
-        """The configured password, else the local one (made now if there is none yet)."""
+    def password(self) -> str | None:
+        """The configured password, else the local one; None until `up` makes it (a
+        `status` made and wrote one)."""
         if self.settings.redis.password is not None:
             return self.settings.redis.password.get_secret_value()
-        known = local_redis_password(self.settings.home)
+        return local_redis_password(self.settings.home)
+
+    def _password_to_serve(self) -> str:
+        """The password the server is started with: the known one, else one made now."""
+        known = self.password
         if known:
             return known
         made = secrets.token_urlsafe(24)
@@ -50,7 +55,7 @@ class RedisServer(LocalService):
     def command(self) -> tuple[list[str], dict[str, str]]:
         # Only the password goes through the file: the options stay in the command, whose
         # change is what makes `kgqr services up` restart the server.
-        _private_file(self.config_file, f'requirepass "{self.password}"\n')
+        _private_file(self.config_file, f'requirepass "{self._password_to_serve()}"\n')
         argv = [
             "redis-server", str(self.config_file),
             "--bind", self.host, "--port", str(self.port),

@@ -263,3 +263,71 @@ def test_the_front_and_the_proxy_cannot_share_a_port() -> None:
     result = CliRunner().invoke(main, ["serve", "--port", "9299", "--front-port", "9299"])
     assert result.exit_code == 2, result.output
     assert "Invalid value for --front-port: 9299 is the proxy's port too" in result.output
+
+
+def test_help_and_usage_errors_do_not_read_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With any bad setting, `kgqr kb list --help` and every usage error ended in a
+    ConfigurationError traceback."""
+    from kgqr_core.settings import get_settings
+
+    monkeypatch.setenv("KGQR_PROXY_PORT", "abc")
+    get_settings.cache_clear()
+    try:
+        shown = CliRunner().invoke(main, ["kb", "list", "--help"])
+        assert shown.exit_code == 0 and "Usage:" in shown.output, shown.output
+        missing = CliRunner().invoke(main, ["kb", "show"])
+        assert missing.exit_code == 2 and "Missing argument 'NAME'" in missing.output
+        ran = CliRunner().invoke(main, ["kb", "list"])
+        assert ran.exit_code == 1 and "KGQR_PROXY_PORT='abc'" in ran.output
+        assert isinstance(ran.exception, SystemExit)  # a one-line error, no traceback
+    finally:
+        get_settings.cache_clear()
+
+
+def test_the_default_subcommand_takes_options_first_and_a_typo_is_named() -> None:
+    """`kgqr eval --kb x QUERY_SET` said "No such option --kb", and `kgqr eval swep` ran
+    `run` and asked for --kb."""
+    options_first = CliRunner().invoke(main, ["eval", "--kb", "x", "trec:/tmp"])
+    assert options_first.exit_code == 2 and "KIND:PATH" in options_first.output
+    typo = CliRunner().invoke(main, ["eval", "swep"])
+    assert typo.exit_code == 2 and "Did you mean 'sweep'" in typo.output
+    assert "No such command 'stauts'" in CliRunner().invoke(main, ["ingest", "stauts"]).output
+
+
+def test_version_and_short_help() -> None:
+    assert CliRunner().invoke(main, ["--version"]).output.startswith("kgqr, version ")
+    assert "kb [OPTIONS] COMMAND" in CliRunner().invoke(main, ["kb", "-h"]).output
+
+
+@pytest.mark.parametrize(
+    ("grid", "said"),
+    [("foo", "expected NAME=V1,V2"), ("knn.k=", "expected NAME=V1,V2"),
+     ("kar.k=3,5", "base does not read kar.k")],
+)  # fmt: skip
+def test_a_sweep_over_nothing_or_over_what_the_strategy_ignores_is_refused(
+    grid: str, said: str
+) -> None:
+    """An empty grid ended the whole run on a missing folder; a parameter the strategy
+    does not read swept points that all rank alike."""
+    args = ["eval", "sweep", "--dataset", "x=jsonl:/nope", "--strategy", "base", "--grid", grid]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_tune_auto_checks_its_queries_before_making_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["tune", "auto", "--kb", "x", "--queries", "nokind"])
+    assert result.exit_code == 2 and "KIND:PATH" in result.output
+    assert not (tmp_path / "eval-results").exists()
+
+
+def test_the_status_of_a_local_redis_writes_no_password(tmp_path: Path) -> None:
+    """`kgqr services status` made and wrote the local Redis's password file."""
+    from kgqr_core.settings import Settings, local_redis_password_file
+    from kgqr_ops.services.redis_server import RedisServer
+
+    server = RedisServer(Settings.of({"home": tmp_path}))
+    assert server.password is None and not server.is_healthy()
+    assert not local_redis_password_file(tmp_path).exists()

