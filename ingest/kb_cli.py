@@ -264,6 +264,8 @@ def set_default(
     from kgqr_ops.cli_options import strategy_names, strategy_params
     from plugin import kb_meta
 
+    if to_version is not None and not rollback:  # else silently a new version, not that one
+        raise click.UsageError("--to-version goes with --rollback")
     client = _client()
     by = kb_meta.set_by("kgqr kb set-default", get_settings().opensearch.user)
     try:

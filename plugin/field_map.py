@@ -10,6 +10,7 @@ index does not have.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +95,7 @@ def parse_boosted(spec: str) -> tuple[str, float]:
         value = float(boost) if boost else 1.0
     except ValueError:
         raise ValueError(f"{spec!r}: a boost after ^ must be a number") from None
-    if not name or value <= 0:
+    if not name or not 0 < value < math.inf:  # an infinite boost: every score infinite
         raise ValueError(f"{spec!r}: expected FIELD or FIELD^BOOST with a positive boost")
     return name, value
 

@@ -52,6 +52,7 @@ def warm(
     from tqdm import tqdm
 
     from kgqr_core import connections
+    from plugin import kb_meta
     from plugin.schema import documents_index
     from query_rewriter.search.warming import (
         frequent_logged_queries,
@@ -69,7 +70,10 @@ def warm(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--file") from exc
     else:
-        queries = frequent_logged_queries(connections.opensearch_client(settings), kb, top or 0)
+        client = connections.opensearch_client(settings)
+        queries = frequent_logged_queries(client, kb, top or 0)
+        if not queries and kb_meta.load(client, kb) is None:  # a mistyped name, not a quiet log
+            raise click.ClickException(f"no knowledge base {kb!r} (`kgqr kb list` lists them)")
     if not queries:
         raise click.ClickException(
             f"no queries to warm in {path}"

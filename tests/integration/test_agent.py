@@ -331,6 +331,10 @@ def test_the_proxy_serves_the_stored_plan_without_an_llm_call(
     clear = ["agent", "clear", "--kb", catalog_kb]
     cleared = CliRunner().invoke(main, clear, catch_exceptions=False)
     assert cleared.exit_code == 0 and "plans removed" in cleared.output
+    # A mistyped name is told so: it was "no plans (run optimize)", and clear succeeded.
+    for command in ("show", "clear"):
+        unknown = CliRunner().invoke(main, ["agent", command, "--kb", f"{catalog_kb}-typo"])
+        assert unknown.exit_code == 1 and "no knowledge base" in unknown.output, command
     assert book_of(kb_meta.load(opensearch, catalog_kb)) is None
     with running_proxy(url_settings) as url:
         after = _search(url, question.query)

@@ -331,3 +331,15 @@ def test_the_status_of_a_local_redis_writes_no_password(tmp_path: Path) -> None:
     server = RedisServer(Settings.of({"home": tmp_path}))
     assert server.password is None and not server.is_healthy()
     assert not local_redis_password_file(tmp_path).exists()
+
+
+def test_a_version_to_roll_back_to_needs_rollback() -> None:
+    """Without --rollback, --to-version was ignored and a new version recorded."""
+    args = ["kb", "set-default", "movies", "graph", "--to-version", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "--to-version goes with --rollback" in result.output
+
+
+def test_a_query_set_under_an_unknown_users_home_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["eval", "jsonl:~no-such-user-here/q.jsonl", "--kb", "x"])
+    assert result.exit_code == 2 and "Invalid value for QUERY_SET" in result.output

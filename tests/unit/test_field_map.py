@@ -107,7 +107,7 @@ def test_indices_behind_an_alias_are_read_as_one_mapping() -> None:
 def test_boosts_are_read_and_bad_ones_refused() -> None:
     assert parse_boosted("title^2") == ("title", 2.0)
     assert parse_boosted("text") == ("text", 1.0)
-    for bad in ("title^x", "^2", "title^0"):
+    for bad in ("title^x", "^2", "title^0", "title^inf", "title^nan"):
         with pytest.raises(ValueError, match=r"title|boost"):
             parse_boosted(bad)
 

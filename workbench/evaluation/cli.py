@@ -180,7 +180,10 @@ def common_options(out_help: str) -> Callable[[Callable[..., None]], Callable[..
 
         decorators = [
             click.option(
-                "--split", default=None, help="Query split (dev; STaRK: train/val/test/human)."
+                "--split",
+                default=None,
+                help="Query split: musique and hotpotqa read queries_SPLIT.json (default "
+                "dev); STaRK train, val, test (default) or human; jsonl has none.",
             ),
             click.option(
                 "--limit",

@@ -168,9 +168,13 @@ def load_query_set(
             f"query set must be KIND:PATH with KIND one of {', '.join(LOADERS)}; got {spec!r}"
         )
     loader, default_split = LOADERS[kind]
+    try:
+        where = Path(path).expanduser()
+    except RuntimeError as exc:  # `~nosuchuser/...`
+        raise QuerySetError(f"{path}: {exc}") from None
     queries: list[JudgedQuery] = []
     seen: set[str] = set()
-    for query in loader(Path(path).expanduser(), split or default_split):
+    for query in loader(where, split or default_split):
         if limit is not None and len(queries) >= limit:
             break
         if query.id in seen:
