@@ -364,10 +364,13 @@ def reembed(kb: str, model: str, restart: bool) -> None:
     from ingest import reembed as reembedding
     from kgqr_core import connections
     from kgqr_core.embedder import get_embedder
+    from plugin import kb_meta
 
     settings = get_settings()
     opensearch = connections.opensearch_client(settings)
     redis = connections.redis_client(settings)
+    if kb_meta.load(opensearch, kb) is None:  # before a model's minute-long load
+        raise click.ClickException(f"no knowledge base {kb!r} (`kgqr kb list` lists them)")
     click.echo(f"loading {model} ...")
     embedder = get_embedder(model)
     bars: dict[str, Any] = {}

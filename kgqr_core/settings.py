@@ -1141,8 +1141,6 @@ def get_settings() -> Settings:
     return settings
 
 
-# KGQR_ variables that are no setting: the config file's name, and what scripts/bootstrap.sh
-# and the secured node's set-up read.
 # Variables kgqr's own scripts, tests and compose file read, which no command reads as a
 # setting: each warned on every kgqr command of a shell that exported it (the README's
 # KGQR_DATA_DIR, docs/containers.md's compose passwords).
@@ -1183,7 +1181,9 @@ def _problem(error: Any) -> str:
     if name is None:  # a top-level setting, or something no setting names
         name = loc[0] if loc else "?"
     variable = f"KGQR_{name.upper()}"
+    config_file = None if variable in os.environ else config_file_path()
     where = variable if variable in os.environ else name
     secret = name in FLAT and "SecretStr" in str(field_info(name).annotation)
     value = "'**********'" if secret else repr(error["input"])
-    return f"{where}={value}: {error['msg']}"
+    found_in = f" (in {config_file})" if config_file is not None else ""
+    return f"{where}={value}{found_in}: {error['msg']}"

@@ -343,3 +343,10 @@ def test_a_version_to_roll_back_to_needs_rollback() -> None:
 def test_a_query_set_under_an_unknown_users_home_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["eval", "jsonl:~no-such-user-here/q.jsonl", "--kb", "x"])
     assert result.exit_code == 2 and "Invalid value for QUERY_SET" in result.output
+
+
+def test_the_sweeps_help_names_every_parameter_of_its_default_grid() -> None:
+    from workbench.evaluation.sweep import DEFAULT_GRID
+
+    shown = " ".join(CliRunner().invoke(main, ["eval", "sweep", "--help"]).output.split())
+    assert [name for name in DEFAULT_GRID if name not in shown] == []

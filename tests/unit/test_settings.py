@@ -136,7 +136,9 @@ def test_invalid_values_name_the_variable_or_the_key_that_set_them(
     assert "KGQR_PROXY_PORT='99999': Input should be less than or equal to 65535" in str(
         raised.value
     )
-    assert "max_body_bytes=-5: Input should be greater than or equal to 1" in str(raised.value)
+    assert f"max_body_bytes=-5 (in {config}): Input should be greater than or equal to 1" in str(
+        raised.value
+    )  # the file that set it, named
     monkeypatch.delenv("KGQR_PROXY_PORT")
     monkeypatch.setenv("KGQR_HYBRID_WEIGHTS", "0.3,0.7")  # not JSON
     with pytest.raises(ConfigurationError, match=r"such settings are JSON"):
@@ -206,7 +208,9 @@ def test_a_secret_set_wrongly_is_named_but_never_shown(config: Path) -> None:
     config.write_text("neo4j_password = 12345678\n")  # a number where a string is due
     with pytest.raises(ConfigurationError) as raised:
         get_settings()
-    assert "neo4j_password='**********': Input should be a valid string" in str(raised.value)
+    assert f"neo4j_password='**********' (in {config}): Input should be a valid string" in str(
+        raised.value
+    )
     assert "12345678" not in str(raised.value)
 
 

@@ -375,8 +375,8 @@ def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]
     multiple=True,
     metavar="NAME=V1,V2",
     help="Values of one parameter (default: those of rewrite.alpha 0.3-1.0, knn.k 10-100, "
-    "kar.k 3-40, kar.h 1-2, rewrite.n 1-3, graph.damping 0.3-0.7, graph.weight 0.2-0.8 the "
-    "strategy reads).",
+    "kar.k 3-40, kar.h 1-2, rewrite.n 1-3, graph.damping 0.3-0.7, graph.weight 0.2-0.8, "
+    "graph.walk_share 0.25-0.75, graph.bridges 1-5 the strategy reads).",
 )
 @click.option(
     "--metric",
