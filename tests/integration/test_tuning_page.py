@@ -173,8 +173,10 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
     page = httpx.get(f"{tuning_url}/_kgqr/tune")  # only its own script; framed by no site
     assert page.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'"
     assert page.headers["x-content-type-options"] == "nosniff"
-    bad_kb = httpx.get(f"{tuning_url}/_kgqr/tune/metrics", params={"kb": "Not A KB!"})
+    assert page.headers["x-frame-options"] == "DENY"
+    bad_kb = httpx.get(f"{tuning_url}/_kgqr/tune/metrics", params={"kb": "<svg onload=1>"})
     assert bad_kb.status_code == 400 and "invalid knowledge-base name" in bad_kb.text
+    assert bad_kb.headers["x-content-type-options"] == "nosniff"  # it echoes the markup
     no_query = httpx.get(f"{tuning_url}/_kgqr/tune/judgments", params={"kb": KB})
     assert no_query.status_code == 400 and "[query]" in no_query.text
     # A browser posts text/plain to any site without asking; JSON it does not.

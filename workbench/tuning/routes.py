@@ -42,6 +42,7 @@ LLM_CALL_COST = "takes 15-80 s with the local 1.5B model on 2 CPU cores"
 # tuner's clicks (their browser sends their credentials with every call it makes).
 PAGE_HEADERS = {
     "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
+    "x-frame-options": "DENY",  # for browsers that do not read frame-ancestors
     "x-content-type-options": "nosniff",
 }
 MAX_SIZE = 50
@@ -111,7 +112,7 @@ def _store(request: Request) -> JudgmentStore:
 def _errors_as_opensearch(
     handler: Callable[[Request], Awaitable[Response]],
 ) -> Callable[[Request], Awaitable[Response]]:
-    async def wrapped(request: Request) -> Response:
+    async def answered(request: Request) -> Response:
         try:
             return await handler(request)
         except RewriteRequestError as exc:
@@ -126,6 +127,13 @@ def _errors_as_opensearch(
             )
         except httpx.HTTPError as exc:
             return error_response(upstream_unreachable(exc))
+
+    async def wrapped(request: Request) -> Response:
+        """Every answer as not to be sniffed: an error echoes what it refused (`kb=<svg
+        onload=...>`), which an old browser could have read as HTML."""
+        response = await answered(request)
+        response.headers.setdefault("x-content-type-options", "nosniff")
+        return response
 
     return wrapped
 
