@@ -9,7 +9,7 @@ alike. Baseline: `graph`'s p50 in this run; goal: budgeted kar p50 <= graph p50 
 Then, once the background rewrites are done (or --drain-s passed), the queued questions
 are asked again and the bench counts how many got the full kar rewrite.
 
-    python bench/budgeted_search.py [--kb hotpotqa --queries 30 --budget-ms 0]
+    python -m bench.budgeted_search [--kb hotpotqa --queries 30 --budget-ms 0]
 """
 
 from __future__ import annotations

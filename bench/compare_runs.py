@@ -3,7 +3,7 @@
 and each strategy's metrics side by side. Exits 1 when a ranking differs, so a refactoring
 that must not change behaviour can be checked with it.
 
-    python bench/compare_runs.py BEFORE.json AFTER.json
+    python -m bench.compare_runs BEFORE.json AFTER.json
 """
 
 from __future__ import annotations

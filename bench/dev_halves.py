@@ -6,7 +6,7 @@ strategy (each draw of an LLM's answers apart, as `kgqr eval --samples` labels t
 R@2 / R@5 / R@10 / MRR on questions 1-25, 26-50 (generally: the first and the
 second half in the report's order) and all.
 
-    python bench/dev_halves.py bench/results/eval-hotpotqa100-dev50-graph.json ...
+    python -m bench.dev_halves bench/results/eval-hotpotqa100-dev50-graph.json ...
 """
 
 from __future__ import annotations

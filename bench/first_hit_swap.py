@@ -8,7 +8,7 @@ strategy's hits 1 and 2 swapped (for `graph`, its best graph link first and the 
 first hit second, which the fusion test's "never below rank 2" would allow). Prints Hit@1
 and MRR per half of the query set, as ranked and swapped.
 
-    PYTHONPATH=. python bench/first_hit_swap.py \
+    PYTHONPATH=. python -m bench.first_hit_swap \
         bench/results/graph-bridge/eval-musique-dev50-base-graph.json \
         musique:../shared/data/musique100 --strategy graph
 """

@@ -11,7 +11,7 @@ strategy at its configured parameters is compared too, though its parameters wer
 on these very questions. A strategy may become the global default only if no metric's
 held-out interval lies below zero on either set.
 
-    python bench/global_default.py [--data ../shared/data] [--kb-suffix -gemma]
+    python -m bench.global_default [--data ../shared/data] [--kb-suffix -gemma]
 """
 
 from __future__ import annotations

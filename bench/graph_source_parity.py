@@ -7,7 +7,7 @@ eval) and compares each query's ranking. Neo4j and the OpenSearch copy should ag
 everywhere: the copy keeps each node's edges in Neo4j's expansion order. The in-memory
 copy orders a hub's edges its own way, so where a hub cap binds it may keep other edges.
 
-    python bench/graph_source_parity.py [--sets musique,hotpotqa] [--data ../shared/data]
+    python -m bench.graph_source_parity [--sets musique,hotpotqa] [--data ../shared/data]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
    syntax pattern, 1 MB single words, 100-item msearches of them, and the same without
    credentials. Goal: loaded p50 at most 1.5x the unloaded p50 measured in this run.
 
-Run: python bench/hostile_input.py (with `kgqr services up`).
+Run: python -m bench.hostile_input (with `kgqr services up`).
 """
 
 from __future__ import annotations

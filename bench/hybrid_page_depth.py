@@ -5,7 +5,7 @@ search join up into one ranking; the engine's default reads from + size per sub-
 sends each dev question's final `base` query (learnt through the proxy's explain) straight
 to OpenSearch both ways, interleaved, and prints the p50s and their ratio. Needs the KB.
 
-    python bench/hybrid_page_depth.py --kb musique --queries musique:../shared/data/musique100
+    python -m bench.hybrid_page_depth --kb musique --queries musique:../shared/data/musique100
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ run. Figures: pass-through p50 loaded / unloaded (goal <= 1.5), each rewrite's t
 its budget, fallbacks by stage, the proxy's memory before, at peak and after. Loopback
 only; stops by itself.
 
-    python bench/rewrite_load.py [--rewrites 300 --concurrency 100 --llm-delay 2 --budget 4]
+    python -m bench.rewrite_load [--rewrites 300 --concurrency 100 --llm-delay 2 --budget 4]
 """
 
 from __future__ import annotations

@@ -357,7 +357,8 @@ def reembed(kb: str, model: str, restart: bool) -> None:
     searches keep reading the old ones; then both names are swapped to the new indices
     in one atomic alias change, the old indices deleted, and the KB's meta records the
     new model (the proxy embeds queries with it from then on). Interrupted? Run the same
-    command again: it resumes where the copy stopped. Ingest into the KB waits for it.
+    command again: it resumes where the copy stopped. An ingest into the KB is refused
+    meanwhile.
     """
     from tqdm import tqdm
 

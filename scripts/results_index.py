@@ -97,7 +97,7 @@ def _described(path: Path) -> tuple[str, str]:
     if isinstance(benchmark, str):
         script = benchmark.replace("-", "_")
         found = (REPO / "bench" / f"{script}.py").exists()
-        command = f"`python bench/{script}.py`" if found else f"benchmark `{benchmark}`"
+        command = f"`python -m bench.{script}`" if found else f"benchmark `{benchmark}`"
         return command, str(data.get("date", ""))[:10]
     return "(no record of its command)", str(data.get("date", ""))[:10]
 

@@ -132,7 +132,11 @@ def test_redis_and_the_llm_are_on_the_compose_network_only_and_need_their_secret
         assert "ports" not in services[name], name
     assert "${KGQR_REDIS_PASSWORD:?" in services["redis"]["environment"]["REDIS_PASSWORD"]
     assert "requirepass" in " ".join(services["redis"]["command"])
-    assert services["llm"]["environment"]["API_KEY"].startswith("${KGQR_LLM_API_KEY")
+    # Required, as every password: a default key (`sk-local-no-key`) was a known one.
+    assert services["llm"]["environment"]["API_KEY"].startswith("${KGQR_LLM_API_KEY:?")
+    assert services["rewriter"]["environment"]["KGQR_LLM_API_KEY"].startswith(
+        "${KGQR_LLM_API_KEY:?"
+    )
     for name in ("rewriter", "worker"):
         assert services[name]["environment"]["KGQR_REDIS_PASSWORD"].startswith("${KGQR_REDIS")
 

@@ -32,7 +32,7 @@ def queries() -> None:
 @click.option("--seed", default=0, show_default=True, help="Same KB and seed: same questions.")
 @click.option("--llm-phrasing", is_flag=True,
               help="Have the LLM re-phrase each question (kept only when it keeps the names "
-              "and numbers; ~15 s a question on a CPU).")  # fmt: skip
+              "and numbers; one LLM call a question, seconds each on a CPU).")  # fmt: skip
 def synthesize_command(
     kb: str, out: Path, count: int, n_shapes: int, seed: int, llm_phrasing: bool
 ) -> None:

@@ -10,7 +10,7 @@ does, so the graph lifts documents near the query's evidence without an LLM call
 carries most of the score (`graph.weight`, 0.6) below the plain query's first hit, which
 stays first.
 
-`graph` (graph_bridge.py) follows only the first hit's links and beat this walk on the
+`graph` (bridge.py) follows only the first hit's links and beat this walk on the
 shared dev sets; the walk stays for knowledge bases where the query's own entities, not
 its first hit, lead to the answer, and for comparison.
 """
