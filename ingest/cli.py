@@ -36,6 +36,10 @@ KIND is one of:
 The source is split into chunks that Celery workers ingest. Running the same command
 again resumes the same job (same job id): finished chunks are skipped, lost ones resent.
 Bad records are set aside in the index kgqr-KB-deadletter (see `kgqr ingest rejected`).
+
+\b
+  kgqr ingest jsonl:./movies --kb movies
+  kgqr ingest musique:../shared/data/musique100 --kb musique --chunk-size 50
 """
 
 

@@ -260,7 +260,12 @@ def set_default(
     kgqr-meta as a new version; every proxy serves it within KGQR_REWRITE_KB_REFRESH_S and
     each explain names it. `--rollback` records a version repeating an earlier one;
     `--clear` one that hands the KB back to the proxy's default. `kgqr tune auto` sets one
-    from judged queries, with its evidence."""
+    from judged queries, with its evidence.
+
+    \b
+      kgqr kb set-default shop graph_walk --param graph.weight=0.4 --reason "judged queries"
+      kgqr kb set-default shop --rollback
+    """
     from kgqr_ops.cli_options import strategy_names, strategy_params
     from plugin import kb_meta
 

@@ -51,6 +51,10 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     `kgqr.explain=true` to see the rewrite in the response. `kgqr eval run --help` lists
     the strategies, those to choose from first. Compare them on your own judged queries
     at GET /_kgqr/tune; metrics: GET /_kgqr/metrics.
+
+    \b
+      kgqr serve --front-port 9202 --workers 2
+      curl -s 'localhost:9201/kgqr-movies-documents/_search?q=Pacino&kgqr.explain=true'
     """
     import contextlib
     import signal

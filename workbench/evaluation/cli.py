@@ -49,6 +49,10 @@ draw's figures can differ from the next's by more than a setting moves them. --s
 runs each LLM strategy on N draws (samples KGQR_LLM_SAMPLE, 0 by default, and the N-1
 after it; rows say "kar" for sample 0, "kar #2" for sample 1) and prints each metric's mean
 and range over them; strategies without an LLM run once.
+
+\b
+  kgqr eval musique:../shared/data/musique100 --kb musique --strategies base,graph
+  kgqr eval jsonl:judged.jsonl --kb shop --strategies base,graph_walk --baseline base
 """
 
 

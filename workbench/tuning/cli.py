@@ -69,7 +69,12 @@ def auto(
     with a 95% interval above 0 (and p < 0.05) on --metric and MRR is not shown to be
     worse. Otherwise
     base is recorded, with the evidence that nothing beat it; on fewer than 10 judged
-    queries, nothing is."""
+    queries, nothing is.
+
+    \b
+      kgqr tune auto --kb shop --queries tune --dry-run
+      kgqr tune auto --kb musique --queries musique:../shared/data/musique100
+    """
     from tqdm import tqdm
 
     from plugin import kb_meta
