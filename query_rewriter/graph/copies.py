@@ -31,7 +31,7 @@ from query_rewriter.graph.in_memory import (
     GraphSnapshot,
 )
 from query_rewriter.graph.projection import ProjectedGraph
-from query_rewriter.graph.shared_copies import SharedCopies
+from query_rewriter.graph.shared_copies import LOCK_WAIT_S, SharedCopies
 from query_rewriter.graph.store import Neighbours, Neo4jGraph
 
 log = logging.getLogger("kgqr.graph")
@@ -40,13 +40,22 @@ RETRY_S = 30.0  # after a failed load (Neo4j down): Neo4j answers, or the walk f
 
 def load_snapshot(driver: Any, kb: str, version: int, max_relations: int) -> GraphSnapshot | None:
     """The KB's graph as read now (None: more than `max_relations` relationships). The
-    relationships are streamed into the arrays, not held as a million records."""
+    relationships are streamed into the arrays, not held as a million records. Each read
+    is bounded on the server as other processes' wait for it is (LOCK_WAIT_S): a read
+    stuck in Neo4j held its thread, and this KB's copy, for good."""
+    from neo4j import Query
+
+    def bounded(text: str) -> Query:
+        return Query(text, timeout=LOCK_WAIT_S)
+
     with driver.session(default_access_mode="READ") as session:
-        count = session.run(COUNT_RELATIONS, kb=kb).single(strict=True)["relations"]
-        if count > max_relations:
+        counted = session.run(bounded(COUNT_RELATIONS), kb=kb).single(strict=True)
+        if counted["relations"] > max_relations:
             return None
-        nodes = [tuple(record.values()) for record in session.run(NODES, kb=kb)]
-        relationships = (tuple(record.values()) for record in session.run(RELATIONSHIPS, kb=kb))
+        nodes = [tuple(record.values()) for record in session.run(bounded(NODES), kb=kb)]
+        relationships = (
+            tuple(record.values()) for record in session.run(bounded(RELATIONSHIPS), kb=kb)
+        )
         return GraphSnapshot.build(version, nodes, relationships)
 
 

@@ -24,9 +24,10 @@ import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 import numpy as np
 
@@ -38,6 +39,10 @@ log = logging.getLogger("kgqr.graph")
 FORMAT = 1  # raised when the arrays a copy holds change; an older folder is not mapped
 META = "meta.json"
 FOLDER = re.compile(r"^(?P<epoch>[0-9a-f]+)-(?P<version>\d+)$")
+# How long a process waits for another to write a copy (a 1M-relation read takes 17-28 s):
+# past it, a writer stuck on a Neo4j that stopped answering no longer holds every other
+# process's loading thread, and the copy is tried again later.
+LOCK_WAIT_S = 600.0
 
 
 def _mapped_array(path: Path) -> np.ndarray:
@@ -73,6 +78,20 @@ def _sync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
+def _locked_within(lock: IO[str], wait_s: float, kb: str) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"another process has been writing the graph copy of {kb} for over {wait_s:g} s"
+                ) from None
+            time.sleep(0.1)
+
+
 class SharedCopies:
     """Graph copies as folders of .npy files under `directory`: `KB/EPOCH-VERSION/`."""
 
@@ -101,12 +120,18 @@ class SharedCopies:
             shutil.rmtree(self.directory / kb, ignore_errors=True)
 
     def map_or_build(
-        self, kb: str, epoch: str, version: int, build: Callable[[], GraphSnapshot | None]
+        self,
+        kb: str,
+        epoch: str,
+        version: int,
+        build: Callable[[], GraphSnapshot | None],
+        wait_s: float = LOCK_WAIT_S,
     ) -> tuple[GraphSnapshot | None, bool]:
         """The copy at (`epoch`, `version`), mapped from its folder, else `build()` written
         to it first (None: build found nothing to copy), and whether it was mapped as found.
         Where the folder cannot be written (a read-only home, a full disk) the process
-        holds the copy it built, as it did before copies were shared."""
+        holds the copy it built, as it did before copies were shared. TimeoutError when
+        another process has held the KB's lock for `wait_s`."""
         folder = self.folder(kb, epoch, version)
         try:
             found = self._map(folder)
@@ -121,7 +146,7 @@ class SharedCopies:
             log.warning("graph copies not shared in %s (%s): held per process", folder, exc)
             return build(), False
         with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+            _locked_within(lock, wait_s, kb)  # released as the file closes
             try:
                 found = self._map(folder)
             except Exception as exc:  # a torn or foreign folder: rebuilt, not served

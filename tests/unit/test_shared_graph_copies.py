@@ -148,3 +148,17 @@ def test_a_folder_that_cannot_be_written_leaves_each_process_its_own_copy(
 def test_a_name_that_is_no_kb_or_epoch_names_no_folder(tmp_path: Path, kb: str, epoch: str) -> None:
     with pytest.raises(ValueError, match="no graph copy folder"):
         SharedCopies(tmp_path).map_or_build(kb, epoch, 1, never)
+
+
+def test_a_process_waits_for_anothers_write_only_so_long(tmp_path: Path) -> None:
+    """A writer stuck on a Neo4j that stopped answering held every other process's
+    loading thread on the lock for good."""
+    import fcntl
+
+    (tmp_path / "kb").mkdir()
+    with open(tmp_path / "kb" / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="writing the graph copy of kb"):
+            SharedCopies(tmp_path).map_or_build("kb", "ab12", 5, never, wait_s=0.3)
+        assert 0.3 <= time.monotonic() - started < 5
