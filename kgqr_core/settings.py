@@ -81,18 +81,38 @@ class Section(BaseModel):
     AS_IS: ClassVar[frozenset[str]] = frozenset()
 
 
-def _address(value: str, schemes: tuple[str, ...]) -> str:
+def _address(value: str, schemes: tuple[str, ...], credentials: bool = False) -> str:
     """A service's URL checked when read: a wrong one (`notaurl`, a port `:abc`) otherwise
     surfaced as a driver's traceback from the first command that used it, or as "could not
-    be reached"."""
+    be reached". Credentials in it only where `credentials` (Redis's): kgqr logs the
+    others, and httpx would have sent an OpenSearch URL's user in place of the caller's."""
     parts = urlsplit(value.strip())
+    shown = repr(_without_password(value))
     if parts.scheme not in schemes or not (parts.hostname or parts.scheme == "unix"):
-        raise ValueError(f"must be a URL of scheme {' or '.join(schemes)} with a host: {value!r}")
+        raise ValueError(f"must be a URL of scheme {' or '.join(schemes)} with a host: {shown}")
     try:
         parts.port  # noqa: B018 (urlsplit checks the port only when asked)
     except ValueError:
-        raise ValueError(f"has a port that is not a number from 0 to 65535: {value!r}") from None
+        raise ValueError(f"has a port that is not a number from 0 to 65535: {shown}") from None
+    if (parts.username or parts.password) and not credentials:
+        raise ValueError(
+            f"must not hold a user or password (their own settings take them): {shown}"
+        )
     return value
+
+
+def _without_password(value: Any) -> Any:
+    """`value` as an error may repeat it: a URL's password starred."""
+    if not isinstance(value, str) or "@" not in value:
+        return value
+    try:
+        parts = urlsplit(value.strip())
+        if parts.password is None:
+            return value
+    except ValueError:
+        return value
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:*****@{host}"))
 
 
 HTTP_SCHEMES = ("http", "https")
@@ -275,7 +295,7 @@ class RedisSettings(Section):
     @field_validator("url", "cache_url")
     @classmethod
     def _a_redis_address(cls, value: str) -> str:
-        return _address(value, ("redis", "rediss", "unix"))
+        return _address(value, ("redis", "rediss", "unix"), credentials=True)
 
     timeout_s: float = Field(
         default=1.0,
@@ -1184,6 +1204,6 @@ def _problem(error: Any) -> str:
     config_file = None if variable in os.environ else config_file_path()
     where = variable if variable in os.environ else name
     secret = name in FLAT and "SecretStr" in str(field_info(name).annotation)
-    value = "'**********'" if secret else repr(error["input"])
+    value = "'**********'" if secret else repr(_without_password(error["input"]))
     found_in = f" (in {config_file})" if config_file is not None else ""
     return f"{where}={value}{found_in}: {error['msg']}"

@@ -30,8 +30,10 @@ PASSED_THROUGH = Counter(
     "kgqr_searches_passed_through_total",
     "Searches sent on as the caller sent them, by why: no_strategy, not_a_knowledge_base, "
     "scroll, format (cbor, smile), paging (a body from/size the engine refuses), "
-    "no_hits (size 0), sort (by a field or ascending score), min_score, search_pipeline "
-    "(the caller's own), collapse, query_shape (a query kgqr does not rewrite), query_syntax "
+    "content_type (a body kgqr does not read as JSON), no_hits (size 0), sort (by a field "
+    "or ascending score), min_score, search_pipeline (the caller's own), collapse, profile, "
+    "rescore, vector_query (a knn query with an LLM strategy), query_shape (a query kgqr "
+    "does not rewrite), query_syntax "
     "(a query_string's operators, fields or wildcards, a prefix multi_match, or one too long "
     "to read), query_length (a query text over 4,096 characters), msearch_header, "
     "template (a search template the engine did not render for the caller), refused (the "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +23,9 @@ from kgqr_core.single_flight import SingleFlight
 
 T = TypeVar("T")
 PREFIX = "kgqr:rewrite:"
+log = logging.getLogger("kgqr.proxy")
+# An outage is told at most this often: every search would otherwise log it.
+OUTAGE_LOG_EVERY_S = 60.0
 
 
 @lru_cache(maxsize=1)
@@ -61,6 +66,7 @@ class RewriteCache:
         self._ttl_s = ttl_s
         self._max_entry_bytes = max_entry_bytes
         self._in_flight: SingleFlight[Any] = SingleFlight()
+        self._told_at = float("-inf")
 
     async def get(self, key: str) -> dict[str, Any] | None:
         if self._ttl_s <= 0:
@@ -68,9 +74,21 @@ class RewriteCache:
         try:
             raw = await self._redis.get(key)
             value = json.loads(raw) if raw else None
-        except Exception:  # an outage or a corrupt entry is a miss, never a failed search
+        except Exception as exc:  # an outage or a corrupt entry is a miss, never a failed search
+            self._unavailable(exc)
             return None
         return value if isinstance(value, dict) else None
+
+    def _unavailable(self, exc: Exception) -> None:
+        """Counted as misses, an outage was told nowhere: every rewrite made afresh, and
+        no line saying why."""
+        now = time.monotonic()
+        if now - self._told_at >= OUTAGE_LOG_EVERY_S:
+            self._told_at = now
+            log.warning(
+                "rewrite cache unavailable: rewrites are made afresh",
+                extra={"kgqr": {"error": f"{type(exc).__name__}: {exc}"[:300]}},
+            )
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
         if self._ttl_s <= 0:
@@ -80,8 +98,8 @@ class RewriteCache:
             return
         try:
             await self._redis.set(key, encoded, ex=self._ttl_s)
-        except Exception:  # a cache outage must not fail the search
-            return
+        except Exception as exc:  # a cache outage must not fail the search
+            self._unavailable(exc)
 
     async def coalesce(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """Run compute once per key at a time; concurrent callers share its result.

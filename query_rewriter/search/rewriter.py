@@ -311,7 +311,9 @@ class Rewriter:
         not served: it is made afresh, with the caller's own searches."""
         try:
             return await still_readable(gateway, index, evidence, shown)
-        except Exception:
+        except Exception as exc:
+            log.info("a cached rewrite's evidence could not be checked: made afresh",
+                     extra={"kgqr": {"error": f"{type(exc).__name__}: {exc}"[:300]}})  # fmt: skip
             return False
 
     def _background_done(
@@ -326,9 +328,13 @@ class Rewriter:
         outcome = None if error else task.result()[0]
         result = "cached" if outcome is not None and outcome.fallback is None else "fell_back"
         metrics.BACKGROUND_REWRITES.labels(result).inc()
-        log.info(
-            "a budgeted rewrite finished in the background",
-            extra={"kgqr": {"strategy": strategy, "result": result}},
+        told: dict[str, Any] = {"strategy": strategy, "result": result}
+        if error is not None:  # retrieved here, so asyncio would never tell it
+            told["error"] = f"{type(error).__name__}: {error}"[:300]
+        elif outcome is not None and outcome.fallback is not None:
+            told["fallback"] = outcome.fallback
+        (log.warning if error is not None else log.info)(
+            "a budgeted rewrite finished in the background", extra={"kgqr": told}
         )
 
     async def _compute(

@@ -278,5 +278,5 @@ async def _rewritten_search(
     # query's): the next search reads its meta afresh instead of after the cache's minute.
     state.kb_metas.pop(plan.kb, None)
     what = "" if failed is upstream else " to the original query's totals"
-    reason = f"OpenSearch answered {failed.status_code}{what}: {failed.text}"
+    reason = f"OpenSearch answered {failed.status_code}{what}: {failed.text[:1000]}"
     return Searched(None, plan.body, fusion, reason)

@@ -274,3 +274,25 @@ def test_the_agents_plan_has_its_own_budget_on_top_of_the_rewrites(
         assert "found nothing" in outcome.fallback["reason"], outcome.fallback
 
     asyncio.run(run())
+
+
+def test_a_background_rewrite_that_failed_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    """Its exception was retrieved and dropped: the log said only `fell_back`, and asyncio,
+    the exception retrieved, never told it either."""
+
+    async def run() -> None:
+        rewriter = _rewriter(Settings.of({}), GatedLlm(), _embed)
+
+        async def fails() -> tuple[object, bool]:
+            raise RuntimeError("the LLM answered nonsense")
+
+        task = asyncio.ensure_future(fails())
+        with pytest.raises(RuntimeError):
+            await task
+        rewriter._background_done("k", "hyde", task)  # type: ignore[arg-type]
+
+    with caplog.at_level("INFO", logger="kgqr.rewrite"):
+        asyncio.run(run())
+    [told] = [r for r in caplog.records if "in the background" in r.getMessage()]
+    assert told.levelname == "WARNING"
+    assert "the LLM answered nonsense" in told.kgqr["error"]  # type: ignore[attr-defined]

@@ -47,3 +47,30 @@ def test_the_code_version_covers_the_prompts_and_the_llm_client() -> None:
     names = {name for name, _ in versioned_files()}
     assert {"kgqr_core/prompts/hyde.txt", "kgqr_core/llm.py",
             "query_rewriter/strategies/knowledge/kar.py", "plugin/schema.py"} <= names  # fmt: skip
+
+
+def test_an_outage_is_a_miss_told_once_a_minute_not_per_search(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Counted as misses, an outage was told nowhere; told per search, it would flood."""
+
+    class DownRedis:
+        async def get(self, key: str) -> Any:
+            raise ConnectionError("Redis is down")
+
+        async def set(self, key: str, value: str, ex: int) -> None:
+            raise ConnectionError("Redis is down")
+
+    cache = RewriteCache(DownRedis(), ttl_s=60)
+
+    async def twice() -> None:
+        assert await cache.get("k") is None
+        await cache.put("k", {"q": "x"})
+        assert await cache.get("k") is None
+
+    with caplog.at_level("WARNING", logger="kgqr.proxy"):
+        asyncio.run(twice())
+    assert [r.getMessage() for r in caplog.records] == [
+        "rewrite cache unavailable: rewrites are made afresh"
+    ]
+    assert "Redis is down" in caplog.records[0].kgqr["error"]  # type: ignore[attr-defined]

@@ -245,6 +245,8 @@ def test_a_knowledge_base_keeps_its_model_unless_one_is_set_on_purpose(
         ("KGQR_OPENSEARCH_URL", "http://127.0.0.1:notaport", "port that is not a number"),
         ("KGQR_OPENSEARCH_OTHER_URLS", "http://a:9200,b", "must be a URL of scheme http"),
         ("KGQR_LLM_BASE_URL", "notaurl", "must be a URL of scheme http"),
+        # Logged at start, and httpx would send the URL's user in place of the caller's.
+        ("KGQR_OPENSEARCH_URL", "http://admin@h:9200", "must not hold a user or password"),
     ],
 )
 def test_a_service_address_that_is_no_url_is_refused_naming_its_variable(
@@ -255,3 +257,18 @@ def test_a_service_address_that_is_no_url_is_refused_naming_its_variable(
     with pytest.raises(ConfigurationError, match=said) as raised:
         get_settings()
     assert f"{variable}={value!r}" in str(raised.value)
+
+
+def test_a_urls_password_is_never_repeated_in_an_error(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable, value in (("KGQR_OPENSEARCH_URL", "http://admin:s3cret@h:9200"),
+                            ("KGQR_REDIS_URL", "redis://:s3cret@h:notaport/0")):  # fmt: skip
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ConfigurationError) as raised:
+            get_settings()
+        assert "s3cret" not in str(raised.value) and ":*****@h" in str(raised.value)
+        monkeypatch.delenv(variable)
+        get_settings.cache_clear()
+    monkeypatch.setenv("KGQR_REDIS_URL", "redis://:s3cret@h:6379/0")  # Redis's may hold one
+    assert get_settings().redis.url.startswith("redis://:s3cret@h")
