@@ -152,14 +152,22 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     )
     if enqueued.chunks_total == 0:  # an empty export or the wrong file: say so, not "done"
         click.echo(f"warning: {source} held no records; nothing was ingested", err=True)
-    if not wait:
-        click.echo(f"follow it with: kgqr ingest status {enqueued.job_id}")
+    if not wait:  # no worker is started here: `status` says when none takes the chunks
+        click.echo(f"follow it with: kgqr ingest status {enqueued.job_id} (a worker must run: "
+                   "`kgqr ingest worker`)")  # fmt: skip
         return
     final = follow_job(
         settings, jobs, enqueued, kb, lambda: send(open_source(source, limit=limit), False),
         worker, timeout,
     )  # fmt: skip
     _print_progress(final)
+    if not final.finished:  # --timeout: the temporary worker is gone with this command
+        click.echo(f"stopped waiting (--timeout): the job goes on only while a worker runs "
+                   f"(kgqr ingest status {final.job_id}); the same command resumes it",
+                   err=True)  # fmt: skip
+    if final.counts.get("rejected"):
+        click.echo(f"{final.counts['rejected']} records set aside, each with why: "
+                   f"kgqr ingest rejected --kb {kb}", err=True)  # fmt: skip
     if not final.finished or final.failed:
         raise SystemExit(1)
     opensearch.indices.refresh(index=f"kgqr-{kb}-*")  # searchable the moment we say "done"
@@ -215,16 +223,58 @@ def follow_job(
 
 
 @ingest.command()
-@click.argument("job_id")
-def status(job_id: str) -> None:
-    """Show a job's state, chunks done and record counts."""
+@click.argument("job_id", required=False)
+@kb_option("Every job of this knowledge base instead of one.", required=False)
+def status(job_id: str | None, kb: str | None) -> None:
+    """Show a job's state, chunks done and record counts (or every job of --kb, with
+    their ids), and say when no worker takes the unfinished ones' chunks."""
+    from ingest.celery_app import app
+    from ingest.job_runner import workers_consuming
     from ingest.job_store import JobStore
     from kgqr_core import connections
 
-    progress = JobStore(connections.redis_client(get_settings())).progress(job_id)
-    if progress is None:
-        raise click.ClickException(f"no ingest job {job_id!r}")
-    _print_progress(progress)
+    if (job_id is None) == (kb is None):
+        raise click.UsageError("give a JOB_ID or --kb")
+    settings = get_settings()
+    jobs = JobStore(connections.redis_client(settings))
+    if job_id is not None:
+        progress = jobs.progress(job_id)
+        if progress is None:
+            raise click.ClickException(f"no ingest job {job_id!r} (`--kb KB` lists a KB's)")
+        found = [progress]
+    else:
+        found = jobs.jobs_of(kb or "")
+        if not found:
+            click.echo(f"no ingest job of {kb!r} is recorded")
+    for progress in found:
+        _print_progress(progress)
+    if any(not p.finished for p in found) and not workers_consuming(
+        app, settings.redis.ingest_queue
+    ):
+        click.echo("no worker takes this queue's chunks now: re-run the job's command (it "
+                   "starts one), or run `kgqr ingest worker`")  # fmt: skip
+
+
+@ingest.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...")
+def forget(job_ids: tuple[str, ...]) -> None:
+    """Forget ingest jobs that will not be resumed (their source changed since, so a re-run
+    is another job): an unfinished one holds `kgqr ingest reembed` back. What they wrote
+    stays in the knowledge base; a job whose chunks a worker is writing is refused."""
+    from ingest.celery_app import app
+    from ingest.job_runner import tasks_running_for
+    from ingest.job_store import JobStore
+    from kgqr_core import connections
+
+    jobs = JobStore(connections.redis_client(get_settings()))
+    for job_id in job_ids:
+        if jobs.progress(job_id) is None:
+            raise click.ClickException(f"no ingest job {job_id!r}")
+        if tasks_running_for(app, job_id):
+            raise click.ClickException(f"{job_id}: a worker is writing its chunks; wait for it")
+    for job_id in job_ids:
+        jobs.forget(job_id)
+        click.echo(f"{job_id}: forgotten")
 
 
 def _print_progress(progress: Any) -> None:

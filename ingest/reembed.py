@@ -281,8 +281,9 @@ def reembed(
     busy = JobStore(redis).unfinished(kb)
     if busy:
         raise ReembedError(
-            f"ingest jobs of {kb!r} are unfinished ({', '.join(busy)}): "
-            "let them finish (kgqr ingest status JOB) before re-embedding"
+            f"ingest jobs of {kb!r} are unfinished ({', '.join(busy)}): let them finish "
+            "(kgqr ingest status JOB) before re-embedding, or forget one whose source has "
+            "changed since and will not be resumed (kgqr ingest forget JOB)"
         )
     meta = kb_meta.load(opensearch, kb)  # checks the name too
     if meta is None:

@@ -24,13 +24,13 @@ def checked_kb_name(value: str, **where: Any) -> str:
         raise click.BadParameter(str(exc), **where) from exc
 
 
-def _kb_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    return checked_kb_name(value, ctx=ctx, param=param)
+def _kb_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else checked_kb_name(value, ctx=ctx, param=param)
 
 
-def kb_option(help: str) -> Callable[[F], F]:
-    """`--kb NAME`, required, checked as a knowledge-base name."""
-    return click.option("--kb", required=True, callback=_kb_name, help=help)
+def kb_option(help: str, required: bool = True) -> Callable[[F], F]:
+    """`--kb NAME`, checked as a knowledge-base name."""
+    return click.option("--kb", required=required, callback=_kb_name, help=help)
 
 
 def _caller_headers(

@@ -302,6 +302,22 @@ def test_an_empty_source_is_said_to_hold_no_records(kb: str, tmp_path: Path) -> 
     assert f"warning: jsonl:{tmp_path} held no records; nothing was ingested" in result.output
 
 
+def test_a_run_that_set_records_aside_says_where_to_read_why(kb: str, tmp_path: Path) -> None:
+    """It ended "[done]" with "rejected 1" among the counts, and nothing said how to see
+    which record and why."""
+    from click.testing import CliRunner
+
+    from kgqr_ops.cli import main
+
+    (tmp_path / "documents.jsonl").write_text(
+        '{"id": "ok", "type": "note", "title": "Good", "text": "Graphs store relations."}\n'
+        '{"id": "nan", "type": "note", "title": "Odd", "fields": {"score": NaN}}\n'
+    )
+    result = CliRunner().invoke(main, ["ingest", f"jsonl:{tmp_path}", "--kb", kb])
+    assert result.exit_code == 0, result.output
+    assert f"1 records set aside, each with why: kgqr ingest rejected --kb {kb}" in result.output
+
+
 def test_second_run_sends_nothing_and_changes_nothing(stores: Stores, kb: str) -> None:
     _, opensearch, neo4j, _ = stores
     spec = f"jsonl:{FIXTURES / 'tiny_kb'}"

@@ -91,6 +91,25 @@ def test_status_names_each_failed_chunk_and_why(jobs: Any, settings: Any) -> Non
     assert "chunk 0 FAILED: ValueError: no letters or digits" in result.output
 
 
+def test_a_kbs_jobs_are_listed_and_one_that_will_not_be_resumed_is_forgotten(
+    jobs: Any, unique_name: str
+) -> None:
+    """A job whose source changed since (a re-run is another job) stayed unfinished for
+    its 30 days and held `kgqr ingest reembed` back, and no command found its id."""
+    store, job = jobs
+    kb = f"kb-{unique_name}"[:60]
+    store.start(job, kb, "jsonl:x")
+    store.finish_enqueuing(job, chunks_total=2)
+    listed = CliRunner().invoke(ingest, ["status", "--kb", kb])
+    assert listed.exit_code == 0 and f"job {job} [" in listed.output, listed.output
+    assert store.unfinished(kb) == [job]
+    forgotten = CliRunner().invoke(ingest, ["forget", job])
+    assert forgotten.exit_code == 0 and f"{job}: forgotten" in forgotten.output
+    assert store.unfinished(kb) == [] and store.progress(job) is None
+    again = CliRunner().invoke(ingest, ["forget", job])
+    assert again.exit_code == 1 and "no ingest job" in again.output
+
+
 def test_rejected_records_that_cannot_be_set_aside_fail_their_chunk(
     opensearch: Any, kb_name: str
 ) -> None:
