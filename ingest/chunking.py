@@ -26,7 +26,7 @@ def chunks(source: Source, size: int) -> Iterator[list[dict[str, Any]]]:
     ``size * GRAPH_ONLY_PER_EMBEDDED`` records in all, as JSON-ready dicts."""
     chunk: list[dict[str, Any]] = []
     embedded = 0
-    for record in source.records():
+    for record in source.read_records():
         # Checked before JSON, which would write a NaN as null without a word.
         kept = set_aside_if_unstorable(record.model_dump())
         chunk.append((kept or record).model_dump(mode="json"))

@@ -10,9 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ijson
+
 from ingest.records import Record, Rejected
 from kgqr_core.text_files import TEXT_ENCODING
 from plugin.kb_meta import DocumentStructure
+
+
+class SourceError(ValueError):
+    """A source that cannot be read to its end."""
 
 
 class Source(abc.ABC):
@@ -49,6 +55,22 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def records(self) -> Iterator[Record]:
         """Documents first, then what refers to them; Rejected for lines that don't parse."""
+
+    def read_records(self) -> Iterator[Record]:
+        """records(), with a loader's own failure (a passage without a title, a truncated
+        corpus.json, an edge type STaRK does not list) said as the source's, with where it
+        stopped: it ended `kgqr ingest` on a KeyError or ijson traceback naming no file."""
+        count = 0
+        try:
+            for record in self.records():
+                yield record
+                count += 1
+        except (KeyError, IndexError, TypeError, ValueError, ijson.JSONError) as exc:
+            raise SourceError(
+                f"{self.kind}:{self.path}: reading stopped after {count} records: "
+                f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]
+                + " (the chunks sent before it have landed; fix the source and run again)"
+            ) from exc
 
     @abc.abstractmethod
     def structure(self) -> DocumentStructure:

@@ -167,7 +167,7 @@ def test_chunks_take_many_graph_only_records_per_embedded_one() -> None:
         def __init__(self, records: list[Document | Relation]) -> None:
             self._records = records
 
-        def records(self) -> list[Document | Relation]:
+        def read_records(self) -> list[Document | Relation]:
             return self._records
 
     docs = [Document(id=f"d{i}", type="note", title=f"d{i}") for i in range(10)]
@@ -202,3 +202,23 @@ def test_a_crafted_stark_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> N
     with pytest.raises(UnsafePickleError, match=r"posix\.system|os\.system"):
         open_source(f"stark:{folder}").structure()
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("corpus", "said"),
+    [('[{"title": "A", "text": "x"}, {"text": "no title"}]', "KeyError: 'title'"),
+     ('[{"title": "A", "text": "x"}, {"title": "B", "te', "IncompleteJSONError")],
+)  # fmt: skip
+def test_a_source_its_loader_cannot_read_to_the_end_is_said_with_where(
+    tmp_path: Path, corpus: str, said: str
+) -> None:
+    """A passage without a title or a truncated corpus.json ended `kgqr ingest` on a
+    KeyError or ijson traceback naming no file."""
+    from ingest.chunking import chunks
+    from ingest.sources.base import SourceError
+
+    (tmp_path / "corpus.json").write_text(corpus)
+    with pytest.raises(SourceError) as raised:
+        list(chunks(open_source(f"musique:{tmp_path}"), 10))
+    assert str(raised.value).startswith(f"musique:{tmp_path}: reading stopped after 1 records")
+    assert said in str(raised.value) and "\n" not in str(raised.value)
