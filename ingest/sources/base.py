@@ -5,12 +5,13 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ijson
+from pydantic import ValidationError
 
 from ingest.records import Record, Rejected
 from kgqr_core.text_files import TEXT_ENCODING
@@ -19,6 +20,20 @@ from plugin.kb_meta import DocumentStructure
 
 class SourceError(ValueError):
     """A source that cannot be read to its end."""
+
+
+def set_aside_unless_valid(
+    where: str, raw: Any, make: Callable[..., Record], **values: Any
+) -> Record:
+    """`make(**values)`, or, where a value breaks a record's rules (a title over 1,024
+    characters or none, a type name without letters or digits), that record set aside
+    saying where and why: raised inside a loader, it stopped the whole ingest."""
+    try:
+        return make(**values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "record"
+        return Rejected(reason=f"{where}: {field}: {error['msg']}"[:500], raw=repr(raw)[:4000])
 
 
 class Source(abc.ABC):

@@ -23,7 +23,7 @@ from ingest.records import (
     Rejected,
     Relation,
 )
-from ingest.sources.base import Source
+from ingest.sources.base import Source, set_aside_unless_valid
 from ingest.title_links import RELATION as LINK_RELATION
 from ingest.title_links import TitleLinker
 from kgqr_core.ids import passage_id
@@ -48,12 +48,11 @@ class MusiqueSource(Source):
             for position, passage in enumerate(ijson.items(corpus, "item")):
                 if self.limit is not None and position >= self.limit:
                     break
-                yield Document(
-                    id=passage_id(position),
-                    type="passage",
-                    title=passage["title"],
-                    text=passage["text"],
-                )
+                fields = passage if isinstance(passage, dict) else {}
+                yield set_aside_unless_valid(
+                    f"corpus.json item {position}", passage, Document, id=passage_id(position),
+                    type="passage", title=fields.get("title"), text=fields.get("text"),
+                )  # fmt: skip
         openie = self._openie_file()
         if openie is not None:
             yield from self._graph(openie)
@@ -107,9 +106,16 @@ def _passage_graph(pid: str, doc: dict[str, Any]) -> Iterator[Record]:
             and all(isinstance(part, str) and part.strip() for part in triple)
         ):
             head, relation, tail = (part.strip() for part in triple)
-            yield CorpusTriple(head=head, relation=relation, tail=tail, passage_id=pid)
+            yield set_aside_unless_valid(
+                f"{pid}: triple", triple, CorpusTriple,
+                head=head, relation=relation, tail=tail, passage_id=pid,
+            )  # fmt: skip
         else:
-            yield Rejected(reason=f"{pid}: malformed triple", raw=repr(triple)[:4000])
+            yield Rejected(
+                reason=f"{pid}: malformed triple: extracted_triples holds [head, relation, "
+                "tail], three non-empty strings",
+                raw=repr(triple)[:4000],
+            )
 
 
 class HotpotQaPassage(NamedTuple):
@@ -146,9 +152,11 @@ class HotpotQaSource(Source):
                     raw=repr(passage.sentences)[:4000],
                 )
                 continue
-            yield Document(
-                id=passage.id, type="passage", title=passage.title, text=_joined(passage.sentences)
-            )
+            yield set_aside_unless_valid(
+                f"corpus.json passage {passage.id}", passage.title, Document,
+                id=passage.id, type="passage", title=passage.title,
+                text=_joined(passage.sentences),
+            )  # fmt: skip
         linker = TitleLinker((passage.id, passage.title) for passage in self._well_formed())
         for passage in self._well_formed():
             yield from self._links(passage, linker)

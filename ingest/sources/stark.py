@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.records import Document, Record, Rejected, Relation
-from ingest.sources.base import Source
+from ingest.sources.base import Source, set_aside_unless_valid
 from plugin.kb_meta import DocumentStructure
 
 REQUIRED_FILES = (
@@ -102,7 +102,10 @@ class StarkSource(Source):
                 yield Rejected(reason=f"node {node_id}: no type ({exc!r})", raw=repr(info)[:4000])
                 continue
             kept.add(int(node_id))
-            yield _document(int(node_id), str(type_name), info)
+            yield set_aside_unless_valid(
+                f"node {node_id}", info, _document,
+                node_id=int(node_id), type_name=str(type_name), info=info,
+            )  # fmt: skip
         del node_info
         yield from self._relations(kept)
 
@@ -112,9 +115,15 @@ class StarkSource(Source):
         edge_names = _load_pickle(self.path / "edge_type_dict.pkl")
         for source, target, type_id in zip(sources, targets, edge_types, strict=True):
             if source in kept and target in kept:
-                yield Relation(
-                    source=str(source), type=str(edge_names[type_id]), target=str(target)
-                )
+                where, raw = f"edge {source}->{target}", repr((source, target, type_id))
+                if type_id not in edge_names:
+                    unknown = f"{where}: edge type {type_id} is not in edge_type_dict.pkl"
+                    yield Rejected(reason=unknown, raw=raw)
+                    continue
+                yield set_aside_unless_valid(
+                    where, raw, Relation,
+                    source=str(source), type=str(edge_names[type_id]), target=str(target),
+                )  # fmt: skip
 
 
 def _document(node_id: int, type_name: str, info: dict[str, Any]) -> Document:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -204,21 +205,28 @@ def test_a_crafted_stark_pickle_is_refused_and_runs_nothing(tmp_path: Path) -> N
     assert not marker.exists()
 
 
-@pytest.mark.parametrize(
-    ("corpus", "said"),
-    [('[{"title": "A", "text": "x"}, {"text": "no title"}]', "KeyError: 'title'"),
-     ('[{"title": "A", "text": "x"}, {"title": "B", "te', "IncompleteJSONError")],
-)  # fmt: skip
-def test_a_source_its_loader_cannot_read_to_the_end_is_said_with_where(
-    tmp_path: Path, corpus: str, said: str
-) -> None:
-    """A passage without a title or a truncated corpus.json ended `kgqr ingest` on a
-    KeyError or ijson traceback naming no file."""
+def test_a_source_its_loader_cannot_read_to_the_end_is_said_with_where(tmp_path: Path) -> None:
+    """A truncated corpus.json ended `kgqr ingest` on an ijson traceback naming no file."""
     from ingest.chunking import chunks
     from ingest.sources.base import SourceError
 
-    (tmp_path / "corpus.json").write_text(corpus)
+    (tmp_path / "corpus.json").write_text('[{"title": "A", "text": "x"}, {"title": "B", "te')
     with pytest.raises(SourceError) as raised:
         list(chunks(open_source(f"musique:{tmp_path}"), 10))
     assert str(raised.value).startswith(f"musique:{tmp_path}: reading stopped after 1 records")
-    assert said in str(raised.value) and "\n" not in str(raised.value)
+    assert "IncompleteJSONError" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_passage_that_breaks_a_records_rules_is_set_aside_and_the_rest_read(
+    tmp_path: Path,
+) -> None:
+    """A passage without a title (a KeyError) or with one over 1,024 characters (a
+    pydantic error) stopped the whole ingest instead of being set aside."""
+    corpus = [{"title": "A", "text": "x"}, {"text": "no title"},
+              {"title": "T" * 2000, "text": "y"}, {"title": "D", "text": "z"}]  # fmt: skip
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    records = list(open_source(f"musique:{tmp_path}").records())
+    assert [r.id for r in records if isinstance(r, Document)] == ["p0", "p3"]
+    reasons = [r.reason for r in records if isinstance(r, Rejected)]
+    assert reasons[0].startswith("corpus.json item 1: title: ") and len(reasons) == 2
+    assert reasons[1].startswith("corpus.json item 2: title: ")
