@@ -205,7 +205,10 @@ def _send_chunks(
     chunk_size: int,
     restart: bool,
 ) -> EnqueuedJob:
-    """Stream the source into chunks, send those not yet done, and read its structure."""
+    """Stream the source into chunks, send those not yet done, and read its structure:
+    first, so a structure.json that does not parse stops the job before any chunk is sent
+    (read after the last, it left every chunk written and the KB unlisted)."""
+    given = source.structure()
     job_id = job_id_for(source, kb, chunk_size)
     for other in jobs.others_of_stem(job_id.rpartition("-")[0], job_id):
         # Its chunks still running complete into a job no longer on record (ignored), not
@@ -238,7 +241,7 @@ def _send_chunks(
     seen = DocumentStructure(
         types={name: list(fields) for name, fields in types.items()}, relations=list(relations)
     )
-    structure = source.structure().merge(seen)
+    structure = given.merge(seen)
     return EnqueuedJob(job_id, total, sent, total - sent, structure)
 
 

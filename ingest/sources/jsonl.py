@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ingest.records import Document, Record, Relation
-from ingest.sources.base import Source, json_lines
+from ingest.sources.base import Source, SourceError, json_lines
 from kgqr_core.text_files import TEXT_ENCODING
 from plugin.kb_meta import DocumentStructure
 
@@ -44,7 +44,14 @@ class JsonlSource(Source):
     def structure(self) -> DocumentStructure:
         given = self.path / "structure.json"
         if self.path.is_dir() and given.is_file():
-            return DocumentStructure.model_validate_json(given.read_text(encoding=TEXT_ENCODING))
+            try:
+                return DocumentStructure.model_validate_json(
+                    given.read_text(encoding=TEXT_ENCODING)
+                )
+            except ValidationError as exc:  # pydantic's own words named no file
+                error = exc.errors()[0]
+                where = ".".join(str(part) for part in error["loc"])
+                raise SourceError(f"{given}: {where}: {error['msg']}") from None
         return DocumentStructure()
 
     @staticmethod

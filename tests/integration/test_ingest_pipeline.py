@@ -318,6 +318,24 @@ def test_a_run_that_set_records_aside_says_where_to_read_why(kb: str, tmp_path: 
     assert f"1 records set aside, each with why: kgqr ingest rejected --kb {kb}" in result.output
 
 
+def test_a_structure_file_that_does_not_parse_stops_the_job_before_any_chunk(
+    stores: Stores, kb: str, tmp_path: Path
+) -> None:
+    """Read after the last chunk, it left every document written, the KB unlisted, and a
+    pydantic message naming no file."""
+    from click.testing import CliRunner
+
+    from kgqr_ops.cli import main
+
+    _, opensearch, _, redis = stores
+    (tmp_path / "documents.jsonl").write_text('{"id": "a", "type": "note", "title": "A"}\n')
+    (tmp_path / "structure.json").write_text('{"types": "not an object"}')
+    result = CliRunner().invoke(main, ["ingest", f"jsonl:{tmp_path}", "--kb", kb])
+    assert result.exit_code == 1, result.output
+    assert f"{tmp_path}/structure.json: types: Input should be" in result.output
+    assert document_ids(opensearch, kb) == [] and JobStore(redis).jobs_of(kb) == []
+
+
 def test_second_run_sends_nothing_and_changes_nothing(stores: Stores, kb: str) -> None:
     _, opensearch, neo4j, _ = stores
     spec = f"jsonl:{FIXTURES / 'tiny_kb'}"
