@@ -86,7 +86,7 @@ def test_status_names_each_failed_chunk_and_why(jobs: Any, settings: Any) -> Non
     store.finish_enqueuing(job, chunks_total=1)
     store.fail_chunk(job, 0, "ValueError: no letters or digits")
     result = CliRunner().invoke(ingest, ["status", job])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # as `kgqr ingest` ends on a failed chunk
     assert "[failed]" in result.output
     assert "chunk 0 FAILED: ValueError: no letters or digits" in result.output
 
