@@ -272,7 +272,10 @@ def set_aside_if_unstorable(record: dict[str, Any]) -> Rejected | None:
     problem = unstorable(record)
     if problem is None:
         return None
-    return Rejected(reason=problem, raw=json.dumps(record, default=str), stage="validate")
+    # Which record: "fields.score: nan" alone left a thousand-line file to search.
+    named = record.get("id") or record.get("source") or record.get("passage_id")
+    reason = f"{record.get('kind', 'record')} {named}: {problem}" if named else problem
+    return Rejected(reason=reason[:500], raw=json.dumps(record, default=str), stage="validate")
 
 
 def _flatten(value: Any) -> str:

@@ -286,6 +286,7 @@ def test_values_no_store_keeps_cost_their_own_records_not_their_chunk(
         h["_source"]["reason"] for h in opensearch.search(index=dead)["hits"]["hits"]
     )
     assert "lone surrogate" in reasons and "nan" in reasons and "64 bits" in reasons, reasons
+    assert "document nan: fields.score" in reasons, reasons  # which record, not only which field
     assert "Neo4j property" in reasons, reasons
     assert verify(opensearch, neo4j, kb).ok
 
