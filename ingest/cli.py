@@ -340,8 +340,14 @@ def verify_command(kb: str) -> None:
 @kb_option("Knowledge base whose set-aside records to list.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
               help="Newest records to list.")  # fmt: skip
-def rejected(kb: str, limit: int) -> None:
-    """List records set aside in the dead-letter index, with their reasons."""
+@click.option("--job", "job_id", default=None, help="Only those of this job.")
+@click.option("--clear", is_flag=True,
+              help="Remove them (those of --job only, with it): once fixed and sent again, "
+                   "they would still be listed.")  # fmt: skip
+def rejected(kb: str, limit: int, job_id: str | None, clear: bool) -> None:
+    """List records set aside in the dead-letter index, with their reasons. Fix them in
+    the source and run the same `kgqr ingest` again (it sends the whole source anew when
+    the source changed); then `--clear` removes the old entries."""
     from kgqr_core import connections
     from plugin import schema
 
@@ -351,13 +357,22 @@ def rejected(kb: str, limit: int) -> None:
         _check_known(client, kb)
         click.echo("no rejected records")
         return
-    body = {"size": limit, "sort": [{"timestamp": "desc"}]}
+    query = {"term": {"job_id": job_id}} if job_id else {"match_all": {}}
+    if clear:
+        removed = client.delete_by_query(index=index, body={"query": query}, refresh=True)
+        click.echo(f"{removed['deleted']} rejected records removed")
+        return
+    body = {"size": limit, "sort": [{"timestamp": "desc"}], "query": query}
     hits = client.search(index=index, body=body)["hits"]
     click.echo(f"{hits['total']['value']} rejected records (newest first):")
     for hit in hits["hits"]:
         src = hit["_source"]
         click.echo(f"- job {src['job_id']} chunk {src['chunk']} [{src['stage']}] {src['reason']}")
-        click.echo(f"    {json.dumps(src['record'], ensure_ascii=False)[:200]}")
+        record = src["record"]
+        # The line as the source held it, not the reason and kind again before it.
+        shown = record.get("raw") if isinstance(record, dict) and "raw" in record else record
+        text = shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False)
+        click.echo(f"    {text[:300]}")
 
 
 def dropped_saying_so(opensearch: Any, kb: str) -> RemovedKnowledgeBase:

@@ -317,6 +317,19 @@ def test_a_run_that_set_records_aside_says_where_to_read_why(kb: str, tmp_path: 
     result = CliRunner().invoke(main, ["ingest", f"jsonl:{tmp_path}", "--kb", kb])
     assert result.exit_code == 0, result.output
     assert f"1 records set aside, each with why: kgqr ingest rejected --kb {kb}" in result.output
+    # Listed by job, with the record as the source held it; once fixed, cleared.
+    job = result.output.split("job ", 1)[1].split(":", 1)[0]
+    for listed_by in ([], ["--job", job]):
+        shown = CliRunner().invoke(main, ["ingest", "rejected", "--kb", kb, *listed_by])
+        assert "1 rejected records" in shown.output and "document nan: fields.score" in (
+            shown.output
+        ), shown.output
+    other = CliRunner().invoke(main, ["ingest", "rejected", "--kb", kb, "--job", "another"])
+    assert "0 rejected records" in other.output
+    cleared = CliRunner().invoke(main, ["ingest", "rejected", "--kb", kb, "--clear"])
+    assert "1 rejected records removed" in cleared.output
+    after = CliRunner().invoke(main, ["ingest", "rejected", "--kb", kb]).output
+    assert "0 rejected records" in after
 
 
 def test_a_structure_file_that_does_not_parse_stops_the_job_before_any_chunk(
