@@ -146,6 +146,9 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
         enqueued = send(loaded, restart)
     except ValueError as exc:  # another model's vectors, or a re-embed under way
         raise click.ClickException(str(exc)) from exc
+    for other in enqueued.replaced:  # the CLI shows no log: said here
+        click.echo(f"{other} cut this source at another chunk size: it is forgotten, and "
+                   "every chunk is sent at this one (writes are idempotent)")  # fmt: skip
     click.echo(
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
         f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"

@@ -42,6 +42,8 @@ class EnqueuedJob:
     chunks_sent: int
     chunks_already_done: int
     structure: DocumentStructure
+    # The same source's jobs at another chunk size, forgotten: every chunk is sent again.
+    replaced: tuple[str, ...] = ()
 
 
 def job_id_for(source: Source, kb: str, chunk_size: int) -> str:
@@ -210,7 +212,8 @@ def _send_chunks(
     (read after the last, it left every chunk written and the KB unlisted)."""
     given = source.structure()
     job_id = job_id_for(source, kb, chunk_size)
-    for other in jobs.others_of_stem(job_id.rpartition("-")[0], job_id):
+    replaced = tuple(jobs.others_of_stem(job_id.rpartition("-")[0], job_id))
+    for other in replaced:
         # Its chunks still running complete into a job no longer on record (ignored), not
         # into this one's numbering.
         log.info("%s was cut at another chunk size: it is forgotten and every chunk is "
@@ -242,7 +245,7 @@ def _send_chunks(
         types={name: list(fields) for name, fields in types.items()}, relations=list(relations)
     )
     structure = given.merge(seen)
-    return EnqueuedJob(job_id, total, sent, total - sent, structure)
+    return EnqueuedJob(job_id, total, sent, total - sent, structure, replaced)
 
 
 def _dropped_while_sending(kb: str, sent: int) -> ValueError:

@@ -302,6 +302,7 @@ def test_a_resume_with_another_chunk_size_sends_every_record_again(
         second = job_runner._send_chunks(source, "jsonl:x", kb, store, send, 4, restart=False)
         assert sum(size for _, size in sent) == every
         assert not store.exists(first.job_id)  # forgotten: it lists no more as unfinished
+        assert second.replaced == (first.job_id,)  # and the CLI says so (it shows no log)
         # A chunk of the first cut, still running, does not count into the second's.
         assert store.complete_chunk(first.job_id, 3, {"documents": 2}) is False
         assert not store.is_done(second.job_id, 3)
