@@ -44,25 +44,32 @@ class MusiqueSource(Source):
         return next(iter(sorted(self.path.glob("openie_*.json"))), None)
 
     def records(self) -> Iterator[Record]:
+        set_aside: set[int] = set()
         with (self.path / "corpus.json").open("rb") as corpus:
             for position, passage in enumerate(ijson.items(corpus, "item")):
                 if self.limit is not None and position >= self.limit:
                     break
                 fields = passage if isinstance(passage, dict) else {}
-                yield set_aside_unless_valid(
+                made = set_aside_unless_valid(
                     f"corpus.json item {position}", passage, Document, id=passage_id(position),
                     type="passage", title=fields.get("title"), text=fields.get("text"),
                 )  # fmt: skip
+                if not isinstance(made, Document):
+                    set_aside.add(position)
+                yield made
         openie = self._openie_file()
         if openie is not None:
-            yield from self._graph(openie)
+            yield from self._graph(openie, set_aside)
 
-    def _graph(self, openie: Path) -> Iterator[Record]:
+    def _graph(self, openie: Path, set_aside: set[int]) -> Iterator[Record]:
+        """The OpenIE graph of each passage kept: one set aside gets no entities or
+        triples (written, they made a node without a document, which verify fails)."""
         with openie.open("rb") as stream:
             for position, doc in enumerate(array_items(stream, "docs")):
                 if self.limit is not None and position >= self.limit:
                     break
-                yield from _passage_graph(passage_id(position), doc)
+                if position not in set_aside:
+                    yield from _passage_graph(passage_id(position), doc)
 
 
 def array_items(stream: Any, prefix: str) -> Iterator[Any]:
@@ -142,21 +149,13 @@ class HotpotQaSource(Source):
                 yield HotpotQaPassage(passage_id(position), title, sentences)
 
     def _well_formed(self) -> Iterator[HotpotQaPassage]:
-        return (p for p in self._passages() if isinstance(p.sentences, list))
+        """The passages ingested as documents: only they are linked (a link to one set
+        aside made a node without a document)."""
+        return (p for p in self._passages() if isinstance(_passage_document(p), Document))
 
     def records(self) -> Iterator[Record]:
         for passage in self._passages():
-            if not isinstance(passage.sentences, list):
-                yield Rejected(
-                    reason=f"{passage.title}: sentences is not a list",
-                    raw=repr(passage.sentences)[:4000],
-                )
-                continue
-            yield set_aside_unless_valid(
-                f"corpus.json passage {passage.id}", passage.title, Document,
-                id=passage.id, type="passage", title=passage.title,
-                text=_joined(passage.sentences),
-            )  # fmt: skip
+            yield _passage_document(passage)
         linker = TitleLinker((passage.id, passage.title) for passage in self._well_formed())
         for passage in self._well_formed():
             yield from self._links(passage, linker)
@@ -164,6 +163,17 @@ class HotpotQaSource(Source):
     def _links(self, passage: HotpotQaPassage, linker: TitleLinker) -> Iterator[Record]:
         for target in linker.targets(passage.id, _joined(passage.sentences)):
             yield Relation(source=passage.id, type=LINK_RELATION, target=target)
+
+
+def _passage_document(passage: HotpotQaPassage) -> Record:
+    if not isinstance(passage.sentences, list):
+        return Rejected(
+            reason=f"{passage.title}: sentences is not a list", raw=repr(passage.sentences)[:4000]
+        )
+    return set_aside_unless_valid(
+        f"corpus.json passage {passage.id}", passage.title, Document,
+        id=passage.id, type="passage", title=passage.title, text=_joined(passage.sentences),
+    )  # fmt: skip
 
 
 class HotpotQaGraphSource(HotpotQaSource):

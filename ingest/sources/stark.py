@@ -101,11 +101,13 @@ class StarkSource(Source):
             except (IndexError, KeyError, ValueError) as exc:
                 yield Rejected(reason=f"node {node_id}: no type ({exc!r})", raw=repr(info)[:4000])
                 continue
-            kept.add(int(node_id))
-            yield set_aside_unless_valid(
+            made = set_aside_unless_valid(
                 f"node {node_id}", info, _document,
                 node_id=int(node_id), type_name=str(type_name), info=info,
             )  # fmt: skip
+            if isinstance(made, Document):  # a node set aside gets no edges either
+                kept.add(int(node_id))
+            yield made
         del node_info
         yield from self._relations(kept)
 

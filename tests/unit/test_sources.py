@@ -225,8 +225,26 @@ def test_a_passage_that_breaks_a_records_rules_is_set_aside_and_the_rest_read(
     corpus = [{"title": "A", "text": "x"}, {"text": "no title"},
               {"title": "T" * 2000, "text": "y"}, {"title": "D", "text": "z"}]  # fmt: skip
     (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    # Each passage's OpenIE graph: one set aside gets none (its node would have no document).
+    docs = [{"extracted_entities": [f"e{i}"], "extracted_triples": [[f"e{i}", "r", "x"]]}
+            for i in range(4)]  # fmt: skip
+    (tmp_path / "openie_test.json").write_text(json.dumps({"docs": docs}))
     records = list(open_source(f"musique:{tmp_path}").records())
     assert [r.id for r in records if isinstance(r, Document)] == ["p0", "p3"]
     reasons = [r.reason for r in records if isinstance(r, Rejected)]
     assert reasons[0].startswith("corpus.json item 1: title: ") and len(reasons) == 2
     assert reasons[1].startswith("corpus.json item 2: title: ")
+    graphed = {r.passage_id for r in records if isinstance(r, Mention | CorpusTriple)}
+    assert graphed == {"p0", "p3"}
+
+
+def test_a_hotpotqa_passage_set_aside_is_linked_to_by_none(tmp_path: Path) -> None:
+    """Its title still fed the title linker: links pointed at a node with no document."""
+    long_title = "Heat " + "x" * 2000
+    corpus = {"Heat": ["A film."], long_title: ["Another."],
+              "Pacino": ["He starred in Heat and in " + long_title + "."]}  # fmt: skip
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    records = list(open_source(f"hotpotqa:{tmp_path}").records())
+    assert [r.id for r in records if isinstance(r, Document)] == ["p0", "p2"]
+    links = [(r.source, r.target) for r in records if isinstance(r, Relation)]
+    assert links == [("p2", "p0")]
