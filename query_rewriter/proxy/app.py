@@ -388,7 +388,9 @@ async def handle_search_template(
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     rendered = await rendered_search(state, payload, headers)
     if isinstance(rendered, dict):
-        searched = await template_search_params(state, index, query_params, rendered, headers)
+        searched = await template_search_params(
+            state, index, query_params, payload, rendered, headers
+        )
         if isinstance(searched, dict):
             return await _search(state, request, index, searched, rendered, False, raw, True)
         rendered = searched

@@ -40,8 +40,6 @@ SEARCH_URL_PARAMS = frozenset((
     "include_named_queries_score", "suggest_field", "suggest_text", "suggest_size",
     "suggest_mode",
 ))  # fmt: skip
-# A template search that matches nothing: the engine's check of a request's URL.
-_NOTHING = {"source": {"size": 0, "query": {"match_none": {}}}}
 
 
 async def rendered_search(
@@ -69,19 +67,22 @@ async def template_search_params(
     state: ProxyState,
     index: str,
     query_params: Mapping[str, str],
+    request: dict[str, Any],
     rendered: dict[str, Any],
     headers: dict[str, str],
 ) -> dict[str, str] | str:
     """The URL parameters of the search a template request runs as the engine runs it
     (SEARCH_URL_PARAMS dropped), or why the engine must answer it. Which values the engine
     refuses (`size=abc`, `timeout=10`, `df` without `q`, `suggest_field`'s 500) only it
-    says exactly: a request carrying any is first checked by a template search matching
-    nothing, as the caller, with the same URL."""
+    says exactly: a request carrying any is first run by the engine as it came, as the
+    caller (its own template: a cluster that runs stored templates only refuses any
+    other)."""
     ignored = SEARCH_URL_PARAMS.intersection(query_params)
     if not ignored:
         return dict(query_params)
+    template = {key: request[key] for key in TEMPLATE_KEYS if key in request}
     check = await state.engine.for_request(headers).send(
-        "POST", f"/{index}/_search/template", json=_NOTHING, params=engine_params(query_params)
+        "POST", f"/{index}/_search/template", json=template, params=engine_params(query_params)
     )
     if check.status_code != 200:
         return (
