@@ -110,7 +110,11 @@ class Caller:
             for name, value in headers.items()
             if counts_for_identity(name.lower())
         )
-        anonymous = not any(name in KNOWN_CREDENTIAL_HEADERS for name, _ in found)
+        # An empty one says nothing, and the front cannot tell it from none (nginx's
+        # `$http_cookie` is "" either way): both lend alike.
+        anonymous = not any(
+            name in KNOWN_CREDENTIAL_HEADERS and value.strip() for name, value in found
+        )
         if anonymous and settings.proxy.anonymous_uses_service_account:
             authorization = service_authorization(settings)
             if authorization:
