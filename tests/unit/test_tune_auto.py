@@ -82,3 +82,16 @@ def test_ties_go_to_base_whatever_order_the_settings_come_in() -> None:
     same = {q: _scores(0.5, 0.8) for q in QUERIES}
     decision = decide({WALK: dict(same), BASE: dict(same)}, "R@5", folds=5)
     assert decision.best_overall == BASE and decision.validated.chosen() == {"base": 5}
+
+
+def test_an_mrr_interval_wholly_below_zero_blocks_whatever_its_p_value() -> None:
+    """The guard once read the verdict, which needs p < 0.05 since 2026-11-30: four
+    questions' first hit lost and six alike gave an interval below zero at p = 0.125,
+    and the setting was promoted."""
+    ten = QUERIES[:10]
+    base = {q: _scores(0.5, 1.0) for q in ten}
+    walk = {q: _scores(1.0, 0.5 if q in ten[:4] else 1.0) for q in ten}
+    decision = decide({BASE: base, WALK: walk}, "R@5", 5)
+    mrr = next(c for c in decision.against_base if c.metric == "MRR")
+    assert mrr.high < 0 and mrr.verdict == "not shown to differ"
+    assert decision.promoted == BASE and not decision.beats_base

@@ -135,11 +135,9 @@ def decide(
     by_metric = {c.metric: c for c in against}
     best = max(settings, key=lambda s: mean_of(scored[s], metric))  # the first of equals
     enough = len(scored[base]) >= MIN_QUERIES
-    wins = (
-        enough
-        and by_metric[metric].verdict == "better"
-        and by_metric[GUARD_METRIC].verdict != "worse"
-    )
+    # The guard stays the interval's alone: one wholly below zero blocks, whatever the
+    # p-value (a guard errs toward keeping base).
+    wins = enough and by_metric[metric].verdict == "better" and by_metric[GUARD_METRIC].high >= 0
     return Decision(
         promoted=best if wins else base if enough else None,
         best_overall=best,
