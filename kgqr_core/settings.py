@@ -13,6 +13,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -109,8 +110,8 @@ def _without_password(value: Any) -> Any:
         parts = urlsplit(value.strip())
         if parts.password is None:
             return value
-    except ValueError:
-        return value
+    except ValueError:  # no URL urlsplit reads (`[::1` unclosed): every userinfo starred
+        return re.sub(r"//[^/@]*@", "//*****@", value)
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:*****@{host}"))
 

@@ -73,9 +73,12 @@ class RewriteCache:
             return None
         try:
             raw = await self._redis.get(key)
-            value = json.loads(raw) if raw else None
-        except Exception as exc:  # an outage or a corrupt entry is a miss, never a failed search
+        except Exception as exc:  # an outage is a miss, never a failed search
             self._unavailable(exc)
+            return None
+        try:
+            value = json.loads(raw) if raw else None
+        except ValueError:  # a corrupt entry: a miss, made afresh and written over
             return None
         return value if isinstance(value, dict) else None
 
