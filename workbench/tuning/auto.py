@@ -7,9 +7,10 @@ cross-validated (cross_validation.py): on each fold, the setting best on the oth
 queries is scored on that fold's. The setting best on all queries is promoted only if
 those held-out scores beat base's with a 95% interval above zero (and a randomization
 test's p below 0.05: significance.PairedComparison.verdict) on the chosen metric and MRR
-is not shown to be worse; otherwise base is recorded. On fewer than MIN_QUERIES judged
-queries nothing is recorded: too few to show anything, they must not replace the default
-the knowledge base has (KGQR_REWRITE_DEFAULT_STRATEGY=auto gives Gemma's KBs `graph`).
+is not shown to be worse (its interval not wholly below zero); otherwise base is
+recorded. On fewer than MIN_QUERIES judged queries nothing is recorded: too few to show
+anything, they must not replace the default the knowledge base has
+(KGQR_REWRITE_DEFAULT_STRATEGY=auto gives Gemma's KBs `graph`).
 The evidence is printed, and recorded with the default (plugin.kb_meta.KbDefault).
 """
 
@@ -102,14 +103,14 @@ class Decision:
                     f"queries, cross-validated over {folds} folds: {shown}")  # fmt: skip
         return (f"tune auto: no setting beat base with a {self.metric} interval above 0 "
                 f"(p < 0.05) and "
-                f"{GUARD_METRIC} not worse, cross-validated over {folds} folds on "
+                f"{GUARD_METRIC}'s interval not below 0, cross-validated over {folds} folds on "
                 f"{self.queries} judged queries: {shown}")  # fmt: skip
 
     def evidence(self) -> dict[str, Any]:
         return {
             "rule": f"promote the setting best on all queries only if its cross-validated "
                     f"{self.metric} beats base with a 95% interval above 0 (p < 0.05) and "
-                    f"{GUARD_METRIC} is not shown worse",
+                    f"{GUARD_METRIC}'s interval is not wholly below 0",
             "metric": self.metric,
             "queries": self.queries,
             "candidates": self.candidates,

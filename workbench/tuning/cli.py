@@ -66,8 +66,8 @@ def auto(
     main parameters, on --kb's judged queries through a kgqr proxy; cross-validate the
     choice (chosen on the other folds, scored on each held-out one); and record as the
     KB's default the setting best on all queries only if the held-out scores beat base
-    with a 95% interval above 0 (and p < 0.05) on --metric and MRR is not shown to be
-    worse. Otherwise
+    with a 95% interval above 0 (and p < 0.05) on --metric and MRR's interval is not
+    wholly below 0. Otherwise
     base is recorded, with the evidence that nothing beat it; on fewer than 10 judged
     queries, nothing is.
 
