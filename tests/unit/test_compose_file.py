@@ -157,3 +157,12 @@ def test_no_secret_is_put_on_a_command_line(compose: dict[str, Any]) -> None:
                 assert re.search(rf"printf [^|>]*\"\$\${secret}\" *[|>]", text), (name, text)
     script = (DOCKER_DIR.parent / "plugin/opensearch/security/configure.sh").read_text()
     assert 'hash.sh" -p' not in script and "-env" in script
+
+
+def test_the_long_running_services_are_started_again_when_they_exit(
+    compose: dict[str, Any],
+) -> None:
+    """The rewriter's nginx exits on an upstream name the network's DNS does not answer
+    yet; without a restart policy the stack stayed down."""
+    for name in ("rewriter", "worker"):
+        assert compose["services"][name].get("restart") == "unless-stopped", name
