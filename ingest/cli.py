@@ -16,7 +16,7 @@ import click
 from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import get_settings
-from kgqr_ops.cli_options import kb_option
+from kgqr_ops.cli_options import kb_option, known_kb
 
 if TYPE_CHECKING:
     from ingest.kb_removal import RemovedKnowledgeBase
@@ -440,13 +440,11 @@ def reembed(kb: str, model: str, restart: bool) -> None:
     from ingest import reembed as reembedding
     from kgqr_core import connections
     from kgqr_core.embedder import get_embedder
-    from plugin import kb_meta
 
     settings = get_settings()
     opensearch = connections.opensearch_client(settings)
     redis = connections.redis_client(settings)
-    if kb_meta.load(opensearch, kb) is None:  # before a model's minute-long load
-        raise click.ClickException(f"no knowledge base {kb!r} (`kgqr kb list` lists them)")
+    known_kb(opensearch, kb)  # before a model's minute-long load
     click.echo(f"loading {model} ...")
     embedder = get_embedder(model)
     bars: dict[str, Any] = {}

@@ -5,11 +5,14 @@ each command once met it as a traceback of its own."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from plugin.schema import check_kb_name
+
+if TYPE_CHECKING:
+    from plugin.kb_meta import KnowledgeBaseMeta
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,6 +25,17 @@ def checked_kb_name(value: str, **where: Any) -> str:
         return check_kb_name(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), **where) from exc
+
+
+def known_kb(client: Any, kb: str) -> KnowledgeBaseMeta:
+    """The KB's kgqr-meta record, or an error saying there is no such KB: a mistyped name
+    was told "no plans (run optimize)", "no queries to warm", or loaded a model first."""
+    from plugin import kb_meta
+
+    meta = kb_meta.load(client, kb)
+    if meta is None:
+        raise click.ClickException(f"no knowledge base {kb!r} (`kgqr kb list` lists them)")
+    return meta
 
 
 def _kb_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kgqr_core.settings import get_settings
-from kgqr_ops.cli_options import caller_option, kb_option, strategy_names
+from kgqr_ops.cli_options import caller_option, kb_option, known_kb, strategy_names
 
 
 @click.group("rewrites")
@@ -52,7 +52,6 @@ def warm(
     from tqdm import tqdm
 
     from kgqr_core import connections
-    from plugin import kb_meta
     from plugin.schema import documents_index
     from query_rewriter.search.warming import (
         frequent_logged_queries,
@@ -72,8 +71,8 @@ def warm(
     else:
         client = connections.opensearch_client(settings)
         queries = frequent_logged_queries(client, kb, top or 0)
-        if not queries and kb_meta.load(client, kb) is None:  # a mistyped name, not a quiet log
-            raise click.ClickException(f"no knowledge base {kb!r} (`kgqr kb list` lists them)")
+        if not queries:  # a mistyped name, not a quiet log
+            known_kb(client, kb)
     if not queries:
         raise click.ClickException(
             f"no queries to warm in {path}"

@@ -31,9 +31,15 @@ def set_aside_unless_valid(
     try:
         return make(**values)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "record"
-        return Rejected(reason=f"{where}: {field}: {error['msg']}"[:500], raw=repr(raw)[:4000])
+        return Rejected(reason=f"{where}: {first_problem(exc)}"[:500], raw=repr(raw)[:4000])
+
+
+def first_problem(exc: ValidationError) -> str:
+    """A validation error's first problem as `field: why`: pydantic's own text names the
+    model, not the file or record, and runs over several lines."""
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"]) or "record"
+    return f"{field}: {error['msg']}"
 
 
 class Source(abc.ABC):

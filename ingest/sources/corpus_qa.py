@@ -148,17 +148,19 @@ class HotpotQaSource(Source):
                     return
                 yield HotpotQaPassage(passage_id(position), title, sentences)
 
-    def _well_formed(self) -> Iterator[HotpotQaPassage]:
-        """The passages ingested as documents: only they are linked (a link to one set
-        aside made a node without a document)."""
-        return (p for p in self._passages() if isinstance(_passage_document(p), Document))
-
     def records(self) -> Iterator[Record]:
+        kept: set[str] = set()
         for passage in self._passages():
-            yield _passage_document(passage)
-        linker = TitleLinker((passage.id, passage.title) for passage in self._well_formed())
-        for passage in self._well_formed():
-            yield from self._links(passage, linker)
+            made = _passage_document(passage)
+            if isinstance(made, Document):
+                kept.add(passage.id)
+            yield made
+        # Only the passages ingested as documents are linked: a link to one set aside made
+        # a node without a document.
+        linker = TitleLinker((p.id, p.title) for p in self._passages() if p.id in kept)
+        for passage in self._passages():
+            if passage.id in kept:
+                yield from self._links(passage, linker)
 
     def _links(self, passage: HotpotQaPassage, linker: TitleLinker) -> Iterator[Record]:
         for target in linker.targets(passage.id, _joined(passage.sentences)):

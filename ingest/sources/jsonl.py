@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ingest.records import Document, Record, Relation
-from ingest.sources.base import Source, SourceError, json_lines
+from ingest.sources.base import Source, SourceError, first_problem, json_lines
 from kgqr_core.text_files import TEXT_ENCODING
 from plugin.kb_meta import DocumentStructure
 
@@ -49,9 +49,7 @@ class JsonlSource(Source):
                     given.read_text(encoding=TEXT_ENCODING)
                 )
             except ValidationError as exc:  # pydantic's own words named no file
-                error = exc.errors()[0]
-                where = ".".join(str(part) for part in error["loc"])
-                raise SourceError(f"{given}: {where}: {error['msg']}") from None
+                raise SourceError(f"{given}: {first_problem(exc)}") from None
         return DocumentStructure()
 
     @staticmethod

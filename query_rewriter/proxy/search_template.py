@@ -42,6 +42,11 @@ SEARCH_URL_PARAMS = frozenset((
 ))  # fmt: skip
 
 
+def template_of(request: dict[str, Any]) -> dict[str, Any]:
+    """The template a request names (`id` or `source`, and `params`), without its switches."""
+    return {key: request[key] for key in TEMPLATE_KEYS if key in request}
+
+
 async def rendered_search(
     state: ProxyState, request: dict[str, Any], headers: dict[str, str]
 ) -> dict[str, Any] | str:
@@ -53,7 +58,7 @@ async def rendered_search(
         # The engine refuses such a request ("[search_template] unknown field [size]"):
         # sent on as it came, it answers that; rendered, kgqr ran the search with them.
         return f"the template request has fields the engine does not read: {unknown}"
-    template = {key: request[key] for key in TEMPLATE_KEYS if key in request}
+    template = template_of(request)
     as_caller = state.engine.for_request(headers)
     answer = await as_caller.send("POST", "/_render/template", json=template)
     output = answer.json().get("template_output") if answer.status_code == 200 else None
@@ -80,7 +85,7 @@ async def template_search_params(
     ignored = SEARCH_URL_PARAMS.intersection(query_params)
     if not ignored:
         return dict(query_params)
-    template = {key: request[key] for key in TEMPLATE_KEYS if key in request}
+    template = template_of(request)
     check = await state.engine.for_request(headers).send(
         "POST", f"/{index}/_search/template", json=template, params=engine_params(query_params)
     )

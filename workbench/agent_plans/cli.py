@@ -5,17 +5,13 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from kgqr_core.settings import get_settings
 from kgqr_core.text_files import TEXT_ENCODING
-from kgqr_ops.cli_options import judged_queries, kb_option
+from kgqr_ops.cli_options import judged_queries, kb_option, known_kb
 from workbench.evaluation.query_sets import JudgedQuery
-
-if TYPE_CHECKING:
-    from plugin.kb_meta import KnowledgeBaseMeta
 
 
 @click.group("agent")
@@ -76,7 +72,7 @@ def optimize(
     )
     settings = get_settings()
     opensearch = connections.opensearch_client(settings)
-    meta = _known_kb(opensearch, kb)
+    meta = known_kb(opensearch, kb)
     with connections.neo4j_driver(settings) as neo4j:
         signatures = relation_signatures(neo4j, kb, meta.structure.relations)
     relations = "\n".join(f"- {s} -{r}-> {t} ({n} edges)" for s, r, t, n in signatures)
@@ -118,21 +114,10 @@ def show(kb: str) -> None:
     from kgqr_core import connections
     from query_rewriter.strategies.agent.plan_book import book_of
 
-    book = book_of(_known_kb(connections.opensearch_client(get_settings()), kb))
+    book = book_of(known_kb(connections.opensearch_client(get_settings()), kb))
     if book is None:
         raise click.ClickException(f"{kb}: no plans (run `kgqr agent optimize`)")
     click.echo(book.model_dump_json(indent=1))
-
-
-def _known_kb(client: object, kb: str) -> KnowledgeBaseMeta:
-    """The KB's kgqr-meta record, or a usage error: a mistyped name was told "no plans
-    (run optimize)", and `clear` said "no plans stored" and succeeded."""
-    from plugin import kb_meta
-
-    meta = kb_meta.load(client, kb)
-    if meta is None:
-        raise click.ClickException(f"no knowledge base {kb!r} (`kgqr kb list` lists them)")
-    return meta
 
 
 @agent.command("clear")
@@ -144,7 +129,7 @@ def clear(kb: str) -> None:
     from plugin import kb_meta
 
     client = connections.opensearch_client(get_settings())
-    _known_kb(client, kb)
+    known_kb(client, kb)
     if kb_meta.clear_agent_plans(client, kb):
         click.echo(f"{kb}: plans removed")
     else:
