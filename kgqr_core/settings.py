@@ -485,6 +485,15 @@ class ProxySettings(Section):
         "not rewrite straight to OpenSearch (kgqr_ops/nginx_front.py).",
     )
 
+    identity_key: SecretStr | None = Field(
+        default=None,
+        description="Keys the hash of a caller's credential headers that rewrite-cache keys "
+        "in Redis hold where OpenSearch names no user (no security plugin, or no answer "
+        "from it): an unkeyed hash of a Basic header is a password guessable offline by "
+        "whoever reads Redis. Unset: derived from KGQR_OPENSEARCH_PASSWORD, else random per "
+        "process (such callers' rewrites then go unshared between proxy processes).",
+    )
+
     metrics_token: SecretStr | None = Field(
         default=None,
         description="A bearer token that opens /_kgqr/metrics (Authorization: Bearer TOKEN). "

@@ -11,9 +11,12 @@ without security, gives anonymous callers kgqr's account.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from kgqr_core.connections import basic_authorization, opensearch_basic_auth
 from kgqr_core.settings import Settings
@@ -95,6 +98,23 @@ def service_authorization(settings: Settings) -> str | None:
     return basic_authorization(*credentials) if credentials else None
 
 
+# The key when neither KGQR_PROXY_IDENTITY_KEY nor kgqr's password is set.
+_PROCESS_KEY = secrets.token_bytes(32)
+
+
+def identity_key(settings: Settings) -> bytes:
+    """What keys a caller's fingerprint: the configured key, else one derived from kgqr's
+    own password (every proxy process of a deployment has it, a reader of Redis need
+    not), else this process's own."""
+    configured = settings.proxy.identity_key or settings.opensearch.password
+    return _derived_key(configured.get_secret_value()) if configured else _PROCESS_KEY
+
+
+@lru_cache(maxsize=4)
+def _derived_key(secret: str) -> bytes:
+    return hashlib.sha256(b"kgqr caller fingerprint\0" + secret.encode()).digest()
+
+
 @dataclass(frozen=True)
 class Caller:
     """The headers of one request that may decide who it runs as, as the caller sent
@@ -102,6 +122,7 @@ class Caller:
     a custom JWT header out: such callers were resolved as anonymous and shared rewrites)."""
 
     credentials: tuple[tuple[str, str], ...]
+    key: bytes = field(default=b"", repr=False)
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str], settings: Settings) -> Caller:
@@ -119,17 +140,19 @@ class Caller:
             authorization = service_authorization(settings)
             if authorization:
                 found = sorted([*found, ("authorization", authorization)])
-        return cls(tuple(found))
+        return cls(tuple(found), identity_key(settings))
 
     @property
     def headers(self) -> dict[str, str]:
         return dict(self.credentials)
 
     def fingerprint(self, only: Collection[str] | None = None) -> str:
-        """A hash of the identity headers (`only` those named, when given)."""
+        """A keyed hash of the identity headers (`only` those named, when given); a caller
+        without any is "anonymous" in every process."""
         kept = [(k, v) for k, v in self.credentials if only is None or k in only]
-        raw = json.dumps(kept or "anonymous").encode()
-        return hashlib.sha256(raw).hexdigest()[:32]
+        if not kept:
+            return "anonymous"
+        return hmac.new(self.key, json.dumps(kept).encode(), hashlib.sha256).hexdigest()[:32]
 
     def credential_fingerprint(self) -> str:
         """The identity where OpenSearch resolves none (no security plugin): what the usual

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import json
 
 import httpx
 import pytest
@@ -42,6 +44,25 @@ def test_an_anonymous_caller_gets_no_credentials_unless_opted_in() -> None:
     assert Caller.from_headers({"accept": "*/*"}, SERVICE).headers == {}
     lent = Caller.from_headers({}, SERVICE.replaced({"anonymous_uses_service_account": True}))
     assert lent.headers == {"authorization": "Basic " + base64.b64encode(b"kgqr:svc").decode()}
+
+
+def test_a_fingerprint_is_keyed_so_a_reader_of_redis_cannot_test_passwords_on_it() -> None:
+    """Without a key, sha256 of `[["authorization", "Basic ..."]]` (a rewrite-cache key in
+    Redis where the engine names no user) lets whoever reads Redis try passwords offline."""
+    headers = {"authorization": "Basic YTpi"}
+    unkeyed = hashlib.sha256(json.dumps([["authorization", "Basic YTpi"]]).encode())
+    keyed = Caller.from_headers(headers, SERVICE).fingerprint()
+    assert keyed != unkeyed.hexdigest()[:32]
+    # Processes of one deployment agree (the key derives from kgqr's password)...
+    assert Caller.from_headers(headers, SERVICE).fingerprint() == keyed
+    other_password = Settings.of({"opensearch_user": "kgqr", "opensearch_password": SecretStr("x")})
+    assert Caller.from_headers(headers, other_password).fingerprint() != keyed
+    # ...or a key of its own, which wins.
+    own_key = SERVICE.replaced({"proxy_identity_key": SecretStr("k")})
+    assert Caller.from_headers(headers, own_key).fingerprint() not in (keyed, "anonymous")
+    # Nobody's credentials in it: the same in every process, key or none.
+    assert Caller.from_headers({}, own_key).fingerprint() == "anonymous"
+    assert Caller.from_headers({}, Settings.of({})).fingerprint() == "anonymous"
 
 
 def test_fingerprints_differ_for_any_credential_header() -> None:
