@@ -154,6 +154,17 @@ def test_filter_path_costs_linear_time_in_the_answers_depth(paths: list[str]) ->
     assert per_unit_ratio(lambda depth: filtered(answers[depth], paths), 16, 256) <= LINEAR
 
 
+def test_filter_path_costs_linear_time_in_distinct_keys_and_paths_together() -> None:
+    """Each new key went through every path: the 519 `**.zN` paths a 4 KB URL holds, over
+    an answer of 4,000 aggregations (one a distinct key), took 0.9 s; one path, 9 ms."""
+
+    def work(size: int) -> None:
+        answer = {"aggregations": {f"agg{n}": {"value": n} for n in range(size)}}
+        filtered(answer, [f"**.z{n}" for n in range(size // 8)])
+
+    assert per_unit_ratio(work, 500, 4000) <= LINEAR
+
+
 def test_filter_path_steps_each_key_through_the_paths_once_not_once_a_place(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
