@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kgqr_core.llm import parse_json_object
 from query_rewriter.engine import filter_path, query_text
 from query_rewriter.engine.errors import RewriteRequestError, redact_addresses
 from query_rewriter.engine.filter_path import filtered
@@ -152,6 +153,16 @@ def test_filter_path_costs_linear_time_in_the_answers_depth(paths: list[str]) ->
     # (A real answer is far shallower; 256 keeps below Python's recursion limit.)
     answers = {depth: _nested(depth) for depth in (16, 256)}
     assert per_unit_ratio(lambda depth: filtered(answers[depth], paths), 16, 256) <= LINEAR
+
+
+def test_reading_an_llm_answer_cut_off_among_braces_costs_linear_time() -> None:
+    """An answer cut off inside a string of braces (a query may ask the LLM for them, and
+    JSON mode allows them in strings) was read again from each brace: 0.5 s for 3,000."""
+
+    def work(size: int) -> None:
+        assert parse_json_object('{"documents": ["' + "{" * size) is None
+
+    assert per_unit_ratio(work, 1000, 8000) <= LINEAR
 
 
 def test_filter_path_costs_linear_time_in_distinct_keys_and_paths_together() -> None:
