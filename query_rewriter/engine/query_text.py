@@ -60,12 +60,15 @@ class ParsedQuery:
     vector_k: int | None = None  # its k: the rewrite's k-NN side reads that many, no more
 
     def within(self, added: Collection[str] = ()) -> list[dict[str, Any]]:
-        """The filters a rewritten clause runs under: the caller's, and their whole query
-        (with `added`: their query, or one of the documents the graph added)."""
+        """The filters a rewritten clause runs under: the caller's whole query, which holds
+        their filters (with `added`: their filters, and their query or one of the documents
+        the graph added). Each rewritten search repeats this in several clauses, so nothing
+        in it is sent twice: with the filters beside the query, a search of a large filter
+        went to the engine 13 times its size."""
         if self.query is None:
             return list(self.filters)
         if not added:
-            return [*self.filters, self.query]
+            return [self.query]
         linked = {"ids": {"values": sorted(added)}}
         return [
             *self.filters,
@@ -195,6 +198,13 @@ def _syntax_of(clauses: list[dict[str, Any]]) -> str | None:
 
 
 VECTOR_QUERY_OPTIONS = {"vector", "k", "filter", "boost"}
+# The k-NN plugin's largest dimension (2.19): a longer vector is the engine's error to give,
+# not one kgqr reads, hashes and copies first (2M floats held the event loop 0.8 s).
+MAX_VECTOR_DIMENSION = 16_000
+# The engine's `indices.query.bool.max_clause_count` by default: a bool with more text
+# clauses is its error to give. Each was read (empty ones too, which no length limit
+# counts): 10 MB of them held the event loop 1.2 s.
+MAX_TEXT_CLAUSES = 1024
 
 
 def parse_vector_query(query: Any, vector_field: str) -> ParsedQuery | None:
@@ -241,9 +251,9 @@ def _knn_vector(clause: Any, vector_field: str) -> list[Any] | None:
     vector, k = options.get("vector"), options.get("k")
     if not set(options) <= VECTOR_QUERY_OPTIONS or not isinstance(k, int) or k < 1:
         return None
-    if not isinstance(vector, list) or not vector or not all(map(_finite_number, vector)):
+    if not isinstance(vector, list) or not 0 < len(vector) <= MAX_VECTOR_DIMENSION:
         return None
-    return vector
+    return vector if all(map(_finite_number, vector)) else None
 
 
 def _finite_number(value: Any) -> bool:
@@ -274,6 +284,8 @@ def parse_query(query: Any, word_fields: tuple[str, ...] = WORD_FIELDS) -> Parse
     if not set(clauses) <= allowed:
         return None
     must, should = _as_list(clauses.get("must")), _as_list(clauses.get("should"))
+    if len(must) + len(should) > MAX_TEXT_CLAUSES:
+        return None
     texts, text_clauses = [], [*must, *should]
     for clause in text_clauses:
         text = _text_of(clause)
