@@ -35,7 +35,8 @@ PASSED_THROUGH = Counter(
     "rescore, vector_query (a knn query with an LLM strategy), query_shape (a query kgqr "
     "does not rewrite), query_syntax "
     "(a query_string's operators, fields or wildcards, a prefix multi_match, or one too long "
-    "to read), query_length (a query text over 4,096 characters), msearch_header, "
+    "to read), query_length (a query text over 4,096 characters), query_size (a query over "
+    "1 MB), msearch_header, "
     "template (a search template the engine did not render for the caller), refused (the "
     "engine refused the caller's credentials or their search of the index: no rewrite)",
     ["reason"],

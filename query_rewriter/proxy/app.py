@@ -4,7 +4,6 @@ indices rewritten and sent as hybrid searches; every other request passes throug
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -39,6 +38,7 @@ from query_rewriter.engine.forwarding import (
 )
 from query_rewriter.engine.gateway import Engine
 from query_rewriter.engine.identities import IdentityResolver, credentials_refused
+from query_rewriter.engine.json_codec import dumps
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
 from query_rewriter.graph.projection import ProjectedGraph
 from query_rewriter.proxy.front_status import read_fronts, render_fronts, status_folder
@@ -371,7 +371,7 @@ async def handle_search(state: ProxyState, request: Request, index: str, raw: by
     payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
     query_params, body = uri_search_as_body(url_params, payload)
     stripped = strip_kgqr(payload)
-    as_sent = raw if stripped is payload else json.dumps(stripped).encode()
+    as_sent = raw if stripped is payload else dumps(stripped)
     return await _search(state, request, index, query_params, body, in_url, as_sent)
 
 

@@ -4,7 +4,6 @@ as their headers say, answered as one msearch."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -17,6 +16,7 @@ from query_rewriter import metrics
 from query_rewriter.engine.answer_format import AnswerFormat, json_params, with_explain
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.forwarding import about_the_request, request_headers
+from query_rewriter.engine.json_codec import dumps
 from query_rewriter.proxy.msearch_header import MsearchHeader, check_header
 from query_rewriter.proxy.request_body import body_and_params, json_object, off_the_loop_if_large
 from query_rewriter.proxy.search_template import rendered_search
@@ -141,7 +141,7 @@ async def _answer(
         if isinstance(plan, PassThrough):
             metrics.PASSED_THROUGH.labels(plan.code).inc()
     if not in_url and all(isinstance(plan, PassThrough) and not plan.explain for plan in plans):
-        cleaned = b"".join(json.dumps(strip_kgqr(line)).encode() + b"\n" for line in lines)
+        cleaned = b"".join(dumps(strip_kgqr(line)) + b"\n" for line in lines)
         return await state.engine.forward(request, as_sent or cleaned, decoded=True)
 
     started = time.perf_counter()

@@ -19,6 +19,7 @@ from plugin.kb_meta import KbDefault
 from plugin.schema import kb_of_documents_index
 from query_rewriter.engine.answer_format import FORMAT_PARAMS, AnswerFormat, opensearch_flag
 from query_rewriter.engine.errors import RewriteRequestError
+from query_rewriter.engine.json_codec import dumps
 from query_rewriter.engine.query_syntax import MAX_QUERY_CHARS
 from query_rewriter.engine.query_text import (
     WORD_FIELDS,
@@ -31,6 +32,10 @@ from query_rewriter.search.kb_indices import SearchTarget
 from query_rewriter.strategies import ALL_PARAMS, AUTO_DEFAULT, STRATEGIES, known_strategy
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.params import HYBRID_BM25, request_params
+
+# A rewritten search repeats the caller's query in each of its parts, about 9 times its
+# size in all: a query larger than this (a filter of some 50,000 ids) is sent as it is.
+MAX_REWRITTEN_QUERY_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -410,6 +415,12 @@ def _pass_through(
             "simple_query_string queries (alone or in a bool's must/should), URL q= "
             "searches and knn queries on the knowledge base's vector field; this query is "
             "sent as it is"
+        )
+    if (size := len(dumps(body.get("query")))) > MAX_REWRITTEN_QUERY_BYTES:
+        return "query_size", (
+            f"a query of {size} bytes, more than kgqr rewrites ({MAX_REWRITTEN_QUERY_BYTES}): "
+            "a rewritten search holds it in each of its parts (the BM25, k-NN and graph "
+            "sides, the facets, the highlight), so it is sent as it is"
         )
     if len(parsed.text) > MAX_QUERY_CHARS:
         return "query_length", (

@@ -24,9 +24,20 @@ from query_rewriter.engine import filter_path, query_text
 from query_rewriter.engine.errors import RewriteRequestError, redact_addresses
 from query_rewriter.engine.filter_path import filtered
 from query_rewriter.engine.query_syntax import MAX_QUERY_CHARS, syntax_used
+from query_rewriter.engine.query_text import (
+    MAX_TEXT_CLAUSES,
+    MAX_VECTOR_DIMENSION,
+    parse_vector_query,
+)
 from query_rewriter.proxy.msearch import _items
 from query_rewriter.proxy.request_body import json_object
-from query_rewriter.search.plan import PassThrough, SearchPlan, plan_search, uri_search_as_body
+from query_rewriter.search.plan import (
+    MAX_REWRITTEN_QUERY_BYTES,
+    PassThrough,
+    SearchPlan,
+    plan_search,
+    uri_search_as_body,
+)
 
 pytestmark = pytest.mark.unit
 INDEX = "kgqr-movies-documents"
@@ -123,6 +134,42 @@ def test_an_msearch_of_hostile_items_costs_linear_time_in_its_size() -> None:
             plan_search(str(header.single_index), {}, search, "graph")
 
     assert per_unit_ratio(items, SMALL, LARGE) <= LINEAR
+
+
+def test_a_bool_of_more_clauses_than_the_engine_takes_is_not_read() -> None:
+    """Empty clauses count toward no length limit: 10 MB of them were read one by one
+    (1.2 s on the event loop) for a search the engine refuses for too many clauses."""
+    words = {"match": {"text": "bank robbers"}}
+    empty = {"match": {"text": ""}}
+    taken = {"query": {"bool": {"should": [words] + [empty] * (MAX_TEXT_CLAUSES - 1)}}}
+    assert isinstance(plan(json.dumps(taken).encode()), SearchPlan)
+    more = {"query": {"bool": {"should": [words] + [empty] * MAX_TEXT_CLAUSES}}}
+    passed = plan(json.dumps(more).encode())
+    assert isinstance(passed, PassThrough) and passed.code == "query_shape"
+
+
+def test_a_vector_longer_than_the_engine_takes_is_not_read() -> None:
+    """2M floats were checked, hashed and copied into a rewrite (0.8 s on the event loop)
+    for a search the engine refuses for its dimension."""
+    longest = {"knn": {"vector": {"vector": [0.5] * MAX_VECTOR_DIMENSION, "k": 3}}}
+    assert parse_vector_query(longest, "vector") is not None
+    longer = {"knn": {"vector": {"vector": [0.5] * (MAX_VECTOR_DIMENSION + 1), "k": 3}}}
+    assert parse_vector_query(longer, "vector") is None
+
+
+def test_a_query_too_large_to_repeat_in_a_rewrite_passes_through() -> None:
+    """A rewritten search holds the caller's query in each of its parts: a 10 MB filter
+    would have gone to the engine as some 100 MB, held per search in flight."""
+
+    def searched(ids: int) -> dict[str, Any]:
+        values = [f"doc-{n:08d}" for n in range(ids)]
+        return {"query": {"bool": {"must": {"match": {"text": "bank robbers"}},
+                                   "filter": {"terms": {"_id": values}}}}}  # fmt: skip
+
+    assert isinstance(plan(json.dumps(searched(1000)).encode()), SearchPlan)
+    ids = MAX_REWRITTEN_QUERY_BYTES // len('"doc-00000000",')
+    passed = plan(json.dumps(searched(ids + 1)).encode())
+    assert isinstance(passed, PassThrough) and passed.code == "query_size"
 
 
 def test_a_bool_of_many_long_clauses_passes_through_before_any_is_scanned(
