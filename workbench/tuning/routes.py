@@ -4,7 +4,6 @@ what the page shows is exactly what a client of the proxy gets for that strategy
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
@@ -21,7 +20,7 @@ from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_
 from query_rewriter.engine.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.engine.forwarding import request_headers
 from query_rewriter.engine.identities import AUTHINFO_PATH, credentials_refused
-from query_rewriter.proxy.request_body import off_the_loop_if_large, read_body
+from query_rewriter.proxy.request_body import json_object, off_the_loop_if_large, read_body
 from query_rewriter.search.plan import PassThrough, plan_search
 from query_rewriter.search.service import run_plan
 from query_rewriter.search.state import knowledge_base_names
@@ -68,17 +67,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
         )
     limit = state.settings.proxy.max_body_bytes
     raw = await read_body(request.headers.get("content-length"), request.stream(), limit)
-    return await off_the_loop_if_large(raw, lambda: _object(raw))
-
-
-def _object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RewriteRequestError(400, "parsing_exception", f"request body: {exc}") from exc
-    if not isinstance(body, dict):
-        raise RewriteRequestError(400, "parsing_exception", "request body must be an object")
-    return body
+    return await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
 
 
 def _field(source: Mapping[str, Any], name: str, kind: type) -> Any:
