@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from query_rewriter.engine.forwarding import answer_content, json_answer
+from query_rewriter.proxy.request_body import MAX_NESTING, nesting_depth
 from query_rewriter.search.plan import engine_params
 from query_rewriter.search.state import ProxyState
 
@@ -64,6 +65,10 @@ async def rendered_search(
     output = answer.json().get("template_output") if answer.status_code == 200 else None
     if not isinstance(output, dict):
         return f"the engine did not render the template for the caller ({answer.status_code})"
+    if nesting_depth(output, MAX_NESTING) > MAX_NESTING:
+        # Its parameters rendered into it (`{{#toJson}}`) may nest it past what kgqr reads
+        # of a body it is sent.
+        return f"the rendered search nests deeper than {MAX_NESTING} levels"
     searched = {key: value for key, value in output.items() if key not in SEARCH_SWITCHES}
     return {**searched, **{key: True for key in SEARCH_SWITCHES if request.get(key) is True}}
 

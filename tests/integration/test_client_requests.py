@@ -25,6 +25,7 @@ from kgqr_ops.background_proxy import free_port
 from kgqr_ops.services.process import port_is_open
 from query_rewriter import metrics
 from query_rewriter.engine.filter_path import filtered
+from query_rewriter.proxy.request_body import MAX_NESTING, nesting_depth
 from tests.integration.search_helpers import metric_sample
 
 # In the edit-test loop (scripts/test-quick.sh): it needs only the always-on services.
@@ -742,6 +743,28 @@ def test_a_template_search_reads_its_url_as_the_engine_does(
         assert via.status_code == refused.value.status_code == 400, url
         info: Any = refused.value.info
         assert via.json()["error"]["reason"] == info["error"]["reason"], url
+
+
+def test_a_template_rendered_deeper_than_kgqr_reads_is_the_engines_to_run(
+    entry_url: str, movies_kb: str, opensearch: Any
+) -> None:
+    """A request within kgqr's 128 levels may render past them (its parameters written in
+    with `toJson`): such a search is the engine's to run, as a body that deep sent to kgqr
+    is its 400."""
+    deep: dict[str, Any] = {"match_all": {}}
+    while nesting_depth({"p": {"d": deep}}, MAX_NESTING) < MAX_NESTING:
+        deep = {"bool": {"filter": deep}}
+    source = (
+        '{"query": {"bool": {"must": {"match": {"text": "{{q}}"}}, '
+        '"filter": {{#toJson}}d{{/toJson}}}}}'
+    )
+    request = {"source": source, "params": {"q": "American", "d": deep}}
+    path = f"/{movies_kb}/_search/template"
+    direct = opensearch.transport.perform_request("POST", path, body=request)
+    params = {"kgqr.strategy": "base", "kgqr.explain": "true"}
+    via = httpx.post(f"{entry_url}{path}", params=params, json=request).json()
+    assert "nests deeper" in via["kgqr"]["passed_through"]
+    assert _ids(via) == _ids(direct) and len(_ids(direct)) > 1
 
 
 def test_an_index_named_metrics_is_the_engines_not_kgqrs_counters(
