@@ -5,6 +5,7 @@ readability checks larger than the engine's result window."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Collection
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -19,6 +20,7 @@ from query_rewriter.strategies.context import StrategyContext, source_text
 from query_rewriter.strategies.services import Search
 
 T = TypeVar("T")
+log = logging.getLogger("kgqr.proxy")
 
 
 def _cosine_body(
@@ -153,19 +155,36 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
     one count, and only a chunk with hidden ids is fetched. (These probes say what may be
     read; they are not what a rewrite shows: search/evidence.py leaves them out.)"""
     slots = asyncio.Semaphore(CHECKS_AT_ONCE)
+    # Which indices answered: an alias attached over one index may name more since. An id
+    # is then two documents, the count may hold one twice in place of a hidden one, and
+    # the graph's edges were read from one of them: nothing is taken as readable.
+    indices = {"terms": {"field": "_index", "size": 2}}
 
     async def readable(chunk: list[str]) -> set[str]:
         query = {"ids": {"values": chunk}}
         async with slots:
             counted = await search.search(
-                index, {"size": 0, "track_total_hits": True, "query": query}
+                index,
+                {"size": 0, "track_total_hits": True, "query": query, "aggs": {"i": indices}},
             )
+            if len(counted["aggregations"]["i"]["buckets"]) > 1:
+                _tell_once(f"{index} names several indices: its graph evidence is not used")
+                return set()
             if counted["hits"]["total"]["value"] == len(chunk):
                 return set(chunk)
             body = {"size": len(chunk), "_source": False, "query": query}
             return {hit["_id"] for hit in (await search.search(index, body))["hits"]["hits"]}
 
     return set().union(*await asyncio.gather(*map(readable, id_chunks(ids))))
+
+
+_told: set[str] = set()
+
+
+def _tell_once(warning: str) -> None:
+    if warning not in _told:
+        _told.add(warning)
+        log.warning(warning)
 
 
 @runtime_checkable
