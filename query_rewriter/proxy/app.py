@@ -147,6 +147,7 @@ def create_app(
                 embedders,
                 lambda kb: meta_of(state, kb),
                 SnapshotGraph(graph, snapshots, projection),
+                engine.as_kgqr(),
             ),
             IdentityResolver(engine),
             query_log=QueryLog(service_http) if settings.proxy.query_log_enabled else None,

@@ -129,13 +129,17 @@ class Rewriter:
         embedders: QueryEmbedders,
         meta_of: Callable[[str], Awaitable[KnowledgeBaseMeta | None]],
         graph: Graph | None = None,
+        triples_reader: Search | None = None,
     ) -> None:
+        """`triples_reader`: kgqr's account, which searches the KBs' triples for every
+        caller (StrategyContext.triples_reader); None: each caller's own."""
         self.settings = settings
         self.llm = llm
         self.cache = cache
         self.embedders = embedders
         self.meta_of = meta_of
         self.graph = graph
+        self.triples_reader = triples_reader
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
         # Budgeted LLM rewrites still running after their search was answered, by cache key
         # (identical ones share one); referenced here so they are not collected mid-flight.
@@ -395,6 +399,7 @@ class Rewriter:
                 vector_query=given_vector is not None,
                 side_vectors=side_vectors,
                 own_ids=own_ids,
+                triples_reader=self.triples_reader,
             )
             if given_vector is not None:  # the caller's client embedded it: no embedding
                 ctx.query_vectors[query] = np.asarray(given_vector, dtype=np.float32)

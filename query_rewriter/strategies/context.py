@@ -90,6 +90,16 @@ class StrategyContext:
     # Its answer, asked once per rewrite: an unclear one (an error, an index the caller sees
     # nothing of) is not kept across searches, and must not cost a probe per lookup.
     own_ids_read: bool | None = None
+    # Where the KB's triples are searched: kgqr's account in the proxy, so that no caller
+    # needs a grant on kgqr-KB-triples, which holds what every passage says whatever the
+    # caller may read (vector_lookups.with_readable_passage checks each triple as the
+    # caller). None: `opensearch` (a context built by hand).
+    triples_reader: Search | None = None
+
+    @property
+    def triples(self) -> Search:
+        """What searches the KB's triples index (triples_reader)."""
+        return self.triples_reader or self.opensearch
 
     @property
     def search_fields(self) -> SearchFields:

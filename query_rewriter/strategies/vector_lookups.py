@@ -12,6 +12,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of
+from plugin.field_map import OWN_VECTOR_FIELD
 from plugin.schema import triples_index
 from query_rewriter.engine.hybrid_query import bm25_clause
 from query_rewriter.engine.query_text import ParsedQuery
@@ -24,13 +25,13 @@ log = logging.getLogger("kgqr.proxy")
 
 
 def _cosine_body(
-    ctx: StrategyContext, query_vector: np.ndarray, ids: set[str], top: int | None
+    field: str, query_vector: np.ndarray, ids: set[str], top: int | None
 ) -> dict[str, Any]:
     script = {
         "source": "knn_score",
         "lang": "knn",
         "params": {
-            "field": ctx.search_fields.vector,
+            "field": field,
             "query_value": [float(x) for x in query_vector],
             "space_type": "cosinesimil",
         },
@@ -57,7 +58,19 @@ async def exact_cosine(
     `top`, only the `top` most similar come back."""
     if not ids:
         return {}
-    hits = await ctx.search_ids(index, _cosine_body(ctx, query_vector, ids, top))
+    body = _cosine_body(ctx.search_fields.vector, query_vector, ids, top)
+    return {hit["_id"]: _cosine(hit) for hit in await ctx.search_ids(index, body)}
+
+
+async def triple_cosine(
+    ctx: StrategyContext, query_vector: np.ndarray, ids: set[str]
+) -> dict[str, float]:
+    """exact_cosine of triples (ids the caller's readable edges named), whose vectors are
+    kgqr's own `vector` whatever the documents' field map says."""
+    if not ids:
+        return {}
+    body = {**_cosine_body(OWN_VECTOR_FIELD, query_vector, ids, None), "_source": False}
+    hits = (await ctx.triples.search(triples_index(ctx.kb), body))["hits"]["hits"]
     return {hit["_id"]: _cosine(hit) for hit in hits}
 
 
@@ -101,7 +114,7 @@ async def most_similar_documents(
     scoring and the fetch in one request, since the KG stage's latency is round trips."""
     if not ids:
         return {}
-    body = {**_cosine_body(ctx, query_vector, ids, top), "_source": fields}
+    body = {**_cosine_body(ctx.search_fields.vector, query_vector, ids, top), "_source": fields}
     hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
     return {hit["_id"]: (_cosine(hit), hit["_source"]) for hit in hits}
 
@@ -268,7 +281,7 @@ async def nearest_readable_triples(
         vector = [float(x) for x in query_vector]
         body = {"size": depth, "_source": wanted,
                 "query": {"knn": {"vector": {"vector": vector, "k": depth}}}}  # fmt: skip
-        hits: list[dict[str, Any]] = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+        hits: list[dict[str, Any]] = (await ctx.triples.search(index, body))["hits"]["hits"]
         readable = await with_readable_passage(ctx, hits, lambda h: triple_evidence(h["_source"]))
         if len(readable) >= k or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
             return readable[:k]

@@ -102,7 +102,10 @@ TEAM_INDEX = "team-secured-movies"
 # --from-fields`): `brandless` reads every product but not its brand, `masked` sees it hashed.
 SHOP_KB = "sec-shop"
 SHOP_INDEX = "team-secured-shop"
-PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-*", f"kgqr-{OWNERS_KB}-*", TEAM_INDEX, SHOP_INDEX]
+# Of the corpus graphs' knowledge bases, callers may read the documents only, as operators
+# should grant them: their triples are kgqr's to search and to check for each caller.
+PATTERNS = [f"kgqr-{KB}-*", f"kgqr-{CHAIN_KB}-documents*", f"kgqr-{OWNERS_KB}-documents*",
+            TEAM_INDEX, SHOP_INDEX]  # fmt: skip
 # The agent's stored plan for the movie KB: the film a question names, then its cast.
 CAST_PLAN = {
     "steps": [
@@ -1051,6 +1054,10 @@ def test_kgcqrs_triples_are_cut_among_those_the_caller_may_read(
         return list(answer.json()["kgqr"]["details"]["retrieved_triples"])
 
     assert any(CHAIN_HIDDEN in fact for fact in retrieved("reader", 2))  # hidden ones rank high
+    # Searched with kgqr's account: the caller has no grant on them, and never needed one.
+    triples = httpx.post(f"{proxy[0]}/{schema.triples_index(CHAIN_KB)}/_search",
+                         headers={"authorization": users["reader"]}, json={})  # fmt: skip
+    assert triples.status_code == 403
     uncut = retrieved("restricted", 20)
     assert uncut and not any(CHAIN_HIDDEN in fact for fact in uncut)
     for k in range(1, len(uncut) + 1):

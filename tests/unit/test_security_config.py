@@ -11,8 +11,9 @@ from plugin import schema
 
 def test_the_service_role_covers_kgqrs_bookkeeping_and_no_knowledge_base() -> None:
     """By exact names: `kgqr-query-log*` matched a KB named `query-log-...` too. Beside
-    them, the graphs' copies, by id only: no content index matches their pattern."""
-    bookkeeping, graphs = kgqr_roles()["kgqr_service"]["index_permissions"]
+    them, the graphs' copies, by id only, and the triples, searched for every caller and
+    checked as each: no documents index matches their patterns."""
+    bookkeeping, graphs, triples = kgqr_roles()["kgqr_service"]["index_permissions"]
     assert bookkeeping["index_patterns"] == [
         schema.META_INDEX,
         schema.QUERY_LOG_INDEX,
@@ -23,11 +24,16 @@ def test_the_service_role_covers_kgqrs_bookkeeping_and_no_knowledge_base() -> No
     assert graphs["allowed_actions"] == ["get", "indices:admin/mappings/get"]
     assert fnmatch.fnmatch(schema.graph_index("movies"), "kgqr-*-graph")
     assert fnmatch.fnmatch(schema.vectors_index("movies"), "kgqr-*-vectors")
-    for kb in ("graph", "x-graph", "vectors", "x-vectors", "movies"):
-        for content in (schema.documents_index(kb), schema.triples_index(kb),
+    assert triples["index_patterns"] == ["kgqr-*-triples"]
+    assert triples["allowed_actions"] == ["read"]
+    for kb in ("graph", "x-graph", "vectors", "x-vectors", "triples", "x-triples", "movies"):
+        assert fnmatch.fnmatch(schema.triples_index(kb), "kgqr-*-triples")
+        for content in (schema.documents_index(kb), schema.deadletter_index(kb),
                         schema.generation_index(schema.documents_index(kb), 3)):  # fmt: skip
-            for pattern in graphs["index_patterns"]:
+            for pattern in [*graphs["index_patterns"], *triples["index_patterns"]]:
                 assert not fnmatch.fnmatch(content, pattern), content
+        for pattern in graphs["index_patterns"]:
+            assert not fnmatch.fnmatch(schema.triples_index(kb), pattern)
 
 
 def test_the_ingest_role_covers_every_index_kgqr_writes() -> None:

@@ -28,8 +28,8 @@ from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
 from query_rewriter.strategies.rewrite import Rewrite
 from query_rewriter.strategies.vector_lookups import (
     TRIPLE_EVIDENCE_FIELDS,
-    exact_cosine,
     nearest_readable_triples,
+    triple_cosine,
     triple_evidence,
     with_readable_passage,
 )
@@ -121,7 +121,7 @@ class ContextualQueryRetrieval(Strategy):
             "_source": TRIPLE_FIELDS,
             "query": {"multi_match": {"query": query, "fields": fields}},
         }
-        hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+        hits = (await ctx.triples.search(index, body))["hits"]["hits"]
         pool = await with_readable_passage(ctx, [h["_source"] for h in hits], triple_evidence)
         if not pool:
             return []
@@ -170,7 +170,7 @@ class ContextualQueryRetrieval(Strategy):
             readable = await with_readable_passage(ctx, edges, lambda edge: edge[3])
             open_edges = [edge[:3] for edge in readable]
             new_ids = {tid for _, tid, _ in open_edges if tid and tid not in similarity_of}
-            similarity_of.update(await exact_cosine(ctx, index, query_vector, new_ids))
+            similarity_of.update(await triple_cosine(ctx, query_vector, new_ids))
             by_source: dict[str, list[tuple[str, str]]] = {}
             for source, triple_id, target in open_edges:
                 by_source.setdefault(source, []).append((triple_id, target))
@@ -209,7 +209,6 @@ class ContextualQueryRetrieval(Strategy):
             "query": {"ids": {"values": top_ids}},
         }
         hits = {
-            h["_id"]: h["_source"]
-            for h in (await ctx.opensearch.search(index, body))["hits"]["hits"]
+            h["_id"]: h["_source"] for h in (await ctx.triples.search(index, body))["hits"]["hits"]
         }
         return [hits[tid] for tid in top_ids if tid in hits]
