@@ -18,10 +18,12 @@ its first hit, lead to the answer, and for comparison.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import numpy as np
 
 from kgqr_core.ids import entity_id
@@ -41,6 +43,8 @@ from query_rewriter.strategies.vector_lookups import (
     readable_ids,
     titles_as_read,
 )
+
+log = logging.getLogger("kgqr.proxy")
 
 SEEDS = Param("graph.seeds", "graph_seeds", 1, 50, integer=True)
 TRIPLE_SEEDS = Param("graph.triple_seeds", "graph_triple_seeds", 0, 50, integer=True)
@@ -254,7 +258,10 @@ async def _triple_entities(ctx: StrategyContext, query: str, k: int) -> TripleSe
         vector = await ctx.query_vector(query)
         try:
             hits = await nearest_readable_triples(ctx, vector, k, ["head", "tail", "passage_id"])
-        except Exception:  # no triples index: an entity-centric knowledge base
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code != 404:  # else no triples: an entity-centric KB
+                # A 403 looked like no triples, and the walk went on weaker, unsaid.
+                log.warning("the walk's triple seeds were not read: %s", exc)
             return TripleSeeds({}, set())
     weights: dict[str, float] = {}
     for hit in hits:
