@@ -66,7 +66,7 @@ def restore_plans(kb: str, saved: Path) -> None:
     client = connections.opensearch_client(get_settings())
     meta = kb_meta.load(client, kb)
     assert meta is not None
-    kb_meta.save(client, meta.model_copy(update={"agent_plans": saved.read_text()}))
+    kb_meta.record(client, meta.kb, {"agent_plans": saved.read_text()})
 
 
 def evaluate(

@@ -138,8 +138,10 @@ def attach(client: Any, kb: str, field_map: FieldMap) -> KnowledgeBaseMeta:
             f"(kgqr kb detach {kb}) to attach [{field_map.index}] under this name"
         )
     # The same index again: the new map replaces the old, and what graph jobs, sync and
-    # the agent's plans recorded stays (kb_meta.save merges them).
-    return kb_meta.save(client, meta)
+    # the agent's plans recorded stays.
+    changes = {"structure": meta.structure, "embedder": meta.embedder,
+               "dimension": meta.dimension, "attached": field_map}  # fmt: skip
+    return kb_meta.record(client, kb, changes, create=meta)
 
 
 def attached_knowledge_bases(client: Any) -> list[KnowledgeBaseMeta]:

@@ -159,16 +159,15 @@ def enqueue(
     if new_kb:  # an empty graph's copy is whole; an older KB's is made by `kgqr kb project`
         graph_projection.create_for_new_kb(settings, opensearch, kb)
     job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
-    kb_meta.save(
-        opensearch,
-        KnowledgeBaseMeta(
-            kb=kb,
-            structure=job.structure,
-            embedder=settings.embedder.model,
-            dimension=dimension,
-            document_revision=document_revision(settings.embedder.model),
-        ),
+    created = KnowledgeBaseMeta(
+        kb=kb,
+        structure=job.structure,
+        embedder=settings.embedder.model,
+        dimension=dimension,
+        document_revision=document_revision(settings.embedder.model),
     )
+    made = created.model_dump(include={"structure", "embedder", "dimension", "document_revision"})
+    kb_meta.record(opensearch, kb, {**made, "structure": job.structure}, create=created)
     return job
 
 
@@ -194,7 +193,7 @@ def enqueue_graph(
     # Triples read from its fields carry their evidence, a field older indices lack.
     installer.add_new_fields(opensearch, kb, "triples")
     job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
-    kb_meta.save(opensearch, meta.model_copy(update={"structure": job.structure}))
+    kb_meta.record(opensearch, kb, {"structure": job.structure})
     return job
 
 

@@ -508,7 +508,7 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
     if not client.indices.exists(index=index):
         installer.create_index(client, index, schema.kb_index_body("vectors", dimension=0))
     # Recorded first: a search uses each vector as it lands, none before.
-    kb_meta.save(client, meta.model_copy(update={"attached": chosen, "embedder": model}))
+    kb_meta.record(client, name, {"attached": chosen, "embedder": model})
     jobs = JobStore(connections.redis_client(settings))
 
     def send(restart_: bool) -> job_runner.EnqueuedJob:
@@ -623,7 +623,10 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         read = final.counts.get("documents", 0)
     _copy_graph_if_missing(name, client)
     graph_version.bump(redis, name)
-    kb_meta.save(client, meta.model_copy(update={"synced": until}))
+    try:
+        kb_meta.record(client, name, {"synced": until})
+    except kb_meta.KnowledgeBaseGone as exc:
+        raise click.ClickException(str(exc)) from exc
     click.echo(
         f"synced {name}: {read} documents read (written since the last sync, and "
         f"up to {index_sync.OVERLAP} writes a shard before it), {len(gone)} deleted (their "

@@ -250,15 +250,14 @@ def swap(
     with _still_on_record(redis, plan_.kb):
         if not done:
             opensearch.indices.update_aliases(body={"actions": actions})
-        kb_meta.save(
+        kb_meta.record(
             opensearch,
-            meta.model_copy(
-                update={
-                    "embedder": plan_.model,
-                    "dimension": plan_.dimension,
-                    "document_revision": document_revision(plan_.model),
-                }
-            ),
+            plan_.kb,
+            {
+                "embedder": plan_.model,
+                "dimension": plan_.dimension,
+                "document_revision": document_revision(plan_.model),
+            },
         )
     time.sleep(grace_s)
     for copy in plan_.copies:

@@ -99,27 +99,54 @@ def load(client: Any, kb: str) -> KnowledgeBaseMeta | None:
     return KnowledgeBaseMeta.model_validate(client.get(index=META_INDEX, id=kb)["_source"])
 
 
-def save(client: Any, meta: KnowledgeBaseMeta) -> KnowledgeBaseMeta:
-    """Store meta, merging its structure into what earlier jobs recorded; stored agent
-    plans and an attached index's field map are kept when `meta` has none (an ingest or
-    graph job knows nothing of them), so only `clear_agent_plans` and a detach remove them."""
-    existing = load(client, meta.kb)
-    if existing is not None:
-        meta = meta.model_copy(
-            update={
-                "structure": existing.structure.merge(meta.structure),
-                "agent_plans": meta.agent_plans or existing.agent_plans,
-                "attached": meta.attached or existing.attached,
-                "synced": meta.synced or existing.synced,
-                "defaults": meta.defaults or existing.defaults,
-            }
-        )
-    body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}
-    client.index(index=META_INDEX, id=meta.kb, body=body, refresh=True)
-    return meta
-
-
+# Writes of a record that another writer changed meanwhile, tried again at most this often.
 CONFLICT_RETRIES = 5
+
+
+class KnowledgeBaseGone(LookupError):
+    """The knowledge base's record went (a drop or a detach) while a job wrote to it."""
+
+
+def record(
+    client: Any,
+    kb: str,
+    changes: dict[str, Any],
+    create: KnowledgeBaseMeta | None = None,
+) -> KnowledgeBaseMeta:
+    """Write `changes` (field: value; a `structure` merges into the stored one) over kb's
+    record as it is now, and only those: a job records what it did at its end, and the
+    whole record it had read at its start, written back, undid what landed meanwhile (a
+    rollback of the default, a narrower field map, a detach, which it made again). Each
+    write is over the version it read, retried on a conflict. `create`: the record of a
+    knowledge base that has none yet; without it, a record that went is not made again."""
+    from opensearchpy.exceptions import ConflictError, NotFoundError
+
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            found = client.get(index=META_INDEX, id=check_kb_name(kb))
+        except NotFoundError:
+            if create is None:
+                raise KnowledgeBaseGone(
+                    f"{kb!r} is no longer recorded in {META_INDEX} (dropped or detached "
+                    "meanwhile): nothing of this job's was recorded"
+                ) from None
+            meta, written_over = create.model_copy(update=changes), {"op_type": "create"}
+        else:
+            meta = KnowledgeBaseMeta.model_validate(found["_source"])
+            if "structure" in changes:
+                changes = {**changes, "structure": meta.structure.merge(changes["structure"])}
+            meta = meta.model_copy(update=changes)
+            written_over = {
+                "if_seq_no": found["_seq_no"],
+                "if_primary_term": found["_primary_term"],
+            }
+        body = {**meta.model_dump(), "updated": dt.datetime.now(dt.UTC).isoformat()}
+        try:
+            client.index(index=META_INDEX, id=kb, body=body, refresh=True, **written_over)
+        except ConflictError:
+            continue  # written meanwhile: apply the changes to what landed
+        return meta
+    raise RuntimeError(f"{kb!r}'s record kept changing; try again")
 
 
 class NoSuchDefault(LookupError):

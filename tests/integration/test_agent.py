@@ -314,7 +314,7 @@ def test_the_proxy_serves_the_stored_plan_without_an_llm_call(
         assert "no optimised plans" in before["kgqr"]["fallback"]["reason"]
     book = PlanBook(entries=[PlanEntry(category=TWO_HOPS, template=BY_COUNTRY_AND_PRICE,
                                        examples=[question.query])])  # fmt: skip
-    kb_meta.save(opensearch, meta.model_copy(update={"agent_plans": book.model_dump_json()}))
+    kb_meta.record(opensearch, meta.kb, {"agent_plans": book.model_dump_json()})
     with running_proxy(url_settings) as url:
         answer = _search(url, question.query)
     explain = answer["kgqr"]

@@ -675,6 +675,35 @@ def test_sync_brings_the_apps_adds_changes_and_deletes_into_the_graph(
     assert _genre_edges(neo4j_driver) == genres
 
 
+def test_what_lands_while_a_sync_runs_stays_and_a_record_that_went_is_not_made_again(
+    opensearch: Any, attached: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync wrote back, at its end, the whole record it had read at its start: a
+    rollback of the default made meanwhile was undone (a re-attach's map and a detach
+    too: the record was made again). It now writes its checkpoints alone."""
+    from ingest import index_sync
+
+    kb_meta.set_default(opensearch, KB, "base", {}, "before the sync", "test")
+    kb_meta.set_default(opensearch, KB, "graph", {}, "before the sync, and wrong", "test")
+    deleted_documents = index_sync.deleted_documents
+
+    def rolled_back_meanwhile(*args: Any) -> Any:
+        kb_meta.roll_back_default(opensearch, KB, None, "test")
+        return deleted_documents(*args)
+
+    monkeypatch.setattr(index_sync, "deleted_documents", rolled_back_meanwhile)
+    try:
+        assert kgqr("kb", "sync", KB).exit_code == 0
+        after = kb_meta.load(opensearch, KB)
+        assert after is not None and after.synced
+        assert after.defaults[-1].reason.startswith("rollback to v"), after.defaults[-1]
+    finally:
+        kb_meta.set_default(opensearch, KB, None, {}, "cleared after the test", "test")
+    with pytest.raises(kb_meta.KnowledgeBaseGone):
+        kb_meta.record(opensearch, "team-never-recorded", {"synced": {"x/0": 1}})
+    assert not opensearch.exists(index=schema.META_INDEX, id="team-never-recorded")
+
+
 def test_sync_follow_keeps_up_until_stopped(
     opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
 ) -> None:

@@ -31,7 +31,7 @@ def gemma_kb(opensearch: Any, unique_name: str) -> Iterator[str]:
         kb=kb, structure=DocumentStructure(), embedder="embeddinggemma-300m", dimension=768,
         document_revision=document_revision("embeddinggemma-300m"),
     )  # fmt: skip
-    kb_meta.save(opensearch, meta)
+    kb_meta.record(opensearch, kb, {}, create=meta)
     yield kb
     opensearch.indices.delete(index=index, ignore_unavailable=True)
     opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404], refresh=True)

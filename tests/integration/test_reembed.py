@@ -125,7 +125,7 @@ def test_reembedding_swaps_models_while_searches_answer(
         # its cached meta is stale, and queries of the old model met the new vectors for
         # the cache's minute. It reads the move with the list of knowledge bases.
         other = "/models/same-size-as-gemma"
-        kb_meta.save(opensearch, meta.model_copy(update={"embedder": other}))
+        kb_meta.record(opensearch, meta.kb, {"embedder": other})
         deadline = time.monotonic() + 4 * settings.rewrite.kb_refresh_s
         while (fallback := _fallback(url, index)) is None and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -177,7 +177,7 @@ def test_vectors_of_an_older_document_form_are_reembedded_with_the_same_model(
     index = schema.documents_index(tiny_kb)
     meta = kb_meta.load(opensearch, tiny_kb)
     assert meta is not None and meta.document_revision == 1
-    kb_meta.save(opensearch, meta.model_copy(update={"document_revision": 0}))
+    kb_meta.record(opensearch, meta.kb, {"document_revision": 0})
     with pytest.raises(ValueError, match="older document form"):
         enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB, tiny_kb)
 
@@ -216,7 +216,7 @@ def test_a_reembed_stops_at_its_next_write_once_its_kb_is_dropped(
     that state, finds it gone."""
     meta = kb_meta.load(opensearch, tiny_kb)
     assert meta is not None  # an older document form: a re-embed with the same model runs
-    kb_meta.save(opensearch, meta.model_copy(update={"document_revision": 0}))
+    kb_meta.record(opensearch, meta.kb, {"document_revision": 0})
     minilm = get_embedder(settings.embedder.model)
     dropping = _DroppedWhileEmbedding(
         minilm, lambda: drop_knowledge_base(opensearch, neo4j_driver, redis_client, tiny_kb)

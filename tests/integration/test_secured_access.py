@@ -297,7 +297,7 @@ def secured_kb(
         meta = kb_meta.load(opensearch, KB)
         assert meta is not None
         plans = PlanBook(entries=[PlanEntry(category="cast", template=CAST_PLAN)])
-        kb_meta.save(opensearch, meta.model_copy(update={"agent_plans": plans.model_dump_json()}))
+        kb_meta.record(opensearch, meta.kb, {"agent_plans": plans.model_dump_json()})
 
     with _ingested(settings, secured, neo4j_driver, redis_client, KB, write) as index:
         yield index
@@ -1362,14 +1362,14 @@ def secured_shop_index(
         mapping = mapping_of(opensearch, SHOP_INDEX)
         chosen = FieldChoices(no_vectors=True, entity_fields=("brand",))
         fields = checked(field_map_for(SHOP_INDEX, mapping, chosen), mapping)
-        meta = attach(opensearch, SHOP_KB, fields)
+        attach(opensearch, SHOP_KB, fields)
         _graph_in_process(resources, redis_client, SHOP_KB, IndexFieldsSource(opensearch, fields))
         embedded = fields.model_copy(update={  # what `kgqr kb embed --field ...` records
             "side_vector_fields": ["description", "brand"],
             "vector_model": settings.embedder.model, "dimension": resources.dimension,
         })  # fmt: skip
-        kb_meta.save(opensearch, meta.model_copy(
-            update={"attached": embedded, "embedder": settings.embedder.model}))  # fmt: skip
+        kb_meta.record(opensearch, SHOP_KB,
+                       {"attached": embedded, "embedder": settings.embedder.model})  # fmt: skip
         installer.create_index(opensearch, schema.vectors_index(SHOP_KB),
                                schema.kb_index_body("vectors", dimension=0))  # fmt: skip
         _graph_in_process(resources, redis_client, SHOP_KB, IndexEmbedSource(opensearch, embedded))

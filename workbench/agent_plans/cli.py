@@ -103,7 +103,7 @@ def optimize(
         return book
 
     book = asyncio.run(run_all())
-    kb_meta.save(opensearch, meta.model_copy(update={"agent_plans": book.model_dump_json()}))
+    kb_meta.record(opensearch, kb, {"agent_plans": book.model_dump_json()})
     click.echo(f"{kb}: plans version {book.version} stored ({len(book.entries)} categories)")
 
 
