@@ -122,11 +122,13 @@ async def most_similar_documents(
 async def by_ids(
     ctx: StrategyContext, index: str, ids: list[str], fields: list[str]
 ) -> dict[str, dict[str, Any]]:
+    """`fields` of each of `ids` the caller may read, by id; none (`{}` each) when `fields`
+    is empty (`_source: []` is the whole document to the engine, vectors included)."""
     if not ids:
         return {}
-    body = {"size": len(ids), "_source": fields, "query": {"ids": {"values": ids}}}
+    body = {"size": len(ids), "_source": fields or False, "query": {"ids": {"values": ids}}}
     hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
-    return {hit["_id"]: hit["_source"] for hit in hits}
+    return {hit["_id"]: hit.get("_source") or {} for hit in hits}
 
 
 # The engine's default index.max_result_window: an ids query asks for every id it names.

@@ -769,3 +769,32 @@ def test_the_knn_vector_is_rounded_as_pythons_round() -> None:
     for vector in vectors:
         sent = knn_clause(vector, 10, ParsedQuery(""), OWN_FIELDS)["knn"][OWN_FIELDS.vector]
         assert sent["vector"] == [round(float(x), 6) for x in vector]
+
+
+def test_kar_reads_an_attached_documents_fields_by_its_map_and_its_id_by_id() -> None:
+    """KAR read `id`, `title`, `body` and `type` whatever the index: on an attached index
+    with an `id` field of its own (a product code), a seed was the document that code
+    happened to name, and its title and body were empty."""
+    from kgqr_core.settings import Settings
+    from plugin.field_map import FieldMap
+    from query_rewriter.strategies.context import StrategyContext
+    from query_rewriter.strategies.knowledge.kar_stages import KbDocument, document_fields
+
+    shop = FieldMap(
+        index="shop",
+        text_fields={"name": 1.0, "description": 1.0},
+        title_field="name",
+        body_field="description",
+        vector_field="embedding",
+    )
+    attached = StrategyContext(Settings(), "shop", "shop", None, None, None, None,  # type: ignore[arg-type]
+                               fields=shop)  # fmt: skip
+    assert document_fields(attached) == ["name", "description"]
+    source = {"id": "p2", "name": "Anvil", "description": "Heavy.", "type": "tool"}
+    assert KbDocument.from_source(source, "sku-17", attached) == KbDocument(
+        "sku-17", "Anvil", "Heavy.", ""
+    )
+    own = StrategyContext(Settings(), "i", "kb", None, None, None, None)  # type: ignore[arg-type]
+    assert document_fields(own) == ["title", "body", "type"]
+    read = KbDocument.from_source({"title": "Heat", "body": "A film.", "type": "movie"}, "m1", own)
+    assert read == KbDocument("m1", "Heat", "A film.", "movie")

@@ -158,7 +158,9 @@ async def _search(step: Search, ctx: StrategyContext) -> Ranked:
     if step.by == "hybrid":
         hits = await ctx.plain_hits(step.text, step.k, None, stage="plan_search", filters=filters)
     else:
-        match = {"match": {"title": step.text}}
+        # By title: the map's (an attached index without one: its words anywhere).
+        title = ctx.title_field
+        match = {"match": {title: step.text}} if title else {"multi_match": {"query": step.text}}
         body = {"size": step.k, "query": {"bool": {"must": [match], "filter": filters}}}
         hits = await ctx.search_ids(ctx.index, body)
     return {hit["_id"]: 1.0 / (rank + 1) for rank, hit in enumerate(hits)}

@@ -14,11 +14,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from query_rewriter.graph.store import Neighbours
-from query_rewriter.strategies.context import StrategyContext
+from query_rewriter.strategies.context import StrategyContext, source_text
 from query_rewriter.strategies.params import KAR_SEEDS, Param
 from query_rewriter.strategies.vector_lookups import by_ids, id_chunks, most_similar_documents
-
-DOC_FIELDS = ["id", "title", "body", "type"]
 
 
 @dataclass(frozen=True)
@@ -38,13 +36,22 @@ class KbDocument:
     type: str
 
     @classmethod
-    def from_source(cls, source: dict[str, Any], doc_id: str) -> KbDocument:
+    def from_source(cls, source: dict[str, Any], doc_id: str, ctx: StrategyContext) -> KbDocument:
+        """A hit as KAR reads it: by its `_id` (what the graph knows; an attached index's
+        own `id` field may name another document) and the fields its map names."""
         return cls(
-            id=str(source.get("id") or doc_id),
-            title=str(source.get("title") or ""),
-            body=str(source.get("body") or ""),
-            type=str(source.get("type") or ""),
+            id=doc_id,
+            title=source_text(source, ctx.title_field),
+            body=source_text(source, ctx.body_field),
+            type=str(source.get("type") or "") if ctx.fields is None else "",
         )
+
+
+def document_fields(ctx: StrategyContext) -> list[str]:
+    """What KAR reads of a document: its title and body (an attached index's map names
+    them), and its type in kgqr's own documents."""
+    own_type = ["type"] if ctx.fields is None else []
+    return [name for name in (ctx.title_field, ctx.body_field, *own_type) if name]
 
 
 @dataclass(frozen=True)
@@ -122,18 +129,21 @@ class LlmEntityLinker:
         """Top-1 document per entity by k-NN; distinct documents, best score kept."""
         with ctx.timer.stage("entity_retrieval"):
             vectors = await ctx.embed([e.document for e in entities])
-            known_types = set(ctx.structure.types)
+            # Types are kgqr's own documents' field; an attached index has none of them.
+            known_types = set(ctx.structure.types) if ctx.fields is None else set()
+            fields, vector_field = document_fields(ctx), ctx.search_fields.vector
             bodies = []
             for entity, vector in zip(entities, vectors, strict=True):
                 knn: dict[str, Any] = {"vector": [float(x) for x in vector], "k": 1}
                 if entity.type in known_types:
                     knn["filter"] = {"term": {"type": entity.type}}
-                bodies.append({"size": 1, "_source": DOC_FIELDS, "query": {"knn": {"vector": knn}}})
+                query = {"knn": {vector_field: knn}}
+                bodies.append({"size": 1, "_source": fields, "query": query})
             answers = await ctx.opensearch.msearch(ctx.index, bodies)
         best: dict[str, LinkedDocument] = {}
         for entity, answer in zip(entities, answers, strict=True):
             for hit in answer["hits"]["hits"][:1]:
-                doc = KbDocument.from_source(hit["_source"], hit["_id"])
+                doc = KbDocument.from_source(hit["_source"], hit["_id"], ctx)
                 linked = LinkedDocument(entity.name, doc, float(hit["_score"]))
                 if doc.id not in best or linked.score > best[doc.id].score:
                     best[doc.id] = linked
@@ -149,9 +159,11 @@ class IndexEntityLinker:
 
     async def link(self, query: str, ctx: StrategyContext) -> Linked:
         size = int(ctx.param(KAR_SEEDS))
-        hits = await ctx.plain_hits(query, size, DOC_FIELDS, stage="entity_retrieval")
+        hits = await ctx.plain_hits(query, size, document_fields(ctx), stage="entity_retrieval")
         documents = [
-            LinkedDocument(query, KbDocument.from_source(hit["_source"], hit["_id"]), hit["_score"])
+            LinkedDocument(
+                query, KbDocument.from_source(hit["_source"], hit["_id"], ctx), hit["_score"]
+            )
             for hit in hits
         ]
         return Linked([Entity("", query, query)], documents)
@@ -167,10 +179,10 @@ class DocumentSimilarity:
         self, query_vector: np.ndarray, found: Neighbours, top_k: int, ctx: StrategyContext
     ) -> dict[str, tuple[float, KbDocument]]:
         ranked = await most_similar_documents(
-            ctx, ctx.index, query_vector, found.document_ids(), top_k, DOC_FIELDS
+            ctx, ctx.index, query_vector, found.document_ids(), top_k, document_fields(ctx)
         )
         return {
-            node_id: (score, KbDocument.from_source(source, node_id))
+            node_id: (score, KbDocument.from_source(source, node_id, ctx))
             for node_id, (score, source) in ranked.items()
         }
 
@@ -194,17 +206,15 @@ class NameSimilarity:
     ) -> dict[str, tuple[float, KbDocument]]:
         titles: dict[str, str] = {}
         for chunk in id_chunks(list(found.names())):
-            read = await by_ids(ctx, ctx.index, chunk, ["title"])
-            titles.update(
-                {node: KbDocument.from_source(src, node).title for node, src in read.items()}
-            )
+            read = await by_ids(ctx, ctx.index, chunk, [ctx.title_field] if ctx.title_field else [])
+            titles.update({node: source_text(src, ctx.title_field) for node, src in read.items()})
         names = [title or node for node, title in titles.items()]
         vectors = await ctx.embed(names) if names else np.zeros((0, len(query_vector)))
         scores = {node: float(v @ query_vector) for node, v in zip(titles, vectors, strict=True)}
         top = sorted(scores.items(), key=lambda item: -item[1])[:top_k]
-        sources = await by_ids(ctx, ctx.index, [node for node, _ in top], DOC_FIELDS)
+        sources = await by_ids(ctx, ctx.index, [node for node, _ in top], document_fields(ctx))
         return {
-            node: (score, KbDocument.from_source(sources[node], node))
+            node: (score, KbDocument.from_source(sources[node], node, ctx))
             for node, score in top
             if node in sources
         }
