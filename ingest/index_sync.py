@@ -50,25 +50,40 @@ OVERLAP = 1_000
 Checkpoints = dict[str, int]  # "index/shard" -> the highest _seq_no synced
 
 
+class NotOneIndex(ValueError):
+    """The attached alias names several indices now (it named one when attached)."""
+
+
 def shards_of(client: Any, index: str) -> list[tuple[str, int]]:
-    """(index, shard number) of every shard behind `index` (an alias may name several)."""
+    """(index, shard number) of every shard behind `index`, which must be one index: the
+    graph is keyed by _id, unique only within one, and an alias's shard numbers would
+    name a shard of each of its indices."""
     answer = client.search_shards(index=index)
     found = {(copies[0]["index"], int(copies[0]["shard"])) for copies in answer["shards"]}
+    if len({name for name, _ in found}) > 1:
+        names = ", ".join(sorted({name for name, _ in found}))
+        raise NotOneIndex(
+            f"[{index}] names several indices now ({names}): point it at one, or detach it"
+        )
     return sorted(found)
 
 
 def _shard_search(client: Any, index: str, shard: int, body: dict[str, Any]) -> list[Any]:
+    """A search of one shard of `index`, the attached name: through an alias's filter, as
+    the team's searches read it (the concrete index's name read around it, copying the
+    documents the filter leaves out into the graph)."""
     hits = client.search(index=index, body=body, params={"preference": f"_shards:{shard}"})
     return list(hits["hits"]["hits"])
 
 
 def highest_seq_nos(client: Any, index: str) -> Checkpoints:
-    """Each shard's highest `_seq_no` among its documents now (-1: an empty shard)."""
+    """Each shard's highest `_seq_no` among its documents now (-1: an empty shard), by
+    the concrete index's name and shard."""
     latest: Checkpoints = {}
     for name, shard in shards_of(client, index):
         body = {"size": 1, "_source": False, "sort": [{"_seq_no": "desc"}],
                 "query": {"match_all": {}}}  # fmt: skip
-        hits = _shard_search(client, name, shard, body)
+        hits = _shard_search(client, index, shard, body)
         latest[f"{name}/{shard}"] = int(hits[0]["sort"][0]) if hits else -1
     return latest
 
@@ -120,7 +135,7 @@ class ChangedDocumentsSource(Source):
         fields = self.fields
         wanted = [*fields.entity_fields, *fields.reference_fields, *fields.side_vector_fields]
         for key, until in sorted(self.until.items()):
-            name, _, shard = key.rpartition("/")
+            _, _, shard = key.rpartition("/")
             after = self.since.get(key, -1)
             while after < until:
                 body = {
@@ -129,7 +144,7 @@ class ChangedDocumentsSource(Source):
                     "sort": [{"_seq_no": "asc"}],
                     "query": {"range": {"_seq_no": {"gt": after, "lte": until}}},
                 }
-                hits = _shard_search(self.client, name, int(shard), body)
+                hits = _shard_search(self.client, fields.index, int(shard), body)
                 for hit in hits:
                     yield hit["_id"], hit.get("_source") or {}
                 if len(hits) < PAGE:

@@ -585,7 +585,10 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         raise click.ClickException(f"{name!r} is kgqr's own knowledge base: ingest keeps it")
     fields = meta.attached
     redis = connections.redis_client(settings)
-    until = index_sync.highest_seq_nos(client, fields.index)
+    try:
+        until = index_sync.highest_seq_nos(client, fields.index)
+    except index_sync.NotOneIndex as exc:
+        raise click.ClickException(str(exc)) from exc
     since = {} if full else index_sync.with_overlap(meta.synced or {})
     changes = index_sync.ChangedDocumentsSource(client, fields, since, until)
     with connections.neo4j_driver(settings) as neo4j:

@@ -704,6 +704,51 @@ def test_what_lands_while_a_sync_runs_stays_and_a_record_that_went_is_not_made_a
     assert not opensearch.exists(index=schema.META_INDEX, id="team-never-recorded")
 
 
+def test_a_filtered_alias_is_synced_through_its_filter_and_one_index_only(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
+) -> None:
+    """Sync read the concrete index behind an attached alias, around the alias's filter:
+    the documents the team's searches never see went into the graph (and out again at
+    the next sync, as deleted). An alias that names a second index since is refused."""
+    kb, alias, index, other = (
+        "team-filtered",
+        "team-filtered",
+        "team-filtered-v1",
+        "team-filtered-v2",
+    )
+    mapping = {"mappings": {"properties": {"content": {"type": "text"},
+                                           "genre": {"type": "keyword"},
+                                           "public": {"type": "boolean"}}}}  # fmt: skip
+    for name in (index, other):
+        opensearch.indices.delete(index=name, ignore=[404])
+        opensearch.indices.create(index=name, body=mapping)
+    opensearch.index(index=index, id="a1", body={"content": "A heist film.", "genre": "crime",
+                                                 "public": True})  # fmt: skip
+    opensearch.index(index=index, id="a2", body={"content": "An internal memo.",
+                                                 "genre": "secret", "public": False})  # fmt: skip
+    opensearch.indices.refresh(index=index)
+    opensearch.indices.put_alias(index=index, name=alias,
+                                 body={"filter": {"term": {"public": True}}})  # fmt: skip
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+    try:
+        attached = kgqr("kb", "attach", kb, "--index", alias, "--no-vectors",
+                        "--entity-field", "genre")  # fmt: skip
+        assert attached.exit_code == 0, attached.output
+        synced = kgqr("kb", "sync", kb)
+        assert synced.exit_code == 0, synced.output
+        records, _, _ = neo4j_driver.execute_query(
+            "MATCH (n:Node {kb: $kb}) RETURN n.id AS id ORDER BY id", kb=kb
+        )
+        assert [record["id"] for record in records] == ["a1", "entity:crime"]
+        opensearch.indices.put_alias(index=other, name=alias)
+        refused = kgqr("kb", "sync", kb)
+        assert refused.exit_code == 1 and "names several indices" in refused.output
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+        for name in (index, other):
+            opensearch.indices.delete(index=name, ignore=[404])
+
+
 def test_sync_follow_keeps_up_until_stopped(
     opensearch: Any, neo4j_driver: Any, attached: tuple[str, Any]
 ) -> None:
