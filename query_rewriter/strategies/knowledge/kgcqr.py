@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,12 +187,17 @@ class ContextualQueryRetrieval(Strategy):
                         (*path.similarities, similarity_of[triple_id]),
                     )
                     (finished if target in targets and target != path.start else grown).append(step)
-            paths = []
             # In a fixed order: the triples of one path tie, and their order reaches the
             # prompt, so set order (per-process string hashing) would change the rewrite.
-            for start in sorted({p.start for p in grown}):
-                ranked = sorted((p for p in grown if p.start == start), key=lambda p: -p.score)
-                paths.extend(ranked[:beam])
+            # Grouped once: scanning every path for each start cost starts times paths.
+            by_start: dict[str, list[Path]] = {}
+            for grown_path in grown:
+                by_start.setdefault(grown_path.start, []).append(grown_path)
+            paths = [
+                kept
+                for start in sorted(by_start)
+                for kept in heapq.nsmallest(beam, by_start[start], key=lambda p: -p.score)
+            ]
             if not paths:
                 break
         candidates = finished or paths
