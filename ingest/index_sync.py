@@ -22,8 +22,8 @@ interrupted sync, run again, rewrites them all.
 Limits: checkpoints are per index name and shard, so an index deleted and re-created
 under the same name (or restored from a snapshot) needs `kgqr kb sync --full`; a write made
 visible more than OVERLAP writes late is missed until then; edges from a relations file
-or LLM extraction are those sources' and change only when they are loaded again; a
-filtered alias is synced as the whole index behind it.
+or LLM extraction are those sources' and change only when they are loaded again. An
+alias is read through its filter, and must name one index.
 """
 
 from __future__ import annotations

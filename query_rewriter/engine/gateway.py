@@ -37,7 +37,7 @@ def opensearch_http_client(
     """A pooled client for OpenSearch. Without `service_account` it carries no credentials
     of its own: every request made for a caller sends the caller's headers, and a client
     default would replace them (httpx's `auth` overrides an Authorization header). With it,
-    kgqr's own account, for kgqr's bookkeeping (KB meta, query log, its definitions) only.
+    kgqr's own account (Engine.as_kgqr says for what).
     Requests go to the first node of `nodes` that takes them (failover.py)."""
     limits = httpx.Limits(
         max_connections=200, max_keepalive_connections=50, keepalive_expiry=KEEPALIVE_S
@@ -115,8 +115,10 @@ class Engine:
         return EngineSession(self.caller_http, {**(headers or {}), **caller.headers})
 
     def as_kgqr(self) -> EngineSession:
-        """kgqr's own account: its bookkeeping indices and definitions, never a caller's
-        search."""
+        """kgqr's own account: its bookkeeping indices and definitions, and what kgqr
+        derived from the documents (the graph's copy, side vectors, triples), each used for
+        a caller only where the caller's own read of its source succeeds; never a search
+        of a caller's."""
         return EngineSession(self.service, {})
 
     def for_request(self, headers: Mapping[str, str]) -> EngineSession:
