@@ -185,7 +185,12 @@ def enqueue_graph(
     """Send the chunks of an attached index's graph (Link records: Neo4j only), resumable
     as any ingest job; its relation names join the knowledge base's structure."""
     meta = kb_meta.load(opensearch, kb)
-    if meta is None or meta.attached is None:
+    if meta is None:  # the CLI found it: dropped or detached since (a sync's middle)
+        raise kb_meta.KnowledgeBaseGone(
+            f"{kb!r} is no longer recorded in kgqr-meta (dropped or detached meanwhile): "
+            "no graph job was sent"
+        )
+    if meta.attached is None:
         raise ValueError(
             f"knowledge base {kb!r} is not an attached index: attach one with "
             f"`kgqr kb attach {kb} --index INDEX` first"

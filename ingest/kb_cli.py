@@ -624,12 +624,11 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         if not final.finished or final.failed:
             raise SystemExit(1)
         read = final.counts.get("documents", 0)
+    # Recorded first: a KB detached meanwhile is refused here, before its graph's copy
+    # would be made again.
+    kb_meta.record(client, name, {"synced": until})
     _copy_graph_if_missing(name, client)
     graph_version.bump(redis, name)
-    try:
-        kb_meta.record(client, name, {"synced": until})
-    except kb_meta.KnowledgeBaseGone as exc:
-        raise click.ClickException(str(exc)) from exc
     click.echo(
         f"synced {name}: {read} documents read (written since the last sync, and "
         f"up to {index_sync.OVERLAP} writes a shard before it), {len(gone)} deleted (their "

@@ -49,9 +49,9 @@ class LazyGroup(click.Group):
         return command  # type: ignore[no-any-return]
 
     def invoke(self, ctx: click.Context) -> Any:
-        """A configuration kgqr cannot run with, or a local service it cannot start (the
-        front's port taken), is one line saying what to change, not a traceback from
-        wherever it was found."""
+        """A configuration kgqr cannot run with, a local service it cannot start (the
+        front's port taken), or a knowledge base dropped while a job wrote to it, is one
+        line saying what happened, not a traceback from wherever it was found."""
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -60,6 +60,10 @@ class LazyGroup(click.Group):
         except (ConfigurationError, ServiceError) as exc:
             raise click.ClickException(str(exc)) from exc
         except Exception as exc:
+            from plugin.kb_meta import KnowledgeBaseGone  # not imported at start-up
+
+            if isinstance(exc, KnowledgeBaseGone):
+                raise click.ClickException(str(exc)) from exc
             unreachable = _unreachable(exc)
             if unreachable is None:
                 raise

@@ -705,11 +705,14 @@ def test_what_lands_while_a_sync_runs_stays_and_a_record_that_went_is_not_made_a
 
 
 def test_a_filtered_alias_is_synced_through_its_filter_and_one_index_only(
-    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
-) -> None:
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     """Sync read the concrete index behind an attached alias, around the alias's filter:
     the documents the team's searches never see went into the graph (and out again at
     the next sync, as deleted). An alias that names a second index since is refused."""
+    from ingest import index_sync
+
     kb, alias, index, other = (
         "team-filtered",
         "team-filtered",
@@ -743,6 +746,19 @@ def test_a_filtered_alias_is_synced_through_its_filter_and_one_index_only(
         opensearch.indices.put_alias(index=other, name=alias)
         refused = kgqr("kb", "sync", kb)
         assert refused.exit_code == 1 and "names several indices" in refused.output
+        opensearch.indices.delete_alias(index=other, name=alias)
+        # Detached while a sync runs: its end records nothing, and makes no graph copy again.
+        deleted_documents = index_sync.deleted_documents
+
+        def detached_meanwhile(*args: Any) -> Any:
+            drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+            return deleted_documents(*args)
+
+        monkeypatch.setattr(index_sync, "deleted_documents", detached_meanwhile)
+        gone = kgqr("kb", "sync", kb)
+        assert gone.exit_code == 1 and "no longer recorded" in gone.output, gone.output
+        assert not opensearch.exists(index=schema.META_INDEX, id=kb)
+        assert not opensearch.indices.exists(index=schema.graph_index(kb))
     finally:
         drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
         for name in (index, other):
