@@ -231,7 +231,6 @@ def swap(
     opensearch: Any,
     redis: Any,
     plan_: ReembedPlan,
-    meta: kb_meta.KnowledgeBaseMeta,
     done: bool = False,
     grace_s: float = OLD_INDEX_GRACE_S,
 ) -> None:
@@ -293,7 +292,7 @@ def reembed(
         for copy in plan_.copies:
             copy_index(opensearch, redis, plan_, copy, embedder, on_progress, batch)
         check_copies(opensearch, plan_)
-    swap(opensearch, redis, plan_, meta, done=all(swapped))
+    swap(opensearch, redis, plan_, done=all(swapped))
     return plan_
 
 

@@ -183,7 +183,7 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
                 {"size": 0, "track_total_hits": True, "query": query, "aggs": {"i": indices}},
             )
             if len(counted["aggregations"]["i"]["buckets"]) > 1:
-                _tell_once(f"{index} names several indices: its graph evidence is not used")
+                tell_once(f"{index} names several indices: its graph evidence is not used")
                 return set()
             if counted["hits"]["total"]["value"] == len(chunk):
                 return set(chunk)
@@ -196,7 +196,8 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
 _told: set[str] = set()
 
 
-def _tell_once(warning: str) -> None:
+def tell_once(warning: str) -> None:
+    """Log a warning a search finds once per process: every search would find it again."""
     if warning not in _told:
         _told.add(warning)
         log.warning(warning)
@@ -276,17 +277,31 @@ async def nearest_readable_triples(
     before the check, a hidden passage's triple among the k left a shorter list, which
     told of it. The search goes deeper only while hidden ones fill its top, so a caller
     who may read them all gets exactly the first search's k."""
-    index = triples_index(ctx.kb)
-    depth = k
     wanted = sorted({*fields, *TRIPLE_EVIDENCE_FIELDS})
-    while True:
-        vector = [float(x) for x in query_vector]
-        body = {"size": depth, "_source": wanted,
+    vector = [float(x) for x in query_vector]
+
+    def knn(depth: int) -> dict[str, Any]:
+        return {"size": depth, "_source": wanted,
                 "query": {"knn": {"vector": {"vector": vector, "k": depth}}}}  # fmt: skip
-        hits: list[dict[str, Any]] = (await ctx.triples.search(index, body))["hits"]["hits"]
+
+    return await readable_triple_hits(ctx, k, knn)
+
+
+async def readable_triple_hits(
+    ctx: StrategyContext, want: int, body_at: Callable[[int], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The first `want` hits of a triples search (`body_at(depth)`) whose source the
+    caller may read: deeper while hidden ones fill its top (a list cut before the check
+    came out short where a hidden passage's triple ranked, which told of it)."""
+    index = triples_index(ctx.kb)
+    depth = want
+    while True:
+        hits: list[dict[str, Any]] = (await ctx.triples.search(index, body_at(depth)))["hits"][
+            "hits"
+        ]
         readable = await with_readable_passage(ctx, hits, lambda h: triple_evidence(h["_source"]))
-        if len(readable) >= k or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
-            return readable[:k]
+        if len(readable) >= want or len(hits) < depth or depth >= MAX_TRIPLE_DEPTH:
+            return readable[:want]
         depth = min(4 * depth, MAX_TRIPLE_DEPTH)
 
 

@@ -155,7 +155,7 @@ def test_no_ttr_ablation_never_selects_triples_through_their_ttr(
     async def retrieve(ctx: StrategyContext, embed: Any) -> list[dict[str, Any]]:
         query_vector = (await embed([query]))[0]
         return await ContextualQueryRetrieval("kgcqr_no_ttr", use_ttr=False).top_triples(
-            ctx, schema.triples_index(KB), query, query_vector
+            ctx, query, query_vector
         )
 
     rows = asyncio.run(_with_strategy_context(settings, retrieve))

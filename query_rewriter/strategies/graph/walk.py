@@ -18,7 +18,6 @@ its first hit, lead to the answer, and for comparison.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +40,9 @@ from query_rewriter.strategies.rewrite import Rewrite
 from query_rewriter.strategies.vector_lookups import (
     nearest_readable_triples,
     readable_ids,
+    tell_once,
     titles_as_read,
 )
-
-log = logging.getLogger("kgqr.proxy")
 
 SEEDS = Param("graph.seeds", "graph_seeds", 1, 50, integer=True)
 TRIPLE_SEEDS = Param("graph.triple_seeds", "graph_triple_seeds", 0, 50, integer=True)
@@ -259,9 +257,10 @@ async def _triple_entities(ctx: StrategyContext, query: str, k: int) -> TripleSe
         try:
             hits = await nearest_readable_triples(ctx, vector, k, ["head", "tail", "passage_id"])
         except httpx.HTTPStatusError as exc:
-            if exc.response.status_code != 404:  # else no triples: an entity-centric KB
+            status = exc.response.status_code
+            if status != 404:  # else no triples: an entity-centric KB
                 # A 403 looked like no triples, and the walk went on weaker, unsaid.
-                log.warning("the walk's triple seeds were not read: %s", exc)
+                tell_once(f"{ctx.kb}: the walk's triple seeds were not read ({status}): {exc}")
             return TripleSeeds({}, set())
     weights: dict[str, float] = {}
     for hit in hits:

@@ -47,6 +47,14 @@ class KbDocument:
         )
 
 
+def vector_field(ctx: StrategyContext) -> str:
+    """The field KAR's k-NN and DRF read; an index without one cannot run KAR (side vectors
+    re-rank a search's own matches, they are no k-NN over the index)."""
+    if not (field := ctx.search_fields.vector):
+        raise ValueError(f"{ctx.index} has no vector field: KAR links entities by k-NN")
+    return field
+
+
 def document_fields(ctx: StrategyContext) -> list[str]:
     """What KAR reads of a document: its title and body (an attached index's map names
     them), and its type in kgqr's own documents."""
@@ -131,13 +139,13 @@ class LlmEntityLinker:
             vectors = await ctx.embed([e.document for e in entities])
             # Types are kgqr's own documents' field; an attached index has none of them.
             known_types = set(ctx.structure.types) if ctx.fields is None else set()
-            fields, vector_field = document_fields(ctx), ctx.search_fields.vector
+            fields, by_vector = document_fields(ctx), vector_field(ctx)
             bodies = []
             for entity, vector in zip(entities, vectors, strict=True):
                 knn: dict[str, Any] = {"vector": [float(x) for x in vector], "k": 1}
                 if entity.type in known_types:
                     knn["filter"] = {"term": {"type": entity.type}}
-                query = {"knn": {vector_field: knn}}
+                query = {"knn": {by_vector: knn}}
                 bodies.append({"size": 1, "_source": fields, "query": query})
             answers = await ctx.opensearch.msearch(ctx.index, bodies)
         best: dict[str, LinkedDocument] = {}
@@ -178,6 +186,7 @@ class DocumentSimilarity:
     async def rank(
         self, query_vector: np.ndarray, found: Neighbours, top_k: int, ctx: StrategyContext
     ) -> dict[str, tuple[float, KbDocument]]:
+        vector_field(ctx)  # raises, saying why, where there is none
         ranked = await most_similar_documents(
             ctx, ctx.index, query_vector, found.document_ids(), top_k, document_fields(ctx)
         )

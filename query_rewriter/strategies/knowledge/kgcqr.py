@@ -30,8 +30,8 @@ from query_rewriter.strategies.rewrite import Rewrite
 from query_rewriter.strategies.vector_lookups import (
     TRIPLE_EVIDENCE_FIELDS,
     nearest_readable_triples,
+    readable_triple_hits,
     triple_cosine,
-    triple_evidence,
     with_readable_passage,
 )
 
@@ -76,7 +76,7 @@ class ContextualQueryRetrieval(Strategy):
         index = triples_index(ctx.kb)
         with ctx.timer.stage("triple_retrieval"):
             query_vector = await ctx.query_vector(query)
-            top = await self.top_triples(ctx, index, query, query_vector)
+            top = await self.top_triples(ctx, query, query_vector)
         if not top:
             raise ValueError(f"no triples in {index}: ingest a corpus graph first")
         kept = await self.llm_filter(ctx, query, top)
@@ -105,7 +105,7 @@ class ContextualQueryRetrieval(Strategy):
         return f"{triple['head']} {triple['relation']} {triple['tail']}"
 
     async def top_triples(
-        self, ctx: StrategyContext, index: str, query: str, query_vector: np.ndarray
+        self, ctx: StrategyContext, query: str, query_vector: np.ndarray
     ) -> list[dict[str, Any]]:
         """The k triples nearest the query among those the caller may read (cut among the
         readable, as vector_lookups.nearest_readable_triples says)."""
@@ -117,13 +117,11 @@ class ContextualQueryRetrieval(Strategy):
         # candidate pool and rank by cosine. The pool reads the analysed head/relation/tail
         # sub-fields, never the TTR text, or the ablation would still select through TTRs.
         fields = ["head.text", "relation.text", "tail.text"]
-        body = {
-            "size": k * 5,
-            "_source": TRIPLE_FIELDS,
-            "query": {"multi_match": {"query": query, "fields": fields}},
-        }
-        hits = (await ctx.triples.search(index, body))["hits"]["hits"]
-        pool = await with_readable_passage(ctx, [h["_source"] for h in hits], triple_evidence)
+        words = {"multi_match": {"query": query, "fields": fields}}
+        hits = await readable_triple_hits(
+            ctx, k * 5, lambda depth: {"size": depth, "_source": TRIPLE_FIELDS, "query": words}
+        )
+        pool = [hit["_source"] for hit in hits]
         if not pool:
             return []
         vectors = await ctx.embed([self.fact(t) for t in pool])
