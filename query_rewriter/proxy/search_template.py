@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 
+from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.forwarding import answer_content, json_answer
-from query_rewriter.proxy.request_body import MAX_NESTING, nesting_depth
+from query_rewriter.proxy.request_body import json_object
 from query_rewriter.search.plan import engine_params
 from query_rewriter.search.state import ProxyState
 
@@ -59,16 +60,25 @@ async def rendered_search(
         # The engine refuses such a request ("[search_template] unknown field [size]"):
         # sent on as it came, it answers that; rendered, kgqr ran the search with them.
         return f"the template request has fields the engine does not read: {unknown}"
+    if odd := sorted(
+        key for key in SEARCH_SWITCHES if not isinstance(request.get(key, True), bool)
+    ):
+        # `"explain": "maybe"` is the engine's 400; kgqr took it for false.
+        return f"the template request's {odd} are not true or false"
     template = template_of(request)
     as_caller = state.engine.for_request(headers)
     answer = await as_caller.send("POST", "/_render/template", json=template)
-    output = answer.json().get("template_output") if answer.status_code == 200 else None
-    if not isinstance(output, dict):
+    if answer.status_code != 200:
         return f"the engine did not render the template for the caller ({answer.status_code})"
-    if nesting_depth(output, MAX_NESTING) > MAX_NESTING:
-        # Its parameters rendered into it (`{{#toJson}}`) may nest it past what kgqr reads
-        # of a body it is sent.
-        return f"the rendered search nests deeper than {MAX_NESTING} levels"
+    try:
+        # Read as a body sent to kgqr is: the engine renders text that is no JSON (`{{q}}`
+        # unquoted) or holds a key twice with a 200, and its parameters (`{{#toJson}}`)
+        # may nest it past 128 levels. Its search of such a rendering is its own to run.
+        output = json_object(answer.content, "the rendered template").get("template_output")
+    except RewriteRequestError as exc:
+        return f"the engine's rendering is not a search kgqr reads: {exc.reason}"
+    if not isinstance(output, dict):
+        return "the engine rendered no search"
     searched = {key: value for key, value in output.items() if key not in SEARCH_SWITCHES}
     return {**searched, **{key: True for key in SEARCH_SWITCHES if request.get(key) is True}}
 

@@ -53,7 +53,9 @@ def versioned_files() -> list[tuple[str, Path]]:
 def rewrite_key(caller: str, index: str, strategy: str, config: dict[str, Any], query: str) -> str:
     versioned = {"config": config, "code": code_version()}
     config_hash = hashlib.sha256(json.dumps(versioned, sort_keys=True).encode()).hexdigest()[:16]
-    query_hash = hashlib.sha256(query.encode()).hexdigest()[:32]
+    # A lone surrogate ("\ud800", which JSON may escape) is no UTF-8: the strict codec's
+    # error was the search's 500.
+    query_hash = hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{PREFIX}{caller}:{index}:{strategy}:{config_hash}:{query_hash}"
 
 
