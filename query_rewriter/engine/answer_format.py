@@ -22,6 +22,7 @@ import yaml
 from starlette.responses import Response
 
 from query_rewriter.engine import json_codec
+from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.filter_path import filtered
 from query_rewriter.engine.forwarding import about_the_request, answer_content, to_response
 
@@ -30,9 +31,18 @@ BINARY_FORMATS = ("cbor", "smile")
 
 
 def opensearch_flag(value: str) -> bool:
-    """OpenSearch's reading of a URL flag (`?pretty`, `?lenient`): present and empty
-    means true."""
-    return value.lower() not in ("false", "0", "no", "off")
+    """OpenSearch's reading of a URL flag (`?pretty`, `?lenient`): present and empty, or
+    `true`, is true, `false` false, and anything else its 400 (`?pretty=maybe` was read
+    as true, a search the engine refuses)."""
+    if value in ("", "true"):
+        return True
+    if value == "false":
+        return False
+    raise RewriteRequestError(
+        400,
+        "illegal_argument_exception",
+        f"Failed to parse value [{value}] as only [true] or [false] are allowed.",
+    )
 
 
 @dataclass(frozen=True)

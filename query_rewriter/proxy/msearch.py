@@ -28,6 +28,7 @@ from query_rewriter.search.plan import (
     explain_asked,
     plan_search,
     strip_kgqr,
+    url_int,
 )
 from query_rewriter.search.service import (
     FALLBACK_HEADER,
@@ -44,14 +45,17 @@ NOT_ONE_INDEX = PassThrough("msearch_header", "the item's header names more than
 
 
 def _ndjson(raw: bytes, max_items: int) -> list[dict[str, Any]]:
-    """The header and body lines of an msearch, at most `max_items` pairs."""
-    lines = [line for line in raw.split(b"\n") if line.strip()]
-    if len(lines) % 2:
+    """The header and body lines of an msearch, at most `max_items` pairs, read as the
+    engine reads them: the body must end with a newline, and a last header without its
+    body is left out (kgqr refused the one and ran the other)."""
+    if raw.strip() and not raw.endswith(b"\n"):
         raise RewriteRequestError(
             400,
             "illegal_argument_exception",
-            "msearch body must hold header and body lines in pairs",
+            "The msearch request must be terminated by a newline [\n]",
         )
+    lines = [line for line in raw.split(b"\n") if line.strip()]
+    del lines[len(lines) - len(lines) % 2 :]
     if len(lines) // 2 > max_items:
         raise RewriteRequestError(
             400,
@@ -144,6 +148,11 @@ async def _answer(
         cleaned = b"".join(dumps(strip_kgqr(line)) + b"\n" for line in lines)
         return await state.engine.forward(request, as_sent or cleaned, decoded=True)
 
+    concurrent = query_params.get("max_concurrent_searches")  # the engine's alone: checked
+    if concurrent is not None and url_int("max_concurrent_searches", concurrent) < 1:
+        raise RewriteRequestError(
+            400, "illegal_argument_exception", "maxConcurrentSearchRequests must be positive"
+        )
     started = time.perf_counter()
     as_caller = state.engine.for_request(headers)
 

@@ -9,6 +9,7 @@ with ``kgqr.explain=true`` / ``ext.kgqr.explain``, and override parameters with
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -238,18 +239,32 @@ def with_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str,
         if name not in query_params:
             paged[name] = engine_number(value)  # readable: else the search passed through
             continue
-        try:
-            number = int(value)
-        except ValueError:
-            raise RewriteRequestError(
-                400, "illegal_argument_exception", f"[{name}] must be a whole number: [{value}]"
-            ) from None
+        number = url_int(name, value)
         if number < 0:
             raise RewriteRequestError(
-                400, "illegal_argument_exception", f"[{name}] must not be negative: [{value}]"
+                400,
+                "illegal_argument_exception",
+                f"[{name}] parameter cannot be negative, found [{value}]",
             )
         paged[name] = number
     return paged
+
+
+JAVA_INT = re.compile(r"[+-]?[0-9]{1,11}")
+
+
+def url_int(name: str, value: str) -> int:
+    """A URL's int parameter as the engine reads it (Java's Integer.parseInt), or its 400.
+    Python's int() also took " 5" and "5_000", and a number past 32 bits, which the
+    engine then refused in the body kgqr built, as its 500."""
+    number = int(value) if JAVA_INT.fullmatch(value) else None
+    if number is None or not -(2**31) <= number < 2**31:
+        raise RewriteRequestError(
+            400,
+            "illegal_argument_exception",
+            f"Failed to parse int parameter [{name}] with value [{value}]",
+        )
+    return number
 
 
 def _unreadable_paging(query_params: dict[str, str], body: dict[str, Any]) -> str | None:
