@@ -47,6 +47,25 @@ def loads(raw: bytes) -> Any:
     return json.loads(raw, parse_float=_finite, parse_constant=_refused)
 
 
+def loads_request(raw: bytes) -> Any:
+    """A caller's body as the engine's parser reads it: an object holding a key twice is
+    refused ("Duplicate field 'size'"), where taking the last (as `loads` does) ran a
+    search the engine refuses. The standard library's hook sees each object's pairs;
+    request bodies are small beside answers, and large ones are read off the event loop."""
+    return json.loads(raw, parse_float=_finite, parse_constant=_refused, object_pairs_hook=_unique)
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"Duplicate field '{key}'")
+            seen.add(key)
+    return found
+
+
 def _finite(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):

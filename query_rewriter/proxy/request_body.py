@@ -74,18 +74,30 @@ def _wbits(coding: str, body: bytes) -> int:
 
 
 def _inflate(body: bytes, wbits: int, limit: int, coding: str) -> bytes:
-    inflater = zlib.decompressobj(wbits)
-    try:
-        decoded = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise RewriteRequestError(
-            400, "parse_exception", f"request body is not valid {coding} data: {exc}"
-        ) from exc
-    if len(decoded) > limit:
-        raise too_large(limit)
-    if not inflater.eof:
-        raise RewriteRequestError(400, "parse_exception", f"request body is truncated {coding}")
-    return decoded
+    """`body` decoded as the engine decodes it: every gzip member (a second one was
+    dropped: two JSON documents, the engine's 400, ran as the first)."""
+    decoded, rest = b"", body
+    for _ in range(MAX_MEMBERS):
+        inflater = zlib.decompressobj(wbits)
+        try:
+            decoded += inflater.decompress(rest, limit + 1 - len(decoded))
+        except zlib.error as exc:
+            raise RewriteRequestError(
+                400, "parse_exception", f"request body is not valid {coding} data: {exc}"
+            ) from exc
+        if len(decoded) > limit:
+            raise too_large(limit)
+        if not inflater.eof:
+            raise RewriteRequestError(400, "parse_exception", f"request body is truncated {coding}")
+        rest = inflater.unused_data
+        if not rest or wbits != GZIP_WBITS:  # after deflate's stream, the engine reads nothing
+            return decoded
+    raise RewriteRequestError(
+        400, "parse_exception", f"request body holds more than {MAX_MEMBERS} {coding} members"
+    )
+
+
+MAX_MEMBERS = 1024  # of one compressed body: each costs a decoder, and JSON needs one
 
 
 SOURCE_PARAMS = ("source", "source_content_type")
@@ -126,7 +138,7 @@ def json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
         # json_codec's reading: a number no JSON can hold (NaN, 1e400) is refused here, as
         # the engine refuses it, not sent on as the null orjson would write for it.
-        value = json_codec.loads(raw)
+        value = json_codec.loads_request(raw)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise RewriteRequestError(
             400, "parse_exception", f"{what} is not valid JSON: {exc}"

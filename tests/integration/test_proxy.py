@@ -221,6 +221,50 @@ def test_malformed_requests_get_opensearch_style_errors(entry_url: str, movies_k
     assert odd_msearch.status_code == 400
 
 
+def _gzip_members(*parts: bytes) -> bytes:
+    import gzip
+
+    return b"".join(gzip.compress(part) for part in parts)
+
+
+# Rendered into the query unquoted: no JSON.
+UNQUOTED = json.dumps({"source": '{"query": {{q}}}', "params": {"q": "abc"}}).encode()
+NOT_A_FLAG = json.dumps({"source": '{"query": {"match_all": {}}}', "explain": "maybe"}).encode()
+MALFORMED: list[tuple[str, dict[str, str], bytes, dict[str, str]]] = [
+    ("_search", {}, b'{"query": {"match": {"text": "film \\ud800"}}}', {}),
+    ("_search/template", {}, UNQUOTED, {}),
+    ("_search/template", {}, NOT_A_FLAG, {}),
+    ("_search", {"size": "99999999999"}, json.dumps(QUERY).encode(), {}),
+    ("_search", {"from": "5_000"}, json.dumps(QUERY).encode(), {}),
+    ("_search", {}, b'{"size": 1, "size": 2, "query": {"match": {"text": "film"}}}', {}),
+    ("_search", {"pretty": "maybe"}, json.dumps(QUERY).encode(), {}),
+    ("_search", {"q": "film", "lenient": "maybe"}, b"", {}),
+    ("_msearch", {}, b'{}\n{"query": {"match": {"text": "film"}}}', {}),
+    ("_msearch", {}, b'{}\n{"query": {"match": {"text": "film"}}}\n{}\n', {}),
+    ("_msearch", {"max_concurrent_searches": "abc"}, b'{}\n{"size": 1}\n', {}),
+    ("_search", {}, _gzip_members(b'{"size": 1}', b'{"size": 2}'), {"content-encoding": "gzip"}),
+    ("_search", {}, _gzip_members(b'{"size"', b": 1}"), {"content-encoding": "gzip"}),
+]
+
+
+@pytest.mark.parametrize(("path", "params", "body", "headers"), MALFORMED)
+def test_a_malformed_request_is_answered_as_the_engine_answers_it(
+    entry_url: str, movies_kb: str, settings: Settings,
+    path: str, params: dict[str, str], body: bytes, headers: dict[str, str],
+) -> None:  # fmt: skip
+    kind = "application/x-ndjson" if path == "_msearch" else "application/json"
+    sent = {"content-type": kind, **headers}
+    direct = httpx.post(f"{settings.opensearch.url.rstrip('/')}/{movies_kb}/{path}",
+                        params=params, content=body, headers=sent)  # fmt: skip
+    via = httpx.post(f"{entry_url}/{movies_kb}/{path}", content=body, headers=sent,
+                     params={**params, "kgqr.strategy": "graph"})  # fmt: skip
+    assert via.status_code == direct.status_code, (via.text[:300], direct.text[:300])
+    if direct.status_code != 200 and "reason" in direct.text:
+        reason = direct.json()["error"]["reason"]
+        if reason.startswith(("Failed to parse", "The msearch", "maxConcurrent")):
+            assert via.json()["error"]["reason"] == reason
+
+
 def test_a_body_nested_deep_enough_to_stop_the_engine_is_a_400(
     entry_url: str, movies_kb: str, settings: Settings
 ) -> None:
