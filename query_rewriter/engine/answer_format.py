@@ -30,14 +30,14 @@ FORMAT_PARAMS = ("pretty", "format", "filter_path")
 BINARY_FORMATS = ("cbor", "smile")
 
 
-def opensearch_flag(value: str) -> bool:
+def opensearch_flag(value: str) -> bool | None:
     """OpenSearch's reading of a URL flag (`?pretty`, `?lenient`): present and empty, or
-    `true`, is true, `false` false, and anything else its 400 (`?pretty=maybe` was read
-    as true, a search the engine refuses)."""
-    if value in ("", "true"):
-        return True
-    if value == "false":
-        return False
+    `true`, is true, `false` false, blanks None (the flag's default), and anything else
+    its 400 (`?pretty=maybe` was read as true, a search the engine refuses)."""
+    if value in ("", "true", "false"):
+        return value != "false"
+    if not value.strip():
+        return None
     raise RewriteRequestError(
         400,
         "illegal_argument_exception",
@@ -59,7 +59,7 @@ class AnswerFormat:
         paths = params.get("filter_path", "")
         asked = params.get("format", "").lower()
         return cls(
-            pretty=opensearch_flag(params["pretty"]) if "pretty" in params else False,
+            pretty="pretty" in params and bool(opensearch_flag(params["pretty"])),
             yaml=asked == "yaml",
             filter_path=tuple(path.strip() for path in paths.split(",") if path.strip()),
             binary=asked if asked in BINARY_FORMATS else None,

@@ -46,16 +46,27 @@ NOT_ONE_INDEX = PassThrough("msearch_header", "the item's header names more than
 
 def _ndjson(raw: bytes, max_items: int) -> list[dict[str, Any]]:
     """The header and body lines of an msearch, at most `max_items` pairs, read as the
-    engine reads them: the body must end with a newline, and a last header without its
-    body is left out (kgqr refused the one and ran the other)."""
-    if raw.strip() and not raw.endswith(b"\n"):
+    engine reads them: the body ends with a newline; one newline before the first line is
+    skipped; every other line counts, a blank header being the default one (`{}`) and a
+    blank body the engine's 400; a last header without its body is left out. (kgqr left
+    out every blank line: a blank header shifted the pairs, and fewer searches were
+    answered than were sent.)"""
+    if raw and not raw.endswith(b"\n"):
         raise RewriteRequestError(
             400,
             "illegal_argument_exception",
             "The msearch request must be terminated by a newline [\n]",
         )
-    lines = [line for line in raw.split(b"\n") if line.strip()]
+    text = raw[1:] if raw.startswith(b"\n") else raw
+    lines = text[:-1].split(b"\n") if text else []
     del lines[len(lines) - len(lines) % 2 :]
+    for at in range(0, len(lines), 2):
+        if not lines[at].strip():
+            lines[at] = b"{}"
+        if not lines[at + 1].strip():
+            raise RewriteRequestError(
+                400, "parsing_exception", "Expected [START_OBJECT] but found [null]"
+            )
     if len(lines) // 2 > max_items:
         raise RewriteRequestError(
             400,

@@ -90,13 +90,16 @@ def _inflate(body: bytes, wbits: int, limit: int, coding: str) -> bytes:
         if not inflater.eof:
             raise RewriteRequestError(400, "parse_exception", f"request body is truncated {coding}")
         rest = inflater.unused_data
-        if not rest or wbits != GZIP_WBITS:  # after deflate's stream, the engine reads nothing
+        # After deflate's stream the engine reads nothing, and after a gzip member nothing
+        # shorter than a member's header (a stray newline, padding).
+        if len(rest) < GZIP_HEADER_BYTES or wbits != GZIP_WBITS:
             return decoded
     raise RewriteRequestError(
         400, "parse_exception", f"request body holds more than {MAX_MEMBERS} {coding} members"
     )
 
 
+GZIP_HEADER_BYTES = 10
 MAX_MEMBERS = 1024  # of one compressed body: each costs a decoder, and JSON needs one
 
 

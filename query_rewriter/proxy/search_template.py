@@ -60,9 +60,8 @@ async def rendered_search(
         # The engine refuses such a request ("[search_template] unknown field [size]"):
         # sent on as it came, it answers that; rendered, kgqr ran the search with them.
         return f"the template request has fields the engine does not read: {unknown}"
-    if odd := sorted(
-        key for key in SEARCH_SWITCHES if not isinstance(request.get(key, True), bool)
-    ):
+    switches = {key: _switch(request[key]) for key in SEARCH_SWITCHES if key in request}
+    if odd := sorted(key for key, on in switches.items() if on is None):
         # `"explain": "maybe"` is the engine's 400; kgqr took it for false.
         return f"the template request's {odd} are not true or false"
     template = template_of(request)
@@ -80,7 +79,14 @@ async def rendered_search(
     if not isinstance(output, dict):
         return "the engine rendered no search"
     searched = {key: value for key, value in output.items() if key not in SEARCH_SWITCHES}
-    return {**searched, **{key: True for key in SEARCH_SWITCHES if request.get(key) is True}}
+    return {**searched, **{key: True for key, on in switches.items() if on}}
+
+
+def _switch(value: Any) -> bool | None:
+    """A template request's switch as the engine reads it (`true` or `"true"`), or None."""
+    if isinstance(value, bool):
+        return value
+    return {"true": True, "false": False}.get(value) if isinstance(value, str) else None
 
 
 async def template_search_params(

@@ -204,8 +204,10 @@ def uri_search_as_body(
     options: dict[str, Any] = {"query": query_params["q"]}
     for name, option in URI_QUERY_OPTIONS.items():
         if name in query_params:
-            value = query_params[name]
-            options[option] = opensearch_flag(value) if option in URI_QUERY_FLAGS else value
+            value: Any = query_params[name]
+            if option in URI_QUERY_FLAGS and (value := opensearch_flag(value)) is None:
+                continue  # `?lenient=%20` leaves it unset
+            options[option] = value
     rest = {k: v for k, v in query_params.items() if k != "q" and k not in URI_QUERY_OPTIONS}
     return rest, {**body, "query": {"query_string": options}}
 
@@ -250,7 +252,8 @@ def with_paging(query_params: dict[str, str], body: dict[str, Any]) -> dict[str,
     return paged
 
 
-JAVA_INT = re.compile(r"[+-]?[0-9]{1,11}")
+# Ten digits at most after any zeros: int() of thousands of digits is Python's own error.
+JAVA_INT = re.compile(r"[+-]?0*[0-9]{1,10}")
 
 
 def url_int(name: str, value: str) -> int:
