@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -461,13 +462,24 @@ def test_each_baseline_strategy_expands_the_query(
 ONE_DOCUMENT = {"kgqr.param.rewrite.n": "1"}
 
 
+def _fresh_queries(topic: str, unique_name: str) -> Iterator[dict[str, Any]]:
+    """Queries no earlier run has cached (Redis outlives test runs), a few: the 1.5B model,
+    sampling, now and then answers `{"documents": []}` (1 query in 20 here, and a CI run
+    failed on it), and that rewrite rightly falls back, uncached. The cache tests are about
+    who is served a rewrite, not what the LLM writes, so they take the next query then."""
+    for attempt in range(3):
+        yield {**QUERY, "query": {"match": {"text": f"{topic} {unique_name}-{attempt}"}}}
+
+
 def test_repeat_rewrite_is_served_from_the_cache(
     proxy_url: str, movies_kb: str, llm_settings: Settings, unique_name: str
 ) -> None:
-    # A query no earlier run has cached (Redis outlives test runs).
-    query = {**QUERY, "query": {"match": {"text": f"bank robbers {unique_name}"}}}
     params = {"kgqr.strategy": "hyde", "kgqr.explain": "true", **ONE_DOCUMENT}
-    first = _search(proxy_url, movies_kb, query, **params).json()["kgqr"]
+    for query in _fresh_queries("bank robbers", unique_name):
+        first = _search(proxy_url, movies_kb, query, **params).json()["kgqr"]
+        if first["fallback"] is None:
+            break
+    assert first["fallback"] is None, first["fallback"]
     second = _search(proxy_url, movies_kb, query, **params).json()["kgqr"]
     assert first["cached"] is False and first["llm_calls"] == 1
     assert second["cached"] is True and second["expansions"] == first["expansions"]
@@ -489,17 +501,20 @@ def test_identical_concurrent_rewrites_share_one_llm_call(
 ) -> None:
     import asyncio
 
-    query = {**QUERY, "query": {"match": {"text": f"heist movie {unique_name}"}}}
     params = {"kgqr.strategy": "hyde", "kgqr.explain": "true", **ONE_DOCUMENT}
 
-    async def both() -> list[httpx.Response]:
+    async def both(query: dict[str, Any]) -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=300) as client:
             url = f"{proxy_url}/{movies_kb}/_search"
             return await asyncio.gather(
                 *(client.post(url, json=query, params=params) for _ in range(2))
             )
 
-    explains = [r.json()["kgqr"] for r in asyncio.run(both())]
+    for query in _fresh_queries("heist movie", unique_name):
+        explains = [r.json()["kgqr"] for r in asyncio.run(both(query))]
+        if all(e["fallback"] is None for e in explains):
+            break
+    assert [e["fallback"] for e in explains] == [None, None]
     assert sorted(e["cached"] for e in explains) == [False, True]
     assert explains[0]["expansions"] == explains[1]["expansions"]
 
