@@ -136,23 +136,46 @@ MAX_NESTING = 128
 
 
 def json_object(raw: bytes, what: str) -> dict[str, Any]:
+    """`raw` read as the engine reads a body, refused with the engine's error types: its
+    reader's (`json_parse_exception`) for what is not JSON, its parser's
+    (`parsing_exception`) for JSON that is not an object."""
     if not raw.strip():
         return {}
     try:
-        # json_codec's reading: a number no JSON can hold (NaN, 1e400) is refused here, as
-        # the engine refuses it, not sent on as the null orjson would write for it.
-        value = json_codec.loads_request(raw)
+        value = _read_json(raw)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise RewriteRequestError(
-            400, "parse_exception", f"{what} is not valid JSON: {exc}"
+            400, "json_parse_exception", f"{what} is not valid JSON: {exc}"
         ) from exc
     except RecursionError:  # beyond orjson's 1,024 levels, the standard library's stack
         raise too_deep(what) from None
     if nesting_depth(value, MAX_NESTING) > MAX_NESTING:
         raise too_deep(what)
     if not isinstance(value, dict):
-        raise RewriteRequestError(400, "parse_exception", f"{what} must be a JSON object")
+        found = JSON_TOKENS.get(type(value), "VALUE_NUMBER")
+        raise RewriteRequestError(
+            400, "parsing_exception", f"Expected [START_OBJECT] but found [{found}]"
+        )
     return value
+
+
+# The engine's names for what a body held instead of an object.
+JSON_TOKENS = {list: "START_ARRAY", str: "VALUE_STRING", bool: "VALUE_BOOLEAN",
+               type(None): "VALUE_NULL"}  # fmt: skip
+
+
+def _read_json(raw: bytes) -> Any:
+    """json_codec's reading: a number no JSON can hold (NaN, 1e400) is refused here, as
+    the engine refuses it, not sent on as the null orjson would write for it. Comments,
+    which the engine skips, are taken out only when the JSON does not read without them:
+    that is rare, and the scan costs a pass over the body."""
+    try:
+        return json_codec.loads_request(raw)
+    except ValueError:
+        uncommented = json_codec.without_comments(raw) if b"/" in raw else raw
+        if uncommented is raw:
+            raise
+    return json_codec.loads_request(uncommented)
 
 
 def too_deep(what: str) -> RewriteRequestError:

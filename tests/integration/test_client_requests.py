@@ -579,7 +579,7 @@ def test_compressed_msearch_with_a_bad_line_is_a_clear_400(
         headers={"content-type": "application/x-ndjson", "content-encoding": encoding},
     )
     assert response.status_code == 400
-    assert response.json()["error"]["type"] == "parse_exception"
+    assert response.json()["error"]["type"] == "json_parse_exception"
 
 
 def test_an_old_parameter_spelling_still_works_and_the_explain_says_it_is_deprecated(

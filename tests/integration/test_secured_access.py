@@ -606,7 +606,7 @@ def test_a_request_without_valid_credentials_is_not_read_before_the_engines_401(
     assert httpx.post(f"{entry}/{INDEX}/_search", content=b"{x", headers=reader).status_code == 400
     assert metric_sample("kgqr_searches_passed_through_total", reason="refused") >= counted + 8
     tune = httpx.post(f"{entry}/_kgqr/tune/judgments", content=b"{x", headers=reader)
-    assert tune.status_code == 400 and tune.json()["error"]["type"] == "parse_exception"
+    assert tune.status_code == 400 and tune.json()["error"]["type"] == "json_parse_exception"
 
 
 def test_kgqrs_metrics_need_the_rights_the_engine_asks_for_its_node_stats(

@@ -158,7 +158,7 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
     as_json = {"content-type": "application/json"}
     bad_json = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", content=b"{oops", headers=as_json)
     assert bad_json.status_code == 400
-    assert bad_json.json()["error"]["type"] == "parse_exception"
+    assert bad_json.json()["error"]["type"] == "json_parse_exception"
     # Read as the searches are: nested past the stack, it was a 500 (RecursionError).
     deep = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", content=b'{"a":' * 100_000,
                       headers=as_json)  # fmt: skip

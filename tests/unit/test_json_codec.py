@@ -74,3 +74,38 @@ def test_dumps_round_trips(content: dict[str, Any]) -> None:
 
 def test_dumps_writes_utf8_unescaped() -> None:
     assert json_codec.dumps({"title": "Zürich"}) == '{"title":"Zürich"}'.encode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"size": 1 /* one */}', b'{"size": 1  }'),
+        (b'{"size": 1, // one\n"q": 2}', b'{"size": 1,  \n"q": 2}'),
+        (b'{"q": "a // b /* c */"}', b'{"q": "a // b /* c */"}'),  # in a string: text
+        (b'{"q": "\\"/*"} /* x */', b'{"q": "\\"/*"}  '),  # an escaped quote ends nothing
+        (b"/**/{}//", b" {} "),
+        (b"{} /* open", b"{} /* open"),  # unclosed, a lone slash, an unclosed string:
+        (b"{} / 1", b"{} / 1"),  # left for the reader to refuse
+        (b'{"q": "open /* x */', b'{"q": "open /* x */'),
+    ],
+)
+def test_comments_outside_strings_become_spaces(raw: bytes, expected: bytes) -> None:
+    assert json_codec.without_comments(raw) == expected
+
+
+def test_taking_comments_out_costs_linear_time() -> None:
+    """Unclosed openers, or strings, one after another: each scan starts where the last
+    ended, so doubling the body doubles the time (a rescan from each would quadruple it)."""
+    import time
+
+    def seconds(raw: bytes) -> float:
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            json_codec.without_comments(raw)
+            timings.append(time.perf_counter() - started)
+        return min(timings)
+
+    for unit in (b'"x" /**/ ', b"/*/*", b'"\\\\\\"' * 3):
+        small, large = unit * 20_000, unit * 160_000
+        assert seconds(large) < 4 * 8 * seconds(small), unit  # 8x the body; 64x if quadratic

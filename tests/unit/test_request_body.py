@@ -135,3 +135,27 @@ def test_engine_requests_keep_the_callers_content_type() -> None:
     asyncio.run(send({"Content-Type": "text/plain"}))
     asyncio.run(send({}))
     assert sent == [("text/plain", b'{"size":1}'), ("application/json", b'{"size":1}')]
+
+
+def test_a_body_is_read_with_its_comments_as_the_engine_reads_it() -> None:
+    commented = b'{"size": 1, /* the page */ "query": {"match": {"text": "a // b"}}} // end'
+    assert json_object(commented, "the body") == {"size": 1, "query": {"match": {"text": "a // b"}}}
+
+
+@pytest.mark.parametrize(
+    ("raw", "error_type", "reason"),
+    [
+        (b"{not json", "json_parse_exception", "the body is not valid JSON"),
+        (b'{"size": 1} /* open', "json_parse_exception", "the body is not valid JSON"),
+        (b'["a"]', "parsing_exception", "Expected [START_OBJECT] but found [START_ARRAY]"),
+        (b"null", "parsing_exception", "Expected [START_OBJECT] but found [VALUE_NULL]"),
+        (b"3", "parsing_exception", "Expected [START_OBJECT] but found [VALUE_NUMBER]"),
+    ],
+)
+def test_a_body_that_is_no_json_object_is_refused_in_the_engines_types(
+    raw: bytes, error_type: str, reason: str
+) -> None:
+    with pytest.raises(RewriteRequestError) as refused:
+        json_object(raw, "the body")
+    assert (refused.value.status, refused.value.error_type) == (400, error_type)
+    assert refused.value.reason.startswith(reason)
