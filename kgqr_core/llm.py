@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from kgqr_core.fair_slots import FairSlots
 from kgqr_core.settings import Settings
 from kgqr_core.single_flight import SingleFlight
 
@@ -257,9 +258,13 @@ class AsyncLlmClient(_AnswerCache):
         self._in_flight: SingleFlight[list[str]] = SingleFlight()
         # A local LLM server answers one call at a time; more in flight only queue there,
         # where a rewrite that gives up cannot leave the queue. They queue here instead,
-        # and a rewrite whose budget ends while waiting (its wait_for cancels) falls back.
-        self._slots = asyncio.Semaphore(settings.llm.max_concurrent)
-        self.waiting = 0
+        # each caller in turn, and a rewrite whose budget ends while waiting (its wait_for
+        # cancels) falls back.
+        self._slots = FairSlots(settings.llm.max_concurrent)
+
+    @property
+    def waiting(self) -> int:
+        return self._slots.waiting
 
     async def complete(self, request: LlmRequest, scope: str | None = None) -> LlmAnswer:
         """`scope`: whose answer this is (the caller's identity). Answers are cached and
@@ -272,21 +277,15 @@ class AsyncLlmClient(_AnswerCache):
             key = f"{key}:{hashlib.sha256(scope.encode()).hexdigest()[:32]}"
         if (cached := self._cached(await self._get(key), started)) is not None:
             return cached
-        texts, shared = await self._in_flight.run(key, lambda: self._answer(key, request))
+        owner = scope or ""
+        texts, shared = await self._in_flight.run(key, lambda: self._answer(key, request, owner))
         return LlmAnswer(list(texts), shared, (time.perf_counter() - started) * 1000)
 
-    async def _answer(self, key: str, request: LlmRequest) -> list[str]:
-        """The LLM's answer once a slot is free, cached in Redis."""
-        self.waiting += 1
-        try:
-            await self._slots.acquire()
-        finally:
-            self.waiting -= 1
-        try:
+    async def _answer(self, key: str, request: LlmRequest, owner: str) -> list[str]:
+        """The LLM's answer once a slot is free for `owner`, cached in Redis."""
+        async with self._slots.slot(owner):
             async with asyncio.timeout(self._timeout_s):
                 texts = await self._streamed_texts(request)
-        finally:
-            self._slots.release()
         if self._redis is not None:
             try:
                 await self._redis.set(key, json.dumps(texts), ex=CACHE_TTL_S)

@@ -358,8 +358,9 @@ class LlmSettings(Section):
     max_concurrent: int = Field(
         default=2,
         ge=1,
-        description="LLM calls in flight from this proxy; more wait for a slot, and a rewrite "
-        "whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits falls back.",
+        description="LLM calls in flight from this proxy; more wait for a slot, each caller "
+        "in turn (one caller's burst does not queue another's call behind all of it), and "
+        "a rewrite whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits falls back.",
     )
 
     local_model: LlmModelName = Field(
@@ -631,6 +632,16 @@ class RewriteSettings(Section):
         "slow rewrites cannot hold every connection or queue the searches behind it.",
     )
 
+    max_concurrent_per_caller: int | None = Field(
+        default=None,
+        ge=1,
+        description="Of KGQR_REWRITE_MAX_CONCURRENT, how many one caller's rewrites may hold "
+        "at once; beyond it that caller's searches are admitted as when the proxy is full. "
+        "Unset: half (at least one), so one caller's flood leaves the other half to the "
+        "others. Callers kgqr cannot tell apart (no credentials, no security plugin) share "
+        "the whole.",
+    )
+
     cache_ttl_s: int = Field(
         default=24 * 3600,
         ge=0,
@@ -741,6 +752,13 @@ class RewriteSettings(Section):
         description="pipeline: OpenSearch's hybrid query + normalisation pipeline; client: two "
         "searches fused by RRF in kgqr; auto: pipeline when neural-search is installed.",
     )
+
+    @property
+    def caller_share(self) -> int:
+        """The rewrites one caller may have computed at once."""
+        if self.max_concurrent_per_caller is not None:
+            return self.max_concurrent_per_caller
+        return max(1, self.max_concurrent // 2)
 
     @property
     def hybrid_bm25_weight(self) -> float:

@@ -25,6 +25,7 @@ from query_rewriter.engine.http_headers import HOP_BY_HOP
 # The security plugin's REST impersonation: who the request runs as, when the credentials'
 # user may act as them.
 IMPERSONATION_HEADER = "opendistro_security_impersonate_as"
+ANONYMOUS = "anonymous"  # the fingerprint of a caller without identity headers
 # Headers by which OpenSearch's security plugin (or a proxy in front of it) commonly decides
 # who a request runs as: HTTP basic / bearer, session cookies, client certificates
 # forwarded by a TLS terminator, proxy authentication, the tenant a Dashboards user acts
@@ -151,7 +152,7 @@ class Caller:
         without any is "anonymous" in every process."""
         kept = [(k, v) for k, v in self.credentials if only is None or k in only]
         if not kept:
-            return "anonymous"
+            return ANONYMOUS
         return hmac.new(self.key, json.dumps(kept).encode(), hashlib.sha256).hexdigest()[:32]
 
     def credential_fingerprint(self) -> str:

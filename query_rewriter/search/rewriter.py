@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,6 +24,7 @@ from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
 from query_rewriter.engine.errors import redact_addresses
 from query_rewriter.engine.hybrid_query import SearchFields, fuse, mean_vector
+from query_rewriter.engine.identities import UNTOLD_APART
 from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.search.cache import RewriteCache, rewrite_key
 from query_rewriter.search.evidence import RecordingSearch, still_readable
@@ -141,6 +143,7 @@ class Rewriter:
         self.graph = graph
         self.triples_reader = triples_reader
         self._running = 0  # rewrites being computed (admission: rewrite_max_concurrent)
+        self._running_for: Counter[str] = Counter()  # ... by caller (their share)
         # Budgeted LLM rewrites still running after their search was answered, by cache key
         # (identical ones share one); referenced here so they are not collected mid-flight.
         self._background: dict[str, asyncio.Task[tuple[RewriteOutcome, bool]]] = {}
@@ -244,17 +247,18 @@ class Rewriter:
 
         async def compute() -> RewriteOutcome:
             chosen, refused = strategy, None
-            if strategy.name != "base" and self._running >= self.settings.rewrite.max_concurrent:
+            if strategy.name != "base" and (full := self._full_for(caller)) is not None:
                 if strategy.uses_llm:
-                    return self._refused(strategy.name, query, params)
+                    return self._unrewritten(strategy.name, query, params, "admission", full)
                 # An LLM-free rewrite refused runs as base, which is never refused: the
                 # search keeps base's hybrid ranking (a KB's default is often `graph`).
-                chosen, refused = STRATEGIES["base"], self._admission_reason()
+                chosen, refused = STRATEGIES["base"], full
             # `base` is not counted, as it is never refused: counted, sixteen base searches
             # waiting on a model's first load pushed every other caller's graph searches
             # down to base and refused their LLM rewrites.
             counted = int(chosen.name != "base")
             self._running += counted
+            self._running_for[caller] += counted
             metrics.REWRITES_RUNNING.inc(counted)
             recorded = RecordingSearch(gateway, index)
             try:
@@ -264,6 +268,9 @@ class Rewriter:
                 )  # fmt: skip
             finally:
                 self._running -= counted
+                self._running_for[caller] -= counted
+                if not self._running_for[caller]:
+                    del self._running_for[caller]
                 metrics.REWRITES_RUNNING.dec(counted)
             if refused is not None and outcome.fallback is None:  # not cached, as a fallback
                 outcome.fallback = record_fallback(strategy.name, "admission", refused)
@@ -453,14 +460,21 @@ class Rewriter:
             plain_vector=[float(x) for x in query_vector],
         )
 
-    def _admission_reason(self) -> str:
+    def _full_for(self, caller: str) -> str | None:
+        """Why no rewrite is admitted for `caller` now, if none is: the proxy's rewrites
+        are all running, or the caller's share of them is. An LLM rewrite refused runs the
+        plain query at once: under load even embedding the query (CPU-bound, ~10 ms) would
+        queue every search."""
         limit = self.settings.rewrite.max_concurrent
-        return f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
-
-    def _refused(self, strategy: str, query: str, params: dict[str, float]) -> RewriteOutcome:
-        """An LLM rewrite refused admission. Under load even embedding the query (CPU-bound,
-        ~10 ms) would queue every search."""
-        return self._unrewritten(strategy, query, params, "admission", self._admission_reason())
+        if self._running >= limit:
+            return f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
+        share = self.settings.rewrite.caller_share
+        if caller != UNTOLD_APART and self._running_for[caller] >= share:
+            return (
+                f"{share} rewrites of this caller were already running, its share of "
+                f"{limit} (KGQR_REWRITE_MAX_CONCURRENT_PER_CALLER)"
+            )
+        return None
 
     def _unrewritten(
         self, strategy: str, query: str, params: dict[str, float], stage: str, reason: str

@@ -14,6 +14,7 @@ import pytest
 from kgqr_core.llm import AsyncLlmClient, LlmRequest
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+from query_rewriter.engine.identities import UNTOLD_APART
 from query_rewriter.search.cache import RewriteCache
 from query_rewriter.search.query_embedders import QueryEmbedders
 from query_rewriter.search.rewriter import Rewriter
@@ -49,15 +50,16 @@ async def _embed(texts: list[str]) -> np.ndarray:
     return np.ones((len(texts), 4), dtype=np.float32)
 
 
-def _rewrite(rewriter: Rewriter, query: str):  # type: ignore[no-untyped-def]
+def _rewrite(rewriter: Rewriter, query: str, caller: str = "someone"):  # type: ignore[no-untyped-def]
     return rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["hyde"], query=query, params={},
-                            gateway=None, caller="someone")  # type: ignore[arg-type]  # fmt: skip
+                            gateway=None, caller=caller)  # type: ignore[arg-type]  # fmt: skip
 
 
 def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None:
     async def run() -> None:
         llm = GatedLlm()
-        rewriter = _rewriter(Settings.of({"rewrite_max_concurrent": 2}), llm, _embed)
+        limits = {"rewrite_max_concurrent": 2, "rewrite_max_concurrent_per_caller": 2}
+        rewriter = _rewriter(Settings.of(limits), llm, _embed)
         first = [asyncio.create_task(_rewrite(rewriter, f"query {n}")) for n in range(2)]
         await asyncio.sleep(0.05)
         started = time.perf_counter()
@@ -84,6 +86,42 @@ def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None
         assert again.fallback is None
 
     asyncio.run(run())
+
+
+def test_one_caller_holds_at_most_its_share_of_the_rewrites_others_may_run() -> None:
+    """One caller's flood of slow rewrites filled every slot, and every other caller's
+    searches ran as the plain query until it drained. A caller now holds half of them."""
+
+    async def run() -> None:
+        llm = GatedLlm()
+        rewriter = _rewriter(Settings.of({"rewrite_max_concurrent": 4}), llm, _embed)
+        flood = [asyncio.create_task(_rewrite(rewriter, f"flood {n}")) for n in range(2)]
+        await asyncio.sleep(0.05)
+        refused = await asyncio.wait_for(_rewrite(rewriter, "flood 3"), 2)  # not queued
+        assert refused.fallback["stage"] == "admission"
+        assert "KGQR_REWRITE_MAX_CONCURRENT_PER_CALLER" in refused.fallback["reason"]
+        other = asyncio.create_task(_rewrite(rewriter, "another's", caller="another"))
+        await asyncio.sleep(0.05)
+        assert llm.calls == 3
+        llm.release.set()
+        for outcome in await asyncio.gather(*flood, other):
+            assert outcome.fallback is None
+        assert (await _rewrite(rewriter, "flood 4")).fallback is None  # its share is back
+
+    async def untold_apart() -> None:
+        """Callers kgqr cannot tell apart are one, with the whole: no share is kept for a
+        caller it could not name."""
+        llm = GatedLlm()
+        rewriter = _rewriter(Settings.of({"rewrite_max_concurrent": 4}), llm, _embed)
+        searches = [_rewrite(rewriter, f"q {n}", caller=UNTOLD_APART) for n in range(4)]
+        running = [asyncio.create_task(search) for search in searches]
+        await asyncio.sleep(0.05)
+        assert llm.calls == 4
+        llm.release.set()
+        assert all(outcome.fallback is None for outcome in await asyncio.gather(*running))
+
+    asyncio.run(run())
+    asyncio.run(untold_apart())
 
 
 def test_context_embedding_past_the_budget_falls_back_to_the_query_vector() -> None:
