@@ -63,12 +63,16 @@ _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _LINE_END = re.compile(rb"[\r\n]")
 
 
+class UnclosedComment(ValueError):
+    """A comment the body ends in: the engine's reader says "end-of-input in a comment"."""
+
+
 def without_comments(raw: bytes) -> bytes:
     """`raw` with each comment outside its strings (`/* ... */`, and `// ...` to the line's
     end) made a space, as the engine's reader (Jackson with ALLOW_COMMENTS) skips them:
-    it runs `{"size": 1 /* one */}`, which the standard library refuses. An unclosed
-    comment, a lone slash or an unclosed string leave `raw` as it came, for the reader to
-    refuse. One pass: each search starts where the last match ended."""
+    it runs `{"size": 1 /* one */}`, which the standard library refuses. A lone slash or
+    an unclosed string leave `raw` as it came, for the reader to refuse; an unclosed
+    comment is UnclosedComment. One pass: each search starts where the last match ended."""
     parts: list[bytes] = []
     copied = at = 0
     while (found := _QUOTE_OR_SLASH.search(raw, at)) is not None:
@@ -80,10 +84,10 @@ def without_comments(raw: bytes) -> bytes:
             at = string.end()
             continue
         opener = raw[start : start + 2]
-        if opener == b"/*":
+        if opener in (b"/*", b"/"):  # a slash the body ends with opens a comment too
             closer = raw.find(b"*/", start + 2)
             if closer < 0:
-                return raw
+                raise UnclosedComment("the body ends in a comment")
             at = closer + 2
         elif opener == b"//":
             line_end = _LINE_END.search(raw, start)

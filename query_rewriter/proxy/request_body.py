@@ -8,6 +8,7 @@ the decompressed bytes too, so a small compressed body cannot expand without bou
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import AsyncIterable, Callable, Mapping
 from typing import Any, TypeVar
@@ -144,9 +145,7 @@ def json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
         value = _read_json(raw)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise RewriteRequestError(
-            400, "json_parse_exception", f"{what} is not valid JSON: {exc}"
-        ) from exc
+        raise not_json(exc, what) from exc
     except RecursionError:  # beyond orjson's 1,024 levels, the standard library's stack
         raise too_deep(what) from None
     if nesting_depth(value, MAX_NESTING) > MAX_NESTING:
@@ -162,6 +161,34 @@ def json_object(raw: bytes, what: str) -> dict[str, Any]:
 # The engine's names for what a body held instead of an object.
 JSON_TOKENS = {list: "START_ARRAY", str: "VALUE_STRING", bool: "VALUE_BOOLEAN",
                type(None): "VALUE_NULL"}  # fmt: skip
+# ... and for a value that follows the body's object, by how it starts.
+FOLLOWING_TOKENS = (
+    *[("{", "START_OBJECT"), ("[", "START_ARRAY"), ('"', "VALUE_STRING")],
+    *[("true", "VALUE_BOOLEAN"), ("false", "VALUE_BOOLEAN"), ("null", "VALUE_NULL")],
+    *((digit, "VALUE_NUMBER") for digit in "-0123456789"),
+)
+
+
+def not_json(exc: ValueError, what: str) -> RewriteRequestError:
+    """The engine's refusal of a body that does not read, where its type says what a
+    client may act on: a value after the object (two bodies sent as one) is its parser's
+    `parsing_exception`, a body cut short its reader's `json_e_o_f_exception`, the rest
+    `json_parse_exception` (the wording is Python's, not Jackson's)."""
+    if isinstance(exc, json_codec.UnclosedComment):
+        return RewriteRequestError(400, "json_e_o_f_exception", f"{what}: {exc}")
+    if isinstance(exc, json.JSONDecodeError):
+        if exc.msg == "Extra data":
+            for start, token in FOLLOWING_TOKENS:
+                if exc.doc.startswith(start, exc.pos):
+                    return RewriteRequestError(
+                        400, "parsing_exception",
+                        f"Unexpected token [{token}] found after the main object.",
+                    )  # fmt: skip
+        elif exc.pos >= len(exc.doc.rstrip()):
+            return RewriteRequestError(
+                400, "json_e_o_f_exception", f"{what} ends before its JSON does: {exc}"
+            )
+    return RewriteRequestError(400, "json_parse_exception", f"{what} is not valid JSON: {exc}")
 
 
 def _read_json(raw: bytes) -> Any:

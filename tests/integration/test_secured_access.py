@@ -18,6 +18,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -939,6 +940,42 @@ def test_an_llm_answer_made_for_one_caller_is_not_served_to_another(
     assert calls[0] == (False, 0, 1)  # the first caller's own LLM call
     assert calls[1] == (False, 0, 1)  # another caller's: a call of its own, nothing shared
     assert calls[2][0] is True  # the first caller again: its own cached rewrite
+
+
+def test_one_callers_burst_of_llm_rewrites_does_not_queue_anothers_behind_it(
+    settings: Settings, secured: SecuredCredentials, secured_kb: str, users: dict[str, str]
+) -> None:
+    """The LLM's slot went first come, first served: a caller's single search waited
+    behind every call of another caller's burst. A freed slot now goes to the callers in
+    turn, so the second caller's call goes before the burst's calls still queued."""
+
+    def slow(prompt: str) -> str:
+        time.sleep(0.5)
+        return _script(prompt)
+
+    with recording_llm(slow) as (llm_url, prompts):
+        proxied = _as(settings, secured, "kgqr", secured.kgqr_password).replaced({
+            "llm_base_url": llm_url, "llm_model": f"stand-in-{uuid.uuid4().hex[:8]}",
+            "llm_max_concurrent": 1,
+        })  # fmt: skip
+        with running_proxy(proxied) as url:
+            run = uuid.uuid4().hex[:8]
+
+            def search(who: str, n: int) -> httpx.Response:
+                text = f"bank robbers {who} {n} ({run})"
+                body = {**QUERY, "query": {"match": {"text": text}}}
+                return _explained(url, INDEX, "hyde", body, {"authorization": users[who]})
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                burst = [pool.submit(search, "reader", n) for n in range(7)]
+                time.sleep(1.0)  # a call or two answered, one running, the rest queued
+                single = pool.submit(search, "tuner", 0)
+                answers = [future.result() for future in [*burst, single]]
+    assert all(a.status_code == 200 for a in answers), [a.text[:300] for a in answers]
+    assert [a.json()["kgqr"]["fallback"] for a in answers] == [None] * 8
+    asked = [who for prompt in prompts for who in ("reader", "tuner") if f" {who} " in prompt]
+    # First come, first served, the tuner's call was the last.
+    assert len(asked) == 8 and asked[asked.index("tuner") :].count("reader") >= 3, asked
 
 
 def _restricted_role(secured: SecuredCredentials, hidden: list[str]) -> None:

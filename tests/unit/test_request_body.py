@@ -146,7 +146,10 @@ def test_a_body_is_read_with_its_comments_as_the_engine_reads_it() -> None:
     ("raw", "error_type", "reason"),
     [
         (b"{not json", "json_parse_exception", "the body is not valid JSON"),
-        (b'{"size": 1} /* open', "json_parse_exception", "the body is not valid JSON"),
+        (b'{"size": 1} /* open', "json_e_o_f_exception", "the body: the body ends in a comment"),
+        (b'{"size": 1', "json_e_o_f_exception", "the body ends before its JSON does"),
+        (b'{"size": 1} {"size": 2}', "parsing_exception", "Unexpected token [START_OBJECT]"),
+        (b'{"size": 1} nul', "json_parse_exception", "the body is not valid JSON"),
         (b'["a"]', "parsing_exception", "Expected [START_OBJECT] but found [START_ARRAY]"),
         (b"null", "parsing_exception", "Expected [START_OBJECT] but found [VALUE_NULL]"),
         (b"3", "parsing_exception", "Expected [START_OBJECT] but found [VALUE_NUMBER]"),
