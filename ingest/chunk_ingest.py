@@ -55,6 +55,9 @@ class _Sorted:
     mentions: list[Mention] = field(default_factory=list)
     triples: list[CorpusTriple] = field(default_factory=list)
     failures: list[WriteFailure] = field(default_factory=list)
+    # Whether a record the engine failed to write on its side (a 5xx of its own) is set
+    # aside with the broken ones, or the chunk retried: on its last attempt only.
+    final_attempt: bool = True
 
     def graph_nodes(self) -> set[str]:
         """Every node the chunk may write or give an edge: the ones whose documents in the
@@ -111,11 +114,17 @@ def ingest_chunk(
     chunk: int,
     records: list[dict[str, Any]],
     extract_triples: bool = False,
+    final_attempt: bool = True,
 ) -> ChunkOutcome:
+    """Write one chunk's records. Before its `final_attempt`, a record the engine failed
+    to write on its side raises TransientBulkError, for the chunk to be retried: set
+    aside, it was not the record's fault, and its chunk, done, would not be sent again by
+    a re-run of the same source."""
     if resources.jobs.is_done(job_id, chunk):
         return ChunkOutcome(skipped=True)
     outcome = ChunkOutcome()
     batch = _sort(records)
+    batch.final_attempt = final_attempt
 
     own = batch.documents if extract_triples else []
     passages = [
@@ -240,6 +249,11 @@ def _index_then_graph(
     titles, texts = zip(*(embedded(record) for record in records), strict=True)
     vectors = resources.embedder.encode(texts, titles)
     failures = index_write(resources.opensearch, kb, records, vectors)
+    engines = [failure for failure in failures if failure.status >= 500]
+    if engines and not batch.final_attempt:
+        raise opensearch_writer.TransientBulkError(
+            f"the engine failed to write {len(engines)} records: {engines[0].reason}"
+        )
     failed_keys = {failure.key for failure in failures}
     landed = [record for record in records if key(record) not in failed_keys]
     graph_write(resources.neo4j, kb, landed)

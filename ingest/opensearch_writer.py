@@ -22,6 +22,7 @@ class WriteFailure:
     reason: str
     stage: str
     key: str | None = None  # the id the record would have had in its index
+    status: int = 0  # the engine's status for the record, when it answered one
 
 
 def _bulk(
@@ -46,7 +47,7 @@ def _bulk(
                 # an operator). Retried until lifted; never set aside as a bad record.
                 raise TransientBulkError(f"{index} is blocked: {error.get('reason')}")
             reason = f"{error.get('type')}: {error.get('reason')}"
-            failures.append(WriteFailure(record.model_dump(), reason, stage, doc_id))
+            failures.append(WriteFailure(record.model_dump(), reason, stage, doc_id, status))
     return failures
 
 

@@ -4,6 +4,7 @@ that follows it stops and exits non-zero instead of waiting forever."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,33 @@ def test_rejected_records_that_cannot_be_set_aside_fail_their_chunk(
         opensearch.indices.delete(index=index)
 
 
+def _retried_until_lifted(
+    stores: tuple[Any, Any, Any, Any], kb: str, says: str, lift: Callable[[], Any]
+) -> None:
+    """TINY_KB's ingest into `kb` is retried, saying `says`, with nothing set aside; once
+    `lift()` ends the trouble, the job completes with every document exactly once."""
+    from plugin import schema
+    from tests.integration.ingest_helpers import TINY_KB, enqueue_source
+
+    settings, opensearch, neo4j_driver, redis_client = stores
+    enqueued = enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb,
+                              restart=True)  # fmt: skip
+    jobs = JobStore(redis_client)
+    deadline = time.monotonic() + 60
+    while not (progress := jobs.progress(enqueued.job_id)) or not progress.retrying:
+        assert time.monotonic() < deadline, f"no retry was noted: {progress}"
+        time.sleep(0.2)
+    assert says in next(iter(progress.retrying.values()))
+    assert not progress.finished and progress.counts["rejected"] == 0
+    lift()
+    final = job_runner.follow(jobs, enqueued.job_id, lambda _p: None, timeout_s=120)
+    assert final.state == "done" and final.retrying == {} and final.failed == {}
+    assert final.counts["rejected"] == 0
+    opensearch.indices.refresh(index=schema.documents_index(kb))
+    documents = opensearch.count(index=schema.documents_index(kb))["count"]
+    assert documents == final.counts["documents"] == 8
+
+
 def test_a_blocked_index_is_retried_not_rejected_and_the_job_resumes_when_lifted(
     settings: Any, opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any,
     kb_name: str,
@@ -140,47 +168,75 @@ def test_a_blocked_index_is_retried_not_rejected_and_the_job_resumes_when_lifted
     """A read-only block (a full disk's flood stage, an operator) is the index's state, not a
     bad record: the chunk is retried and says why, nothing is set aside, and once the block
     is lifted the job completes with every document exactly once."""
-    import time
-
     from ingest import job_runner
     from ingest.kb_removal import drop_knowledge_base
     from plugin import schema
-    from tests.integration.ingest_helpers import TINY_KB, enqueue_source
 
     index = schema.documents_index(kb_name)
     job_runner.prepare_stores(settings, opensearch, neo4j_driver)
     opensearch.indices.create(index=index)
     opensearch.indices.put_settings(index=index, body={"index.blocks.write": True})
     try:
-        enqueued = enqueue_source(settings, opensearch, neo4j_driver, redis_client, TINY_KB,
-                                  kb_name, restart=True)  # fmt: skip
-        jobs = JobStore(redis_client)
-        deadline = time.monotonic() + 60
-        while True:
-            progress = jobs.progress(enqueued.job_id)
-            assert progress is not None
-            if progress.retrying:
-                break
-            assert time.monotonic() < deadline, f"no retry was noted: {progress}"
-            time.sleep(0.2)
-        assert "is blocked" in next(iter(progress.retrying.values()))
-        assert not progress.finished and progress.counts["rejected"] == 0
-        opensearch.indices.put_settings(index=index, body={"index.blocks.write": False})
-        final = job_runner.follow(jobs, enqueued.job_id, lambda _p: None, timeout_s=120)
-        assert final.state == "done" and final.retrying == {} and final.failed == {}
-        assert final.counts["rejected"] == 0
-        opensearch.indices.refresh(index=index)
-        assert opensearch.count(index=index)["count"] == final.counts["documents"] == 8
+        unblocked = {"index.blocks.write": False}
+        _retried_until_lifted(
+            (settings, opensearch, neo4j_driver, redis_client), kb_name, "is blocked",
+            lambda: opensearch.indices.put_settings(index=index, body=unblocked),
+        )  # fmt: skip
     finally:
         opensearch.indices.put_settings(index=index, body={"index.blocks.write": False})
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name)
+
+
+def _failing_pipeline(opensearch: Any, index: str, name: str, document: str) -> None:
+    """`index` writes go through an ingest pipeline that fails `document` on the engine's
+    side: a `fail` processor, which the engine answers as the item's 500."""
+    opensearch.ingest.put_pipeline(id=name, body={"processors": [{"fail": {
+        "if": f"ctx.id == '{document}'", "message": "the node could not write it"}}]})  # fmt: skip
+    opensearch.indices.put_settings(index=index, body={"index.default_pipeline": name})
+
+
+def test_a_record_the_engine_fails_to_write_is_retried_not_set_aside(
+    settings: Any, opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any,
+    kb_name: str,
+) -> None:  # fmt: skip
+    """An item's 500 is the engine's trouble, not the record's: set aside, its chunk was
+    done and a re-run of the same source never sent it again. The chunk is retried, and
+    lands whole once the engine writes it; on its last attempt the record is set aside."""
+    from ingest.chunk_ingest import ingest_chunk
+    from ingest.kb_removal import drop_knowledge_base
+    from ingest.worker_resources import WorkerResources
+    from plugin import schema
+
+    index, pipeline = schema.documents_index(kb_name), f"{kb_name}-failing"
+    job_runner.prepare_stores(settings, opensearch, neo4j_driver)
+    opensearch.indices.create(index=index)
+    _failing_pipeline(opensearch, index, pipeline, "m2")
+    try:
+        _retried_until_lifted(
+            (settings, opensearch, neo4j_driver, redis_client), kb_name,
+            "the engine failed to write 1 records",
+            lambda: opensearch.indices.put_settings(
+                index=index, body={"index.default_pipeline": None}),
+        )  # fmt: skip
+        # The chunk's last attempt: what the engine still fails to write is set aside.
+        _failing_pipeline(opensearch, index, pipeline, "m9")
+        resources = WorkerResources(settings)
+        try:
+            record = {"id": "m9", "type": "movie", "title": "Miami Vice"}
+            outcome = ingest_chunk(resources, f"{kb_name}-last", kb_name, 0, [record])
+        finally:
+            resources.neo4j.close()
+        assert outcome.counts["rejected"] == 1
+        assert "the node could not write it" in outcome.problems[0]
+    finally:
+        opensearch.indices.put_settings(index=index, body={"index.default_pipeline": None})
+        opensearch.ingest.delete_pipeline(id=pipeline, ignore=[404])
         drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name)
 
 
 def test_only_a_worker_of_this_queue_counts_as_one(settings: Any, ingest_worker: Any) -> None:
     """A worker of another deployment sharing the broker answers pings but never takes
     this queue's chunks; `kgqr ingest` must start its own worker instead of waiting."""
-    import time
-
     from ingest import job_runner
     from ingest.celery_app import app
 
