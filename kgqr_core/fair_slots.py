@@ -56,13 +56,14 @@ class FairSlots:
         while self._free > 0 and self._turns:
             owner, waiters = next(iter(self._turns.items()))
             waiter = waiters.popleft()
-            if waiters:
-                self._turns.move_to_end(owner)  # its next call after the others' turns
-            else:
-                del self._turns[owner]
-            if not waiter.done():  # cancelled, its task not yet told: skipped
+            granted = not waiter.done()  # else cancelled, its task not yet told: skipped
+            if granted:
                 waiter.set_result(None)
                 self._free -= 1
+            if not waiters:
+                del self._turns[owner]
+            elif granted:
+                self._turns.move_to_end(owner)  # its next call after the others' turns
 
     def _withdraw(self, owner: str, waiter: asyncio.Future[None]) -> None:
         waiters = self._turns.get(owner)

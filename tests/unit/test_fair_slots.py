@@ -119,3 +119,26 @@ def test_the_llm_client_serves_another_caller_before_the_rest_of_a_burst() -> No
             assert order.index("b0") <= 2, order  # behind a0 in flight and a1, not a4
 
     asyncio.run(run())
+
+
+def test_a_cancelled_waiter_skipped_does_not_cost_its_owner_the_turn() -> None:
+    async def run() -> list[str]:
+        slots, release, served = FairSlots(1), asyncio.Event(), []
+        waiting: dict[str, asyncio.Task[None]] = {}
+
+        async def hold(name: str) -> None:
+            async with slots.slot(name[0]):
+                served.append(name)
+                await release.wait()
+                if name == "x0":
+                    waiting["a1"].cancel()  # in the step that frees the slot: not yet told
+
+        holder = asyncio.create_task(hold("x0"))
+        await asyncio.sleep(0)
+        waiting.update((n, asyncio.create_task(hold(n))) for n in ("a1", "a2", "b1"))
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(holder, *waiting.values(), return_exceptions=True)
+        return served
+
+    assert asyncio.run(run()) == ["x0", "a2", "b1"]  # a's turn went to its next call
