@@ -25,7 +25,6 @@ from query_rewriter.engine.http_headers import HOP_BY_HOP
 # The security plugin's REST impersonation: who the request runs as, when the credentials'
 # user may act as them.
 IMPERSONATION_HEADER = "opendistro_security_impersonate_as"
-ANONYMOUS = "anonymous"  # the fingerprint of a caller without identity headers
 # Headers by which OpenSearch's security plugin (or a proxy in front of it) commonly decides
 # who a request runs as: HTTP basic / bearer, session cookies, client certificates
 # forwarded by a TLS terminator, proxy authentication, the tenant a Dashboards user acts
@@ -124,6 +123,9 @@ class Caller:
 
     credentials: tuple[tuple[str, str], ...]
     key: bytes = field(default=b"", repr=False)
+    # It sent no credentials of its own (any it carries are kgqr's, lent): callers kgqr
+    # cannot tell apart, whatever identity they resolve to.
+    anonymous: bool = False
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str], settings: Settings) -> Caller:
@@ -141,7 +143,7 @@ class Caller:
             authorization = service_authorization(settings)
             if authorization:
                 found = sorted([*found, ("authorization", authorization)])
-        return cls(tuple(found), identity_key(settings))
+        return cls(tuple(found), identity_key(settings), anonymous)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -152,7 +154,7 @@ class Caller:
         without any is "anonymous" in every process."""
         kept = [(k, v) for k, v in self.credentials if only is None or k in only]
         if not kept:
-            return ANONYMOUS
+            return "anonymous"
         return hmac.new(self.key, json.dumps(kept).encode(), hashlib.sha256).hexdigest()[:32]
 
     def credential_fingerprint(self) -> str:

@@ -14,7 +14,7 @@ import httpx
 
 from kgqr_core.settings import Settings
 from plugin.field_map import OWN_ID_FIELD
-from query_rewriter.engine.caller import ANONYMOUS, Caller
+from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.gateway import EngineSession
 
 AUTHINFO_PATH = "/_plugins/_security/authinfo"
@@ -22,17 +22,6 @@ IDENTITY_TTL_S = 30.0
 MAX_IDENTITIES = 10_000
 REFUSED = "refused"
 NO_SECURITY = "no-security"  # authinfo 404s: the engine runs without the security plugin
-
-
-def credentials_identity(fingerprint: str) -> str:
-    """The identity of a caller of an engine without the security plugin: what its
-    credential headers say."""
-    return f"headers:{fingerprint}"
-
-
-# Every caller of an engine without the security plugin that sends no credentials: kgqr
-# cannot tell them apart, so no share of its work is kept for one of them against another.
-UNTOLD_APART = credentials_identity(ANONYMOUS)
 
 
 class CallerSessions(Protocol):
@@ -69,7 +58,7 @@ class IdentityResolver:
             if found == REFUSED:
                 return None
             if found == NO_SECURITY:
-                return credentials_identity(caller.credential_fingerprint())
+                return f"headers:{caller.credential_fingerprint()}"
             # Not told (a timeout, a 5xx, an answer without a user): every header that may
             # say who the caller is. The usual credential headers alone made every caller
             # whose token is in a header of its own one "anonymous" caller, sharing rewrites.

@@ -24,7 +24,6 @@ from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
 from query_rewriter.engine.errors import redact_addresses
 from query_rewriter.engine.hybrid_query import SearchFields, fuse, mean_vector
-from query_rewriter.engine.identities import UNTOLD_APART
 from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.search.cache import RewriteCache, rewrite_key
 from query_rewriter.search.evidence import RecordingSearch, still_readable
@@ -186,9 +185,12 @@ class Rewriter:
         query_vector: Sequence[float] | None = None,
         side_vectors: SideVectorReads | None = None,
         own_ids: OwnIdsCheck | None = None,
+        told_apart: bool = True,
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (engine/identities.py): a rewrite
         may quote documents only that caller can read, so it is cached per caller.
+        `told_apart`: whether the caller sent credentials of its own; callers that did not
+        are one to kgqr, and no share of the rewrites is kept from them for another.
         `query_vector`: a vector query's own vector (`query` then only names it).
         `side_vectors`: the search's reads of kgqr's vectors of an attached index.
         `own_ids`: whether the caller reads kgqr's `id` doc values as ids
@@ -247,7 +249,10 @@ class Rewriter:
 
         async def compute() -> RewriteOutcome:
             chosen, refused = strategy, None
-            if strategy.name != "base" and (full := self._full_for(caller)) is not None:
+            # A budgeted rewrite in the background keeps no search waiting, and is bounded
+            # apart (KGQR_REWRITE_BACKGROUND_MAX): it takes no share of the caller's.
+            share = caller if told_apart and not budgeted else None
+            if strategy.name != "base" and (full := self._full_for(share)) is not None:
                 if strategy.uses_llm:
                     return self._unrewritten(strategy.name, query, params, "admission", full)
                 # An LLM-free rewrite refused runs as base, which is never refused: the
@@ -258,7 +263,8 @@ class Rewriter:
             # down to base and refused their LLM rewrites.
             counted = int(chosen.name != "base")
             self._running += counted
-            self._running_for[caller] += counted
+            if share is not None:
+                self._running_for[share] += counted
             metrics.REWRITES_RUNNING.inc(counted)
             recorded = RecordingSearch(gateway, index)
             try:
@@ -268,9 +274,10 @@ class Rewriter:
                 )  # fmt: skip
             finally:
                 self._running -= counted
-                self._running_for[caller] -= counted
-                if not self._running_for[caller]:
-                    del self._running_for[caller]
+                if share is not None:
+                    self._running_for[share] -= counted
+                    if not self._running_for[share]:
+                        del self._running_for[share]
                 metrics.REWRITES_RUNNING.dec(counted)
             if refused is not None and outcome.fallback is None:  # not cached, as a fallback
                 outcome.fallback = record_fallback(strategy.name, "admission", refused)
@@ -460,16 +467,16 @@ class Rewriter:
             plain_vector=[float(x) for x in query_vector],
         )
 
-    def _full_for(self, caller: str) -> str | None:
+    def _full_for(self, caller: str | None) -> str | None:
         """Why no rewrite is admitted for `caller` now, if none is: the proxy's rewrites
-        are all running, or the caller's share of them is. An LLM rewrite refused runs the
-        plain query at once: under load even embedding the query (CPU-bound, ~10 ms) would
-        queue every search."""
+        are all running, or the caller's share of them is (None: no share is kept). An LLM
+        rewrite refused runs the plain query at once: under load even embedding the query
+        (CPU-bound, ~10 ms) would queue every search."""
         limit = self.settings.rewrite.max_concurrent
         if self._running >= limit:
             return f"{limit} rewrites were already running (KGQR_REWRITE_MAX_CONCURRENT)"
         share = self.settings.rewrite.caller_share
-        if caller != UNTOLD_APART and self._running_for[caller] >= share:
+        if caller is not None and self._running_for[caller] >= share:
             return (
                 f"{share} rewrites of this caller were already running, its share of "
                 f"{limit} (KGQR_REWRITE_MAX_CONCURRENT_PER_CALLER)"

@@ -103,6 +103,7 @@ async def run_plan(
             query_vector=plan.parsed.vector,
             side_vectors=side_vectors,
             own_ids=lambda: state.identities.reads_own_ids(caller, plan.index),
+            told_apart=not caller.anonymous,
         )
         started = time.perf_counter()
         if outcome.vector is not None:  # else refused admission: the caller's own search

@@ -14,7 +14,6 @@ import pytest
 from kgqr_core.llm import AsyncLlmClient, LlmRequest
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
-from query_rewriter.engine.identities import UNTOLD_APART
 from query_rewriter.search.cache import RewriteCache
 from query_rewriter.search.query_embedders import QueryEmbedders
 from query_rewriter.search.rewriter import Rewriter
@@ -50,9 +49,9 @@ async def _embed(texts: list[str]) -> np.ndarray:
     return np.ones((len(texts), 4), dtype=np.float32)
 
 
-def _rewrite(rewriter: Rewriter, query: str, caller: str = "someone"):  # type: ignore[no-untyped-def]
+def _rewrite(rewriter: Rewriter, query: str, caller: str = "someone", told_apart: bool = True):  # type: ignore[no-untyped-def]
     return rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["hyde"], query=query, params={},
-                            gateway=None, caller=caller)  # type: ignore[arg-type]  # fmt: skip
+                            gateway=None, caller=caller, told_apart=told_apart)  # type: ignore[arg-type]  # fmt: skip
 
 
 def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None:
@@ -113,7 +112,7 @@ def test_one_caller_holds_at_most_its_share_of_the_rewrites_others_may_run() -> 
         caller it could not name."""
         llm = GatedLlm()
         rewriter = _rewriter(Settings.of({"rewrite_max_concurrent": 4}), llm, _embed)
-        searches = [_rewrite(rewriter, f"q {n}", caller=UNTOLD_APART) for n in range(4)]
+        searches = [_rewrite(rewriter, f"q {n}", "headers:x", told_apart=False) for n in range(4)]
         running = [asyncio.create_task(search) for search in searches]
         await asyncio.sleep(0.05)
         assert llm.calls == 4
@@ -122,6 +121,25 @@ def test_one_caller_holds_at_most_its_share_of_the_rewrites_others_may_run() -> 
 
     asyncio.run(run())
     asyncio.run(untold_apart())
+
+
+def test_budgeted_rewrites_in_the_background_take_none_of_the_callers_share() -> None:
+    """They keep no search waiting and are bounded apart: counted in the caller's share,
+    a caller searching one at a time under a budget had its searches refused once its
+    LLM rewrites in the background filled the share."""
+
+    async def run() -> None:
+        llm = GatedLlm()
+        limits = {"rewrite_max_concurrent": 8, "rewrite_budget_ms": 0}
+        rewriter = _rewriter(Settings.of(limits), llm, _embed)
+        served = [await _rewrite(rewriter, f"one at a time {n}") for n in range(6)]
+        assert llm.calls == 6  # each LLM rewrite runs on in the background
+        # (Served by `graph` meanwhile, which has no graph here: its own fallback.)
+        stages = [outcome.fallback and outcome.fallback["stage"] for outcome in served]
+        assert "admission" not in stages, stages
+        llm.release.set()
+
+    asyncio.run(run())
 
 
 def test_context_embedding_past_the_budget_falls_back_to_the_query_vector() -> None:
