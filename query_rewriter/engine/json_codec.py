@@ -48,13 +48,26 @@ def loads(raw: bytes) -> Any:
     return json.loads(raw, parse_float=_finite, parse_constant=_refused)
 
 
-def loads_request(raw: bytes) -> Any:
+def loads_request(raw: bytes, rest_ignored: bool = False) -> Any:
     """A caller's body as the engine's parser reads it: an object holding a key twice is
     refused ("Duplicate field 'size'"), where taking the last (as `loads` does) ran a
     search the engine refuses. The standard library's hook sees each object's pairs;
-    request bodies are small beside answers, and large ones are read off the event loop."""
-    return json.loads(raw, parse_float=_finite, parse_constant=_refused, object_pairs_hook=_unique)
+    request bodies are small beside answers, and large ones are read off the event loop.
+    `rest_ignored`: the first value only, whatever follows it (an msearch line: the
+    engine reads its object and no further)."""
+    if not rest_ignored:
+        return json.loads(
+            raw, parse_float=_finite, parse_constant=_refused, object_pairs_hook=_unique
+        )
+    text = raw.decode()
+    return _REQUEST_DECODER.raw_decode(text, len(text) - len(text.lstrip(" \t\r\n")))[0]
 
+
+# Comments and strings one body's comment scan reads at most (each a step in Python):
+# a 10 MB body of them took seconds, a body with comments holds a few.
+MAX_COMMENT_SCAN_STEPS = 100_000
+# Bytes a comment may not hold: the engine's reader refuses control characters in one.
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 # What a comment's scan stops at: a string's opening quote, or a slash that may open a
 # comment. A string is then matched whole, possessively: no backtracking in it.
@@ -74,8 +87,13 @@ def without_comments(raw: bytes) -> bytes:
     an unclosed string leave `raw` as it came, for the reader to refuse; an unclosed
     comment is UnclosedComment. One pass: each search starts where the last match ended."""
     parts: list[bytes] = []
-    copied = at = 0
+    copied = at = steps = 0
     while (found := _QUOTE_OR_SLASH.search(raw, at)) is not None:
+        steps += 1
+        if steps > MAX_COMMENT_SCAN_STEPS:
+            raise ValueError(
+                f"more than {MAX_COMMENT_SCAN_STEPS} strings and comments to read comments among"
+            )
         start = found.start()
         if raw[start] == ord('"'):
             string = _STRING.match(raw, start)
@@ -94,6 +112,8 @@ def without_comments(raw: bytes) -> bytes:
             at = line_end.start() if line_end is not None else len(raw)
         else:
             return raw
+        if _CONTROL.search(raw, start, at):
+            raise ValueError("a comment holds a control character")
         parts += [raw[copied:start], b" "]
         copied = at
     return b"".join([*parts, raw[copied:]]) if parts else raw
@@ -119,6 +139,11 @@ def _finite(text: str) -> float:
 
 def _refused(text: str) -> float:
     raise ValueError(f"{text} is not JSON")
+
+
+_REQUEST_DECODER = json.JSONDecoder(
+    parse_float=_finite, parse_constant=_refused, object_pairs_hook=_unique
+)
 
 
 def dumps(content: Any) -> bytes:

@@ -74,7 +74,8 @@ def _ndjson(raw: bytes, max_items: int) -> list[dict[str, Any]]:
             f"msearch holds {len(lines) // 2} searches; at most {max_items} are allowed "
             "(KGQR_MSEARCH_MAX_ITEMS)",
         )
-    return [json_object(line, f"msearch line {n}") for n, line in enumerate(lines, start=1)]
+    return [json_object(line, f"msearch line {n}", rest_ignored=True)
+            for n, line in enumerate(lines, start=1)]  # fmt: skip
 
 
 async def handle_msearch_template(

@@ -136,14 +136,15 @@ def body_and_params(
 MAX_NESTING = 128
 
 
-def json_object(raw: bytes, what: str) -> dict[str, Any]:
+def json_object(raw: bytes, what: str, rest_ignored: bool = False) -> dict[str, Any]:
     """`raw` read as the engine reads a body, refused with the engine's error types: its
     reader's (`json_parse_exception`) for what is not JSON, its parser's
-    (`parsing_exception`) for JSON that is not an object."""
+    (`parsing_exception`) for JSON that is not an object. `rest_ignored`: what follows
+    the object is not read (an msearch line)."""
     if not raw.strip():
         return {}
     try:
-        value = _read_json(raw)
+        value = _read_json(raw, rest_ignored)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise not_json(exc, what) from exc
     except RecursionError:  # beyond orjson's 1,024 levels, the standard library's stack
@@ -174,35 +175,52 @@ def not_json(exc: ValueError, what: str) -> RewriteRequestError:
     client may act on: a value after the object (two bodies sent as one) is its parser's
     `parsing_exception`, a body cut short its reader's `json_e_o_f_exception`, the rest
     `json_parse_exception` (the wording is Python's, not Jackson's)."""
-    if isinstance(exc, json_codec.UnclosedComment):
-        return RewriteRequestError(400, "json_e_o_f_exception", f"{what}: {exc}")
-    if isinstance(exc, json.JSONDecodeError):
-        if exc.msg == "Extra data":
-            for start, token in FOLLOWING_TOKENS:
-                if exc.doc.startswith(start, exc.pos):
-                    return RewriteRequestError(
-                        400, "parsing_exception",
-                        f"Unexpected token [{token}] found after the main object.",
-                    )  # fmt: skip
-        elif exc.pos >= len(exc.doc.rstrip()):
-            return RewriteRequestError(
-                400, "json_e_o_f_exception", f"{what} ends before its JSON does: {exc}"
-            )
+    if isinstance(exc, OnlyComments):
+        return RewriteRequestError(
+            400, "parsing_exception", "Expected [START_OBJECT] but found [null]"
+        )
+    if isinstance(exc, json_codec.UnclosedComment) or _cut_short(exc):
+        return RewriteRequestError(
+            400, "json_e_o_f_exception", f"{what} ends before its JSON does: {exc}"
+        )
+    if isinstance(exc, json.JSONDecodeError) and exc.msg == "Extra data":
+        for start, token in FOLLOWING_TOKENS:
+            if exc.doc.startswith(start, exc.pos):
+                return RewriteRequestError(
+                    400, "parsing_exception",
+                    f"Unexpected token [{token}] found after the main object.",
+                )  # fmt: skip
     return RewriteRequestError(400, "json_parse_exception", f"{what} is not valid JSON: {exc}")
 
 
-def _read_json(raw: bytes) -> Any:
+def _cut_short(exc: ValueError) -> bool:
+    """Whether the body ended inside its JSON: in a value, a string or a character."""
+    if isinstance(exc, UnicodeDecodeError):
+        return exc.reason == "unexpected end of data"
+    if not isinstance(exc, json.JSONDecodeError) or exc.msg == "Extra data":
+        return False
+    return exc.msg.startswith("Unterminated string") or exc.pos >= len(exc.doc.rstrip(" \t\r\n"))
+
+
+class OnlyComments(ValueError):
+    """A body of comments alone: to the engine, a body without its object."""
+
+
+def _read_json(raw: bytes, rest_ignored: bool) -> Any:
     """json_codec's reading: a number no JSON can hold (NaN, 1e400) is refused here, as
     the engine refuses it, not sent on as the null orjson would write for it. Comments,
     which the engine skips, are taken out only when the JSON does not read without them:
     that is rare, and the scan costs a pass over the body."""
     try:
-        return json_codec.loads_request(raw)
+        return json_codec.loads_request(raw, rest_ignored)
     except ValueError:
         uncommented = json_codec.without_comments(raw) if b"/" in raw else raw
         if uncommented is raw:
             raise
-    return json_codec.loads_request(uncommented)
+    raw.decode()  # not UTF-8 in a comment: the engine's reader refuses it too
+    if not uncommented.strip():
+        raise OnlyComments("the body holds comments only")
+    return json_codec.loads_request(uncommented, rest_ignored)
 
 
 def too_deep(what: str) -> RewriteRequestError:

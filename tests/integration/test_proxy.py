@@ -259,6 +259,12 @@ MALFORMED: list[tuple[str, dict[str, str], bytes, dict[str, str]]] = [
     ("_msearch", {}, b'{} // all\n{"query": {"match": {"text": "film"}}} /**/\n', {}),
     ("_search", {}, b'["film"]', {}),
     ("_search", {}, b" \n", {}),
+    ("_search", {}, b"/* only */", {}),
+    ("_search", {}, b'{"size": 1 /* \x01 */}', {}),
+    ("_search", {}, b'{"size": 1} {"size": 2}', {}),
+    ("_search", {}, b'{"query": {"match": {"text": "fil', {}),
+    # An msearch line is read to its object's end: what follows is the engine's to skip.
+    ("_msearch", {}, b'{} x\n{"query": {"match": {"text": "film"}}} {"size": 2}\n', {}),
 ]
 
 
