@@ -638,8 +638,9 @@ class RewriteSettings(Section):
         description="Of KGQR_REWRITE_MAX_CONCURRENT, how many one caller's rewrites may hold "
         "at once; beyond it that caller's searches are admitted as when the proxy is full. "
         "Unset: half (at least one), so one caller's flood leaves the other half to the "
-        "others. Callers kgqr cannot tell apart (no credentials, no security plugin) share "
-        "the whole.",
+        "others. Callers that send no credentials of their own, which kgqr cannot tell "
+        "apart, share the whole; budgeted rewrites running in the background take none of "
+        "it (KGQR_REWRITE_BACKGROUND_MAX bounds them).",
     )
 
     cache_ttl_s: int = Field(
