@@ -204,6 +204,7 @@ def test_a_record_the_engine_fails_to_write_is_retried_not_set_aside(
     lands whole once the engine writes it; on its last attempt the record is set aside."""
     from ingest.chunk_ingest import ingest_chunk
     from ingest.kb_removal import drop_knowledge_base
+    from ingest.records import Document
     from ingest.worker_resources import WorkerResources
     from plugin import schema
 
@@ -222,7 +223,7 @@ def test_a_record_the_engine_fails_to_write_is_retried_not_set_aside(
         _failing_pipeline(opensearch, index, pipeline, "m9")
         resources = WorkerResources(settings)
         try:
-            record = {"id": "m9", "type": "movie", "title": "Miami Vice"}
+            record = Document(id="m9", type="movie", title="Miami Vice").model_dump(mode="json")
             outcome = ingest_chunk(resources, f"{kb_name}-last", kb_name, 0, [record])
         finally:
             resources.neo4j.close()
