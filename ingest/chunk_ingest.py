@@ -55,9 +55,6 @@ class _Sorted:
     mentions: list[Mention] = field(default_factory=list)
     triples: list[CorpusTriple] = field(default_factory=list)
     failures: list[WriteFailure] = field(default_factory=list)
-    # Whether a record the engine failed to write on its side (a 5xx of its own) is set
-    # aside with the broken ones, or the chunk retried: on its last attempt only.
-    final_attempt: bool = True
 
     def graph_nodes(self) -> set[str]:
         """Every node the chunk may write or give an edge: the ones whose documents in the
@@ -124,7 +121,6 @@ def ingest_chunk(
         return ChunkOutcome(skipped=True)
     outcome = ChunkOutcome()
     batch = _sort(records)
-    batch.final_attempt = final_attempt
 
     own = batch.documents if extract_triples else []
     passages = [
@@ -166,6 +162,14 @@ def ingest_chunk(
         graph_projection.project_nodes(resources.neo4j, resources.opensearch, kb, touched)
         graph_version.bump(resources.redis, kb)
 
+    # Raised once the records that landed are in both stores and their copies: raised
+    # before, a retry's reads of the graph (retyped, losing) saw it changed already, and
+    # some nodes' copies were never made again.
+    engines = [failure for failure in batch.failures if failure.status >= 500]
+    if engines and not final_attempt:
+        raise opensearch_writer.TransientBulkError(
+            f"the engine failed to write {len(engines)} records: {engines[0].reason}"
+        )
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)
     outcome.counts = {
         "documents": documents_ok + len(batch.refreshes),  # written, or read again (sync)
@@ -249,11 +253,6 @@ def _index_then_graph(
     titles, texts = zip(*(embedded(record) for record in records), strict=True)
     vectors = resources.embedder.encode(texts, titles)
     failures = index_write(resources.opensearch, kb, records, vectors)
-    engines = [failure for failure in failures if failure.status >= 500]
-    if engines and not batch.final_attempt:
-        raise opensearch_writer.TransientBulkError(
-            f"the engine failed to write {len(engines)} records: {engines[0].reason}"
-        )
     failed_keys = {failure.key for failure in failures}
     landed = [record for record in records if key(record) not in failed_keys]
     graph_write(resources.neo4j, kb, landed)

@@ -208,9 +208,10 @@ def _bulk(opensearch: Any, kb: str, actions: list[dict[str, Any]]) -> None:
         and result["status"] != 409
         and (verb, result["status"]) != ("delete", 404)
     ]
-    if any(result["status"] in (429, 503) for result in failed):
-        # Pushed back: the chunk is retried, as its documents' writes are. Raised as a
-        # plain error, it failed the chunk for good after both stores had its records.
+    if any(result["status"] == 429 or result["status"] >= 500 for result in failed):
+        # Pushed back, or the engine's own failure: the chunk is retried, as its documents'
+        # writes are. Raised as a plain error, it failed the chunk for good after both
+        # stores had its records.
         raise TransientBulkError(f"graph copy of {kb}: pushed back: {failed[0]}")
     if failed:
         raise RuntimeError(f"graph copy of {kb}: {len(failed)} writes failed: {failed[0]}")

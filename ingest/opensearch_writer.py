@@ -153,7 +153,7 @@ def write_dead_letters(
     errors = [item for item in bulk_results(client, operations) if item.get("error")]
     if not errors:
         return
-    if any(error.get("status") in (429, 503) for error in errors):
+    if any(error.get("status", 0) == 429 or error.get("status", 0) >= 500 for error in errors):
         raise TransientBulkError(f"dead letters rejected: {errors[0]['error']}")
     first = errors[0]["error"]
     raise DeadLetterWriteError(
