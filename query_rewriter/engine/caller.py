@@ -135,14 +135,17 @@ class Caller:
             if counts_for_identity(name.lower())
         )
         # An empty one says nothing, and the front cannot tell it from none (nginx's
-        # `$http_cookie` is "" either way): both lend alike.
+        # `$http_cookie` is "" either way): both lend alike. kgqr's own authorization, which
+        # the front lends before kgqr would, is not the caller's.
+        lending = settings.proxy.anonymous_uses_service_account
+        lent = service_authorization(settings) if lending else None
         anonymous = not any(
-            name in KNOWN_CREDENTIAL_HEADERS and value.strip() for name, value in found
-        )
-        if anonymous and settings.proxy.anonymous_uses_service_account:
-            authorization = service_authorization(settings)
-            if authorization:
-                found = sorted([*found, ("authorization", authorization)])
+            name in KNOWN_CREDENTIAL_HEADERS and value.strip()
+            and not (lent and name == "authorization" and value == lent)
+            for name, value in found
+        )  # fmt: skip
+        if anonymous and lent and ("authorization", lent) not in found:
+            found = sorted([*found, ("authorization", lent)])
         return cls(tuple(found), identity_key(settings), anonymous)
 
     @property

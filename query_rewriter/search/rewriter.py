@@ -250,7 +250,8 @@ class Rewriter:
         async def compute() -> RewriteOutcome:
             chosen, refused = strategy, None
             # A budgeted rewrite in the background keeps no search waiting, and is bounded
-            # apart (KGQR_REWRITE_BACKGROUND_MAX): it takes no share of the caller's.
+            # apart (KGQR_REWRITE_BACKGROUND_MAX): it takes no share of the caller's, nor
+            # of the proxy's (held there, one caller's filled what its share left).
             share = caller if told_apart and not budgeted else None
             if strategy.name != "base" and (full := self._full_for(share)) is not None:
                 if strategy.uses_llm:
@@ -261,7 +262,7 @@ class Rewriter:
             # `base` is not counted, as it is never refused: counted, sixteen base searches
             # waiting on a model's first load pushed every other caller's graph searches
             # down to base and refused their LLM rewrites.
-            counted = int(chosen.name != "base")
+            counted = int(chosen.name != "base" and not budgeted)
             self._running += counted
             if share is not None:
                 self._running_for[share] += counted
@@ -316,6 +317,7 @@ class Rewriter:
             query_vector=query_vector,
             side_vectors=side_vectors,
             own_ids=own_ids,
+            told_apart=told_apart,
         )
         pending = strategy.name if task is not None else None
         budget: Budget = {"served": fast.name, "pending": pending, "budget_ms": budget_ms}

@@ -46,6 +46,20 @@ def test_an_anonymous_caller_gets_no_credentials_unless_opted_in() -> None:
     assert lent.headers == {"authorization": "Basic " + base64.b64encode(b"kgqr:svc").decode()}
 
 
+def test_a_caller_says_whether_it_sent_credentials_of_its_own() -> None:
+    """Callers that did not are one to kgqr (no share of the rewrites is kept from them
+    for another), however kgqr's account was lent: by kgqr, or by the front before it."""
+    lending = SERVICE.replaced({"anonymous_uses_service_account": True})
+    kgqrs = "Basic " + base64.b64encode(b"kgqr:svc").decode()
+    assert Caller.from_headers({"accept": "*/*"}, SERVICE).anonymous
+    assert Caller.from_headers({"cookie": " "}, SERVICE).anonymous
+    assert Caller.from_headers({}, lending).anonymous
+    lent_by_the_front = Caller.from_headers({"authorization": kgqrs}, lending)
+    assert lent_by_the_front.anonymous and lent_by_the_front.headers == {"authorization": kgqrs}
+    assert not Caller.from_headers({"authorization": "Basic YTpi"}, lending).anonymous
+    assert not Caller.from_headers({"authorization": kgqrs}, SERVICE).anonymous  # not lent
+
+
 def test_a_fingerprint_is_keyed_so_a_reader_of_redis_cannot_test_passwords_on_it() -> None:
     """Without a key, sha256 of `[["authorization", "Basic ..."]]` (a rewrite-cache key in
     Redis where the engine names no user) lets whoever reads Redis try passwords offline."""

@@ -137,6 +137,13 @@ def test_budgeted_rewrites_in_the_background_take_none_of_the_callers_share() ->
         # (Served by `graph` meanwhile, which has no graph here: its own fallback.)
         stages = [outcome.fallback and outcome.fallback["stage"] for outcome in served]
         assert "admission" not in stages, stages
+        # Nor do they fill the proxy's: another caller's rewrites are admitted.
+        limits = {"rewrite_max_concurrent": 4, "rewrite_budget_ms": 0}
+        crowded = _rewriter(Settings.of(limits), llm, _embed)
+        for n in range(4):
+            await _rewrite(crowded, f"in the background {n}", "a")
+        other = await _rewrite(crowded, "another's", "b")
+        assert other.fallback is None or other.fallback["stage"] != "admission", other.fallback
         llm.release.set()
 
     asyncio.run(run())
