@@ -16,7 +16,7 @@ from query_rewriter import metrics
 from query_rewriter.engine.answer_format import AnswerFormat, json_params, with_explain
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.forwarding import about_the_request, request_headers
-from query_rewriter.engine.json_codec import dumps
+from query_rewriter.engine.json_codec import CommentBudget, dumps
 from query_rewriter.proxy.msearch_header import MsearchHeader, check_header
 from query_rewriter.proxy.request_body import body_and_params, json_object, off_the_loop_if_large
 from query_rewriter.proxy.search_template import rendered_search
@@ -74,7 +74,8 @@ def _ndjson(raw: bytes, max_items: int) -> list[dict[str, Any]]:
             f"msearch holds {len(lines) // 2} searches; at most {max_items} are allowed "
             "(KGQR_MSEARCH_MAX_ITEMS)",
         )
-    return [json_object(line, f"msearch line {n}", rest_ignored=True)
+    comments = CommentBudget()
+    return [json_object(line, f"msearch line {n}", rest_ignored=True, comments=comments)
             for n, line in enumerate(lines, start=1)]  # fmt: skip
 
 

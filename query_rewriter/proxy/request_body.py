@@ -136,15 +136,21 @@ def body_and_params(
 MAX_NESTING = 128
 
 
-def json_object(raw: bytes, what: str, rest_ignored: bool = False) -> dict[str, Any]:
+def json_object(
+    raw: bytes,
+    what: str,
+    rest_ignored: bool = False,
+    comments: json_codec.CommentBudget | None = None,
+) -> dict[str, Any]:
     """`raw` read as the engine reads a body, refused with the engine's error types: its
     reader's (`json_parse_exception`) for what is not JSON, its parser's
     (`parsing_exception`) for JSON that is not an object. `rest_ignored`: what follows
-    the object is not read (an msearch line)."""
+    the object is not read (an msearch line). `comments`: what may be taken out, shared
+    by the bodies of one request."""
     if not raw.strip():
         return {}
     try:
-        value = _read_json(raw, rest_ignored)
+        value = _read_json(raw, rest_ignored, comments)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise not_json(exc, what) from exc
     except RecursionError:  # beyond orjson's 1,024 levels, the standard library's stack
@@ -206,7 +212,7 @@ class OnlyComments(ValueError):
     """A body of comments alone: to the engine, a body without its object."""
 
 
-def _read_json(raw: bytes, rest_ignored: bool) -> Any:
+def _read_json(raw: bytes, rest_ignored: bool, comments: json_codec.CommentBudget | None) -> Any:
     """json_codec's reading: a number no JSON can hold (NaN, 1e400) is refused here, as
     the engine refuses it, not sent on as the null orjson would write for it. Comments,
     which the engine skips, are taken out only when the JSON does not read without them:
@@ -214,10 +220,10 @@ def _read_json(raw: bytes, rest_ignored: bool) -> Any:
     try:
         return json_codec.loads_request(raw, rest_ignored)
     except ValueError:
-        uncommented = json_codec.without_comments(raw) if b"/" in raw else raw
+        uncommented = json_codec.without_comments(raw, comments) if b"/" in raw else raw
         if uncommented is raw:
             raise
-    raw.decode()  # not UTF-8 in a comment: the engine's reader refuses it too
+    raw.decode("utf-8", "surrogatepass")  # not UTF-8 in a comment: the engine refuses it
     if not uncommented.strip():
         raise OnlyComments("the body holds comments only")
     return json_codec.loads_request(uncommented, rest_ignored)

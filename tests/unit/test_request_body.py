@@ -13,6 +13,7 @@ import pytest
 
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.gateway import EngineSession
+from query_rewriter.engine.json_codec import CommentBudget
 from query_rewriter.proxy.request_body import (
     MAX_NESTING,
     body_and_params,
@@ -173,15 +174,23 @@ def test_an_msearch_line_is_read_to_the_end_of_its_object_as_the_engine_reads_it
     """The engine reads a line's object and no further: what follows is not its error."""
     line = b'{"size": 1} {"size": 2} and more'
     assert json_object(line, "msearch line 2", rest_ignored=True) == {"size": 1}
+    # Read as a whole body is: a byte-order mark, a surrogate encoded in a string.
+    marked = b'\xef\xbb\xbf{"q": "\xed\xa0\x80"} \xff'
+    assert json_object(marked, "msearch line 2", rest_ignored=True) == {"q": "\ud800"}
+    assert json_object(b'{"size": 1 /* \xed\xa0\x80 */}', "the body") == {"size": 1}
     with pytest.raises(RewriteRequestError):
         json_object(line, "the body")
 
 
-def test_taking_comments_out_of_a_body_is_bounded() -> None:
-    """10 KB of gzip inflating to 10 MB of `//` lines took 3.4 s of one core; the scan
-    stops at MAX_COMMENT_SCAN_STEPS strings and comments, refusing the body."""
-    from query_rewriter.engine.json_codec import MAX_COMMENT_SCAN_STEPS
-
+def test_taking_comments_out_of_a_requests_bodies_is_bounded() -> None:
+    """10 KB of gzip inflating to 10 MB of `//` lines took 3.4 s of one core; a request's
+    bodies (an msearch's lines share one budget) give up after CommentBudget's comments.
+    Strings cost no step: a body of 100,000 strings and one comment is read."""
+    budget = CommentBudget()
+    line = b"{" + b"//\n" * (budget.left // 2) + b"}"
+    assert json_object(line, "msearch line 2", comments=budget) == {}
     with pytest.raises(RewriteRequestError) as refused:
-        json_object(b"{" + b"//\n" * (MAX_COMMENT_SCAN_STEPS + 1) + b"}", "the body")
-    assert f"more than {MAX_COMMENT_SCAN_STEPS}" in refused.value.reason
+        json_object(line + b"//\n" * 2, "msearch line 4", comments=budget)
+    assert "more comments than kgqr takes out" in refused.value.reason
+    strings = b'{"a": [' + b'"x",' * 100_000 + b'"y"] /* one */}'
+    assert len(json_object(strings, "the body")["a"]) == 100_001
