@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
-from ingest.opensearch_writer import TransientBulkError
+from ingest.opensearch_writer import TransientBulkError, the_engines_trouble
 from kgqr_core.settings import Settings
 from plugin import installer, schema
 from plugin.schema import GraphCopyState
@@ -208,7 +208,7 @@ def _bulk(opensearch: Any, kb: str, actions: list[dict[str, Any]]) -> None:
         and result["status"] != 409
         and (verb, result["status"]) != ("delete", 404)
     ]
-    if any(result["status"] == 429 or result["status"] >= 500 for result in failed):
+    if any(the_engines_trouble(result["status"]) for result in failed):
         # Pushed back, or the engine's own failure: the chunk is retried, as its documents'
         # writes are. Raised as a plain error, it failed the chunk for good after both
         # stores had its records.

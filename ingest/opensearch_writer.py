@@ -55,6 +55,12 @@ class TransientBulkError(RuntimeError):
     """OpenSearch pushed back (429/503); the whole chunk is retried with backoff."""
 
 
+def the_engines_trouble(status: int) -> bool:
+    """Whether a bulk item's status is the engine's state (pushed back, or failed on its
+    side), not its record's: retried, where a plain error failed the chunk for good."""
+    return status == 429 or status >= 500
+
+
 def write_documents(
     client: Any, kb: str, documents: Sequence[Document], vectors: np.ndarray
 ) -> list[WriteFailure]:
@@ -153,7 +159,7 @@ def write_dead_letters(
     errors = [item for item in bulk_results(client, operations) if item.get("error")]
     if not errors:
         return
-    if any(error.get("status", 0) == 429 or error.get("status", 0) >= 500 for error in errors):
+    if any(the_engines_trouble(error.get("status", 0)) for error in errors):
         raise TransientBulkError(f"dead letters rejected: {errors[0]['error']}")
     first = errors[0]["error"]
     raise DeadLetterWriteError(

@@ -18,7 +18,12 @@ from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.forwarding import about_the_request, request_headers
 from query_rewriter.engine.json_codec import CommentBudget, dumps
 from query_rewriter.proxy.msearch_header import MsearchHeader, check_header
-from query_rewriter.proxy.request_body import body_and_params, json_object, off_the_loop_if_large
+from query_rewriter.proxy.request_body import (
+    body_and_params,
+    expected_an_object,
+    json_object,
+    off_the_loop_if_large,
+)
 from query_rewriter.proxy.search_template import rendered_search
 from query_rewriter.search.plan import (
     PassThrough,
@@ -64,9 +69,7 @@ def _ndjson(raw: bytes, max_items: int) -> list[dict[str, Any]]:
         if not lines[at].strip():
             lines[at] = b"{}"
         if not lines[at + 1].strip():
-            raise RewriteRequestError(
-                400, "parsing_exception", "Expected [START_OBJECT] but found [null]"
-            )
+            raise expected_an_object("null")
     if len(lines) // 2 > max_items:
         raise RewriteRequestError(
             400,

@@ -158,11 +158,15 @@ def json_object(
     if nesting_depth(value, MAX_NESTING) > MAX_NESTING:
         raise too_deep(what)
     if not isinstance(value, dict):
-        found = JSON_TOKENS.get(type(value), "VALUE_NUMBER")
-        raise RewriteRequestError(
-            400, "parsing_exception", f"Expected [START_OBJECT] but found [{found}]"
-        )
+        raise expected_an_object(JSON_TOKENS.get(type(value), "VALUE_NUMBER"))
     return value
+
+
+def expected_an_object(found: str) -> RewriteRequestError:
+    """The engine's 400 for a body (or an msearch line) that holds `found`, not an object."""
+    return RewriteRequestError(
+        400, "parsing_exception", f"Expected [START_OBJECT] but found [{found}]"
+    )
 
 
 # The engine's names for what a body held instead of an object.
@@ -182,9 +186,7 @@ def not_json(exc: ValueError, what: str) -> RewriteRequestError:
     `parsing_exception`, a body cut short its reader's `json_e_o_f_exception`, the rest
     `json_parse_exception` (the wording is Python's, not Jackson's)."""
     if isinstance(exc, OnlyComments):
-        return RewriteRequestError(
-            400, "parsing_exception", "Expected [START_OBJECT] but found [null]"
-        )
+        return expected_an_object("null")
     if isinstance(exc, json_codec.UnclosedComment) or _cut_short(exc):
         return RewriteRequestError(
             400, "json_e_o_f_exception", f"{what} ends before its JSON does: {exc}"
