@@ -93,6 +93,9 @@ class Neighbour(NamedTuple):
     path: tuple[Any, ...]
     via: str | None = None  # the node between, on a two-hop path
     via_type: str | None = None
+    # What its edges were read from (passages, an attached index's field values): the
+    # facts its text states, which a rewrite showing it rests on.
+    evidence: tuple[Evidence, ...] = ()
 
     @property
     def hops(self) -> int:
@@ -114,6 +117,13 @@ class Neighbour(NamedTuple):
         if titles is not None and self.via_document is not None:
             name = titles.get(self.via_document, self.via_document)
         return f"{first} -> [{name}] -> {_render_hop(self.path[3], self.path[4])}"
+
+
+def passages_behind(paths: Iterable[Neighbour]) -> set[str]:
+    """The documents `paths`' edges were read from: a rewrite that states them is served
+    from the cache only while its caller may still read these (search/evidence.py; field
+    evidence is kept as it is checked)."""
+    return {item for path in paths for item in path.evidence if isinstance(item, str)}
 
 
 def documents_between(paths: Iterable[Neighbour]) -> set[str]:
@@ -276,16 +286,21 @@ class Neighbourhood:
                 or (seed, node_id) in found
             )
 
-        for seed, relation, outgoing, node_id, name, node_type, _, _ in self.rows:
+        for seed, relation, outgoing, node_id, name, node_type, _, evidence in self.rows:
             if node_id not in blocked and not skip(seed, node_id):
                 found[seed, node_id] = Neighbour(
-                    seed, node_id, name or node_id, node_type, (relation, outgoing)
+                    seed,
+                    node_id,
+                    name or node_id,
+                    node_type,
+                    (relation, outgoing),
+                    evidence=_read_from(evidence),
                 )
         # Second hops only after every first hop, so a node one hop away keeps its short path.
-        for seed, relation, outgoing, via_id, via_name, via_type, second, _ in self.rows:
+        for seed, relation, outgoing, via_id, via_name, via_type, second, first in self.rows:
             if via_id in blocked:
                 continue
-            for next_id, next_type, next_relation, next_outgoing, next_name, _ in second:
+            for next_id, next_type, next_relation, next_outgoing, next_name, then in second:
                 if next_id not in blocked and not skip(seed, next_id):
                     found[seed, next_id] = Neighbour(
                         seed,
@@ -295,8 +310,13 @@ class Neighbourhood:
                         (relation, outgoing, via_name or via_id, next_relation, next_outgoing),
                         via_id,
                         via_type,
+                        _read_from(first, then),
                     )
         return list(found.values())
+
+
+def _read_from(*evidence: Evidence | None) -> tuple[Evidence, ...]:
+    return tuple(item for item in evidence if item is not None)
 
 
 class Neighbours(Protocol):

@@ -922,6 +922,41 @@ def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
     assert {node["id"] for node in restricted["details"]["graph_nodes"]} <= {"p1"}
 
 
+def test_a_cached_walk_is_not_served_once_a_passage_behind_its_paths_is_hidden(
+    proxy: tuple[str, list[str]],
+    users: dict[str, str],
+    secured: SecuredCredentials,
+    secured_owners_kb: str,
+) -> None:
+    """A cached walk was re-checked against its seeds, boosts and the passages of its
+    triple seeds only: once DLS hid the memo, the caller was still served, for a day,
+    the path that states what only the memo says (`--is secretly owned by-->`)."""
+    body = {"query": {"match": {"text": f"Where is Acme based? ({uuid.uuid4().hex[:8]})"}},
+            "size": 5}  # fmt: skip
+    params = {"kgqr.param.graph.seeds": "1", "kgqr.param.graph.triple_seeds": "1"}
+    restricted = {"authorization": users["restricted"]}
+
+    def walked() -> dict[str, Any]:
+        answer = _explained(proxy[0], secured_owners_kb, "graph_walk", body, restricted, params)
+        assert answer.status_code == 200, answer.text
+        explained: dict[str, Any] = answer.json()["kgqr"]
+        assert explained["fallback"] is None, explained["fallback"]
+        return explained
+
+    _restricted_role(secured, ["none-of-these"])  # the memo readable, for now
+    try:
+        first = walked()
+        assert "secretly" in json.dumps(first["details"]), first["details"]
+        again = walked()
+        assert again["cached"] and again["details"] == first["details"]
+        _restricted_role(secured, ["p2"])
+        after = walked()
+        assert not after["cached"]
+        assert "secretly" not in json.dumps(after)
+    finally:
+        _restricted_role(secured, ["p2"])
+
+
 def test_an_llm_answer_made_for_one_caller_is_not_served_to_another(
     proxy: tuple[str, list[str]], users: dict[str, str]
 ) -> None:

@@ -75,6 +75,7 @@ class GraphBridge(Strategy):
         near = hood.around(ranked)
         hidden = near.vias(ranked) - set(ranked)
         lifted_by = await strongest_paths(ctx, near, ranked, {first: 1.0}, hidden=hidden)
+        rewrite.sources = sorted(lifted_by.read_from)
         rewrite.details = {
             "seeds": [first],
             "kept_first": first,
@@ -82,7 +83,7 @@ class GraphBridge(Strategy):
             # a count of every document bridged to would tell a caller of hidden ones.
             "candidates": len(cosines),
             "graph_nodes": [
-                {"id": node, "score": round(cosines[node], 4), "path": lifted_by.get(node)}
+                {"id": node, "score": round(cosines[node], 4), "path": lifted_by.texts.get(node)}
                 for node in ranked
             ],
             "graph_source": hood.source,

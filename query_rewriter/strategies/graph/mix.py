@@ -76,17 +76,18 @@ class GraphMix(Strategy):
         rewrite.boost_ids.update({node: scored[node] / best for node in kept})
         rewrite.boost_ids[hits[0]["id"]] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
-        # The seeds it names were read by id alone: its evidence, as the passages are.
-        rewrite.sources = sorted(walked.passages | {hit["id"] for hit in hits})
         near = walked.hood.around(kept)
         lifted_by = await strongest_paths(ctx, near, kept, walked.seeds)
+        # The seeds it names were read by id alone: its evidence, as the passages are.
+        seeds = {hit["id"] for hit in hits}
+        rewrite.sources = sorted(walked.passages | seeds | lifted_by.read_from)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],
             "kept_first": hits[0]["id"],
             "bridged_from": bridge_from,
             "entity_seeds": sorted(walked.entity_seeds)[:20],
             "graph_nodes": [
-                self._node(node, scored[node] / best, bridged, walked, top_walk, lifted_by)
+                self._node(node, scored[node] / best, bridged, walked, top_walk, lifted_by.texts)
                 for node in kept
             ],
             "graph_source": walked.hood.source,

@@ -32,6 +32,7 @@ from query_rewriter.graph.store import (
     Neighbours,
     Reach,
     documents_between,
+    passages_behind,
 )
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
@@ -93,13 +94,22 @@ def top_documents(
     return {nodes[number]: float(scores[number]) for number in best}
 
 
+@dataclass(frozen=True)
+class LiftedBy:
+    """Each lifted node's path as text, and the documents the edges they state were read
+    from (a rewrite's sources)."""
+
+    texts: dict[str, str]
+    read_from: set[str]
+
+
 async def strongest_paths(
     ctx: StrategyContext,
     hood: Neighbourhood,
     nodes: list[str],
     seeds: dict[str, float],
     hidden: Collection[str] = (),
-) -> dict[str, str]:
+) -> LiftedBy:
     """For each node, the path that lifted it most: the shortest from the heaviest other
     seed, as "seed --relation--> node" (two hops name the node between, a document by
     its title as the caller's own fetch returns it)."""
@@ -113,7 +123,8 @@ async def strongest_paths(
             if path.id not in chosen or strength(path) < strength(chosen[path.id]):
                 chosen[path.id] = path
         titles = await titles_as_read(ctx, ctx.index, documents_between(chosen.values()))
-    return {node: f"{p.seed} --{p.relation_text(titles)}--> {node}" for node, p in chosen.items()}
+    texts = {node: f"{p.seed} --{p.relation_text(titles)}--> {node}" for node, p in chosen.items()}
+    return LiftedBy(texts, passages_behind(chosen.values()))
 
 
 async def plain_seeds(ctx: StrategyContext, query: str) -> list[dict[str, Any]]:
@@ -218,7 +229,6 @@ class GraphWalk(Strategy):
         hits, triples = await hits_and_triple_seeds(ctx, plain_seeds(ctx, query), query)
         walked = await walk_from(ctx, hits, triples)
         # The seeds it names were read by id alone: its evidence, as the passages are.
-        rewrite.sources = sorted(walked.passages | {hit["id"] for hit in hits})
         ranked = walked.ranked
         kept = list(ranked)
         near = walked.hood.around(kept)
@@ -233,12 +243,19 @@ class GraphWalk(Strategy):
             rewrite.boost_ids[hits[0]["id"]] = 1.0
         rewrite.boost_share = ctx.param(WEIGHT)
         lifted_by = await strongest_paths(ctx, near, kept, walked.seeds)
+        # The seeds it names were read by id alone: its evidence, as the passages are.
+        seeds = {hit["id"] for hit in hits}
+        rewrite.sources = sorted(walked.passages | seeds | lifted_by.read_from)
         rewrite.details = {
             "seeds": [hit["id"] for hit in hits],
             "kept_first": hits[0]["id"] if hits else None,  # boosted as the walk's top
             "entity_seeds": sorted(walked.entity_seeds)[:20],
             "graph_nodes": [
-                {"id": node, "score": round(ranked[node] / top, 4), "path": lifted_by.get(node)}
+                {
+                    "id": node,
+                    "score": round(ranked[node] / top, 4),
+                    "path": lifted_by.texts.get(node),
+                }
                 for node in kept
             ],
             "graph_source": walked.hood.source,

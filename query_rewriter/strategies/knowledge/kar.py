@@ -21,7 +21,7 @@ index instead of the LLM (steps 1-2 without an LLM call).
 
 from __future__ import annotations
 
-from query_rewriter.graph.store import documents_between
+from query_rewriter.graph.store import Neighbour, documents_between, passages_behind
 from query_rewriter.strategies.base import Kind, Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.knowledge.kar_knowledge import DocumentRelation, render_knowledge
@@ -91,6 +91,8 @@ class KnowledgeAwareRewrite(Strategy):
             for n in kept:
                 documents.setdefault(n.document.id, n.document)
             relations = [DocumentRelation(n.seed, n.relation, n.document.id) for n in kept]
+            # The relations the prompt states rest on the passages they were read from.
+            rewrite.sources = sorted(set().union(*(n.read_from for n in kept)))
             rewrite.details["triples"] = [
                 {
                     "head": as_text(documents[r.head]),
@@ -155,13 +157,14 @@ class KnowledgeAwareRewrite(Strategy):
         # and the shortest path is chosen by that text too, so its length tells nothing.
         paths = [path for path in near.paths(ranked) if path.id in ranked]
         titles = await titles_as_read(ctx, ctx.index, documents_between(paths))
-        shortest: dict[str, tuple[str, str]] = {}  # node -> (seed, path text)
+        shortest: dict[str, tuple[Neighbour, str]] = {}  # node -> (path, its text)
         for path in paths:
             text = path.relation_text(titles)
             if path.id not in shortest or len(text) < len(shortest[path.id][1]):
-                shortest[path.id] = (path.seed, text)
+                shortest[path.id] = (path, text)
         best = [
-            RankedNeighbour(ranked[node][1], seed, text, ranked[node][0])
-            for node, (seed, text) in shortest.items()
-        ]
+            RankedNeighbour(ranked[node][1], path.seed, text, ranked[node][0],
+                            frozenset(passages_behind([path])))
+            for node, (path, text) in shortest.items()
+        ]  # fmt: skip
         return sorted(best, key=lambda r: -r.score)[: int(ctx.param(KAR_K))]

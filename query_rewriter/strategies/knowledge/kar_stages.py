@@ -73,12 +73,14 @@ class LinkedDocument:
 
 @dataclass(frozen=True)
 class RankedNeighbour:
-    """A kept neighbour: reached from `seed` over `relation`, scored against the query."""
+    """A kept neighbour: reached from `seed` over `relation`, scored against the query;
+    `read_from`: the documents that relation's edges were read from."""
 
     document: KbDocument
     seed: str
     relation: str
     score: float
+    read_from: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
