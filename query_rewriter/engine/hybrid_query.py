@@ -50,6 +50,9 @@ class SearchFields:
     vector: str
     # The team chose `text` (`kgqr kb attach --text`): a caller's query may name others.
     chosen: bool = False
+    # `text` holds every word a query naming no field reads (kgqr's own documents' title
+    # and text); an attached index's suggested fields may leave some out.
+    complete: bool = True
 
     @classmethod
     def of(cls, fields: FieldMap, parsed: ParsedQuery | None = None) -> SearchFields:
@@ -59,8 +62,9 @@ class SearchFields:
         named = parsed.fields if parsed is not None else ()
         if fields.follow_query_fields and named and "*" not in named:
             text = named
-        chosen = not fields.follow_query_fields and kb_of_documents_index(fields.index) is None
-        return cls(text, fields.vector_field or "", chosen)
+        attached = kb_of_documents_index(fields.index) is None
+        chosen = not fields.follow_query_fields and attached
+        return cls(text, fields.vector_field or "", chosen, complete=not attached)
 
 
 OWN_FIELDS = SearchFields.of(FieldMap.own("own"))
@@ -119,10 +123,11 @@ def bm25_clause(text: str, parsed: ParsedQuery, fields: SearchFields) -> dict[st
         # direct search's do (the engine reads them from anywhere in the query).
         at_no_score = {"bool": {"should": parsed.named, "boost": 0}}
         lexical = {"bool": {"must": [lexical], "should": [at_no_score]}}
-    if parsed.query is not None and _names_other_fields(parsed, fields):
-        # The caller's words are in fields BM25 here does not read (the fields the team
-        # chose for an attached index): their matches stay hits, at BM25's floor, so hits
-        # and the total (the caller's own query's) agree.
+    if parsed.query is not None and _may_match_elsewhere(parsed, fields):
+        # The caller's words may be in fields BM25 here does not read (the fields the team
+        # chose for an attached index, or fields beside those suggested for it where the
+        # query names none): their matches stay hits, at BM25's floor, so hits and the
+        # total (the caller's own query's) agree.
         return {
             "bool": {
                 "should": [lexical, MATCHED_AT_FLOOR],
@@ -133,11 +138,17 @@ def bm25_clause(text: str, parsed: ParsedQuery, fields: SearchFields) -> dict[st
     return _bool(lexical, parsed)
 
 
-def _names_other_fields(parsed: ParsedQuery, fields: SearchFields) -> bool:
+def _may_match_elsewhere(parsed: ParsedQuery, fields: SearchFields) -> bool:
+    """Whether the caller's query may match words outside `fields.text`: it names fields
+    BM25 here does not read, or none or `*` (the engine then reads every field, or the
+    index's `index.query.default_field`) where those fields are not all the words."""
+    named = {name.split("^")[0] for name in parsed.fields}
+    if not named or "*" in named:
+        return not fields.complete
     if not fields.chosen:
         return False
     read = {name.split("^")[0] for name in fields.text}
-    return any(name.split("^")[0] not in read for name in parsed.fields)
+    return bool(named - read)
 
 
 def boost_clause(

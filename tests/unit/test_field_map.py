@@ -139,7 +139,7 @@ def test_an_attached_index_is_searched_in_its_own_fields_and_boosted_by_id() -> 
     parsed = parse_query({"match": {"content": "heat"}}, ("content", "*"))
     assert parsed is not None and parsed.demands is None  # its word field, not a filter
     fields = SearchFields.of(ATTACHED, parsed)
-    assert fields == SearchFields(("content",), "embedding")
+    assert fields == SearchFields(("content",), "embedding", complete=False)
     weights = HybridWeights(None, (0.25, 0.55, 0.2))
     body = hybrid_body({}, parsed, "heat", np.ones(3), 5, weights, {"d1": 0.5}, fields=fields)
     lexical, knn, boost = body["query"]["hybrid"]["queries"]
