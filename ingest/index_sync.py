@@ -37,6 +37,7 @@ from typing import Any
 from ingest.records import Link, Record, Refresh
 from ingest.sources.attached_graph import IndexFieldsSource, embed_from
 from ingest.sources.base import Source
+from kgqr_core.field_evidence import source_paths
 from plugin import schema
 from plugin.field_map import FieldMap
 from plugin.kb_meta import DocumentStructure
@@ -140,7 +141,7 @@ class ChangedDocumentsSource(Source):
             while after < until:
                 body = {
                     "size": PAGE,
-                    "_source": wanted or False,
+                    "_source": source_paths(wanted) or False,
                     "sort": [{"_seq_no": "asc"}],
                     "query": {"range": {"_seq_no": {"gt": after, "lte": until}}},
                 }

@@ -17,13 +17,31 @@ from typing import Any, NamedTuple
 
 
 def field_items(source: dict[str, Any], path: str) -> list[Any]:
-    """A document's values of a (dotted) field as its JSON holds them: one for a scalar,
-    each of a list's, none when absent or blank."""
-    value: Any = source
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    items = value if isinstance(value, list) else [value]
+    """A document's values of a (dotted) field as its JSON holds them, as the engine reads
+    them: one for a scalar, each of a list's, each of a list of objects' (`authors.name`),
+    a key that holds dots (`"meta.category"`), and a multi-field's parent's value
+    (`brand.keyword` indexes `brand`); none when absent or blank."""
+    items = _values_at(source, path.split("."))
     return [item for item in items if item is not None and str(item).strip()]
+
+
+def _values_at(value: Any, parts: list[str]) -> list[Any]:
+    if isinstance(value, list):
+        return [found for item in value for found in _values_at(item, parts)]
+    if not parts or not isinstance(value, dict):
+        return [value] if value is not None else []  # a scalar's multi-field reads it
+    for cut in range(len(parts), 0, -1):  # the longest key first: "meta.category"
+        key = ".".join(parts[:cut])
+        if key in value:
+            return _values_at(value[key], parts[cut:])
+    return []
+
+
+def source_paths(paths: Iterable[str]) -> list[str]:
+    """What to ask of `_source` for `paths`' values: each path and the fields it lies
+    under, since `_source: ["brand.keyword"]` returns nothing of a multi-field's value."""
+    return sorted({".".join(parts[:cut]) for path in paths
+                   for parts in [path.split(".")] for cut in range(1, len(parts) + 1)})  # fmt: skip
 
 
 def field_values(source: dict[str, Any], path: str) -> list[str]:

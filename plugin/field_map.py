@@ -106,13 +106,18 @@ class MappedField:
     type: str
     dimension: int | None = None
     space_type: str | None = None
+    # The field whose value it indexes another way (`brand.keyword` of `brand`): the
+    # document holds that field's value, and the relation is named after it.
+    multi_field_of: str | None = None
+    # Under a `nested` object: a plain multi_match cannot reach its words.
+    nested: bool = False
 
 
 def mapped_fields(mapping: Mapping[str, Any]) -> dict[str, MappedField]:
     """Every field of an index mapping (an index's `mappings`, or several indices' answer
     to GET _mapping merged), by dotted path, sub-fields (`title.raw`) included."""
     found: dict[str, MappedField] = {}
-    for path, spec in _walk(mapping.get("properties") or {}, ""):
+    for path, spec, parent, nested in _walk(mapping.get("properties") or {}, "", None, False):
         method = spec.get("method") or {}
         dimension = spec.get("dimension")
         found[path] = MappedField(
@@ -122,18 +127,32 @@ def mapped_fields(mapping: Mapping[str, Any]) -> dict[str, MappedField]:
             if isinstance(dimension, int | str) and str(dimension).isdigit()
             else None,
             method.get("space_type") or spec.get("space_type"),
+            multi_field_of=parent,
+            nested=nested,
         )
     return found
 
 
-def _walk(properties: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def _walk(
+    properties: Mapping[str, Any], prefix: str, parent: str | None, nested: bool
+) -> Iterator[tuple[str, dict[str, Any], str | None, bool]]:
+    """(path, spec, the field it is a multi-field of, whether it is under a nested object)."""
     for name, spec in properties.items():
         if not isinstance(spec, dict):
             continue
         path = f"{prefix}{name}"
-        yield path, spec
-        yield from _walk(spec.get("properties") or {}, f"{path}.")
-        yield from _walk(spec.get("fields") or {}, f"{path}.")
+        yield path, spec, parent, nested
+        inside = nested or spec.get("type") == "nested"
+        yield from _walk(spec.get("properties") or {}, f"{path}.", None, inside)
+        yield from _walk(spec.get("fields") or {}, f"{path}.", path, inside)
+
+
+def relation_name(path: str, fields: Mapping[str, MappedField]) -> str:
+    """The relation an entity or reference field's edges get: its last name, that of the
+    field a multi-field indexes (`brand.keyword` -> brand), not `keyword`."""
+    while (mapped := fields.get(path)) is not None and mapped.multi_field_of is not None:
+        path = mapped.multi_field_of
+    return path.rsplit(".", 1)[-1]
 
 
 def index_mapping(answer: Mapping[str, Any]) -> dict[str, Any]:
@@ -152,7 +171,7 @@ def suggest_field_map(index: str, mapping: Mapping[str, Any]) -> FieldMap:
     and title text fields, the only knn_vector field, no entity fields (those are a choice
     the team makes, from what it knows its keywords mean)."""
     fields = mapped_fields(mapping)
-    texts = [f.path for f in fields.values() if f.type in TEXT_TYPES]
+    texts = [f.path for f in fields.values() if f.type in TEXT_TYPES and not f.nested]
     body = _first_named(texts, BODY_NAMES) or (texts[0] if texts else None)
     title = _first_named([t for t in texts if t != body], TITLE_NAMES)
     vectors = [f for f in fields.values() if f.type == "knn_vector"]
@@ -169,10 +188,14 @@ def suggest_field_map(index: str, mapping: Mapping[str, Any]) -> FieldMap:
 
 
 def _first_named(paths: list[str], names: tuple[str, ...]) -> str | None:
-    for name in names:
-        for path in paths:
-            if path == name or path.rsplit(".", 1)[-1] == name:
-                return path
+    """The first of `paths` named one of `names`, in their order: a top-level field before
+    one of an object's (`content` before `comments.text`)."""
+    for matches in (lambda path, name: path == name,
+                    lambda path, name: path.rsplit(".", 1)[-1] == name):  # fmt: skip
+        for name in names:
+            for path in paths:
+                if matches(path, name):
+                    return path
     return None
 
 
@@ -199,7 +222,11 @@ def check_field_map(
         return mapped
 
     for name in field_map.text_fields:
-        typed(name, "text field", TEXT_TYPES)
+        if (text := typed(name, "text field", TEXT_TYPES)) is not None and text.nested:
+            problems.append(
+                f"text field [{name}] is inside a nested object: searches reach it only "
+                "through a nested query, which kgqr does not write"
+            )
     shown = {"title field": field_map.title_field, "body field": field_map.body_field}
     for role, shown_name in shown.items():
         if shown_name:

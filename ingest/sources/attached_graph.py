@@ -19,8 +19,14 @@ from pydantic import ValidationError
 from ingest.document_keys import DocumentKeys, keyed
 from ingest.records import EmbedFrom, ExtractFrom, Link, Record, Rejected
 from ingest.sources.base import Source, json_lines
-from kgqr_core.field_evidence import FieldEvidence, digest, field_values, joined_text
-from plugin.field_map import FieldMap
+from kgqr_core.field_evidence import (
+    FieldEvidence,
+    digest,
+    field_values,
+    joined_text,
+    source_paths,
+)
+from plugin.field_map import FieldMap, MappedField, mapped_fields, relation_name
 from plugin.kb_meta import DocumentStructure
 
 SCAN_PAGE = 1_000
@@ -85,15 +91,34 @@ class IndexFieldsSource(Source):
 
     kind = "index-fields"
 
-    def __init__(self, client: Any, fields: FieldMap, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        fields: FieldMap,
+        limit: int | None = None,
+        mapping: dict[str, Any] | None = None,
+    ) -> None:
+        """`mapping`: the index's, where the caller has read it (else read when needed)."""
         self.client = client
         self.fields = fields
         self.limit = limit
         self.path = Path(fields.index)
+        self._mapped: dict[str, MappedField] | None = (
+            mapped_fields(mapping) if mapping is not None else None
+        )
 
     def structure(self) -> DocumentStructure:
         relations = [*self.fields.entity_fields, *self.fields.reference_fields]
-        return DocumentStructure(relations=[name.rsplit(".", 1)[-1] for name in relations])
+        return DocumentStructure(relations=list(dict.fromkeys(map(self.relation, relations))))
+
+    def relation(self, path: str) -> str:
+        """The relation `path`'s edges get (plugin.field_map.relation_name), from the index's
+        mapping, read once."""
+        if self._mapped is None:
+            from ingest.attached_indices import mapping_of
+
+            self._mapped = mapped_fields(mapping_of(self.client, self.fields.index))
+        return relation_name(path, self._mapped)
 
     def files(self) -> list[Path]:
         return []
@@ -133,9 +158,8 @@ class IndexFieldsSource(Source):
             for value in field_values(source, path):
                 yield self._link(doc_id, path, value, to_entity=False)
 
-    @staticmethod
-    def _link(doc_id: str, path: str, value: str, to_entity: bool) -> Record:
-        relation = path.rsplit(".", 1)[-1]
+    def _link(self, doc_id: str, path: str, value: str, to_entity: bool) -> Record:
+        relation = self.relation(path)
         evidence = FieldEvidence.of_value(doc_id, path, value).as_stored()
         entity, target = (value, None) if to_entity else (None, value)
         try:
@@ -157,7 +181,7 @@ def scan_in_id_order(client: Any, index: str, fields: list[str]) -> Iterator[dic
     while True:
         body: dict[str, Any] = {
             "size": SCAN_PAGE,
-            "_source": fields,
+            "_source": source_paths(fields),
             "sort": [{"_id": "asc"}],
             "query": {"match_all": {}},
         }

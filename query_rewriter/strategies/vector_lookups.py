@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of
+from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of, source_paths
 from plugin.field_map import OWN_VECTOR_FIELD
 from plugin.schema import triples_index
 from query_rewriter.engine.hybrid_query import bm25_clause
@@ -220,7 +220,7 @@ async def shown_evidence(
     fetch of the fields per IDS_PER_QUERY documents)."""
     if not gates:
         return set()
-    fields = sorted({field for gate in gates for field in gate.fields})
+    fields = source_paths({field for gate in gates for field in gate.fields})
     slots = asyncio.Semaphore(CHECKS_AT_ONCE)
 
     async def fetch(chunk: list[str]) -> dict[str, dict[str, Any]]:

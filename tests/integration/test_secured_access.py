@@ -1412,8 +1412,8 @@ def secured_shop_index(
     users: dict[str, str],
 ) -> Iterator[str]:  # fmt: skip
     """The shop's index, written by the admin, attached without vectors and given a graph
-    from its `brand` field and kgqr's vectors of its description and brand by kgqr-ingest,
-    which reads every field."""
+    from its brand (`brand.keyword`, as dynamic mapping maps a string) and kgqr's vectors
+    of its description and brand by kgqr-ingest, which reads every field."""
     from ingest.attached_indices import FieldChoices, attach, checked, field_map_for, mapping_of
     from ingest.sources.attached_graph import IndexEmbedSource, IndexFieldsSource
     from plugin import installer
@@ -1423,7 +1423,8 @@ def secured_shop_index(
     admin.indices.create(
         index=SHOP_INDEX,
         body={"mappings": {"properties": {
-            "name": {"type": "text"}, "description": {"type": "text"}, "brand": {"type": "keyword"}
+            "name": {"type": "text"}, "description": {"type": "text"},
+            "brand": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
         }}},
     )  # fmt: skip
     for doc_id, product in SHOP.items():
@@ -1432,7 +1433,7 @@ def secured_shop_index(
 
     def write(ingester: Settings, opensearch: Any, resources: WorkerResources, _: int) -> None:
         mapping = mapping_of(opensearch, SHOP_INDEX)
-        chosen = FieldChoices(no_vectors=True, entity_fields=("brand",))
+        chosen = FieldChoices(no_vectors=True, entity_fields=("brand.keyword",))
         fields = checked(field_map_for(SHOP_INDEX, mapping, chosen), mapping)
         attach(opensearch, SHOP_KB, fields)
         _graph_in_process(resources, redis_client, SHOP_KB, IndexFieldsSource(opensearch, fields))

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from ingest.records import Link, Rejected
 from ingest.sources import open_source
 from ingest.sources.attached_graph import IndexFieldsSource
-from kgqr_core.field_evidence import FieldEvidence, field_values
+from kgqr_core.field_evidence import FieldEvidence, field_values, source_paths
 from plugin.field_map import FieldMap
 
 
@@ -47,9 +47,44 @@ def test_field_values_read_dotted_paths_lists_and_skip_blanks() -> None:
     assert field_values(source, "metadata.missing") == []
 
 
+SHOP_MAPPING: dict[str, Any] = {"properties": {
+    "meta": {"properties": {"brand": {"type": "keyword"}}},
+    "cites": {"type": "keyword"},
+    "maker": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+    "authors": {"type": "nested", "properties": {"name": {"type": "keyword"}}},
+    "meta.category": {"type": "keyword"},
+}}  # fmt: skip
+
+
+def test_field_values_read_as_the_engine_reads_a_documents_fields() -> None:
+    """A multi-field's value is its parent's, a list of objects holds one per object, and
+    a key may hold dots: each gave no value (and so no edge, and nothing set aside)."""
+    source = {"maker": "Acme", "authors": [{"name": "Ann"}, {"name": "Bo"}, {}],
+              "meta.category": "gear", "meta": {"brand": "Zeta"}}  # fmt: skip
+    assert field_values(source, "maker.keyword") == ["Acme"]
+    assert field_values(source, "authors.name") == ["Ann", "Bo"]
+    assert field_values(source, "meta.category") == ["gear"]
+    assert field_values(source, "meta.brand") == ["Zeta"]
+    assert field_values(source, "maker.keyword.other") == ["Acme"]
+    assert field_values({"maker": {"name": "x"}}, "maker.keyword") == []
+    # What a fetch must ask for: `_source: ["maker.keyword"]` returns nothing.
+    assert source_paths(["maker.keyword", "authors.name"]) == [
+        "authors", "authors.name", "maker", "maker.keyword"]  # fmt: skip
+
+
+def test_a_multi_fields_edges_are_named_after_the_field_it_indexes() -> None:
+    fields = FieldMap(index="shop", entity_fields=["maker.keyword", "authors.name"])
+    source = IndexFieldsSource(None, fields, mapping=SHOP_MAPPING)
+    doc = {"maker": "Acme", "authors": [{"name": "Ann"}]}
+    links = [link for link in source.links_of("d1", doc) if isinstance(link, Link)]
+    assert [(link.type, link.entity) for link in links] == [("maker", "Acme"), ("name", "Ann")]
+    assert source.structure().relations == ["maker", "name"]
+    assert all(FieldEvidence.stored(link.evidence or []).shown_in(doc) for link in links)
+
+
 def test_keyword_fields_become_entity_and_reference_links() -> None:
     fields = FieldMap(index="shop", entity_fields=["meta.brand"], reference_fields=["cites"])
-    source = IndexFieldsSource(None, fields)
+    source = IndexFieldsSource(None, fields, mapping=SHOP_MAPPING)
     doc: dict[str, Any] = {"meta": {"brand": ["Acme", "Zeta"]}, "cites": "d2"}
     links = list(source.links_of("d1", doc))
     assert [link.model_copy(update={"evidence": None}) for link in links] == [

@@ -70,6 +70,24 @@ def test_a_field_map_is_suggested_from_the_names_clients_give(
     assert suggested.entity_fields == []  # what a keyword means is the team's call
 
 
+NESTED_COMMENTS: dict[str, Any] = {"properties": {
+    "headline": {"type": "text"},
+    "comments": {"type": "nested", "properties": {"text": {"type": "text"}}},
+    "content": {"type": "text"},
+}}  # fmt: skip
+
+
+def test_a_nested_text_field_is_neither_suggested_nor_accepted() -> None:
+    """A multi_match cannot reach a nested object's words: `comments.text` was suggested
+    as the body (its last name first among the body names), and `content` never read."""
+    suggested = suggest_field_map("articles", NESTED_COMMENTS)
+    assert suggested.body_field == "content" and suggested.title_field == "headline"
+    assert mapped_fields(NESTED_COMMENTS)["comments.text"].nested
+    chosen = FieldMap(index="articles", text_fields={"comments.text": 1.0})
+    (problem,) = check_field_map(chosen, NESTED_COMMENTS)
+    assert "nested" in problem
+
+
 def test_a_field_map_the_mapping_contradicts_is_refused_with_every_reason() -> None:
     wrong = FieldMap(
         index="articles",
