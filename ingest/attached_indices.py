@@ -66,6 +66,11 @@ def mapping_of(client: Any, index: str) -> dict[str, Any]:
         ) from None
     if any(name.startswith("kgqr-") for name in answer):
         raise AttachRefused(f"[{index}] is one of kgqr's own indices: attach a team's index")
+    if any(name.startswith(f".ds-{index}-") for name in answer):
+        raise AttachRefused(
+            f"[{index}] is a data stream: it rolls over to new backing indices, and kgqr's "
+            "graph is keyed by _id within one index (searches of it pass through kgqr as sent)"
+        )
     if len(answer) > 1:
         # The graph is keyed by _id, which is unique only within one index: an id two of
         # them share would be one node, and a caller's right to one would read as both.

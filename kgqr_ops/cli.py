@@ -50,8 +50,9 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         """A configuration kgqr cannot run with, a local service it cannot start (the
-        front's port taken), or a knowledge base dropped while a job wrote to it, is one
-        line saying what happened, not a traceback from wherever it was found."""
+        front's port taken), a knowledge base dropped while a job wrote to it, or a request
+        the engine refused (a closed index, a lowered max_result_window) is one line saying
+        what happened, not a traceback from wherever it was found."""
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -64,10 +65,10 @@ class LazyGroup(click.Group):
 
             if isinstance(exc, KnowledgeBaseGone):
                 raise click.ClickException(str(exc)) from exc
-            unreachable = _unreachable(exc)
-            if unreachable is None:
+            told = _unreachable(exc) or _refused_by_the_engine(exc)
+            if told is None:
                 raise
-            raise click.ClickException(unreachable) from exc
+            raise click.ClickException(told) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
@@ -109,6 +110,24 @@ def _unreachable(exc: BaseException) -> str | None:
         "`kgqr serve` starts the proxy; KGQR_OPENSEARCH_URL, KGQR_NEO4J_URI and "
         "KGQR_REDIS_URL say where kgqr looks)"
     )
+
+
+def _refused_by_the_engine(exc: BaseException) -> str | None:
+    """The engine's own error type and reason, when it answered a request with an error
+    (opensearch-py's TransportError carries the answer's body)."""
+    import opensearchpy.exceptions
+
+    if not isinstance(exc, opensearchpy.exceptions.TransportError) or not isinstance(
+        exc.status_code, int
+    ):
+        return None
+    error = exc.info.get("error") if isinstance(exc.info, dict) else None
+    cause = error.get("root_cause", [error])[0] if isinstance(error, dict) else None
+    if isinstance(cause, dict) and cause.get("reason"):
+        detail = f"{cause.get('type', exc.error)}: {cause['reason']}"
+    else:
+        detail = str(exc.error)
+    return f"OpenSearch refused a request ({exc.status_code}): {detail}"
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

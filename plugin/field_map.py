@@ -10,6 +10,7 @@ index does not have.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ class MappedField:
     type: str
     dimension: int | None = None
     space_type: str | None = None
+    data_type: str = "float"  # a knn_vector's element type
     # The field whose value it indexes another way (`brand.keyword` of `brand`): the
     # document holds that field's value, and the relation is named after it.
     multi_field_of: str | None = None
@@ -127,6 +129,7 @@ def mapped_fields(mapping: Mapping[str, Any]) -> dict[str, MappedField]:
             if isinstance(dimension, int | str) and str(dimension).isdigit()
             else None,
             method.get("space_type") or spec.get("space_type"),
+            data_type=str(spec.get("data_type", "float")),
             multi_field_of=parent,
             nested=nested,
         )
@@ -147,12 +150,18 @@ def _walk(
         yield from _walk(spec.get("fields") or {}, f"{path}.", path, inside)
 
 
-def relation_name(path: str, fields: Mapping[str, MappedField]) -> str:
-    """The relation an entity or reference field's edges get: its last name, that of the
-    field a multi-field indexes (`brand.keyword` -> brand), not `keyword`."""
+def value_field(path: str, fields: Mapping[str, MappedField]) -> str:
+    """The field whose value a document holds for `path`: a multi-field's parent's
+    (`brand.keyword` indexes `brand`)."""
     while (mapped := fields.get(path)) is not None and mapped.multi_field_of is not None:
         path = mapped.multi_field_of
-    return path.rsplit(".", 1)[-1]
+    return path
+
+
+def relation_name(path: str, fields: Mapping[str, MappedField]) -> str:
+    """The relation an entity or reference field's edges get: the last name of the field
+    holding its value (`brand.keyword` -> brand), not `keyword`."""
+    return value_field(path, fields).rsplit(".", 1)[-1]
 
 
 def index_mapping(answer: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,10 +169,14 @@ def index_mapping(answer: Mapping[str, Any]) -> dict[str, Any]:
     a field the indices map differently keeps the first's type (attach takes one index:
     ingest/attached_indices.py refuses an alias over several)."""
     properties: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
     for entry in answer.values():
-        for name, spec in ((entry.get("mappings") or {}).get("properties") or {}).items():
+        mappings = entry.get("mappings") or {}
+        for name, spec in (mappings.get("properties") or {}).items():
             properties.setdefault(name, spec)
-    return {"properties": properties}
+        if isinstance(mappings.get("_source"), dict):
+            kept.setdefault("_source", mappings["_source"])
+    return {"properties": properties, **kept}
 
 
 def suggest_field_map(index: str, mapping: Mapping[str, Any]) -> FieldMap:
@@ -251,6 +264,11 @@ def check_field_map(
                 f"vector field [{field_map.vector_field}] needs the model that made its "
                 "vectors (--model): kgqr embeds queries with it"
             )
+        if vector is not None and vector.data_type != "float":
+            problems.append(
+                f"vector field [{field_map.vector_field}] holds {vector.data_type} vectors: "
+                "kgqr's queries carry float vectors, which the engine refuses there"
+            )
         held = vector.dimension if vector is not None else None
         if held is not None and model_dimension is not None and held != model_dimension:
             problems.append(
@@ -261,4 +279,32 @@ def check_field_map(
         problems.append(f"--model {field_map.vector_model} is given without a vector field")
     if not field_map.text_fields and not any(f.type in TEXT_TYPES for f in fields.values()):
         problems.append("the index maps no text field: kgqr has no words to search")
+    return problems + _unkept_in_source(field_map, mapping.get("_source") or {}, fields)
+
+
+def _unkept_in_source(
+    field_map: FieldMap, kept: Mapping[str, Any], fields: Mapping[str, MappedField]
+) -> list[str]:
+    """The map's fields whose values kgqr reads from `_source` (its graph's edges and
+    vectors, and what each caller's fetch shows of them) that the index's `_source` does
+    not keep: each found none, silently. (A title or body left out only leaves explains
+    and LLM prompts without it.)"""
+    keys = [field_map.id_field] if field_map.id_field else []
+    read = [*field_map.entity_fields, *field_map.reference_fields,
+            *field_map.side_vector_fields, *keys]  # fmt: skip
+    if read and kept.get("enabled") is False:
+        return [f"the index keeps no _source, where kgqr reads {', '.join(read)}"]
+    includes, excludes = list(kept.get("includes") or []), list(kept.get("excludes") or [])
+    problems = []
+    for name in dict.fromkeys(read):
+        parts = value_field(name, fields).split(".")
+        # A pattern naming an object (`meta`) filters every field under it.
+        within = [".".join(parts[:cut]) for cut in range(1, len(parts) + 1)]
+
+        def matched(patterns: list[str], within: list[str] = within) -> bool:
+            return any(fnmatch.fnmatchcase(path, p) for path in within for p in patterns)
+
+        if matched(excludes) or (includes and not matched(includes)):
+            problems.append(f"field [{name}] is left out of the index's _source: kgqr reads "
+                            "documents' values there")  # fmt: skip
     return problems

@@ -154,6 +154,43 @@ def test_only_one_team_index_can_be_attached(opensearch: Any, index: str, reason
     assert refused.exit_code == 1 and reason in refused.output, refused.output
 
 
+def test_a_data_stream_is_refused_before_its_first_rollover_breaks_it(opensearch: Any) -> None:
+    """A data stream of one backing index was attached, and its sync failed at the first
+    rollover ("names several indices now") with nothing the team could do about it."""
+    stream = "team-movies-stream"
+    opensearch.indices.put_index_template(name=stream, body={
+        "index_patterns": [stream], "data_stream": {}, "template": {"mappings": {"properties": {
+            "@timestamp": {"type": "date"}, "content": {"type": "text"}}}}})  # fmt: skip
+    opensearch.index(index=stream, body={"@timestamp": "2026-11-30", "content": "Heat"},
+                     op_type="create", refresh=True)  # fmt: skip
+    try:
+        refused = kgqr("kb", "attach", "team-stream", "--index", stream, "--dry-run")
+        assert refused.exit_code == 1 and "is a data stream" in refused.output, refused.output
+    finally:
+        opensearch.transport.perform_request("DELETE", f"/_data_stream/{stream}")
+        opensearch.indices.delete_index_template(name=stream)
+
+
+def test_an_index_the_engine_refuses_to_read_is_one_line_not_a_traceback(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any
+) -> None:
+    """A closed index (or a max_result_window under a graph job's page) ended `kb graph`
+    on a Python traceback of the engine's 400."""
+    kb, index = "team-closed", "team-movies-closed"
+    _index_without_vectors(opensearch, index)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+    try:
+        done = kgqr("kb", "attach", kb, "--index", index, "--entity-field", "genre")
+        assert done.exit_code == 0, done.output
+        opensearch.indices.close(index=index)
+        failed = kgqr("kb", "graph", kb, "--from-fields")
+        assert failed.exit_code == 1 and "Traceback" not in failed.output, failed.output
+        assert "OpenSearch refused a request (400): index_closed_exception" in failed.output
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+        opensearch.indices.delete(index=index, ignore=[404])
+
+
 @pytest.fixture(scope="module")
 def attached(
     settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,

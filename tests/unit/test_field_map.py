@@ -88,6 +88,33 @@ def test_a_nested_text_field_is_neither_suggested_nor_accepted() -> None:
     assert "nested" in problem
 
 
+def test_fields_kgqr_reads_from_source_must_be_kept_there() -> None:
+    """An entity field left out of `_source` (or a `_source` disabled) gave no edge and
+    nothing set aside; a byte vector field, a fallback on every search."""
+    properties = {"brand": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+                  "meta": {"properties": {"tag": {"type": "keyword"}}},
+                  "body": {"type": "text"},
+                  "vec": {"type": "knn_vector", "dimension": 3, "data_type": "byte"}}  # fmt: skip
+    chosen = FieldMap(index="shop", text_fields={"body": 1.0}, body_field="body",
+                      entity_fields=["brand.keyword", "meta.tag"])  # fmt: skip
+    assert check_field_map(chosen, {"properties": properties}) == []
+    for kept, left_out in [
+        ({"excludes": ["brand"]}, ["brand.keyword"]),
+        ({"excludes": ["meta"]}, ["meta.tag"]),
+        ({"includes": ["brand*", "body"]}, ["meta.tag"]),
+        ({"excludes": ["body"]}, []),  # explains and prompts lack the body; nothing breaks
+    ]:
+        problems = check_field_map(chosen, {"properties": properties, "_source": kept})
+        assert [p.split("]")[0].split("[")[1] for p in problems] == left_out, kept
+    (disabled,) = check_field_map(chosen, {"properties": properties, "_source": {"enabled": False}})
+    assert "keeps no _source" in disabled
+    unused = chosen.model_copy(update={"entity_fields": []})
+    assert check_field_map(unused, {"properties": properties, "_source": {"enabled": False}}) == []
+    vectors = unused.model_copy(update={"vector_field": "vec", "vector_model": "m"})
+    (byte,) = check_field_map(vectors, {"properties": properties})
+    assert "holds byte vectors" in byte
+
+
 def test_a_field_map_the_mapping_contradicts_is_refused_with_every_reason() -> None:
     wrong = FieldMap(
         index="articles",
