@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -176,19 +177,13 @@ def test_an_index_the_engine_refuses_to_read_is_one_line_not_a_traceback(
 ) -> None:
     """A closed index (or a max_result_window under a graph job's page) ended `kb graph`
     on a Python traceback of the engine's 400."""
-    kb, index = "team-closed", "team-movies-closed"
-    _index_without_vectors(opensearch, index)
-    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
-    try:
-        done = kgqr("kb", "attach", kb, "--index", index, "--entity-field", "genre")
+    stores, index = (opensearch, neo4j_driver, redis_client), "team-movies-closed"
+    with _attached_plain(stores, "team-closed", index, "--entity-field", "genre") as done:
         assert done.exit_code == 0, done.output
         opensearch.indices.close(index=index)
-        failed = kgqr("kb", "graph", kb, "--from-fields")
+        failed = kgqr("kb", "graph", "team-closed", "--from-fields")
         assert failed.exit_code == 1 and "Traceback" not in failed.output, failed.output
         assert "OpenSearch refused a request (400): index_closed_exception" in failed.output
-    finally:
-        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
-        opensearch.indices.delete(index=index, ignore=[404])
 
 
 @pytest.fixture(scope="module")
@@ -382,6 +377,30 @@ def _index_without_vectors(opensearch: Any, index: str) -> None:
     opensearch.indices.refresh(index=index)
 
 
+@contextmanager
+def _attached_plain(
+    stores: tuple[Any, Any, Any], kb: str, index: str, *options: str,
+    notes: dict[str, str] | None = None,
+) -> Iterator[Result]:  # fmt: skip
+    """The fixture's documents in an index of their own with no vectors (and `notes`, a
+    text field, on the documents named), attached with `options`, removed after."""
+    opensearch, neo4j_driver, redis_client = stores
+    _index_without_vectors(opensearch, index)
+    if notes:
+        opensearch.indices.put_mapping(
+            index=index, body={"properties": {"notes": {"type": "text"}}}
+        )
+        for doc_id, text in notes.items():
+            opensearch.update(index=index, id=doc_id, body={"doc": {"notes": text}})
+        opensearch.indices.refresh(index=index)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+    try:
+        yield kgqr("kb", "attach", kb, "--index", index, *options)
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+        opensearch.indices.delete(index=index, ignore=[404])
+
+
 @pytest.fixture(scope="module")
 def attached_without_vectors(
     opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
@@ -490,11 +509,8 @@ def test_matches_in_fields_the_map_does_not_search_stay_hits_and_the_total_agree
     """Attached with `--text headline`, searched in `content`: BM25 through kgqr reads the
     headlines, where the caller's words are not, and every one of the caller's matches is
     still a hit, as many as the total counts."""
-    kb, index = "team-headlines", "team-movies-headlines"
-    _index_without_vectors(opensearch, index)
-    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
-    try:
-        done = kgqr("kb", "attach", kb, "--index", index, "--text", "headline")
+    stores, index = (opensearch, neo4j_driver, redis_client), "team-movies-headlines"
+    with _attached_plain(stores, "team-headlines", index, "--text", "headline") as done:
         assert done.exit_code == 0, done.output
         body = {"query": {"match": {"content": "an American actor"}}, "size": 10}
         direct = opensearch.search(index=index, body=body)["hits"]
@@ -504,9 +520,6 @@ def test_matches_in_fields_the_map_does_not_search_stay_hits_and_the_total_agree
         hits = {hit["_id"] for hit in answer["hits"]["hits"]}
         assert hits == {hit["_id"] for hit in direct["hits"]}
         assert answer["hits"]["total"]["value"] == direct["total"]["value"] == len(hits)
-    finally:
-        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
-        opensearch.indices.delete(index=index, ignore=[404])
 
 
 @pytest.mark.parametrize(
@@ -524,25 +537,18 @@ def test_a_search_naming_no_field_keeps_its_matches_in_fields_beside_the_suggest
     """Attached as suggested (title `headline`, body `content`), searched in no field: the
     engine reads every field, and kgqr's BM25 read the suggested two only, so a document
     whose `notes` alone held the word was left out of the hits the total still counted."""
-    kb, index = "team-notes", "team-movies-notes"
-    _index_without_vectors(opensearch, index)
-    opensearch.indices.put_mapping(index=index, body={"properties": {"notes": {"type": "text"}}})
-    opensearch.update(index=index, id="m2", body={"doc": {"notes": "remastered in 2024"}})
-    opensearch.update(index=index, id="m1", body={"doc": {"content": "Heat, remastered."}})
-    opensearch.indices.refresh(index=index)
-    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
-    try:
-        done = kgqr("kb", "attach", kb, "--index", index)
+    stores, index = (opensearch, neo4j_driver, redis_client), "team-movies-notes"
+    # Heat (m1) has the word in its body, Collateral (m2) in its notes alone.
+    with _attached_plain(stores, "team-notes", index, notes={"m2": "remastered in 2024"}) as done:
         assert done.exit_code == 0 and "title/body:  headline / content" in done.output, done.output
+        opensearch.update(index=index, id="m1", refresh=True,
+                          body={"doc": {"content": "Heat, remastered."}})  # fmt: skip
         direct = opensearch.search(index=index, body=body, params=params)["hits"]
         assert {hit["_id"] for hit in direct["hits"]} == {"m1", "m2"}
         answer = _once_attached(proxy_url, index, "base", body, params)
         assert answer["kgqr"].get("fallback") is None, answer["kgqr"]
         assert {hit["_id"] for hit in answer["hits"]["hits"]} == {"m1", "m2"}
         assert answer["hits"]["total"] == direct["total"]
-    finally:
-        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
-        opensearch.indices.delete(index=index, ignore=[404])
 
 
 KEYED_KB, KEYED_INDEX = "team-keyed", "team-movies-keyed"
