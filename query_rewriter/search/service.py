@@ -127,7 +127,8 @@ async def run_plan(
             "no rewrite: OpenSearch refuses this search",
             extra={"kgqr": {"index": plan.index, "status": upstream.status_code}},
         )
-        return upstream, {"strategy": plan.strategy.name, "refused": upstream.status_code}
+        # Nothing of kgqr-meta: which default a KB serves is not the refused caller's to know.
+        return upstream, {"refused": upstream.status_code}
     outcome.stages_ms["search"] = round((time.perf_counter() - started) * 1000, 2)
     explain = outcome.explain(searched.body or plan.body)
     explain["fusion"] = searched.fusion

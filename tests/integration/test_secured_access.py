@@ -662,7 +662,9 @@ def test_a_caller_who_may_not_search_the_index_gets_no_rewrite(
 ) -> None:
     """An outsider (signed in, no read on the KB) got the engine's 403 with an explain
     holding what kgqr's LLM wrote for its query: the use of kgqr's LLM and graph that the
-    index's permissions deny. A KB index that does not exist costs nothing either."""
+    index's permissions deny. A KB index that does not exist costs nothing either. (The
+    explain named the strategy too: for a search naming none, the KB's default, read from
+    kgqr-meta, which the outsider may not read.)"""
     url, prompts = proxy
     body = {**QUERY, "query": {"match": {"text": f"a film about bank robbers ({strategy})"}}}
     counted = metric_sample("kgqr_searches_passed_through_total", reason="refused")
@@ -673,9 +675,12 @@ def test_a_caller_who_may_not_search_the_index_gets_no_rewrite(
         before = len(prompts)
         answer = _explained(url, index, strategy, body, {"authorization": users[who]})
         assert answer.status_code == status, answer.text
-        assert answer.json()["kgqr"] == {"strategy": strategy, "refused": status}
+        assert answer.json()["kgqr"] == {"refused": status}
         assert len(prompts) == before, (who, prompts[before:])
-    assert metric_sample("kgqr_searches_passed_through_total", reason="refused") == counted + 2
+        unnamed = httpx.post(f"{url}/{index}/_search", params={"kgqr.explain": "true"},
+                             json=body, headers={"authorization": users[who]})  # fmt: skip
+        assert unnamed.status_code == status and unnamed.json()["kgqr"] == {"refused": status}
+    assert metric_sample("kgqr_searches_passed_through_total", reason="refused") == counted + 4
 
 
 def _what_each_saw(
