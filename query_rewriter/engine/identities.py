@@ -8,6 +8,7 @@ import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -22,6 +23,36 @@ IDENTITY_TTL_S = 30.0
 MAX_IDENTITIES = 10_000
 REFUSED = "refused"
 NO_SECURITY = "no-security"  # authinfo 404s: the engine runs without the security plugin
+
+
+# kgqr's own documents keep their title, their body and the two as one text.
+OWN_TEXT_PARTS = ("title", "body", "text")
+
+
+@dataclass(frozen=True)
+class OwnDocumentsAsRead:
+    """What a caller's fetch shows of kgqr's own documents. `ids`: the `id` doc values are
+    their ids (a role may mask them, hashes, or hide them, nothing; the graph strategies
+    then find no seed by them). `text`: the text their graph's facts were read from, as
+    it was written (the triples and entities an LLM or OpenIE read in a passage state
+    what it says: a role that hides or masks it must not read them in a rewrite)."""
+
+    ids: bool
+    text: bool
+
+
+def shows_own_text(source: dict[str, Any]) -> bool:
+    """Whether a fetch of one of kgqr's documents shows its title and body unchanged. Its
+    `text` is written as title and body together: where the fetch shows it and the body
+    as the one then holds the other, neither was hidden nor masked (a hash of each would
+    not), without kgqr keeping anything to compare with. A hidden title is in `text` all
+    the same."""
+    title, body, text = (source.get(part) for part in OWN_TEXT_PARTS)
+    if not isinstance(body, str) or not isinstance(text, str):
+        return False
+    if isinstance(title, str):
+        return text == f"{title}\n{body}".strip()
+    return text == body.strip() or text.endswith("\n" + body.rstrip())
 
 
 class CallerSessions(Protocol):
@@ -107,16 +138,15 @@ class IdentityResolver:
         )
         return status
 
-    async def reads_own_ids(self, caller: Caller, index: str) -> bool:
-        """Whether the caller reads kgqr's documents' `id` doc values as their ids, checked
-        on one document (`_id` beside them) and kept a while. A role that masks `id` reads
-        hashes there, and one whose field-level security hides it reads nothing: either
-        would leave the graph strategies no seed the graph knows. An index with nothing
-        the caller may read, or an answer that is not one, is asked about again."""
-        probe = {"size": 1, "_source": False, "docvalue_fields": [OWN_ID_FIELD],
+    async def own_documents_as_read(self, caller: Caller, index: str) -> OwnDocumentsAsRead:
+        """How the caller's fetch shows kgqr's own documents, checked on one document and
+        kept a while (field-level security and masking are a role's, the same for every
+        document it reads). An index with nothing the caller may read, or an answer that
+        is not one, shows nothing, and is asked about again."""
+        probe = {"size": 1, "_source": list(OWN_TEXT_PARTS), "docvalue_fields": [OWN_ID_FIELD],
                  "query": {"match_all": {}}}  # fmt: skip
 
-        async def probed() -> bool | None:
+        async def probed() -> OwnDocumentsAsRead | None:
             try:
                 response = await self._engine.as_caller(caller).send(
                     "POST", f"/{index}/_search", json=probe
@@ -127,14 +157,15 @@ class IdentityResolver:
                 if not hits:
                     return None
                 first = hits[0]
-                return bool((first.get("fields") or {}).get(OWN_ID_FIELD) == [first["_id"]])
+                ids = (first.get("fields") or {}).get(OWN_ID_FIELD) == [first["_id"]]
+                return OwnDocumentsAsRead(ids, shows_own_text(first.get("_source") or {}))
             except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
                 return None
 
-        read: bool | None = await self._remembered(
-            f"ids {caller.fingerprint()} {index}", probed, keep=lambda found: found is not None
+        read: OwnDocumentsAsRead | None = await self._remembered(
+            f"own {caller.fingerprint()} {index}", probed, keep=lambda found: found is not None
         )
-        return bool(read)
+        return read or OwnDocumentsAsRead(ids=False, text=False)
 
     async def _remembered(
         self,

@@ -13,7 +13,7 @@ truth; graph/copies.py decides when a copy is current.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,11 +270,27 @@ class SnapshotNeighbourhood:
                 np.isin(graph.neighbour[edges], blocked) | np.isin(graph.source[edges], blocked)
             )
 
+        return self._keeping(open_steps)
+
+    def without_text_facts(self) -> SnapshotNeighbourhood:
+        graph = self.graph
+
+        def open_steps(edges: np.ndarray) -> np.ndarray:
+            # A passage's node number as its source: the edge was read from its text.
+            return np.asarray(
+                graph.has_document[graph.neighbour[edges]] & (graph.source[edges] < 0)
+            )
+
+        return self._keeping(open_steps)
+
+    def _keeping(self, open_steps: Callable[[np.ndarray], np.ndarray]) -> SnapshotNeighbourhood:
+        """The neighbourhood with the steps `open_steps` keeps, a first step's second hops
+        going with it."""
         first_kept = open_steps(self.first_edge)
         second_kept = first_kept[self.second_row] & open_steps(self.second_edge)
         renumbered = np.cumsum(first_kept) - 1  # a kept first hop's number among the kept
         return SnapshotNeighbourhood(
-            graph,
+            self.graph,
             self.seeds,
             self.first_seed[first_kept],
             self.first_edge[first_kept],

@@ -54,6 +54,11 @@ def has_document(node_type: str | None) -> bool:
     return node_type not in (None, "entity")
 
 
+def _not_read_from_text(node_type: str | None, evidence: Evidence | None) -> bool:
+    """A step to a node with a document, along an edge no passage's text gave."""
+    return has_document(node_type) and not isinstance(evidence, str)
+
+
 def with_evidence(rows: list[list[Any]]) -> list[list[Any]]:
     """NEIGHBOURS rows with each stored FieldEvidence (a list) made one, in place: the
     readability check and `without` take evidence as hashable values."""
@@ -220,6 +225,16 @@ class Neighbourhood:
         ]
         return Neighbourhood(self.seeds, rows, self.source)
 
+    def without_text_facts(self) -> Neighbourhood:
+        """The neighbourhood less every step into an entity (named by what a passage says)
+        and along an edge read from a passage's text: its documents' own relations."""
+        rows = [
+            [*row[:6], [hop for hop in row[6] if _not_read_from_text(hop[1], hop[5])], row[7]]
+            for row in self.rows
+            if _not_read_from_text(row[5], row[7])
+        ]
+        return Neighbourhood(self.seeds, rows, self.source)
+
     def document_ids(self) -> set[str]:
         """Every reached node that has a document, seeds excluded: what DRF scores."""
         return self._documents(through_documents=True)
@@ -336,6 +351,8 @@ class Neighbours(Protocol):
     def evidence_ids(self) -> set[Evidence]: ...
 
     def field_evidence(self) -> set[FieldEvidence]: ...
+
+    def without_text_facts(self) -> Neighbours: ...
 
     def without(self, hidden: Collection[Evidence]) -> Neighbours: ...
 

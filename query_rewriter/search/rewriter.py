@@ -39,7 +39,7 @@ from query_rewriter.strategies.rewrite import LlmUsage, Rewrite, StageTimer
 from query_rewriter.strategies.services import (
     Embed,
     Graph,
-    OwnIdsCheck,
+    OwnReadsCheck,
     Search,
     SideVectorScores,
 )
@@ -184,7 +184,7 @@ class Rewriter:
         caller: str,
         query_vector: Sequence[float] | None = None,
         side_vectors: SideVectorReads | None = None,
-        own_ids: OwnIdsCheck | None = None,
+        own_reads: OwnReadsCheck | None = None,
         told_apart: bool = True,
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (engine/identities.py): a rewrite
@@ -193,8 +193,9 @@ class Rewriter:
         are one to kgqr, and no share of the rewrites is kept from them for another.
         `query_vector`: a vector query's own vector (`query` then only names it).
         `side_vectors`: the search's reads of kgqr's vectors of an attached index.
-        `own_ids`: whether the caller reads kgqr's `id` doc values as ids
-        (StrategyContext.search_ids)."""
+        `own_reads`: how the caller's fetch shows kgqr's own documents: their `id` doc
+        values as ids (StrategyContext.search_ids), the text their graph's facts came from
+        (strategies/text_facts.py)."""
         # What shapes a rewrite is what its strategy declared (it cannot read anything
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
         # The vectors' model too: a re-embedded knowledge base never gets a cached query
@@ -211,6 +212,13 @@ class Rewriter:
             config["vector_query"] = True
         if strategy.reads_graph and self.graph is not None:
             config["graph_version"] = await self.graph.version(kb)
+        # A caller not shown the text reads the graph without its facts: another rewrite,
+        # and one made before their role narrowed is never theirs again.
+        text_facts = True
+        if strategy.reads_graph and own_reads is not None and (meta is None or not meta.attached):
+            text_facts = (await own_reads()).text
+            if not text_facts:
+                config["text_facts"] = False
         if strategy.reads_plans:  # a new optimisation never serves old rewrites
             book = book_of(meta)  # None while kgqr-meta is unreadable: the agent falls back
             config["agent_plans"] = book.version if book else None
@@ -271,7 +279,7 @@ class Rewriter:
             try:
                 outcome = await self._compute(
                     index, kb, chosen, query, params, recorded, caller, timeout_s, query_vector,
-                    self._side_vector_scores(recorded, side_vectors), own_ids,
+                    self._side_vector_scores(recorded, side_vectors), own_reads, text_facts,
                 )  # fmt: skip
             finally:
                 self._running -= counted
@@ -316,7 +324,7 @@ class Rewriter:
             caller=caller,
             query_vector=query_vector,
             side_vectors=side_vectors,
-            own_ids=own_ids,
+            own_reads=own_reads,
             told_apart=told_apart,
         )
         pending = strategy.name if task is not None else None
@@ -369,7 +377,8 @@ class Rewriter:
         timeout_s: float | None = None,
         given_vector: Sequence[float] | None = None,
         side_vectors: SideVectorScores | None = None,
-        own_ids: OwnIdsCheck | None = None,
+        own_reads: OwnReadsCheck | None = None,
+        text_facts: bool = True,
     ) -> RewriteOutcome:
         started = time.perf_counter()
         timeout_s = timeout_s or self.settings.rewrite.timeout_s
@@ -414,7 +423,8 @@ class Rewriter:
                 fields=meta.attached if meta is not None else None,
                 vector_query=given_vector is not None,
                 side_vectors=side_vectors,
-                own_ids=own_ids,
+                own_reads=own_reads,
+                text_facts=text_facts,
                 triples_reader=self.triples_reader,
             )
             if given_vector is not None:  # the caller's client embedded it: no embedding

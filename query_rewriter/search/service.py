@@ -102,7 +102,7 @@ async def run_plan(
             caller=identity,
             query_vector=plan.parsed.vector,
             side_vectors=side_vectors,
-            own_ids=lambda: state.identities.reads_own_ids(caller, plan.index),
+            own_reads=lambda: state.identities.own_documents_as_read(caller, plan.index),
             told_apart=not caller.anonymous,
         )
         started = time.perf_counter()

@@ -22,6 +22,7 @@ from query_rewriter.engine.hybrid_query import (
     hybrid_body,
     search_params,
 )
+from query_rewriter.engine.identities import OwnDocumentsAsRead
 from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.strategies.params import (
     EXPANSIONS,
@@ -36,10 +37,11 @@ from query_rewriter.strategies.services import (
     Embed,
     Graph,
     Llm,
-    OwnIdsCheck,
+    OwnReadsCheck,
     Search,
     SideVectorScores,
 )
+from query_rewriter.strategies.text_facts import WithoutTextFacts
 
 # What the context itself reads for every strategy: the models behind its LLM and embedder,
 # and the length documents are cut to.
@@ -86,10 +88,15 @@ class StrategyContext:
     side_vectors: SideVectorScores | None = None
     # Asked before search_ids trusts the `id` doc values (kept per caller by the proxy);
     # None: a context built by hand, which trusts every hit that has one.
-    own_ids: OwnIdsCheck | None = None
+    own_reads: OwnReadsCheck | None = None
     # Its answer, asked once per rewrite: an unclear one (an error, an index the caller sees
     # nothing of) is not kept across searches, and must not cost a probe per lookup.
-    own_ids_read: bool | None = None
+    own_read: OwnDocumentsAsRead | None = None
+    # Whether the caller's fetch shows the text the graph's facts were read from (kgqr's
+    # own knowledge bases; an attached index's edges carry their own field evidence).
+    # Where it does not, the graph is read without them (graph/text_facts.py) and no
+    # triple is found.
+    text_facts: bool = True
     # Where the KB's triples are searched: kgqr's account in the proxy, so that no caller
     # needs a grant on kgqr-KB-triples, which holds what every passage says whatever the
     # caller may read (vector_lookups.with_readable_passage checks each triple as the
@@ -125,10 +132,11 @@ class StrategyContext:
         return vector
 
     def knowledge_graph(self) -> Graph:
-        """The graph, for a strategy that cannot work without one."""
+        """The graph, for a strategy that cannot work without one: without the facts read
+        from text the caller is not shown."""
         if self.graph is None:
             raise RuntimeError("no knowledge graph: this strategy needs one")
-        return self.graph
+        return self.graph if self.text_facts else WithoutTextFacts(self.graph)
 
     def param(self, param: Param) -> float:
         """The request's value of a parameter the strategy declared, else its setting's."""
@@ -207,11 +215,11 @@ class StrategyContext:
         return list((await self.opensearch.search(index, bare, params))["hits"]["hits"])
 
     async def _reads_own_ids(self) -> bool:
-        if self.own_ids is None:
+        if self.own_reads is None:
             return True
-        if self.own_ids_read is None:
-            self.own_ids_read = await self.own_ids()
-        return self.own_ids_read
+        if self.own_read is None:
+            self.own_read = await self.own_reads()
+        return self.own_read.ids
 
     async def plain_hits(
         self,

@@ -16,6 +16,7 @@ import numpy as np
 from kgqr_core.field_evidence import Evidence
 from kgqr_core.llm import LlmAnswer, LlmRequest
 from query_rewriter.engine.hybrid_query import SearchFields
+from query_rewriter.engine.identities import OwnDocumentsAsRead
 from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.graph.store import FollowedEdge, Neighbours
 
@@ -26,9 +27,9 @@ Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 SideVectorScores = Callable[
     [ParsedQuery, SearchFields, np.ndarray, int], Awaitable[dict[str, float] | None]
 ]
-# Whether the caller reads kgqr's documents' `id` doc values as their ids: a role may mask
-# that field (hashes) or hide it (nothing), and the engine would still answer.
-OwnIdsCheck = Callable[[], Awaitable[bool]]
+# How the caller's fetch shows kgqr's own documents (their ids, their text): a role may
+# mask or hide fields, and the engine would still answer.
+OwnReadsCheck = Callable[[], Awaitable[OwnDocumentsAsRead]]
 
 
 class Llm(Protocol):

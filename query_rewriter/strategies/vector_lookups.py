@@ -292,7 +292,10 @@ async def readable_triple_hits(
 ) -> list[dict[str, Any]]:
     """The first `want` hits of a triples search (`body_at(depth)`) whose source the
     caller may read: deeper while hidden ones fill its top (a list cut before the check
-    came out short where a hidden passage's triple ranked, which told of it)."""
+    came out short where a hidden passage's triple ranked, which told of it). None for a
+    caller not shown the text they were read from (strategies/text_facts.py)."""
+    if not ctx.text_facts:
+        return []
     index = triples_index(ctx.kb)
     depth = want
     while True:

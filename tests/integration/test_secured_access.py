@@ -161,6 +161,23 @@ ROLES: dict[str, dict[str, Any]] = {
             {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~brand"]}
         ],
     },
+    # Reads every document by id, but not the text the graph's facts were read from.
+    "kgqr_test_textless": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {"index_patterns": PATTERNS, "allowed_actions": ["read"], "fls": ["~body", "~text"]}
+        ],
+    },
+    "kgqr_test_textmasked": {
+        "cluster_permissions": ["cluster_composite_ops_ro"],
+        "index_permissions": [
+            {
+                "index_patterns": PATTERNS,
+                "allowed_actions": ["read"],
+                "masked_fields": ["body", "text"],
+            }
+        ],
+    },
     # Reads every field until a test narrows its field-level security mid-run.
     "kgqr_test_shifting": {
         "cluster_permissions": ["cluster_composite_ops_ro"],
@@ -925,6 +942,34 @@ def test_the_walk_uses_no_edge_read_from_a_passage_the_caller_may_not_read(
     restricted = walked["restricted"]
     assert "secretly" not in json.dumps(restricted)
     assert {node["id"] for node in restricted["details"]["graph_nodes"]} <= {"p1"}
+
+
+WALKED = {"kgqr.param.graph.seeds": "1", "kgqr.param.graph.triple_seeds": "1"}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [("graph_walk", WALKED), ("graph_mix", WALKED), ("graph", {}), ("kgcqr", {})],
+)
+def test_the_graphs_facts_reach_only_callers_shown_the_text_they_were_read_from(
+    proxy: tuple[str, list[str]], users: dict[str, str], secured_owners_kb: str,
+    strategy: str, params: dict[str, str],
+) -> None:  # fmt: skip
+    """The triples and entities of kgqr's own knowledge base state what its passages say.
+    A role that hides or masks the passages' text still reads them by id, so every
+    passage check passed, and a path or a triple stated the hidden text to it."""
+    body = {"query": {"match": {"text": "Where is Acme based?"}}, "size": 5}
+    explained = {}
+    for who in ("reader", "textless", "textmasked"):
+        answer = _explained(proxy[0], secured_owners_kb, strategy, body,
+                            {"authorization": users[who]}, params)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        explained[who] = json.dumps(answer.json()["kgqr"]).lower()
+    # What p1 says, as a fact or an entity on a path (the bridge's: p1 -> [acme] -> p2).
+    facts = ("oslo", "[acme]", "entity:", "secretly")
+    assert any(fact in explained["reader"] for fact in facts), explained["reader"]
+    for who in ("textless", "textmasked"):
+        assert not any(fact in explained[who] for fact in facts), explained[who]
 
 
 def test_a_cached_walk_is_not_served_once_a_passage_behind_its_paths_is_hidden(

@@ -16,7 +16,7 @@ from kgqr_core.settings import Settings
 from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.errors import redact_addresses
 from query_rewriter.engine.gateway import EngineSession
-from query_rewriter.engine.identities import IdentityResolver
+from query_rewriter.engine.identities import IdentityResolver, shows_own_text
 
 pytestmark = pytest.mark.unit
 SERVICE = Settings.of({"opensearch_user": "kgqr", "opensearch_password": SecretStr("svc")})
@@ -208,6 +208,7 @@ def test_whether_a_caller_reads_kgqrs_id_doc_values_as_ids_is_checked_and_kept()
 
     def hit(doc_id: str, values: list[str] | None) -> httpx.Response:
         found = {"_id": doc_id, **({"fields": {"id": values}} if values is not None else {})}
+        found["_source"] = {"title": "Heat", "body": "A film.", "text": "Heat\nA film."}
         return httpx.Response(200, json={"hits": {"hits": [found]}})
 
     resolver, asked = _resolver(
@@ -222,7 +223,8 @@ def test_whether_a_caller_reads_kgqrs_id_doc_values_as_ids_is_checked_and_kept()
 
     async def reads() -> list[bool]:
         return [
-            await resolver.reads_own_ids(Caller.from_headers({"authorization": a}, SERVICE), "kb")
+            (await resolver.own_documents_as_read(
+                Caller.from_headers({"authorization": a}, SERVICE), "kb")).ids
             for a in ("Basic reader", "Basic masked", "Basic hidden", "Basic empty", "Basic busy",
                       "Basic reader", "Basic masked", "Basic empty", "Basic busy")
         ]  # fmt: skip
@@ -230,6 +232,28 @@ def test_whether_a_caller_reads_kgqrs_id_doc_values_as_ids_is_checked_and_kept()
     assert asyncio.run(reads()) == [True, False, False, False, False, True, False, False, False]
     assert asked.count("Basic reader") == asked.count("Basic masked") == 1  # then remembered
     assert asked.count("Basic empty") == asked.count("Basic busy") == 2
+
+
+@pytest.mark.parametrize(
+    ("shown", "sees"),
+    [
+        ({"title": "Heat", "body": "A film.", "text": "Heat\nA film."}, True),
+        ({"title": "", "body": " A film. ", "text": "A film."}, True),
+        ({"body": "A film.", "text": "Heat\nA film."}, True),  # the title hidden: in text
+        ({"title": "Heat", "text": "Heat\nA film."}, False),  # the body hidden
+        ({"title": "Heat", "body": "A film."}, False),  # the text hidden: unverifiable
+        ({"title": "Heat", "body": "9f86d081", "text": "2c26b46b"}, False),  # both masked
+        ({"title": "Heat", "body": "A film.", "text": "2c26b46b"}, False),  # text masked
+        ({"title": "9f86d081", "body": "A film.", "text": "2c26b46b"}, False),
+    ],
+)
+def test_a_caller_sees_kgqrs_text_only_where_its_parts_agree(
+    shown: dict[str, str], sees: bool
+) -> None:
+    """Triples and entities state what a passage's text says: a role hiding or masking it
+    must not read them. kgqr keeps nothing to compare with: a document's `text` is its
+    title and body together, so where the fetch shows them agreeing, none was changed."""
+    assert shows_own_text(shown) is sees
 
 
 @pytest.mark.parametrize(

@@ -137,6 +137,24 @@ def test_without_a_hidden_passage_its_edges_and_what_only_they_reach_are_gone() 
     assert hood.without(set()) is hood
 
 
+def test_without_text_facts_only_the_documents_own_relations_are_left() -> None:
+    """For a caller not shown the passages' text: no entity (named by what a passage
+    says), no triple between them; Heat's director and his films are relations the
+    documents have of their own. The copy and Neo4j's rows agree."""
+    corpus = GraphSnapshot.build(1, PASSAGE_NODES, PASSAGE_RELATIONSHIPS)
+    for hood in (corpus.neighbours(["p1"], hops=2, cap=50),
+                 corpus.neighbours(["p1"], hops=2, cap=50).around(None)):  # fmt: skip
+        assert hood.paths() and hood.without_text_facts().paths() == []
+    movies = snapshot().neighbours(["m1"], hops=2, cap=50)
+    for hood in (movies.without_text_facts(), movies.around(None).without_text_facts()):
+        assert {path.id: path.relation_text() for path in hood.paths()} == {
+            "p1": "directed_by",
+            "m2": "directed_by -> [Michael Mann] -> inverse of directed_by",
+            "m3": "directed_by -> [Michael Mann] -> inverse of directed_by",
+        }
+        assert hood.bridged_documents() == {"p1"}  # Collateral was reached by Los Angeles
+
+
 BRAND_ACME = FieldEvidence.of_value("s1", "brand", "Acme")
 SHOP_NODES = [
     ("s1", "document", None),

@@ -24,6 +24,7 @@ from query_rewriter.engine.hybrid_query import (
     rrf_fuse,
     search_params,
 )
+from query_rewriter.engine.identities import OwnDocumentsAsRead
 from query_rewriter.engine.original_facets import facet_body
 from query_rewriter.engine.query_syntax import syntax_used
 from query_rewriter.engine.query_text import ParsedQuery, parse_query
@@ -721,9 +722,9 @@ def test_the_id_lookups_ask_once_per_rewrite_whether_the_caller_reads_ids(reads:
     asked: list[str] = []
     bodies: list[dict[str, Any]] = []
 
-    async def own_ids() -> bool:
-        asked.append("own_ids")
-        return reads
+    async def own_reads() -> OwnDocumentsAsRead:
+        asked.append("own_reads")
+        return OwnDocumentsAsRead(ids=reads, text=True)
 
     class Engine:
         async def search(
@@ -735,11 +736,11 @@ def test_the_id_lookups_ask_once_per_rewrite_whether_the_caller_reads_ids(reads:
 
     async def lookups() -> list[list[dict[str, Any]]]:
         ctx = StrategyContext(Settings(), "i", "kb", None, None, Engine(), None,  # type: ignore[arg-type]
-                              own_ids=own_ids)  # fmt: skip
+                              own_reads=own_reads)  # fmt: skip
         return [await ctx.search_ids("i", {"size": 1}) for _ in range(3)]
 
     found = asyncio.run(lookups())
-    assert asked == ["own_ids"]
+    assert asked == ["own_reads"]
     assert all(hits[0]["_id"] == "m1" for hits in found)
     assert all(("stored_fields" in body) is reads for body in bodies)
     assert all(("_source" in body) is not reads for body in bodies)
