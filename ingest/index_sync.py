@@ -19,9 +19,11 @@ before the checkpoint but made searchable only after the last sync read it (a re
 racing the sync) is caught then. Refreshing a document twice leaves the same edges, so an
 interrupted sync, run again, rewrites them all.
 
-Limits: checkpoints are per index name and shard, so an index deleted and re-created
-under the same name (or restored from a snapshot) needs `kgqr kb sync --full`; a write made
-visible more than OVERLAP writes late is missed until then; edges from a relations file
+Limits: checkpoints are per index name and shard. An index deleted and re-created under
+the same name (or restored from a snapshot) is read again from its start when a shard's
+highest number is below its checkpoint; one that took more writes than before by the next
+sync needs `kgqr kb sync --full`. A write made visible more than OVERLAP writes late is
+missed until then; edges from a relations file
 or LLM extraction are those sources' and change only when they are loaded again. An
 alias is read through its filter, and must name one index.
 """
@@ -92,6 +94,17 @@ def highest_seq_nos(client: Any, index: str) -> Checkpoints:
 def with_overlap(checkpoints: Checkpoints) -> Checkpoints:
     """The checkpoints moved back by OVERLAP writes per shard."""
     return {key: max(-1, seq_no - OVERLAP) for key, seq_no in checkpoints.items()}
+
+
+def read_from(synced: Checkpoints, now: Checkpoints) -> tuple[Checkpoints, list[str]]:
+    """Where a sync reads each shard from, and the shards read again from their start: a
+    shard's numbers only grow in an index's life, so one whose highest is now below its
+    checkpoint was made again (an index deleted and created under the same name, a
+    snapshot restored), and reading on from the old checkpoint missed every document up
+    to it, silently."""
+    restarted = sorted(key for key, highest in now.items() if highest < synced.get(key, -1))
+    since = with_overlap({k: v for k, v in synced.items() if k not in restarted})
+    return since, restarted
 
 
 class ChangedDocumentsSource(Source):

@@ -22,9 +22,10 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 from opensearchpy import OpenSearch
+from opensearchpy.helpers import bulk
 from opensearchpy.helpers.faceted_search import FacetedSearch, TermsFacet
 
-from ingest import graph_projection
+from ingest import graph_projection, index_sync
 from ingest.kb_removal import drop_knowledge_base
 from kgqr_core.embedder import get_embedder
 from kgqr_core.field_evidence import FieldEvidence
@@ -708,10 +709,10 @@ def test_the_llm_reads_triples_from_chosen_text_fields_into_the_graph_only(
     assert _index_state(opensearch) == before
 
 
-def _genre_edges(neo4j_driver: Any) -> dict[str, set[str]]:
+def _genre_edges(neo4j_driver: Any, kb: str = KB) -> dict[str, set[str]]:
     records, _, _ = neo4j_driver.execute_query(
         "MATCH (s:Node {kb: $kb})-[r {relation: 'genre'}]->(t) RETURN s.id AS doc, t.name AS genre",
-        kb=KB,
+        kb=kb,
     )
     edges: dict[str, set[str]] = {}
     for record in records:
@@ -753,6 +754,32 @@ def test_sync_brings_the_apps_adds_changes_and_deletes_into_the_graph(
     again = kgqr("kb", "sync", KB)  # rereads the last writes (idempotent), deletes nothing
     assert again.exit_code == 0 and "0 deleted" in again.output, again.output
     assert _genre_edges(neo4j_driver) == genres
+
+
+def test_an_index_made_again_under_its_name_is_synced_from_its_start(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
+) -> None:
+    """Deleted and created again (a reindex back to its name), the index numbered its
+    writes from 0 again, and sync read on from the old checkpoint: every document written
+    up to it never reached the graph, and the sync said all was well."""
+    stores, index, kb = (
+        (opensearch, neo4j_driver, redis_client),
+        "team-movies-remade",
+        "team-remade",
+    )
+    with _attached_plain(stores, kb, index, "--entity-field", "genre") as done:
+        assert done.exit_code == 0, done.output
+        # The app's rewrites number the shard's writes up, past what a sync reads again.
+        drafts = ({"_index": index, "_id": "m1", "headline": f"Heat {n}", "genre": "crime thriller"}
+                  for n in range(index_sync.OVERLAP + 100))  # fmt: skip
+        bulk(opensearch, drafts, refresh=True)
+        assert kgqr("kb", "sync", kb).exit_code == 0
+        _index_without_vectors(opensearch, index)  # made again: fewer writes than before
+        opensearch.index(index=index, id="m9", refresh=True,
+                         body={"headline": "Thief", "genre": "heist film"})  # fmt: skip
+        synced = kgqr("kb", "sync", kb)
+        assert synced.exit_code == 0 and "read from its start" in synced.output, synced.output
+        assert _genre_edges(neo4j_driver, kb)["m9"] == {"heist film"}
 
 
 def test_what_lands_while_a_sync_runs_stays_and_a_record_that_went_is_not_made_again(
