@@ -55,11 +55,10 @@ class SearchFields:
     complete: bool = True
 
     @classmethod
-    def of(cls, fields: FieldMap, parsed: ParsedQuery | None = None) -> SearchFields:
+    def of(cls, fields: FieldMap, named: tuple[str, ...] = ()) -> SearchFields:
         """The map's fields; an attached index that follows the caller's fields searches
-        those the caller's query named (the team's own queries say where its words are)."""
+        those the caller's query `named` (the team's own queries say where its words are)."""
         text = tuple(fields.boosted_text_fields())
-        named = parsed.fields if parsed is not None else ()
         if fields.follow_query_fields and named and "*" not in named:
             text = named
         attached = kb_of_documents_index(fields.index) is None

@@ -186,6 +186,7 @@ class Rewriter:
         side_vectors: SideVectorReads | None = None,
         own_reads: OwnReadsCheck | None = None,
         told_apart: bool = True,
+        query_fields: tuple[str, ...] = (),
     ) -> RewriteOutcome:
         """`caller` is the identity OpenSearch resolved (engine/identities.py): a rewrite
         may quote documents only that caller can read, so it is cached per caller.
@@ -195,7 +196,8 @@ class Rewriter:
         `side_vectors`: the search's reads of kgqr's vectors of an attached index.
         `own_reads`: how the caller's fetch shows kgqr's own documents: their `id` doc
         values as ids (StrategyContext.search_ids), the text their graph's facts came from
-        (strategies/text_facts.py)."""
+        (strategies/text_facts.py). `query_fields`: the fields the caller's query named,
+        which an attached index that follows them searches for the plain hits too."""
         # What shapes a rewrite is what its strategy declared (it cannot read anything
         # else), resolved: changing any of it, or kgqr's code, never serves a stale one.
         # The vectors' model too: a re-embedded knowledge base never gets a cached query
@@ -208,6 +210,10 @@ class Rewriter:
         # named by its vector's digest, which a text query could spell out.
         if meta is not None and meta.attached is not None:
             config["fields"] = meta.attached.model_dump(mode="json")
+            if meta.attached.follow_query_fields and query_fields:
+                config["query_fields"] = list(query_fields)
+            else:
+                query_fields = ()  # the map's own: one rewrite, whatever the query names
         if query_vector is not None:
             config["vector_query"] = True
         if strategy.reads_graph and self.graph is not None:
@@ -280,6 +286,7 @@ class Rewriter:
                 outcome = await self._compute(
                     index, kb, chosen, query, params, recorded, caller, timeout_s, query_vector,
                     self._side_vector_scores(recorded, side_vectors), own_reads, text_facts,
+                    query_fields,
                 )  # fmt: skip
             finally:
                 self._running -= counted
@@ -326,6 +333,7 @@ class Rewriter:
             side_vectors=side_vectors,
             own_reads=own_reads,
             told_apart=told_apart,
+            query_fields=query_fields,
         )
         pending = strategy.name if task is not None else None
         budget: Budget = {"served": fast.name, "pending": pending, "budget_ms": budget_ms}
@@ -379,6 +387,7 @@ class Rewriter:
         side_vectors: SideVectorScores | None = None,
         own_reads: OwnReadsCheck | None = None,
         text_facts: bool = True,
+        query_fields: tuple[str, ...] = (),
     ) -> RewriteOutcome:
         started = time.perf_counter()
         timeout_s = timeout_s or self.settings.rewrite.timeout_s
@@ -425,6 +434,7 @@ class Rewriter:
                 side_vectors=side_vectors,
                 own_reads=own_reads,
                 text_facts=text_facts,
+                query_fields=query_fields,
                 triples_reader=self.triples_reader,
             )
             if given_vector is not None:  # the caller's client embedded it: no embedding

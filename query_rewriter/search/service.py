@@ -103,6 +103,7 @@ async def run_plan(
             query_vector=plan.parsed.vector,
             side_vectors=side_vectors,
             own_reads=lambda: state.identities.own_documents_as_read(caller, plan.index),
+            query_fields=plan.parsed.fields,
             told_apart=not caller.anonymous,
         )
         started = time.perf_counter()
@@ -208,7 +209,7 @@ async def _rewritten_search(
     fusion_mode = int(param_value(FUSE_PLAIN, plan.params, state.settings))
     fuse = fusion_mode >= 1 and outcome.plain_vector is not None
     boost_weights = state.settings.rewrite.hybrid_boost_weights
-    fields = SearchFields.of(plan.fields, plan.parsed) if plan.fields else OWN_FIELDS
+    fields = SearchFields.of(plan.fields, plan.parsed.fields) if plan.fields else OWN_FIELDS
     weighed = HybridWeights(plan.bm25, boost_weights, outcome.rewrite.boost_share)
     # The documents the graph adds to the caller's matches, which the total then counts.
     added = outcome.rewrite.graph_linked() if graph_adds(plan.body, plan.parsed, weighed) else set()

@@ -92,6 +92,9 @@ class StrategyContext:
     # Its answer, asked once per rewrite: an unclear one (an error, an index the caller sees
     # nothing of) is not kept across searches, and must not cost a probe per lookup.
     own_read: OwnDocumentsAsRead | None = None
+    # The fields the caller's query named: an attached index that follows them reads its
+    # plain hits (the graph's seeds) there, as the caller's search does.
+    query_fields: tuple[str, ...] = ()
     # Whether the caller's fetch shows the text the graph's facts were read from (kgqr's
     # own knowledge bases; an attached index's edges carry their own field evidence).
     # Where it does not, the graph is read without them (graph/text_facts.py) and no
@@ -110,7 +113,9 @@ class StrategyContext:
 
     @property
     def search_fields(self) -> SearchFields:
-        return SearchFields.of(self.fields) if self.fields is not None else OWN_FIELDS
+        if self.fields is None:
+            return OWN_FIELDS
+        return SearchFields.of(self.fields, self.query_fields)
 
     @property
     def title_field(self) -> str:

@@ -552,6 +552,27 @@ def test_a_search_naming_no_field_keeps_its_matches_in_fields_beside_the_suggest
         assert answer["hits"]["total"] == direct["total"]
 
 
+def test_the_graphs_seeds_are_read_in_the_fields_the_callers_query_names(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, proxy_url: str, ingest_worker: Any
+) -> None:
+    """Attached to follow the caller's fields, searched in `notes`: the search read notes,
+    but the graph's seeds were read in the suggested title and body, where the words are
+    not ("no seeds": the rewrite fell back), or were another document's."""
+    stores, index, kb = (opensearch, neo4j_driver, redis_client), "team-movies-seeds", "team-seeds"
+    with _attached_plain(stores, kb, index, "--entity-field", "genre",
+                         notes={"m2": "remastered in 2024"}) as done:  # fmt: skip
+        assert done.exit_code == 0, done.output
+        assert kgqr("kb", "graph", kb, "--from-fields").exit_code == 0
+        body = {"query": {"match": {"notes": "remastered"}}, "size": 5}
+        explained = _once_attached(proxy_url, index, "graph", body)["kgqr"]
+        assert explained["fallback"] is None, explained["fallback"]
+        assert explained["details"]["seeds"] == ["m2"]
+        # The same words in the body: another search, not the cached one.
+        body = {"query": {"match": {"content": "remastered"}}, "size": 5}
+        explained = _once_attached(proxy_url, index, "graph", body)["kgqr"]
+        assert explained["fallback"] is not None and not explained["cached"]
+
+
 KEYED_KB, KEYED_INDEX = "team-keyed", "team-movies-keyed"
 
 

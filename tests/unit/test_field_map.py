@@ -169,21 +169,21 @@ def test_matches_in_fields_the_team_left_out_of_the_map_stay_in_the_bm25_side() 
                                          "text_fields": {"title": 1.0}})  # fmt: skip
     parsed = parse_query({"match": {"content": "heat"}}, ("content", "*"))
     assert parsed is not None
-    fields = SearchFields.of(chosen, parsed)
+    fields = SearchFields.of(chosen, parsed.fields)
     assert fields.chosen and fields.text == ("title",)
     clause = bm25_clause("heat", parsed, fields)["bool"]
     assert clause["should"][0]["multi_match"]["fields"] == ["title"]
     assert clause["filter"] == [{"match": {"content": "heat"}}] and "must" not in clause
     named = parse_query({"match": {"title": "heat"}}, ("content", "*"))
     assert named is not None and "must" in bm25_clause("heat", named, fields)["bool"]
-    own = SearchFields.of(FieldMap.own("kb"), parsed)
+    own = SearchFields.of(FieldMap.own("kb"), parsed.fields)
     assert not own.chosen and "must" in bm25_clause("heat", parsed, own)["bool"]
 
 
 def test_an_attached_index_is_searched_in_its_own_fields_and_boosted_by_id() -> None:
     parsed = parse_query({"match": {"content": "heat"}}, ("content", "*"))
     assert parsed is not None and parsed.demands is None  # its word field, not a filter
-    fields = SearchFields.of(ATTACHED, parsed)
+    fields = SearchFields.of(ATTACHED, parsed.fields)
     assert fields == SearchFields(("content",), "embedding", complete=False)
     weights = HybridWeights(None, (0.25, 0.55, 0.2))
     body = hybrid_body({}, parsed, "heat", np.ones(3), 5, weights, {"d1": 0.5}, fields=fields)
@@ -196,7 +196,7 @@ def test_an_attached_index_is_searched_in_its_own_fields_and_boosted_by_id() -> 
 
 def test_a_caller_query_naming_no_field_searches_the_maps_text_fields() -> None:
     parsed = parse_query({"query_string": {"query": "heat"}}, ("content", "*"))
-    assert SearchFields.of(ATTACHED, parsed).text == ("content",)
+    assert parsed is not None and SearchFields.of(ATTACHED, parsed.fields).text == ("content",)
 
 
 def test_a_search_on_an_attached_index_is_planned_with_its_field_map() -> None:
