@@ -66,15 +66,23 @@ def text_shown(hit: dict[str, Any]) -> FieldEvidence | None:
     source = hit.get("_source")
     if not isinstance(source, dict):
         return None
-    fields = sorted(name for name, value in source.items() if _is_text(value))
+    fields = sorted(set(_text_paths(source, "")))
     return FieldEvidence.of_text(hit["_id"], fields, source) if fields else None
 
 
-def _is_text(value: Any) -> bool:
-    """Text a rewrite may quote: a string or strings, not a vector nor an object."""
-    if isinstance(value, list):
-        return bool(value) and all(isinstance(item, str) for item in value)
-    return isinstance(value, str)
+def _text_paths(value: Any, prefix: str) -> list[str]:
+    """The dotted paths of the text a rewrite may quote in a document (a string or
+    strings, not a vector), objects' and lists of objects' included: an attached index's
+    title may be `metadata.title`, and a role may hide or mask it alone."""
+    if isinstance(value, dict):
+        return [path for name, inner in value.items()
+                for path in _text_paths(inner, f"{prefix}{name}.")]  # fmt: skip
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return [path for item in value for path in _text_paths(item, prefix)]
+    strings = isinstance(value, str) or (
+        isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
+    )
+    return [prefix.removesuffix(".")] if strings and prefix else []
 
 
 def fetches_documents(body: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ rest from them (a hidden field, a masked value) or the document has changed sinc
 from __future__ import annotations
 
 from kgqr_core.field_evidence import FieldEvidence, digest, evidence_of
+from query_rewriter.search.evidence import text_shown
 
 BRAND = FieldEvidence.of_value("d1", "meta.brand", "Acme")
 
@@ -38,3 +39,19 @@ def test_evidence_round_trips_through_its_stored_form_and_is_no_document_id() ->
     assert evidence_of("p7") == "p7" and evidence_of(None) is None
     # A document whose id spells a stored evidence is still a document to read.
     assert evidence_of(str(BRAND.as_stored())) != BRAND
+
+
+def test_the_text_a_hit_showed_is_read_in_its_objects_too() -> None:
+    """A hit's text was read from its top-level strings only: an attached index's
+    `metadata.title` (LangChain's) was left out, so a cached rewrite quoting it was served
+    after a role came to hide or mask that field alone."""
+    source = {"content": "Heat.", "vector": [0.1, 0.2], "metadata": {"title": "Heat", "year": 1995},
+              "cast": [{"name": "Al Pacino"}, {"name": "De Niro"}]}  # fmt: skip
+    hit = {"_id": "d1", "_source": source}
+    shown = text_shown(hit)
+    assert shown is not None
+    assert shown.fields == ("cast.name", "content", "metadata.title")
+    assert shown.shown_in(source)
+    masked = {**source, "metadata": {"title": "9f86d081", "year": 1995}}
+    assert not shown.shown_in(masked)
+    assert text_shown({"_id": "d2", "_source": {"year": 1995}}) is None
