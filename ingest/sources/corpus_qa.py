@@ -163,8 +163,11 @@ class HotpotQaSource(Source):
                 yield from self._links(passage, linker)
 
     def _links(self, passage: HotpotQaPassage, linker: TitleLinker) -> Iterator[Record]:
+        # Read from the passage's text, as a triple is: a caller not shown that text must
+        # not follow it (strategies/text_facts.py).
         for target in linker.targets(passage.id, _joined(passage.sentences)):
-            yield Relation(source=passage.id, type=LINK_RELATION, target=target)
+            yield Relation(source=passage.id, type=LINK_RELATION, target=target,
+                           properties={"passage_id": passage.id})  # fmt: skip
 
 
 def _passage_document(passage: HotpotQaPassage) -> Record:

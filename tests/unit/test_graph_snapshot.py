@@ -153,6 +153,11 @@ def test_without_text_facts_only_the_documents_own_relations_are_left() -> None:
             "m3": "directed_by -> [Michael Mann] -> inverse of directed_by",
         }
         assert hood.bridged_documents() == {"p1"}  # Collateral was reached by Los Angeles
+    # A link read from Heat's text (HotpotQA's title links carry their passage) goes too.
+    linked = GraphSnapshot.build(1, NODES, [*RELATIONSHIPS, ("m1", "m3", "links_to", "m1")])
+    hood = linked.neighbours(["m1"], hops=1, cap=50)
+    for shown in (hood.without_text_facts(), hood.around(None).without_text_facts()):
+        assert {path.id for path in shown.paths()} == {"p1"}
 
 
 BRAND_ACME = FieldEvidence.of_value("s1", "brand", "Acme")

@@ -53,6 +53,8 @@ def test_hotpotqa_source_yields_documents_then_title_links(tmp_path: Path) -> No
         ("p0", "links_to", "p1"),
         ("p1", "links_to", "p0"),
     ]
+    # Read from the source passage's text: only a caller shown that text may follow it.
+    assert [r.properties for r in links] == [{"passage_id": "p0"}, {"passage_id": "p1"}]
     limited = list(open_source(f"hotpotqa:{tmp_path}", limit=1).records())
     assert [type(r) for r in limited] == [Document]  # the title it names is past the limit
 
