@@ -43,6 +43,7 @@ from query_rewriter.strategies.services import (
     Search,
     SideVectorScores,
 )
+from query_rewriter.strategies.text_facts import TEXT_NOT_SHOWN
 
 log = logging.getLogger("kgqr.rewrite")
 
@@ -440,6 +441,8 @@ class Rewriter:
             if given_vector is not None:  # the caller's client embedded it: no embedding
                 ctx.query_vectors[query] = np.asarray(given_vector, dtype=np.float32)
             rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=timeout_s)
+            if not text_facts:  # said, not silent: it ranks without what the text says
+                rewrite.details["text_facts"] = TEXT_NOT_SHOWN
         except Exception as exc:  # any failure of a strategy degrades to the plain query
             stage = timer.current or "rewrite"
             reason = (

@@ -5,7 +5,8 @@ OpenIE found there, triples between them (KG-CQR's construction). A caller whose
 or masks that text (field-level security, masking) may still read the documents by id, so
 the passage-by-id checks every edge gets would pass, and a path, a triple or an entity's
 name would state what the text they are not shown says. For them the graph keeps only its
-documents' own relations (a relations file's, links), and the triples are none
+documents' own relations (a relations file's; HotpotQA's title links are read from text,
+carry their passage, and go too), and the triples are none
 (vector_lookups.readable_triple_hits). An attached index's edges each carry the field
 values they were read from instead, checked against the caller's own fetch.
 """
@@ -15,6 +16,11 @@ from __future__ import annotations
 from kgqr_core.field_evidence import Evidence
 from query_rewriter.graph.store import FollowedEdge, Neighbours, has_document
 from query_rewriter.strategies.services import Graph
+
+TEXT_NOT_SHOWN = (
+    "the caller is not shown the text this knowledge base's graph facts were read from "
+    "(or kgqr could not tell): its graph without entities and triples"
+)
 
 
 class WithoutTextFacts:

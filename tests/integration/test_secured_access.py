@@ -970,6 +970,7 @@ def test_the_graphs_facts_reach_only_callers_shown_the_text_they_were_read_from(
     assert any(fact in explained["reader"] for fact in facts), explained["reader"]
     for who in ("textless", "textmasked"):
         assert not any(fact in explained[who] for fact in facts), explained[who]
+        assert "not shown the text" in explained[who], explained[who]  # said, not silent
 
 
 def test_a_cached_walk_is_not_served_once_a_passage_behind_its_paths_is_hidden(

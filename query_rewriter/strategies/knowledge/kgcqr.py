@@ -27,6 +27,7 @@ from query_rewriter.strategies.base import Kind, Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import KGCQR_K, KGCQR_PATH_LENGTH
 from query_rewriter.strategies.rewrite import Rewrite
+from query_rewriter.strategies.text_facts import TEXT_NOT_SHOWN
 from query_rewriter.strategies.vector_lookups import (
     TRIPLE_EVIDENCE_FIELDS,
     nearest_readable_triples,
@@ -77,6 +78,8 @@ class ContextualQueryRetrieval(Strategy):
         with ctx.timer.stage("triple_retrieval"):
             query_vector = await ctx.query_vector(query)
             top = await self.top_triples(ctx, query, query_vector)
+        if not top and not ctx.text_facts:
+            raise ValueError(TEXT_NOT_SHOWN)
         if not top:
             raise ValueError(f"no triples in {index}: ingest a corpus graph first")
         kept = await self.llm_filter(ctx, query, top)
