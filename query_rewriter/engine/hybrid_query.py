@@ -142,7 +142,7 @@ def _may_match_elsewhere(parsed: ParsedQuery, fields: SearchFields) -> bool:
     BM25 here does not read, or none or `*` (the engine then reads every field, or the
     index's `index.query.default_field`) where those fields are not all the words."""
     named = {name.split("^")[0] for name in parsed.fields}
-    if not named or "*" in named:
+    if "*" in named:
         return not fields.complete
     if not fields.chosen:
         return False

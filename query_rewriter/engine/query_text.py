@@ -47,8 +47,9 @@ class ParsedQuery:
     # What the caller's query demands of every hit beyond one of its words ("a phrase
     # [match_phrase]"): the graph then adds nothing outside its matches either.
     demands: str | None = None
-    # The fields the caller's text clauses name, boosts kept (`content`, `title^2`); empty
-    # when they name none (the engine's default field).
+    # The fields the caller's text clauses name, boosts kept (`content`, `title^2`), and
+    # `*` for a clause that names none (the engine's default field); empty for a query
+    # kgqr made itself.
     fields: tuple[str, ...] = ()
     # The caller's whole query: what the rewritten search ranks within. None for a query
     # kgqr made itself (a strategy's own searches).
@@ -328,6 +329,14 @@ def _parsed(
         [clause for clause in text_clauses if _is_named(clause)],
         _fuzzy_of(text_clauses),
         demands,
-        tuple(dict.fromkeys(name for clause in text_clauses for name in _named_fields(clause))),
+        _fields_read(text_clauses),
         query,
+    )
+
+
+def _fields_read(clauses: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The fields text clauses name, and `*` for one that names none (it reads the
+    engine's default field: every field)."""
+    return tuple(
+        dict.fromkeys(name for clause in clauses for name in _named_fields(clause) or ["*"])
     )

@@ -17,6 +17,8 @@ from plugin.field_map import (
     suggest_field_map,
 )
 from query_rewriter.engine.hybrid_query import (
+    MATCHED_AT_FLOOR,
+    OWN_FIELDS,
     HybridWeights,
     SearchFields,
     bm25_clause,
@@ -192,6 +194,23 @@ def test_an_attached_index_is_searched_in_its_own_fields_and_boosted_by_id() -> 
     assert set(knn["knn"]) == {"embedding"}
     (boosted,) = boost["bool"]["must"][0]["bool"]["should"]
     assert boosted["constant_score"]["filter"] == {"ids": {"values": ["d1"]}}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"query_string": {"query": "heat"}},
+        # A clause naming a field beside one naming none: the latter still reads every field.
+        {"bool": {"should": [{"match": {"content": "heat"}}, {"multi_match": {"query": "heat"}}]}},
+    ],
+)
+def test_a_clause_naming_no_field_keeps_its_matches_in_other_fields(query: dict[str, Any]) -> None:
+    parsed = parse_query(query, ("content", "*"))
+    assert parsed is not None and "*" in parsed.fields
+    clause = bm25_clause("heat", parsed, SearchFields.of(ATTACHED, parsed.fields))["bool"]
+    assert MATCHED_AT_FLOOR in clause["should"] and clause["filter"] == [query]
+    own = bm25_clause("heat", parsed, OWN_FIELDS)["bool"]  # kgqr's own words are all words
+    assert "must" in own
 
 
 def test_a_caller_query_naming_no_field_searches_the_maps_text_fields() -> None:

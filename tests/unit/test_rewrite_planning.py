@@ -604,7 +604,7 @@ def test_a_fuzzy_match_hands_its_options_to_the_rewrite() -> None:
     body = hybrid_body({}, parsed, "heat pacnio", np.ones(3), k=5, weights=SHARED)
     assert body["query"]["hybrid"]["queries"][0]["bool"]["must"][0]["multi_match"]["fuzziness"] == 1
     fuzzy_syntax = {"query_string": {"query": "heat", "fuzziness": 2}}
-    assert parse_query(fuzzy_syntax) == ParsedQuery("heat", query=fuzzy_syntax)
+    assert parse_query(fuzzy_syntax) == ParsedQuery("heat", fields=("*",), query=fuzzy_syntax)
 
 
 HEAT, MANN = {"match": {"text": "heat"}}, {"match": {"title": "mann"}}
