@@ -17,7 +17,7 @@ from itertools import islice
 from typing import Any
 
 from ingest.records import Link, Record, Refresh, Rejected
-from kgqr_core.field_evidence import field_items
+from kgqr_core.field_evidence import field_items, source_paths
 from plugin.field_map import NUMERIC_TYPES, mapped_fields
 
 BATCH = 1_000
@@ -53,8 +53,8 @@ class DocumentKeys:
         ordered = sorted(found)
         for start in range(0, len(ordered), BATCH):
             batch = ordered[start : start + BATCH]
-            body = {"size": MOST_DOCUMENTS, "_source": [self.field], "track_total_hits": True,
-                    "query": {"terms": {self.field: batch}}}  # fmt: skip
+            body = {"size": MOST_DOCUMENTS, "_source": source_paths([self.field]),
+                    "track_total_hits": True, "query": {"terms": {self.field: batch}}}  # fmt: skip
             answer = self.client.search(index=self.index, body=body)["hits"]
             if answer["total"]["value"] > len(answer["hits"]):
                 raise ValueError(

@@ -26,7 +26,7 @@ from kgqr_core.field_evidence import (
     joined_text,
     source_paths,
 )
-from plugin.field_map import FieldMap, MappedField, mapped_fields, relation_name
+from plugin.field_map import FieldMap, MappedField, index_mapping, mapped_fields, relation_name
 from plugin.kb_meta import DocumentStructure
 
 SCAN_PAGE = 1_000
@@ -114,10 +114,9 @@ class IndexFieldsSource(Source):
     def relation(self, path: str) -> str:
         """The relation `path`'s edges get (plugin.field_map.relation_name), from the index's
         mapping, read once."""
-        if self._mapped is None:
-            from ingest.attached_indices import mapping_of
-
-            self._mapped = mapped_fields(mapping_of(self.client, self.fields.index))
+        if self._mapped is None:  # as it is now (attach's refusals were attach's to make)
+            answer = self.client.indices.get_mapping(index=self.fields.index)
+            self._mapped = mapped_fields(index_mapping(answer))
         return relation_name(path, self._mapped)
 
     def files(self) -> list[Path]:

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 
 from kgqr_core import packed_vectors
-from kgqr_core.field_evidence import digest, joined_text
+from kgqr_core.field_evidence import digest, joined_text, source_paths
 from plugin import schema
 from plugin.field_map import FieldMap
 from query_rewriter.engine.gateway import EngineSession
@@ -98,7 +98,7 @@ class SideVectorReads:
         depth = max(self._depth, end)
         if depth > MOST_CANDIDATES:
             return None
-        body = {"size": depth, "_source": embedded,
+        body = {"size": depth, "_source": source_paths(embedded),
                 "query": bm25_clause(parsed.text, parsed, searched)}  # fmt: skip
         try:
             hits = (await caller.search(index, body))["hits"]["hits"]
