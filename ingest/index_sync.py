@@ -21,7 +21,8 @@ interrupted sync, run again, rewrites them all.
 
 Limits: checkpoints are per index name and shard. An index deleted and re-created under
 the same name (or restored from a snapshot) is read again from its start when a shard's
-highest number is below its checkpoint; one that took more writes than before by the next
+highest number is below its checkpoint (as a shard whose last documents were deleted is,
+at the cost of a read); one that took more writes than before by the next
 sync needs `kgqr kb sync --full`. A write made visible more than OVERLAP writes late is
 missed until then; edges from a relations file
 or LLM extraction are those sources' and change only when they are loaded again. An
@@ -98,10 +99,11 @@ def with_overlap(checkpoints: Checkpoints) -> Checkpoints:
 
 def read_from(synced: Checkpoints, now: Checkpoints) -> tuple[Checkpoints, list[str]]:
     """Where a sync reads each shard from, and the shards read again from their start: a
-    shard's numbers only grow in an index's life, so one whose highest is now below its
-    checkpoint was made again (an index deleted and created under the same name, a
-    snapshot restored), and reading on from the old checkpoint missed every document up
-    to it, silently."""
+    shard's numbers only grow in an index's life, so one whose highest (among the
+    documents it holds) is now below its checkpoint was made again (an index deleted and
+    created under the same name, a snapshot restored), and reading on from the old
+    checkpoint missed every document up to it, silently; or its last documents were
+    deleted, and reading it again costs a read and loses nothing."""
     restarted = sorted(key for key, highest in now.items() if highest < synced.get(key, -1))
     since = with_overlap({k: v for k, v in synced.items() if k not in restarted})
     return since, restarted

@@ -591,8 +591,9 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         raise click.ClickException(str(exc)) from exc
     since, restarted = ({}, []) if full else index_sync.read_from(meta.synced or {}, until)
     for shard in restarted:
-        click.echo(f"{shard}: its writes are numbered below the last sync's, so the index was "
-                   "made again (or restored): read from its start", err=True)  # fmt: skip
+        click.echo(f"{shard}: its documents' writes are all numbered below the last sync's "
+                   "(the index made again or restored, or its last documents deleted): read "
+                   "from its start", err=True)  # fmt: skip
     changes = index_sync.ChangedDocumentsSource(client, fields, since, until)
     with connections.neo4j_driver(settings) as neo4j:
         gone = index_sync.deleted_documents(client, neo4j, name, fields.index)

@@ -122,7 +122,7 @@ def _refused_by_the_engine(exc: BaseException) -> str | None:
     ):
         return None
     error = exc.info.get("error") if isinstance(exc.info, dict) else None
-    cause = error.get("root_cause", [error])[0] if isinstance(error, dict) else None
+    cause = (error.get("root_cause") or [error])[0] if isinstance(error, dict) else None
     if isinstance(cause, dict) and cause.get("reason"):
         detail = f"{cause.get('type', exc.error)}: {cause['reason']}"
     else:
