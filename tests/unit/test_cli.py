@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -350,3 +351,26 @@ def test_the_sweeps_help_names_every_parameter_of_its_default_grid() -> None:
 
     shown = " ".join(CliRunner().invoke(main, ["eval", "sweep", "--help"]).output.split())
     assert [name for name in DEFAULT_GRID if name not in shown] == []
+
+
+@pytest.mark.parametrize(
+    ("info", "told"),
+    [
+        ({"error": {"root_cause": [{"type": "index_closed_exception", "reason": "closed"}],
+                    "type": "index_closed_exception", "reason": "closed"}},
+         "(400): index_closed_exception: closed"),
+        # "all shards failed" answers may name no root cause.
+        ({"error": {"root_cause": [], "type": "search_phase_execution_exception",
+                    "reason": "all shards failed"}},
+         "(400): search_phase_execution_exception: all shards failed"),
+        ("not json", "(400): an_error"),
+    ],
+)  # fmt: skip
+def test_an_engine_refusal_is_told_in_one_line(info: Any, told: str) -> None:
+    import opensearchpy.exceptions
+
+    from kgqr_ops.cli import _refused_by_the_engine
+
+    refusal = opensearchpy.exceptions.RequestError(400, "an_error", info)
+    assert _refused_by_the_engine(refusal) == f"OpenSearch refused a request {told}"
+    assert _refused_by_the_engine(ValueError("no")) is None
