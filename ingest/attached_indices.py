@@ -16,6 +16,7 @@ from plugin.field_map import (
     check_field_map,
     index_mapping,
     mapped_fields,
+    searchable_text_fields,
     suggest_field_map,
 )
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
@@ -90,6 +91,7 @@ def field_map_for(index: str, mapping: dict[str, Any], chosen: FieldChoices) -> 
             "text_fields": chosen.text_fields or suggested.text_fields,
             # No --text: each search reads the fields the caller's own query names.
             "follow_query_fields": not chosen.text_fields,
+            "word_fields": [] if chosen.text_fields else searchable_text_fields(mapping),
             "title_field": chosen.title_field or suggested.title_field,
             "body_field": chosen.body_field or suggested.body_field,
             "vector_field": vector,

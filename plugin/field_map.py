@@ -61,6 +61,9 @@ class FieldMap(BaseModel):
     # Search the fields the caller's own query names rather than `text_fields` (an
     # attached index whose team gave no --text: its queries already say where words are).
     follow_query_fields: bool = False
+    # Every text field of the index when it was attached: a query on any of them asks for
+    # words, which the graph may find in other documents too (not a structured value).
+    word_fields: list[str] = Field(default_factory=list)
 
     @classmethod
     def own(cls, kb: str, model: str | None = None, dimension: int | None = None) -> FieldMap:
@@ -183,11 +186,10 @@ def suggest_field_map(index: str, mapping: Mapping[str, Any]) -> FieldMap:
     """A map the mapping allows, from the names teams and clients usually give: the body
     and title text fields, the only knn_vector field, no entity fields (those are a choice
     the team makes, from what it knows its keywords mean)."""
-    fields = mapped_fields(mapping)
-    texts = [f.path for f in fields.values() if f.type in TEXT_TYPES and not f.nested]
+    texts = searchable_text_fields(mapping)
     body = _first_named(texts, BODY_NAMES) or (texts[0] if texts else None)
     title = _first_named([t for t in texts if t != body], TITLE_NAMES)
-    vectors = [f for f in fields.values() if f.type == "knn_vector"]
+    vectors = [f for f in mapped_fields(mapping).values() if f.type == "knn_vector"]
     vector = vectors[0] if len(vectors) == 1 else None
     text_fields = {**({title: 2.0} if title else {}), **({body: 1.0} if body else {})}
     return FieldMap(
@@ -198,6 +200,12 @@ def suggest_field_map(index: str, mapping: Mapping[str, Any]) -> FieldMap:
         vector_field=vector.path if vector else None,
         dimension=vector.dimension if vector else None,
     )
+
+
+def searchable_text_fields(mapping: Mapping[str, Any]) -> list[str]:
+    """The text fields a multi_match reaches (none under a nested object)."""
+    fields = mapped_fields(mapping).values()
+    return [f.path for f in fields if f.type in TEXT_TYPES and not f.nested]
 
 
 def _first_named(paths: list[str], names: tuple[str, ...]) -> str | None:

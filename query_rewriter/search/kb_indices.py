@@ -42,7 +42,7 @@ class SearchTarget:
         """The fields that hold the KB's words, for query_text; None: kgqr's own."""
         if self.fields is None:
             return None
-        return (*self.fields.text_fields, "*")
+        return (*self.fields.text_fields, *self.fields.word_fields, "*")
 
     @property
     def side_vectors_only(self) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ingest.attached_indices import FieldChoices, field_map_for
 from plugin.field_map import (
     FieldMap,
     check_field_map,
@@ -225,6 +226,25 @@ def test_a_search_on_an_attached_index_is_planned_with_its_field_map() -> None:
     assert isinstance(plan, SearchPlan) and plan.kb == "articles" and plan.fields == ATTACHED
     unattached = plan_search("articles", {"kgqr.strategy": "graph"}, body, None)
     assert isinstance(unattached, PassThrough) and unattached.code == "not_a_knowledge_base"
+
+
+def test_a_query_on_any_text_field_of_a_followed_index_asks_for_words() -> None:
+    """`match` on `summary`, a text field outside the suggestion, was read as a structured
+    value (`type: movie`): the graph added nothing beyond its matches. Attached to follow
+    the caller's fields, every text field of the index holds words; a keyword does not."""
+    mapping = {"properties": {**HAYSTACK["properties"], "summary": {"type": "text"},
+                              "kind": {"type": "keyword"}}}  # fmt: skip
+    followed = field_map_for("articles", mapping, FieldChoices(no_vectors=True))
+    assert "summary" in followed.word_fields
+    target = SearchTarget("articles", followed)
+    words = plan_search("articles", {"kgqr.strategy": "graph"},
+                        {"query": {"match": {"summary": "heat"}}}, None, target)  # fmt: skip
+    assert isinstance(words, SearchPlan) and words.parsed.demands is None
+    value = plan_search("articles", {"kgqr.strategy": "graph"},
+                        {"query": {"match": {"kind": "movie"}}}, None, target)  # fmt: skip
+    assert isinstance(value, SearchPlan) and value.parsed.demands == "its own field [match on kind]"
+    fixed = field_map_for("articles", mapping, FieldChoices(text_fields={"content": 1.0}))
+    assert fixed.word_fields == []  # the team chose its words
 
 
 @pytest.mark.parametrize(
