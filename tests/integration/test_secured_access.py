@@ -979,11 +979,13 @@ def test_a_cached_walk_is_not_served_once_a_passage_behind_its_paths_is_hidden(
     secured: SecuredCredentials,
     secured_owners_kb: str,
 ) -> None:
-    """A cached walk was re-checked against its seeds, boosts and the passages of its
-    triple seeds only: once DLS hid the memo, the caller was still served, for a day,
-    the path that states what only the memo says (`--is secretly owned by-->`)."""
-    body = {"query": {"match": {"text": f"Where is Acme based? ({uuid.uuid4().hex[:8]})"}},
-            "size": 5}  # fmt: skip
+    """Once DLS hides the memo, a cached walk whose path states what only the memo says
+    (`--is secretly owned by-->`) is not served again. (Here the memo is among the walk's
+    boosts too; tests/unit/test_graph_snapshot.py shows a path's passages kept where it
+    is not.)"""
+    # A text of its own (another test caches the same caller's walk of the plain one), and
+    # fixed: the triple nearest it must be p1's, whose Acme the memo's edge leads on from.
+    body = {"query": {"match": {"text": "Where is Acme based? (a cached walk)"}}, "size": 5}
     params = {"kgqr.param.graph.seeds": "1", "kgqr.param.graph.triple_seeds": "1"}
     restricted = {"authorization": users["restricted"]}
 

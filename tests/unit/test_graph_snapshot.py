@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kgqr_core.field_evidence import FieldEvidence
 from query_rewriter.graph.in_memory import GraphSnapshot
+from query_rewriter.graph.store import passages_behind
 
 NODES = [
     ("m1", "movie", "Heat"),
@@ -135,6 +136,20 @@ def test_without_a_hidden_passage_its_edges_and_what_only_they_reach_are_gone() 
         reach = shown.reach(["entity:acme"])
         assert not {"p2", "d9", "entity:evilcorp"} & set(reach.nodes)
     assert hood.without(set()) is hood
+
+
+def test_a_path_names_the_passages_its_edges_were_read_from() -> None:
+    """A cached walk was re-checked against its seeds, boosts and triple seeds' passages:
+    a path through an edge the memo alone gave was served after DLS hid the memo. The
+    passages behind a path are now a rewrite's sources; a document between is not one
+    (its title is fetched as the caller, which the cache check keeps)."""
+    graph = GraphSnapshot.build(1, PASSAGE_NODES, PASSAGE_RELATIONSHIPS)
+    for hood in (graph.neighbours(["entity:acme"], hops=2, cap=50),
+                 graph.neighbours(["entity:acme"], hops=2, cap=50).around(None)):  # fmt: skip
+        paths = {path.id: path for path in hood.paths()}
+        assert passages_behind([paths["entity:evilcorp"]]) == {"p2"}
+        assert passages_behind([paths["entity:oslo"]]) == {"p1"}
+        assert passages_behind([paths["p1"]]) == set()  # a mention: its own passage
 
 
 def test_without_text_facts_only_the_documents_own_relations_are_left() -> None:
