@@ -79,11 +79,11 @@ def _boosts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
     "--reference-field",
     "reference_fields",
     multiple=True,
-    help="A keyword field holding ids of other documents of the index.",
+    help="A keyword or numeric field holding ids of other documents of the index.",
 )
 @click.option(
     "--id-field",
-    help="The keyword field the relations file and reference fields name documents by "
+    help="The keyword or numeric field the relations file and reference fields name documents by "
     "(default: their _id); kgqr translates it to _id as it builds the graph.",
 )
 @click.option("--dry-run", is_flag=True, help="Show the field map and its checks; write nothing.")

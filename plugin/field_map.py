@@ -254,10 +254,12 @@ def check_field_map(
             typed(shown_name, role, (*TEXT_TYPES, *KEYWORD_TYPES))
     for name in field_map.entity_fields:
         typed(name, "entity field", KEYWORD_TYPES)
+    # Keys may be numbers (a catalogue number, a table's row id): ingest/document_keys.py
+    # matches them as the engine does.
     for name in field_map.reference_fields:
-        typed(name, "reference field", KEYWORD_TYPES)
+        typed(name, "reference field", (*KEYWORD_TYPES, *NUMERIC_TYPES))
     if field_map.id_field:
-        typed(field_map.id_field, "id field", KEYWORD_TYPES)
+        typed(field_map.id_field, "id field", (*KEYWORD_TYPES, *NUMERIC_TYPES))
     for name in field_map.side_vector_fields:
         typed(name, "embedded field", (*TEXT_TYPES, *KEYWORD_TYPES))
     if field_map.side_vector_fields and field_map.vector_field:

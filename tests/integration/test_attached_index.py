@@ -634,6 +634,34 @@ def test_a_graph_named_by_the_teams_own_keys_is_keyed_by_id(
     assert "target code 'p1' names 2 documents" in shown.output
 
 
+def test_a_graph_may_be_named_by_numeric_keys(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
+) -> None:
+    """A table's rows keep their row number (`row`, a long) and their sequel's (`next`):
+    attach refused both as "mapped as long, not keyword", though the graph's key lookup
+    matches numbers as the engine does."""
+    index, kb = "team-movies-rows", "team-rows"
+    opensearch.indices.delete(index=index, ignore=[404])
+    numbers = {"headline": {"type": "text"}, "row": {"type": "long"}, "next": {"type": "long"}}
+    opensearch.indices.create(index=index, body={"mappings": {"properties": numbers}})
+    for doc_id, row, sequel in (("a", 1, 2), ("b", 2, None)):
+        body = {"headline": f"film {row}", "row": row, **({"next": sequel} if sequel else {})}
+        opensearch.index(index=index, id=doc_id, body=body, refresh=True)
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+    try:
+        done = kgqr("kb", "attach", kb, "--index", index, "--id-field", "row",
+                    "--reference-field", "next")  # fmt: skip
+        assert done.exit_code == 0, done.output
+        assert kgqr("kb", "graph", kb, "--from-fields").exit_code == 0
+        records, _, _ = neo4j_driver.execute_query(
+            "MATCH (s:Node {kb: $kb})-[r]->(t:Node {kb: $kb}) RETURN s.id, r.relation, t.id", kb=kb
+        )
+        assert [tuple(record.values()) for record in records] == [("a", "next", "b")]
+    finally:
+        drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb)
+        opensearch.indices.delete(index=index, ignore=[404])
+
+
 def test_a_search_on_a_keyed_index_is_lifted_by_its_graph(
     proxy_url: str, keyed_index: dict[str, str]
 ) -> None:
