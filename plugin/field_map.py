@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from kgqr_core.field_evidence import source_paths
 from plugin.schema import documents_index
 
 # The fields the read path asks of a hit, as kgqr's own documents name them.
@@ -292,6 +293,10 @@ def check_field_map(
     return problems + _unkept_in_source(field_map, mapping.get("_source") or {}, fields)
 
 
+def _any_matched(paths: list[str], patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(path, pattern) for path in paths for pattern in patterns)
+
+
 def _unkept_in_source(
     field_map: FieldMap, kept: Mapping[str, Any], fields: Mapping[str, MappedField]
 ) -> list[str]:
@@ -307,14 +312,9 @@ def _unkept_in_source(
     includes, excludes = list(kept.get("includes") or []), list(kept.get("excludes") or [])
     problems = []
     for name in dict.fromkeys(read):
-        parts = value_field(name, fields).split(".")
         # A pattern naming an object (`meta`) filters every field under it.
-        within = [".".join(parts[:cut]) for cut in range(1, len(parts) + 1)]
-
-        def matched(patterns: list[str], within: list[str] = within) -> bool:
-            return any(fnmatch.fnmatchcase(path, p) for path in within for p in patterns)
-
-        if matched(excludes) or (includes and not matched(includes)):
+        within = source_paths([value_field(name, fields)])
+        if _any_matched(within, excludes) or (includes and not _any_matched(within, includes)):
             problems.append(f"field [{name}] is left out of the index's _source: kgqr reads "
                             "documents' values there")  # fmt: skip
     return problems

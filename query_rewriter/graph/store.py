@@ -54,7 +54,7 @@ def has_document(node_type: str | None) -> bool:
     return node_type not in (None, "entity")
 
 
-def _not_read_from_text(node_type: str | None, evidence: Evidence | None) -> bool:
+def not_read_from_text(node_type: str | None, evidence: Evidence | None) -> bool:
     """A step to a node with a document, along an edge no passage's text gave."""
     return has_document(node_type) and not isinstance(evidence, str)
 
@@ -229,9 +229,9 @@ class Neighbourhood:
         """The neighbourhood less every step into an entity (named by what a passage says)
         and along an edge read from a passage's text: its documents' own relations."""
         rows = [
-            [*row[:6], [hop for hop in row[6] if _not_read_from_text(hop[1], hop[5])], row[7]]
+            [*row[:6], [hop for hop in row[6] if not_read_from_text(hop[1], hop[5])], row[7]]
             for row in self.rows
-            if _not_read_from_text(row[5], row[7])
+            if not_read_from_text(row[5], row[7])
         ]
         return Neighbourhood(self.seeds, rows, self.source)
 

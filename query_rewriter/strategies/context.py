@@ -97,7 +97,7 @@ class StrategyContext:
     query_fields: tuple[str, ...] = ()
     # Whether the caller's fetch shows the text the graph's facts were read from (kgqr's
     # own knowledge bases; an attached index's edges carry their own field evidence).
-    # Where it does not, the graph is read without them (graph/text_facts.py) and no
+    # Where it does not, the graph is read without them (strategies/text_facts.py) and no
     # triple is found.
     text_facts: bool = True
     # Where the KB's triples are searched: kgqr's account in the proxy, so that no caller

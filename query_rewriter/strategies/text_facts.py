@@ -14,7 +14,7 @@ values they were read from instead, checked against the caller's own fetch.
 from __future__ import annotations
 
 from kgqr_core.field_evidence import Evidence
-from query_rewriter.graph.store import FollowedEdge, Neighbours, has_document
+from query_rewriter.graph.store import FollowedEdge, Neighbours, not_read_from_text
 from query_rewriter.strategies.services import Graph
 
 TEXT_NOT_SHOWN = (
@@ -53,7 +53,4 @@ class WithoutTextFacts:
         cap: int = 500,
     ) -> list[FollowedEdge]:
         edges = await self._graph.follow(kb, sources, relation, direction, node_type, cap)
-        return [
-            edge for edge in edges
-            if has_document(edge.target_type) and not isinstance(edge.passage, str)
-        ]  # fmt: skip
+        return [edge for edge in edges if not_read_from_text(edge.target_type, edge.passage)]

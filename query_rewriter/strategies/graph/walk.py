@@ -228,7 +228,6 @@ class GraphWalk(Strategy):
         rewrite = Rewrite(strategy=self.name, query=query)
         hits, triples = await hits_and_triple_seeds(ctx, plain_seeds(ctx, query), query)
         walked = await walk_from(ctx, hits, triples)
-        # The seeds it names were read by id alone: its evidence, as the passages are.
         ranked = walked.ranked
         kept = list(ranked)
         near = walked.hood.around(kept)

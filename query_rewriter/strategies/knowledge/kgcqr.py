@@ -78,10 +78,9 @@ class ContextualQueryRetrieval(Strategy):
         with ctx.timer.stage("triple_retrieval"):
             query_vector = await ctx.query_vector(query)
             top = await self.top_triples(ctx, query, query_vector)
-        if not top and not ctx.text_facts:
-            raise ValueError(TEXT_NOT_SHOWN)
         if not top:
-            raise ValueError(f"no triples in {index}: ingest a corpus graph first")
+            missing = f"no triples in {index}: ingest a corpus graph first"
+            raise ValueError(missing if ctx.text_facts else TEXT_NOT_SHOWN)
         kept = await self.llm_filter(ctx, query, top)
         rewrite.details["retrieved_triples"] = [self.fact(t) for t in top]
         rewrite.details["kept_triples"] = [self.fact(t) for t in kept]
