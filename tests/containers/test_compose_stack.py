@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -74,9 +75,20 @@ class Stack:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A port below the kernel's ephemeral range that nothing listens on now. A port from
+    `bind(0)` lies inside that range, and between its release and podman's bind the suite's
+    own outgoing connections took it ("address already in use", seen in CI); below the
+    range only a listener takes a port, and nothing here listens on a random one."""
+    port_range = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    first_ephemeral = int(port_range.read_text().split()[0]) if port_range.exists() else 32768
+    while True:
+        port = random.randrange(first_ephemeral // 2, first_ephemeral)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def _compose_command(engine: ContainerEngine) -> list[str]:
