@@ -495,6 +495,24 @@ class ProxySettings(Section):
         "process (such callers' rewrites then go unshared between proxy processes).",
     )
 
+    credential_headers: str = Field(
+        default="",
+        description="Headers besides the usual ones (Authorization, Cookie, client "
+        "certificates, proxy auth, tenant) by which a gateway between kgqr and OpenSearch "
+        "says who a caller is, comma-separated (`x-api-key`). Without the security plugin "
+        "a caller's identity is the hash of its credential headers: two callers differing "
+        "only in such a header were one to the rewrite cache. A caller sending one is not "
+        "anonymous (no account is lent to it).",
+    )
+
+    @field_validator("credential_headers")
+    @classmethod
+    def _header_names(cls, value: str) -> str:
+        for name in filter(None, (part.strip().lower() for part in value.split(","))):
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9a-z-]+", name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+        return value
+
     metrics_token: SecretStr | None = Field(
         default=None,
         description="A bearer token that opens /_kgqr/metrics (Authorization: Bearer TOKEN). "

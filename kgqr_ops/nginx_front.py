@@ -32,7 +32,7 @@ from kgqr_core.settings import Settings
 from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.os_packages import ensure_installed
 from kgqr_ops.services.process import port_is_open
-from query_rewriter.engine.caller import KNOWN_CREDENTIAL_HEADERS, service_authorization
+from query_rewriter.engine.caller import credential_headers, service_authorization
 from query_rewriter.proxy.front_status import status_socket
 
 SERVICE = "front"
@@ -111,7 +111,7 @@ def render_config(
         "OPENSEARCH_TLS": _tls_directives(settings, upstream.hostname) if tls else "",
         "DEFAULT_AUTHORIZATION": lent or "",
         "CREDENTIAL_HEADERS": "|".join(
-            f"$http_{name.replace('-', '_')}" for name in sorted(KNOWN_CREDENTIAL_HEADERS)
+            f"$http_{name.replace('-', '_')}" for name in sorted(credential_headers(settings))
         ),
         "STATUS_SOCKET": str(status),
     }

@@ -28,10 +28,11 @@ IMPERSONATION_HEADER = "opendistro_security_impersonate_as"
 # Headers by which OpenSearch's security plugin (or a proxy in front of it) commonly decides
 # who a request runs as: HTTP basic / bearer, session cookies, client certificates
 # forwarded by a TLS terminator, proxy authentication, the tenant a Dashboards user acts
-# in, and the user impersonated. Only `KGQR_ANONYMOUS_USES_SERVICE_ACCOUNT` reads this
-# list: a request with none of them is anonymous there. Who a caller *is* is decided by
-# every header (below), because the engine's authentication is configurable: a JWT in a
-# header of the operator's naming, proxy auth's `x-proxy-ext-*` attributes, an
+# in, and the user impersonated. With those a deployment names (credential_headers), they
+# say whether a caller is anonymous (`KGQR_ANONYMOUS_USES_SERVICE_ACCOUNT` lends it kgqr's
+# account) and who it is where OpenSearch names no user. Where it does, who a caller *is*
+# is decided by every header (below), because the engine's authentication is configurable:
+# a JWT in a header of the operator's naming, proxy auth's `x-proxy-ext-*` attributes, an
 # X-Forwarded-For it trusts.
 KNOWN_CREDENTIAL_HEADERS = frozenset(
     {
@@ -92,6 +93,13 @@ def counts_for_identity(name: str) -> bool:
     return name not in NOT_IDENTITY_HEADERS and not name.startswith(NOT_IDENTITY_PREFIXES)
 
 
+def credential_headers(settings: Settings) -> frozenset[str]:
+    """KNOWN_CREDENTIAL_HEADERS and those a deployment's gateway also decides by
+    (KGQR_PROXY_CREDENTIAL_HEADERS), lower-case."""
+    configured = settings.proxy.credential_headers.split(",")
+    return KNOWN_CREDENTIAL_HEADERS | {name.strip().lower() for name in configured if name.strip()}
+
+
 def service_authorization(settings: Settings) -> str | None:
     """kgqr's own account as a Basic Authorization header value, or None without one."""
     credentials = opensearch_basic_auth(settings)
@@ -123,16 +131,18 @@ class Caller:
 
     credentials: tuple[tuple[str, str], ...]
     key: bytes = field(default=b"", repr=False)
+    credential_names: frozenset[str] = KNOWN_CREDENTIAL_HEADERS
     # It sent no credentials of its own (any it carries are kgqr's, lent): callers kgqr
     # cannot tell apart, whatever identity they resolve to.
     anonymous: bool = False
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str], settings: Settings) -> Caller:
+        named = credential_headers(settings)
         found = sorted(
             (name.lower(), value)
             for name, value in headers.items()
-            if counts_for_identity(name.lower())
+            if counts_for_identity(name.lower()) or name.lower() in named
         )
         # An empty one says nothing, and the front cannot tell it from none (nginx's
         # `$http_cookie` is "" either way): both lend alike. kgqr's own authorization, which
@@ -140,13 +150,13 @@ class Caller:
         lending = settings.proxy.anonymous_uses_service_account
         lent = service_authorization(settings) if lending else None
         anonymous = not any(
-            name in KNOWN_CREDENTIAL_HEADERS and value.strip()
+            name in named and value.strip()
             and not (lent and name == "authorization" and value == lent)
             for name, value in found
         )  # fmt: skip
         if anonymous and lent and ("authorization", lent) not in found:
             found = sorted([*found, ("authorization", lent)])
-        return cls(tuple(found), identity_key(settings), anonymous)
+        return cls(tuple(found), identity_key(settings), named, anonymous)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -161,7 +171,8 @@ class Caller:
         return hmac.new(self.key, json.dumps(kept).encode(), hashlib.sha256).hexdigest()[:32]
 
     def credential_fingerprint(self) -> str:
-        """The identity where OpenSearch resolves none (no security plugin): what the usual
-        credential headers say. Every header would key rewrites by client address too
-        (X-Forwarded-For), on a cluster where every caller sees the same documents."""
-        return self.fingerprint(KNOWN_CREDENTIAL_HEADERS)
+        """The identity where OpenSearch resolves none (no security plugin): what the
+        credential headers say (the usual ones and the deployment's). Every header would key
+        rewrites by client address too (X-Forwarded-For), on a cluster where every caller
+        sees the same documents."""
+        return self.fingerprint(self.credential_names)

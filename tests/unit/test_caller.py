@@ -360,6 +360,36 @@ def test_without_the_security_plugin_a_callers_address_does_not_split_their_iden
     assert traced.headers == {"authorization": "Basic a"}
 
 
+def test_a_gateways_own_credential_header_keeps_callers_apart_without_security() -> None:
+    """A gateway in front of OpenSearch that authorises by `x-api-key`: without the
+    security plugin, two keys were one caller to the rewrite cache unless named."""
+    keys = ("k-sales", "k-hr")
+
+    def identities(settings: Settings) -> list[str | None]:
+        resolver, _ = _resolver({"": httpx.Response(404, json={})})
+
+        async def each() -> list[str | None]:
+            return [
+                await resolver.identity(Caller.from_headers({"x-api-key": key}, settings))
+                for key in keys
+            ]
+
+        return asyncio.run(each())
+
+    assert len(set(identities(SERVICE))) == 1  # what an unnamed gateway header gives
+    named = SERVICE.replaced({"proxy_credential_headers": "X-Api-Key, x-tenant-token"})
+    sales, hr = identities(named)
+    assert sales != hr and sales is not None and sales.startswith("headers:")
+    lending = named.replaced({"anonymous_uses_service_account": True})
+    assert not Caller.from_headers({"x-api-key": "k-sales"}, lending).anonymous
+    assert "authorization" not in Caller.from_headers({"x-api-key": "k"}, lending).headers
+
+
+def test_a_credential_header_must_be_a_header_name() -> None:
+    with pytest.raises(ValueError, match="not an HTTP header name"):
+        Settings.of({"proxy_credential_headers": "x-api-key, bad header"})
+
+
 def test_a_flood_of_new_callers_does_not_evict_every_known_one() -> None:
     """One caller sending junk headers makes a new fingerprint per request: the identity
     memory once cleared itself when full, and every other caller's lookups with it."""

@@ -40,6 +40,7 @@ def test_lending_kgqrs_account_to_anonymous_callers_is_an_opt_in(tmp_path: Path)
             "opensearch_user": "admin",
             "opensearch_password": SecretStr("s3cret"),
             "anonymous_uses_service_account": True,
+            "proxy_credential_headers": "X-Api-Key",
         }
     )
     config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
@@ -49,7 +50,7 @@ def test_lending_kgqrs_account_to_anonymous_callers_is_an_opt_in(tmp_path: Path)
     keyed_on = re.search(r'map "([^"]*)" \$upstream_authorization', config)
     assert keyed_on is not None
     assert set(keyed_on.group(1).split("|")) == {
-        f"$http_{name.replace('-', '_')}" for name in KNOWN_CREDENTIAL_HEADERS
+        f"$http_{name.replace('-', '_')}" for name in KNOWN_CREDENTIAL_HEADERS | {"x-api-key"}
     }
 
 
