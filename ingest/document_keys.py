@@ -17,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from ingest.records import Link, Record, Refresh, Rejected
+from ingest.result_window import page_size
 from kgqr_core.field_evidence import field_items, source_paths
 from plugin.field_map import NUMERIC_TYPES, mapped_fields
 
@@ -33,6 +34,7 @@ class DocumentKeys:
     def __init__(self, client: Any, index: str, field: str) -> None:
         self.client, self.index, self.field = client, index, field
         self._numeric: bool | None = None
+        self._most: int | None = None
 
     def numeric(self) -> bool:
         """Whether the index maps the field as a number, so that the engine finds a stored
@@ -51,9 +53,12 @@ class DocumentKeys:
         """Each key's documents (none, one, or several: the caller tells them apart)."""
         found: dict[str, list[str]] = {key: [] for key in keys}
         ordered = sorted(found)
-        for start in range(0, len(ordered), BATCH):
-            batch = ordered[start : start + BATCH]
-            body = {"size": MOST_DOCUMENTS, "_source": source_paths([self.field]),
+        if self._most is None:
+            self._most = page_size(self.client, self.index, MOST_DOCUMENTS)
+        keys_a_search = max(1, min(BATCH, self._most * BATCH // MOST_DOCUMENTS))
+        for start in range(0, len(ordered), keys_a_search):
+            batch = ordered[start : start + keys_a_search]
+            body = {"size": self._most, "_source": source_paths([self.field]),
                     "track_total_hits": True, "query": {"terms": {self.field: batch}}}  # fmt: skip
             answer = self.client.search(index=self.index, body=body)["hits"]
             if answer["total"]["value"] > len(answer["hits"]):

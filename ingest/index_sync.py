@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.records import Link, Record, Refresh
+from ingest.result_window import page_size
 from ingest.sources.attached_graph import IndexFieldsSource, embed_from
 from ingest.sources.base import Source
 from kgqr_core.field_evidence import source_paths
@@ -150,12 +151,13 @@ class ChangedDocumentsSource(Source):
         """(id, fields) of each document written in the range, shard by shard."""
         fields = self.fields
         wanted = [*fields.entity_fields, *fields.reference_fields, *fields.side_vector_fields]
+        page = page_size(self.client, fields.index, PAGE)
         for key, until in sorted(self.until.items()):
             _, _, shard = key.rpartition("/")
             after = self.since.get(key, -1)
             while after < until:
                 body = {
-                    "size": PAGE,
+                    "size": page,
                     "_source": source_paths(wanted) or False,
                     "sort": [{"_seq_no": "asc"}],
                     "query": {"range": {"_seq_no": {"gt": after, "lte": until}}},
@@ -163,7 +165,7 @@ class ChangedDocumentsSource(Source):
                 hits = _shard_search(self.client, fields.index, int(shard), body)
                 for hit in hits:
                     yield hit["_id"], hit.get("_source") or {}
-                if len(hits) < PAGE:
+                if len(hits) < page:
                     break
                 after = int(hits[-1]["sort"][0])
 
@@ -178,9 +180,10 @@ def deleted_documents(client: Any, neo4j: Any, kb: str, index: str) -> list[str]
     """The graph's document nodes the index no longer holds."""
     gone: list[str] = []
     after = ""
+    batch = page_size(client, index, EXISTENCE_BATCH)
     while True:
         records, _, _ = neo4j.execute_query(DOCUMENT_NODES, kb=kb, after=after,
-                                            batch=EXISTENCE_BATCH)  # fmt: skip
+                                            batch=batch)  # fmt: skip
         ids = [str(record["id"]) for record in records]
         if not ids:
             return gone

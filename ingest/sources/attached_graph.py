@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ingest.document_keys import DocumentKeys, keyed
 from ingest.records import EmbedFrom, ExtractFrom, Link, Record, Rejected
+from ingest.result_window import page_size
 from ingest.sources.base import Source, json_lines
 from kgqr_core.field_evidence import (
     FieldEvidence,
@@ -176,10 +177,11 @@ class IndexFieldsSource(Source):
 
 def scan_in_id_order(client: Any, index: str, fields: list[str]) -> Iterator[dict[str, Any]]:
     """Every document's `fields`, in `_id` order: a resumed job cuts the same chunks."""
+    page = page_size(client, index, SCAN_PAGE)
     after: list[Any] | None = None
     while True:
         body: dict[str, Any] = {
-            "size": SCAN_PAGE,
+            "size": page,
             "_source": source_paths(fields),
             "sort": [{"_id": "asc"}],
             "query": {"match_all": {}},
@@ -188,7 +190,7 @@ def scan_in_id_order(client: Any, index: str, fields: list[str]) -> Iterator[dic
             body["search_after"] = after
         hits = client.search(index=index, body=body)["hits"]["hits"]
         yield from hits
-        if len(hits) < SCAN_PAGE:
+        if len(hits) < page:
             return
         after = hits[-1]["sort"]
 

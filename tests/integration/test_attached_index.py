@@ -176,8 +176,7 @@ def test_a_data_stream_is_refused_before_its_first_rollover_breaks_it(opensearch
 def test_an_index_the_engine_refuses_to_read_is_one_line_not_a_traceback(
     opensearch: Any, neo4j_driver: Any, redis_client: Any
 ) -> None:
-    """A closed index (or a max_result_window under a graph job's page) ended `kb graph`
-    on a Python traceback of the engine's 400."""
+    """A closed index ended `kb graph` on a Python traceback of the engine's 400."""
     stores, index = (opensearch, neo4j_driver, redis_client), "team-movies-closed"
     with _attached_plain(stores, "team-closed", index, "--entity-field", "genre") as done:
         assert done.exit_code == 0, done.output
@@ -185,6 +184,32 @@ def test_an_index_the_engine_refuses_to_read_is_one_line_not_a_traceback(
         failed = kgqr("kb", "graph", "team-closed", "--from-fields")
         assert failed.exit_code == 1 and "Traceback" not in failed.output, failed.output
         assert "OpenSearch refused a request (400): index_closed_exception" in failed.output
+
+
+def test_a_lowered_result_window_is_paged_within(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
+) -> None:
+    """Teams lower `index.max_result_window` to refuse deep paging; the graph jobs' and
+    sync's pages of 1,000 (and the key and deletion lookups' 10,000) ended on its 400."""
+    stores, kb, index = (opensearch, neo4j_driver, redis_client), "team-window", "team-window"
+    with _attached_plain(stores, kb, index, "--entity-field", "genre") as done:
+        assert done.exit_code == 0, done.output
+        opensearch.indices.put_settings(index=index, body={"index": {"max_result_window": 2}})
+        built = kgqr("kb", "graph", kb, "--from-fields")
+        assert built.exit_code == 0, built.output
+        genres = {d["id"]: {d["genre"]} for d in _documents() if "genre" in d}
+        assert len(genres) > 2 and _genre_edges(neo4j_driver, kb) == genres
+        keyed = kgqr("kb", "graph", kb, "--relations", str(FIXTURE / "relations.jsonl"))
+        assert keyed.exit_code == 0, keyed.output
+        opensearch.index(index=index, id="m4", body={"headline": "Thief", "genre": "heist"})
+        opensearch.delete(index=index, id="m1")
+        opensearch.indices.refresh(index=index)
+        first = kgqr("kb", "sync", kb)  # no checkpoint yet: every document is read
+        assert first.exit_code == 0 and "1 deleted" in first.output, first.output
+        assert _genre_edges(neo4j_driver, kb) == {
+            **{doc: genre for doc, genre in genres.items() if doc != "m1"},
+            "m4": {"heist"},
+        }
 
 
 @pytest.fixture(scope="module")
