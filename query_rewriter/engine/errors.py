@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import re
+import sysconfig
+import traceback
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -22,6 +25,35 @@ ADDRESS = re.compile(
 def redact_addresses(text: str) -> str:
     """Text for a client (an explain, a fallback reason) with URLs and host:port removed."""
     return ADDRESS.sub("<address>", text)
+
+
+# Where the interpreter's and the installed libraries' files lie, and kgqr's own (which an
+# image installs among the libraries).
+_LIBRARIES = tuple(
+    {str(Path(sysconfig.get_paths()[name]).resolve()) for name in ("stdlib", "purelib", "platlib")}
+)
+_KGQR = tuple(
+    str(Path(__file__).resolve().parents[2] / package)
+    for package in ("query_rewriter", "kgqr_core", "workbench", "plugin", "ingest", "kgqr_ops")
+)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What a client is told of a failure that cost it its rewrite (a fallback's reason,
+    in the explain and the X-Kgqr-Fallback header of every such answer). A library's
+    message may say what kgqr's network and accounts are (the Neo4j driver names the
+    addresses it resolved, an LLM gateway its key's last letters and its deployments):
+    of an exception raised inside one, only its kind. kgqr's own messages are written for
+    callers. The log keeps every message whole."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    frames = traceback.extract_tb(exc.__traceback__)
+    raised_in = str(Path(frames[-1].filename).resolve()) if frames else ""
+    if raised_in.startswith(_LIBRARIES) and not raised_in.startswith(_KGQR):
+        library = type(exc).__module__.partition(".")[0]
+        source = "" if library == "builtins" else f" from {library}"
+        return f"{type(exc).__name__}{source} (kgqr's log has its message)"
+    return redact_addresses(f"{type(exc).__name__}: {exc}")
 
 
 class RewriteRequestError(Exception):

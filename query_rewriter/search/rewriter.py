@@ -22,7 +22,7 @@ from kgqr_core.llm import AsyncLlmClient, CallerLlm
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter import metrics
-from query_rewriter.engine.errors import redact_addresses
+from query_rewriter.engine.errors import failure_reason, redact_addresses
 from query_rewriter.engine.hybrid_query import SearchFields, fuse, mean_vector
 from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.search.cache import RewriteCache, rewrite_key
@@ -111,13 +111,15 @@ class RewriteOutcome:
         )
 
 
-def record_fallback(strategy: str, stage: str, reason: str) -> Fallback:
-    """The explain's `fallback`, logged and counted. The log keeps the whole reason; the
-    explain, which a client reads, names no address."""
-    log.warning(
-        "rewrite fell back to the plain query",
-        extra={"kgqr": {"stage": stage, "reason": reason, "strategy": strategy}},
-    )
+def record_fallback(
+    strategy: str, stage: str, reason: str, exc: BaseException | None = None
+) -> Fallback:
+    """The explain's `fallback`, logged and counted. The log keeps the whole reason and
+    the exception's own message; the explain, which a client reads, names no address."""
+    logged = {"stage": stage, "reason": reason, "strategy": strategy}
+    if exc is not None:
+        logged["error"] = f"{type(exc).__name__}: {exc}"
+    log.warning("rewrite fell back to the plain query", extra={"kgqr": logged})
     metrics.FALLBACKS.labels(strategy, stage).inc()
     return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}
 
@@ -445,10 +447,7 @@ class Rewriter:
                 rewrite.details["text_facts"] = TEXT_NOT_SHOWN
         except Exception as exc:  # any failure of a strategy degrades to the plain query
             stage = timer.current or "rewrite"
-            reason = (
-                "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-            )
-            fallback = record_fallback(strategy_name, stage, reason)
+            fallback = record_fallback(strategy_name, stage, failure_reason(exc), exc)
             rewrite = Rewrite(strategy="base", query=query)
         timer.settle()
         known = ctx.query_vectors.get(query) if ctx is not None else None
@@ -474,8 +473,7 @@ class Rewriter:
                     else np.zeros((0, len(query_vector)), dtype=np.float32)
                 )
         except Exception as exc:
-            why = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-            fallback = fallback or record_fallback(strategy_name, "embed", why)
+            fallback = fallback or record_fallback(strategy_name, "embed", failure_reason(exc), exc)
             rewrite = Rewrite(strategy="base", query=query)
             context_vectors = np.zeros((0, len(query_vector)), dtype=np.float32)
         vector = fuse(query_vector, mean_vector(context_vectors), alpha)

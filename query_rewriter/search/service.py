@@ -16,6 +16,7 @@ import numpy as np
 from plugin.schema import META_INDEX
 from query_rewriter import metrics
 from query_rewriter.engine.caller import Caller
+from query_rewriter.engine.errors import failure_reason
 from query_rewriter.engine.forwarding import answer_content, json_answer
 from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.hybrid_query import (
@@ -115,7 +116,7 @@ async def run_plan(
             except Exception as exc:
                 # A kgqr bug costs the rewrite, as a failing strategy does, not the search.
                 log.exception("building the rewritten search failed")
-                why = f"kgqr could not build the rewritten search: {type(exc).__name__}: {exc}"
+                why = f"kgqr could not build the rewritten search: {failure_reason(exc)}"
                 searched = Searched(None, None, None, why)
         if searched.failure is not None:
             outcome.fallback = record_fallback(plan.strategy.name, "search", searched.failure)

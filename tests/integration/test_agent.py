@@ -327,6 +327,17 @@ def test_the_proxy_serves_the_stored_plan_without_an_llm_call(
     top = [hit["_id"] for hit in answer["hits"]["hits"]]
     assert top[0] in question.answers
     assert set(question.answers) <= set(top) or len(question.answers) > len(top)
+    # A stored plan that no longer fits the KB: why is kgqr-meta's (its steps, the KB's
+    # types and relations), and a fallback's reason reaches every caller.
+    stale = {"steps": [{**step, "relation": "owned_in_secret"} if step["op"] == "follow"
+                       else step for step in BY_COUNTRY_AND_PRICE["steps"]]}  # fmt: skip
+    book = PlanBook(entries=[PlanEntry(category=TWO_HOPS, template=stale,
+                                       examples=[question.query])])  # fmt: skip
+    kb_meta.record(opensearch, meta.kb, {"agent_plans": book.model_dump_json()})
+    with running_proxy(url_settings) as url:
+        unfit = _search(url, question.query)["kgqr"]["fallback"]
+    assert unfit is not None and "does not fit" in unfit["reason"], unfit
+    assert "owned_in_secret" not in unfit["reason"] and "based_in" not in unfit["reason"]
 
     clear = ["agent", "clear", "--kb", catalog_kb]
     cleared = CliRunner().invoke(main, clear, catch_exceptions=False)

@@ -12,15 +12,18 @@ with their own share (`agent.weight`), so BM25 and k-NN order what the plan leav
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from kgqr_core.settings import Settings
 from query_rewriter.strategies.agent.executor import execute
-from query_rewriter.strategies.agent.plan import fill, validate
+from query_rewriter.strategies.agent.plan import PlanError, fill, validate
 from query_rewriter.strategies.agent.plan_book import Router, book_of
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.context import StrategyContext
 from query_rewriter.strategies.params import Param
 from query_rewriter.strategies.rewrite import Rewrite
+
+log = logging.getLogger("kgqr.rewrite")
 
 ANSWERS = Param("agent.answers", "agent_answers", 1, 200, integer=True)
 WEIGHT = Param("agent.weight", "agent_boost_share", 0.0, 1.0)
@@ -73,7 +76,17 @@ class PlanAgent(Strategy):
         vector = await ctx.query_vector(query)
         model = ctx.meta.embedder if ctx.meta else ""
         entry, similarity = await self.router.choose(book, (ctx.kb, model), vector, ctx.embed)
-        plan = validate(fill(entry.template, query), ctx.structure)
+        try:
+            plan = validate(fill(entry.template, query), ctx.structure)
+        except PlanError as exc:
+            # Its message names the plan's steps and the KB's types and relations, which
+            # are kgqr-meta's; a fallback's reason reaches every caller.
+            log.warning("an optimised plan does not fit", extra={"kgqr": {"kb": ctx.kb,
+                        "category": entry.category, "reason": str(exc)}})  # fmt: skip
+            raise PlanError(
+                "the plan chosen for this query does not fit it or the knowledge base's "
+                "structure now (kgqr's log says how): run `kgqr agent optimize` again"
+            ) from None
         budget_s = ctx.setting("agent_time_budget_ms") / 1000
         run = await asyncio.wait_for(execute(plan, query, ctx), timeout=budget_s)
         answers = run.answer[: int(ctx.param(ANSWERS))]
