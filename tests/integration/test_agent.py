@@ -6,6 +6,7 @@ the real one on a few questions), and the proxy serves the stored plans with no 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -329,15 +330,14 @@ def test_the_proxy_serves_the_stored_plan_without_an_llm_call(
     assert set(question.answers) <= set(top) or len(question.answers) > len(top)
     # A stored plan that no longer fits the KB: why is kgqr-meta's (its steps, the KB's
     # types and relations), and a fallback's reason reaches every caller.
-    stale = {"steps": [{**step, "relation": "owned_in_secret"} if step["op"] == "follow"
-                       else step for step in BY_COUNTRY_AND_PRICE["steps"]]}  # fmt: skip
+    stale = json.loads(json.dumps(BY_COUNTRY_AND_PRICE).replace("based_in", "owned_in_secret"))
     book = PlanBook(entries=[PlanEntry(category=TWO_HOPS, template=stale,
                                        examples=[question.query])])  # fmt: skip
     kb_meta.record(opensearch, meta.kb, {"agent_plans": book.model_dump_json()})
     with running_proxy(url_settings) as url:
         unfit = _search(url, question.query)["kgqr"]["fallback"]
     assert unfit is not None and "does not fit" in unfit["reason"], unfit
-    assert "owned_in_secret" not in unfit["reason"] and "based_in" not in unfit["reason"]
+    assert "owned_in_secret" not in unfit["reason"] and "made_by" not in unfit["reason"]
 
     clear = ["agent", "clear", "--kb", catalog_kb]
     cleared = CliRunner().invoke(main, clear, catch_exceptions=False)
