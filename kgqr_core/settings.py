@@ -638,8 +638,9 @@ class RewriteSettings(Section):
     background_max: int = Field(
         default=8,
         ge=1,
-        description="Budgeted LLM rewrites running in the background at once; beyond it a "
-        "search is answered fast and nothing is queued (identical ones share one).",
+        description="Budgeted LLM rewrites running in the background at once, half of them "
+        "at most for one caller (so that one caller's new queries cannot hold every slot); "
+        "beyond it a search is answered fast and nothing is queued (identical ones share one).",
     )
 
     max_concurrent: int = Field(

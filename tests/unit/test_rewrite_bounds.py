@@ -130,7 +130,8 @@ def test_budgeted_rewrites_in_the_background_take_none_of_the_callers_share() ->
 
     async def run() -> None:
         llm = GatedLlm()
-        limits = {"rewrite_max_concurrent": 8, "rewrite_budget_ms": 0}
+        limits = {"rewrite_max_concurrent": 8, "rewrite_budget_ms": 0,
+                  "rewrite_background_max": 12}  # fmt: skip
         rewriter = _rewriter(Settings.of(limits), llm, _embed)
         served = [await _rewrite(rewriter, f"one at a time {n}") for n in range(6)]
         assert llm.calls == 6  # each LLM rewrite runs on in the background
@@ -145,6 +146,33 @@ def test_budgeted_rewrites_in_the_background_take_none_of_the_callers_share() ->
         other = await _rewrite(crowded, "another's", "b")
         assert other.fallback is None or other.fallback["stage"] != "admission", other.fallback
         llm.release.set()
+
+    asyncio.run(run())
+
+
+def test_one_caller_holds_at_most_half_of_the_background_rewrites() -> None:
+    """Each new query of a budgeted LLM strategy took a background slot, first come:
+    one caller sending eight held them all, and every other caller's searches were answered
+    fast with nothing queued (`fast_not_queued`) until those finished."""
+
+    async def run() -> None:
+        llm = GatedLlm()
+        limits = {"rewrite_budget_ms": 0, "rewrite_background_max": 8}
+        rewriter = _rewriter(Settings.of(limits), llm, _embed)
+        flood = [await _rewrite(rewriter, f"new query {n}", "flooder") for n in range(8)]
+        pending = [outcome.budget and outcome.budget["pending"] for outcome in flood]
+        assert pending == ["hyde"] * 4 + [None] * 4, pending
+        others = [await _rewrite(rewriter, f"theirs {n}", who) for n, who in enumerate("ab")]
+        assert all(o.budget and o.budget["pending"] == "hyde" for o in others), others
+        assert llm.calls == 6
+        untold = [await _rewrite(rewriter, f"anon {n}", "x", told_apart=False) for n in range(3)]
+        assert [o.budget and o.budget["pending"] for o in untold] == ["hyde", "hyde", None]
+        llm.release.set()
+        while rewriter._background:  # each finished frees its owner's slot
+            await asyncio.sleep(0.01)
+        assert not rewriter._background_for
+        again = await _rewrite(rewriter, "new query 9", "flooder")
+        assert again.budget is not None and again.budget["pending"] == "hyde", again.budget
 
     asyncio.run(run())
 
