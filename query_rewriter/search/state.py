@@ -21,6 +21,10 @@ from query_rewriter.search.rewriter import Rewriter
 STRUCTURE_TTL_S = 60.0
 
 
+class MetaUnreadable(Exception):
+    """kgqr-meta answered neither the KB's record nor that it has none."""
+
+
 @dataclass
 class ProxyState:
     """`engine` is every way to OpenSearch: as a caller, as kgqr, or verbatim."""
@@ -52,7 +56,10 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
     minute; for a KB kgqr-meta does not record, what its documents index says of it.
     Read again sooner once the list of knowledge bases (read every few seconds) names
     another model for it: after a re-embed or `kgqr kb embed` to a model of the same size,
-    queries embedded with the old one met the new vectors without an error, for a minute."""
+    queries embedded with the old one met the new vectors without an error, for a minute.
+    Any other answer (403, 429, 5xx) raises and is not kept: taken for "no record" and kept
+    a minute, it sent searches on with a guessed model and no field map, saying nothing;
+    now each rewrite falls back, saying so, until kgqr-meta answers."""
     cached = state.kb_metas.get(kb)
     if cached and cached[0] > time.monotonic() and not _model_moved(state, kb, cached[1]):
         return cached[1]
@@ -63,6 +70,8 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
         meta = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"])
     elif response.status_code == 404:
         meta = await unrecorded_meta(kgqr, kb)
+    else:
+        raise MetaUnreadable(f"kgqr-meta answered {response.status_code} for {kb!r}")
     state.kb_metas[kb] = (time.monotonic() + STRUCTURE_TTL_S, meta)
     return meta
 

