@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+
 import click
 
 from kgqr_core.settings import get_settings
@@ -36,8 +41,8 @@ from kgqr_core.settings import get_settings
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Proxy processes sharing the port (each loads its own embedder and keeps its own "
-    "metrics; the rewrite cache and LLM answers are shared through Redis).",
+    help="Proxy processes sharing the port (each loads its own embedder; the rewrite cache "
+    "and LLM answers are shared through Redis, the metrics through a temporary folder).",
 )
 def serve(host: str | None, port: int | None, front_port: int | None, log_level: str,
           workers: int) -> None:  # fmt: skip
@@ -56,7 +61,6 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
       kgqr serve --front-port 9202 --workers 2
       curl -s 'localhost:9201/kgqr-movies-documents/_search?q=Pacino&kgqr.explain=true'
     """
-    import contextlib
     import signal
 
     import uvicorn
@@ -85,12 +89,12 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
     # found. Python's default handler would end the process on the spot, leaving the front's
     # nginx folder in /tmp; as SystemExit the `with` below removes it first.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    with front as front_url:
+    with front as front_url, _shared_by_workers(workers, log_level):
         if front_url:
             click.echo(f"front (nginx) on {front_url}: point clients there", err=True)
         # With several workers each process builds its app from the same environment.
         app = (
-            create_served_app(settings) if workers == 1 else "kgqr_ops.proxy_app:create_served_app"
+            create_served_app(settings) if workers == 1 else "kgqr_ops.proxy_app:create_worker_app"
         )
         uvicorn.run(
             app,
@@ -101,6 +105,21 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
             log_level=log_level.lower(),
             access_log=False,
         )
+
+
+@contextlib.contextmanager
+def _shared_by_workers(workers: int, log_level: str) -> Iterator[None]:
+    """What several worker processes, spawned afresh, are told through their environment:
+    the log level, and the folder their metrics are kept in together."""
+    if workers == 1:
+        yield
+        return
+    from kgqr_ops.proxy_app import WORKER_LOG_LEVEL
+    from query_rewriter.metrics import SHARED_FOLDER
+
+    with tempfile.TemporaryDirectory(prefix="kgqr-metrics-") as folder:
+        os.environ[SHARED_FOLDER], os.environ[WORKER_LOG_LEVEL] = folder, log_level
+        yield
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

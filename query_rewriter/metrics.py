@@ -1,8 +1,19 @@
-"""Prometheus metrics of the proxy, served at /_kgqr/metrics."""
+"""Prometheus metrics of the proxy, served at /_kgqr/metrics.
+
+`kgqr serve --workers N` runs N processes behind one port: each keeps its metrics in files
+of a folder they share (PROMETHEUS_MULTIPROC_DIR, which serve sets), and any of them
+answers with all of theirs. Kept per process, a scrape showed whichever process answered,
+and counters seemed to go back.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+SHARED_FOLDER = "PROMETHEUS_MULTIPROC_DIR"
 
 # Under `_kgqr`, a name no index can have: at `/metrics` kgqr answered for an index named
 # `metrics` (a HEAD said it existed; a GET gave these counters instead of the index).
@@ -68,15 +79,18 @@ BACKGROUND_REWRITES = Counter(
     ["result"],
     registry=REGISTRY,
 )
+# Gauges of several processes add up, those of ended ones left out.
 REWRITES_RUNNING = Gauge(
     "kgqr_rewrites_running",
     "Rewrites being computed (KGQR_REWRITE_MAX_CONCURRENT caps them)",
     registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
 LLM_WAITING = Gauge(
     "kgqr_llm_calls_waiting",
     "LLM calls waiting for one of the KGQR_LLM_MAX_CONCURRENT slots",
     registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
 GRAPH_READS = Counter(
     "kgqr_graph_expansions_total",
@@ -97,4 +111,16 @@ GRAPH_SNAPSHOT_RELATIONSHIPS = Gauge(
     "kgqr_graph_snapshot_relationships",
     "Relationships held in the proxy's in-memory graph copies",
     registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
+
+
+def exposition() -> bytes:
+    """Every metric in Prometheus's text format: this process's, or with several
+    processes sharing a folder, all of theirs."""
+    folder = os.environ.get(SHARED_FOLDER)
+    if not folder:
+        return bytes(generate_latest(REGISTRY))
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, folder)  # type: ignore[no-untyped-call]
+    return bytes(generate_latest(registry))

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import httpx
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -265,7 +265,7 @@ async def metrics_endpoint(request: Request) -> Response:
     if (refused := await _metrics_refused(state, request)) is not None:
         return refused
     fronts = await read_fronts(status_folder(state.settings, request.scope["server"][1]))
-    body = generate_latest(metrics.REGISTRY) + render_fronts(fronts)
+    body = metrics.exposition() + render_fronts(fronts)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -562,6 +563,58 @@ def test_kgqr_serve_stopped_by_sigterm_removes_its_front_folder(tmp_path: Path) 
             server.kill()
     assert front_folders() - before == set()
     assert not port_is_open("127.0.0.1", front_port)
+
+
+def test_kgqr_serve_with_workers_logs_every_rewrite_and_counts_all_of_them(
+    tmp_path: Path, movies_kb: str
+) -> None:
+    """`--workers N` spawns its processes afresh: they wrote no kgqr line at INFO (the
+    `rewrite` line of each search), and a scrape of the metrics showed whichever
+    process answered it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def shared_folders() -> set[Path]:
+        return set(Path(tempfile.gettempdir()).glob("kgqr-metrics-*"))
+
+    before, port, searches = shared_folders(), free_port(), 8
+    url = f"http://127.0.0.1:{port}"
+    with (tmp_path / "serve.log").open("wb") as stderr:
+        server = subprocess.Popen(
+            [sys.executable, "-c", "from kgqr_ops.cli import main; main()", "serve",
+             "--port", str(port), "--workers", "2"],
+            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=stderr,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not port_is_open("127.0.0.1", port):
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, "kgqr serve did not listen within 120 s"
+            time.sleep(0.2)
+        for n in range(searches):  # a connection each: the kernel deals them to the workers
+            body = {"query": {"match": {"text": f"bank robbers {n}"}}}
+            answer = httpx.post(f"{url}/{movies_kb}/_search", params={"kgqr.strategy": "base"},
+                                json=body, timeout=300)  # fmt: skip
+            assert answer.status_code == 200, answer.text
+
+        def searches_counted() -> float:
+            text = httpx.get(f"{url}{metrics.PATH}", timeout=60).text
+            return sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "kgqr_requests_total" and sample.labels["kind"] == "search"
+            )
+
+        assert [searches_counted() for _ in range(6)] == [searches] * 6
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+    lines = [json.loads(line) for line in (tmp_path / "serve.log").read_text().splitlines()
+             if line.startswith("{")]  # fmt: skip
+    rewrites = [line for line in lines if line["message"] == "rewrite"]
+    assert len(rewrites) == searches, lines
+    assert {line["kgqr"]["strategy"] for line in rewrites} == {"base"}
+    assert shared_folders() == before  # the metrics' folder goes with the server
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
