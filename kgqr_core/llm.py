@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgqr_core.fair_slots import FairSlots
+from kgqr_core.outage_notice import OutageNotice
 from kgqr_core.settings import Settings
 from kgqr_core.single_flight import SingleFlight
 
@@ -106,6 +107,7 @@ class _AnswerCache:
         self.model = settings.llm.model
         self.sample = settings.llm.sample
         self._redis = redis
+        self._outage = OutageNotice(log, "LLM answer cache unavailable: asking the LLM")
 
     def _key(self, request: LlmRequest) -> str:
         return request.cache_key(self.model, self.sample)
@@ -121,13 +123,10 @@ class _AnswerCache:
             return None
         return LlmAnswer(texts, True, (time.perf_counter() - started) * 1000)
 
-    @staticmethod
-    def _unavailable(exc: Exception) -> None:
+    def _unavailable(self, exc: Exception) -> None:
         """The cache saves LLM time: an outage costs that time, never the answer (a Redis
         outage used to make every LLM rewrite fall back to the plain query)."""
-        log.warning(
-            "LLM answer cache unavailable: asking the LLM", extra={"kgqr": {"error": str(exc)}}
-        )
+        self._outage.tell(exc)
 
 
 class LlmClient(_AnswerCache):

@@ -54,6 +54,11 @@ PASSED_THROUGH = Counter(
     registry=REGISTRY,
 )
 CACHE = Counter("kgqr_rewrite_cache_total", "Rewrite cache lookups", ["result"], registry=REGISTRY)
+CACHE_UNAVAILABLE = Counter(
+    "kgqr_rewrite_cache_unavailable_total",
+    "Rewrite cache reads and writes Redis failed (each read is also counted a miss)",
+    registry=REGISTRY,
+)
 FALLBACKS = Counter(
     "kgqr_fallbacks_total",
     "Rewrites that fell back to the plain query",

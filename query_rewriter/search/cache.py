@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from pathlib import Path
@@ -19,13 +18,13 @@ from typing import Any, TypeVar
 import kgqr_core
 import plugin
 import query_rewriter
+from kgqr_core.outage_notice import OutageNotice
 from kgqr_core.single_flight import SingleFlight
+from query_rewriter import metrics
 
 T = TypeVar("T")
 PREFIX = "kgqr:rewrite:"
 log = logging.getLogger("kgqr.proxy")
-# An outage is told at most this often: every search would otherwise log it.
-OUTAGE_LOG_EVERY_S = 60.0
 
 
 @lru_cache(maxsize=1)
@@ -68,7 +67,7 @@ class RewriteCache:
         self._ttl_s = ttl_s
         self._max_entry_bytes = max_entry_bytes
         self._in_flight: SingleFlight[Any] = SingleFlight()
-        self._told_at = float("-inf")
+        self._outage = OutageNotice(log, "rewrite cache unavailable: rewrites are made afresh")
 
     async def get(self, key: str) -> dict[str, Any] | None:
         if self._ttl_s <= 0:
@@ -87,13 +86,8 @@ class RewriteCache:
     def _unavailable(self, exc: Exception) -> None:
         """Counted as misses, an outage was told nowhere: every rewrite made afresh, and
         no line saying why."""
-        now = time.monotonic()
-        if now - self._told_at >= OUTAGE_LOG_EVERY_S:
-            self._told_at = now
-            log.warning(
-                "rewrite cache unavailable: rewrites are made afresh",
-                extra={"kgqr": {"error": f"{type(exc).__name__}: {exc}"[:300]}},
-            )
+        metrics.CACHE_UNAVAILABLE.inc()
+        self._outage.tell(exc)
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
         if self._ttl_s <= 0:

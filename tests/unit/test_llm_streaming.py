@@ -133,9 +133,12 @@ def test_a_caller_giving_up_hangs_up_on_the_endpoint() -> None:
     assert 0 < endpoint.sent < 200
 
 
-def test_an_answer_cache_that_is_down_costs_the_cache_not_the_answer() -> None:
+def test_an_answer_cache_that_is_down_costs_the_cache_not_the_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A Redis outage made every LLM call raise, and every LLM rewrite fall back to the
-    plain query, though the LLM was up: the cache only saves time."""
+    plain query, though the LLM was up: the cache only saves time. It is said once a
+    minute (each call's read and write said it, two lines an LLM call)."""
     import redis
     import redis.asyncio as aioredis
 
@@ -157,4 +160,7 @@ def test_an_answer_cache_that_is_down_costs_the_cache_not_the_answer() -> None:
             answer = await asyncio.to_thread(blocking.complete, LlmRequest.user("q"))
         return proxied, answer.texts
 
-    assert asyncio.run(run()) == (['{"a": "b"}'], ['{"a": "b"}'])
+    with caplog.at_level("WARNING", logger="kgqr.llm"):
+        assert asyncio.run(run()) == (['{"a": "b"}'], ['{"a": "b"}'])
+    told = [r for r in caplog.records if "answer cache unavailable" in r.getMessage()]
+    assert len(told) == 2, told  # once for each client, not for each read and write

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from query_rewriter import metrics
 from query_rewriter.search.cache import RewriteCache
 
 pytestmark = pytest.mark.unit
@@ -68,8 +69,10 @@ def test_an_outage_is_a_miss_told_once_a_minute_not_per_search(
         await cache.put("k", {"q": "x"})
         assert await cache.get("k") is None
 
+    counted = metrics.CACHE_UNAVAILABLE._value.get()
     with caplog.at_level("WARNING", logger="kgqr.proxy"):
         asyncio.run(twice())
+    assert metrics.CACHE_UNAVAILABLE._value.get() == counted + 3  # every failure counted
     assert [r.getMessage() for r in caplog.records] == [
         "rewrite cache unavailable: rewrites are made afresh"
     ]
