@@ -445,9 +445,11 @@ class EmbedderSettings(Section):
         json_schema_extra={"flat": "query_embedder_models"},
         default="*",
         description="Models the proxy may load to embed a knowledge base's queries with the "
-        "model its vectors came from: `*` for any registered model, or a comma-separated "
-        "list (each loaded model holds its memory: EmbeddingGemma ~1.2 GB). A knowledge base "
-        "of another model is searched with the client's own query (fallback `embedder`).",
+        "model its vectors came from: `*` for any model (a registered one or a "
+        "sentence-transformers folder), or a comma-separated list, to which "
+        "KGQR_EMBEDDER_MODEL always belongs (each loaded model holds its memory: "
+        "EmbeddingGemma ~1.2 GB). A knowledge base of another model is searched with the "
+        "client's own query (fallback `embedder`).",
     )
 
 
@@ -647,8 +649,9 @@ class RewriteSettings(Section):
         default=16,
         ge=1,
         description="Rewrites computed at once (cache misses; `base` is not counted). Beyond "
-        "it a search runs the plain query at once (fallback stage `admission`), so a flood of "
-        "slow rewrites cannot hold every connection or queue the searches behind it.",
+        "it an LLM strategy's search runs the caller's query as sent, and an LLM-free one's as "
+        "`base` (fallback stage `admission`), so a flood of slow rewrites cannot hold every "
+        "connection or queue the searches behind it.",
     )
 
     max_concurrent_per_caller: int | None = Field(
