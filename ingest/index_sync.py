@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from opensearchpy.exceptions import AuthorizationException, NotFoundError
+
 from ingest.records import Link, Record, Refresh
 from ingest.result_window import page_size
 from ingest.sources.attached_graph import IndexFieldsSource, embed_from
@@ -98,16 +100,35 @@ def with_overlap(checkpoints: Checkpoints) -> Checkpoints:
     return {key: max(-1, seq_no - OVERLAP) for key, seq_no in checkpoints.items()}
 
 
-def read_from(synced: Checkpoints, now: Checkpoints) -> tuple[Checkpoints, list[str]]:
-    """Where a sync reads each shard from, and the shards read again from their start: a
-    shard's numbers only grow in an index's life, so one whose highest (among the
-    documents it holds) is now below its checkpoint was made again (an index deleted and
-    created under the same name, a snapshot restored), and reading on from the old
-    checkpoint missed every document up to it, silently; or its last documents were
-    deleted, and reading it again costs a read and loses nothing."""
+def read_from(
+    synced: Checkpoints, now: Checkpoints, made_again: bool = False
+) -> tuple[Checkpoints, list[str]]:
+    """Where a sync reads each shard from, and the shards read again from their start.
+    An index made again under its name (deleted and created, a snapshot restored) numbers
+    its writes from 0, and reading on from the old checkpoint missed every document up to
+    it, silently. `made_again`: its uuid says so, and every shard is read from its start.
+    Where the uuid cannot be read, a shard's numbers, which only grow in an index's life,
+    tell it when its highest (among the documents it holds) is now below its checkpoint;
+    or its last documents were deleted, and reading it again costs a read and loses
+    nothing. An index made again with more writes than the checkpoint is told by the uuid
+    alone."""
+    if made_again:
+        return {}, sorted(now)
     restarted = sorted(key for key, highest in now.items() if highest < synced.get(key, -1))
     since = with_overlap({k: v for k, v in synced.items() if k not in restarted})
     return since, restarted
+
+
+def index_uuid(client: Any, index: str) -> str | None:
+    """The uuid of the one index behind `index`, which an index made again under its name
+    does not keep; None where the account may not read its settings (a right beyond the
+    `read` sync needs: `indices:monitor/settings/get`)."""
+    name = shards_of(client, index)[0][0]
+    try:
+        answer = client.indices.get_settings(index=name, name="index.uuid")
+    except (AuthorizationException, NotFoundError):
+        return None
+    return str(answer[name]["settings"]["index"]["uuid"])
 
 
 class ChangedDocumentsSource(Source):

@@ -587,13 +587,21 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     redis = connections.redis_client(settings)
     try:
         until = index_sync.highest_seq_nos(client, fields.index)
+        uuid = index_sync.index_uuid(client, fields.index)
     except index_sync.NotOneIndex as exc:
         raise click.ClickException(str(exc)) from exc
-    since, restarted = ({}, []) if full else index_sync.read_from(meta.synced or {}, until)
-    for shard in restarted:
-        click.echo(f"{shard}: its documents' writes are all numbered below the last sync's "
-                   "(the index made again or restored, or its last documents deleted): read "
-                   "from its start", err=True)  # fmt: skip
+    made_again = None not in (uuid, meta.synced_uuid) and uuid != meta.synced_uuid
+    since, restarted = (
+        ({}, []) if full else index_sync.read_from(meta.synced or {}, until, made_again)
+    )
+    if made_again:
+        click.echo(f"{fields.index} was made again since the last sync (its uuid is another): "
+                   "every shard read from its start", err=True)  # fmt: skip
+    else:
+        for shard in restarted:
+            click.echo(f"{shard}: its documents' writes are all numbered below the last "
+                       "sync's (the index made again or restored, or its last documents "
+                       "deleted): read from its start", err=True)  # fmt: skip
     changes = index_sync.ChangedDocumentsSource(client, fields, since, until)
     with connections.neo4j_driver(settings) as neo4j:
         gone = index_sync.deleted_documents(client, neo4j, name, fields.index)
@@ -630,7 +638,7 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         read = final.counts.get("documents", 0)
     # Recorded first: a KB detached meanwhile is refused here, before its graph's copy
     # would be made again.
-    kb_meta.record(client, name, {"synced": until})
+    kb_meta.record(client, name, {"synced": until, "synced_uuid": uuid})
     _copy_graph_if_missing(name, client)
     graph_version.bump(redis, name)
     click.echo(

@@ -77,6 +77,8 @@ class KnowledgeBaseMeta(BaseModel):
     attached: FieldMap | None = None
     # An attached index's sync checkpoints: "index/shard" -> the highest _seq_no synced.
     synced: dict[str, int] | None = None
+    # ... and the uuid of the index they number (None where the account may not read it).
+    synced_uuid: str | None = None
     # Every version of the KB's default strategy, oldest first; the last one is served.
     defaults: list[KbDefault] = Field(default_factory=list)
 
