@@ -180,15 +180,18 @@ async def _answer(
     answered: list[httpx.Response] = []  # each item's, for the headers about the request
 
     async def one(position: int, plan: SearchPlan | PassThrough) -> dict[str, Any]:
+        own = engine_params({**item_params, **checked[position].params})
         if isinstance(plan, PassThrough):
-            header, body = checked[position], lines[2 * position + 1]
+            # The msearch's parameters too (typed_keys, rest_total_hits_as_int, ...): sent
+            # with the header's alone, a passed-through item answered in another shape
+            # than its rewritten neighbours, and opensearch-java could not read it.
+            body = lines[2 * position + 1]
             upstream = await as_caller.send(
-                "POST", header.path, json=strip_kgqr(body), params=header.params
+                "POST", checked[position].path, json=strip_kgqr(body), params=own
             )
             status = upstream.status_code
             result = with_explain(upstream, plan.explanation() if plan.explain else None)
         else:
-            own = engine_params({**item_params, **checked[position].params})
             upstream, explain = await run_plan(state, replace(plan, sent_params=own), headers)
             status = upstream.status_code
             result = with_explain(upstream, explain if plan.explain else None)

@@ -453,6 +453,29 @@ def test_msearch_rewrites_managed_items_and_keeps_the_rest(
                               "one (kgqr kb attach)"}  # fmt: skip
 
 
+def test_msearch_parameters_shape_every_item_rewritten_or_not(
+    proxy_url: str, movies_kb: str, settings: Settings
+) -> None:
+    """A results item and a facets item (size 0: passed through), as opensearch-java
+    (typed_keys) and Dashboards (rest_total_hits_as_int) send them: the passed-through item
+    was sent with its header's parameters alone, and answered in another shape."""
+    facets = {"size": 0, "aggs": {"kinds": {"terms": {"field": "type"}}}}
+    lines = [{"index": movies_kb}, QUERY, {"index": movies_kb}, facets]
+    content = "".join(json.dumps(line) + "\n" for line in lines)
+    params = {"typed_keys": "true", "rest_total_hits_as_int": "true"}
+    headers = {"content-type": "application/x-ndjson"}
+    via, direct = (
+        httpx.post(f"{url}/_msearch", params=params, content=content, headers=headers).json()
+        for url in (proxy_url, settings.opensearch.url)
+    )
+    for answers in (via, direct):
+        results, counted = answers["responses"]
+        assert isinstance(results["hits"]["total"], int), results["hits"]
+        assert isinstance(counted["hits"]["total"], int), counted["hits"]
+        assert set(counted["aggregations"]) == {"sterms#kinds"}, counted["aggregations"]
+    assert via["responses"][1]["hits"]["total"] == direct["responses"][1]["hits"]["total"]
+
+
 @pytest.mark.parametrize("strategy", ["prf", "hyde", "rar", "agr"])
 def test_each_baseline_strategy_expands_the_query(
     proxy_url: str, movies_kb: str, llm_settings: Settings, strategy: str
