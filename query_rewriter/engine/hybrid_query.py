@@ -211,7 +211,7 @@ def hybrid_body(
     body = {key: value for key, value in client_body.items() if key not in ("query", "ext")}
     if deep:
         start, size = int(body.get("from", 0)), int(body.get("size", 10))
-        body = {**body, "from": 0, "size": max(start + size, FUSION_DEPTH)}
+        body = {**body, "from": 0, "size": page_depth(start + size, FUSION_DEPTH)}
     size = int(body.get("size", 10))
     start = int(body.get("from", 0))
     # A vector query has no words (k-NN and the graph only); an attached index without
@@ -225,14 +225,22 @@ def hybrid_body(
     positive = {doc_id: w for doc_id, w in (boosts or {}).items() if w > 0}
     if positive:
         hybrid["queries"].append(boost_clause(positive, parsed, added))
-    # Every page of a search reads each sub-query equally deep, so min-max normalisation
-    # sees the same scores and pages join up: without it the engine reads from + size
-    # per sub-query, and the top 5 of a size-5 search is not the top 5 of a size-20 one.
-    hybrid["pagination_depth"] = max(k, start + size)
+    # Pages read each sub-query equally deep, so min-max normalisation sees the same
+    # scores and pages join up: without it the engine reads from + size per sub-query,
+    # and the top 5 of a size-5 search is not the top 5 of a size-20 one.
+    hybrid["pagination_depth"] = page_depth(start + size, k)
     body["query"] = {"hybrid": hybrid}
     both = parsed.vector is None and (bool(fields.vector) or vector_scores is not None)
     body = _weighted(body, weights) if both else _weighted_one_side(body, weights)
     return _highlighting_the_callers_query(body, client_body.get("query"))
+
+
+def page_depth(end: int, block: int) -> int:
+    """How deep a page ending at hit `end` reads each ranking: `block` for every page within
+    the first `block` hits, else the next multiple of it. Reading `from + size` deep past
+    the first block, each further page was ranked over another set (a hit shown on two
+    pages, another on none); now pages agree within each block of `block` hits."""
+    return block if end <= block else block * -(-end // block)
 
 
 def _highlighting_the_callers_query(body: dict[str, Any], query: Any) -> dict[str, Any]:

@@ -427,6 +427,13 @@ def _pass_through(
             "normalises them, which the rescore's weights do not mean, so the search is sent "
             "as it is"
         )
+    if query_params.get("search_type") == "dfs_query_then_fetch":
+        # neural-search 2.19 skips its normalisation under DFS on an index of several
+        # shards: the hits came back in the hybrid query's raw form, 200, no error.
+        return "search_type", (
+            "search_type=dfs_query_then_fetch: the engine does not normalise its hybrid "
+            "query's scores under it (neural-search 2.19), so the search is sent as it is"
+        )
     if parsed is None:
         return "query_shape", (
             "kgqr rewrites match, match_phrase, multi_match, query_string and "

@@ -205,6 +205,10 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     assert _passes(index, {}, {**body, "profile": True}, "graph") == "profile"
     rescore = {"window_size": 10, "query": {"rescore_query": {"match_phrase": {"text": "x"}}}}
     assert _passes(index, {}, {**body, "rescore": rescore}, "graph") == "rescore"
+    dfs = {"search_type": "dfs_query_then_fetch"}
+    assert _passes(index, dfs, body, "graph") == "search_type"
+    assert isinstance(plan_search(index, {"search_type": "query_then_fetch"}, body, "graph"),
+                      SearchPlan)  # fmt: skip
     assert isinstance(plan_search(index, {}, {**body, "profile": False}, "graph"), SearchPlan)
     # Sorted by a field, not by relevance (a `_score` sort is relevance).
     for sort in ("year", ["_score", {"year": "desc"}], {"year": {"order": "asc"}}):
@@ -337,6 +341,14 @@ def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() ->
         {"size": 5}, parsed, "heat", np.array([1.0, 0.0]), k=50, weights=SHARED
     )
     assert first_page["query"]["hybrid"]["pagination_depth"] == 50  # same depth on every page
+    # Past k, a block of k hits at a time: pages 6 to 10 (of 10) agree with each other.
+    vector = np.array([1.0, 0.0])
+    pages = [
+        hybrid_body({"size": 10, "from": start}, parsed, "heat", vector, k=50, weights=SHARED)
+        for start in (40, 50, 60, 90, 100)
+    ]
+    depths = [page["query"]["hybrid"]["pagination_depth"] for page in pages]
+    assert depths == [50, 100, 100, 100, 150]
 
 
 def test_fusion_follows_kgcqr_equation_9() -> None:
