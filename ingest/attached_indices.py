@@ -115,6 +115,22 @@ def checked(field_map: FieldMap, mapping: dict[str, Any]) -> FieldMap:
     return field_map.model_copy(update={"dimension": mapped.dimension if mapped else None})
 
 
+def default_search_pipeline(client: Any, index: str) -> tuple[str | None, bool]:
+    """The index's default search pipeline (None: it has none), and whether its settings
+    could be read at all (a right beyond the two attach needs: indices:monitor/settings/get)."""
+    from opensearchpy.exceptions import AuthorizationException
+
+    try:
+        answer = client.indices.get_settings(index=index, name="index.search.default_pipeline")
+    except AuthorizationException:
+        return None, False
+    for body in answer.values():
+        found = body.get("settings", {}).get("index", {}).get("search", {}).get("default_pipeline")
+        if found and found != "_none":
+            return str(found), True
+    return None, True
+
+
 def attach(client: Any, kb: str, field_map: FieldMap) -> KnowledgeBaseMeta:
     """Record the attached index in kgqr-meta (refused for a name kgqr's own KB has)."""
     schema.check_kb_name(kb)

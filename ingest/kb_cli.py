@@ -92,6 +92,7 @@ def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
         AttachRefused,
         FieldChoices,
         checked,
+        default_search_pipeline,
         field_map_for,
         mapping_of,
     )
@@ -103,6 +104,12 @@ def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
         field_map = checked(field_map_for(index, mapping, FieldChoices(**chosen)), mapping)
     except AttachRefused as exc:
         raise click.ClickException(f"cannot attach {index} as {name}:\n{exc}") from exc
+    pipeline, known = default_search_pipeline(client, index)
+    field_map = field_map.model_copy(update={"default_search_pipeline": pipeline})
+    if not known:
+        click.echo("warning: kgqr's ingest account may not read the index's settings "
+                   "(indices:monitor/settings/get): if it has a default search pipeline, "
+                   "searches rewritten through kgqr would run without it", err=True)  # fmt: skip
     click.echo(_describe(field_map))
     if dry_run:
         click.echo(_rewrites(field_map))
@@ -141,6 +148,8 @@ def _describe(field_map: Any) -> str:
         f"entities:    {', '.join(field_map.entity_fields) or '-'}",
         f"references:  {', '.join(field_map.reference_fields) or '-'}",
         f"ids:         {field_map.id_field or '_id'}",
+        *([f"pipeline:    {field_map.default_search_pipeline} (the index's default: its "
+           "searches pass through kgqr as sent)"] if field_map.default_search_pipeline else []),
     ])  # fmt: skip
 
 

@@ -65,6 +65,9 @@ class FieldMap(BaseModel):
     # Every text field of the index when it was attached: a query on any of them asks for
     # words, which the graph may find in other documents too (not a structured value).
     word_fields: list[str] = Field(default_factory=list)
+    # The index's `index.search.default_pipeline` when it was attached: a rewritten search
+    # runs kgqr's hybrid pipeline in its place, so its searches pass through.
+    default_search_pipeline: str | None = None
 
     @classmethod
     def own(cls, kb: str, model: str | None = None, dimension: int | None = None) -> FieldMap:

@@ -366,8 +366,10 @@ def _pass_through(
     named: object,
     kb: str | None,
     parsed: ParsedQuery | None,
+    default_pipeline: str | None = None,
 ) -> tuple[str, str] | None:
-    """(code, reason) when the search is not one to rewrite, else None."""
+    """(code, reason) when the search is not one to rewrite, else None. `default_pipeline`:
+    the attached index's own default search pipeline, when it has one."""
     if named is None:
         return "no_strategy", (
             "no strategy: the request names none (kgqr.strategy) and "
@@ -405,6 +407,13 @@ def _pass_through(
         return "search_pipeline", (
             "its own search pipeline: a rewritten search runs kgqr's hybrid pipeline, "
             "which would replace it"
+        )
+    if default_pipeline is not None:
+        # Its filters (a tenant's) or response processors would be skipped by the hits
+        # and applied to the totals, which the caller's own query counts.
+        return "search_pipeline", (
+            f"the index's default search pipeline [{default_pipeline}]: a rewritten search "
+            "runs kgqr's hybrid pipeline, which would replace it"
         )
     if "collapse" in body:
         # Measured on 2.19: a hybrid query with `collapse` answers uncollapsed hits, no error.
@@ -516,7 +525,8 @@ def plan_search(
     vector_field = target.vector_field if target is not None else None
     if parsed is None and vector_field:
         parsed = parse_vector_query(body.get("query"), vector_field)
-    passing = _pass_through(index, query_params, body, named, kb, parsed)
+    pipeline = target.fields.default_search_pipeline if target and target.fields else None
+    passing = _pass_through(index, query_params, body, named, kb, parsed, pipeline)
     sent = engine_params(query_params)
     answer = AnswerFormat.of(query_params)
     if answer.binary is not None:  # only the engine writes its answer: nothing to rewrite

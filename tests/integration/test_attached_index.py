@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,33 @@ def test_a_lowered_result_window_is_paged_within(
         }
 
 
+def test_an_index_searched_through_its_default_pipeline_is_searched_through_it_still(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, proxy_url: str
+) -> None:
+    """A team's default search pipeline (a filter, response processors) was replaced by
+    kgqr's hybrid one: the hits skipped its filter while the total, the caller's own
+    query's, kept it."""
+    stores, index, pipeline = (opensearch, neo4j_driver, redis_client), "team-piped", "thrillers"
+    only = {"filter_query": {"query": {"term": {"genre": "thriller"}}}}
+    opensearch.transport.perform_request(
+        "PUT", f"/_search/pipeline/{pipeline}", body={"request_processors": [only]}
+    )
+    piped = {"index.search.default_pipeline": pipeline}
+    try:
+        with _attached_plain(stores, "team-piped", index, settings=piped) as done:
+            assert done.exit_code == 0 and f"pipeline:    {pipeline}" in done.output, done.output
+            answer = _once_attached(
+                proxy_url, index, "graph", {"query": {"match": {"content": "plot"}}},
+                learnt=lambda kgqr: "default search pipeline" in kgqr.get("passed_through", ""),
+            )  # fmt: skip
+            told = answer["kgqr"].get("passed_through", "")
+            assert "default search pipeline [thrillers]" in told, answer["kgqr"]
+            shown = [hit["_source"].get("genre") for hit in answer["hits"]["hits"]]
+            assert shown and set(shown) == {"thriller"}, shown
+    finally:
+        opensearch.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}")
+
+
 @pytest.fixture(scope="module")
 def attached(
     settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
@@ -411,12 +438,15 @@ def _index_without_vectors(opensearch: Any, index: str) -> None:
 @contextmanager
 def _attached_plain(
     stores: tuple[Any, Any, Any], kb: str, index: str, *options: str,
-    notes: dict[str, str] | None = None,
+    notes: dict[str, str] | None = None, settings: dict[str, str] | None = None,
 ) -> Iterator[Result]:  # fmt: skip
     """The fixture's documents in an index of their own with no vectors (and `notes`, a
-    text field, on the documents named), attached with `options`, removed after."""
+    text field, on the documents named; the index `settings` given), attached with
+    `options`, removed after."""
     opensearch, neo4j_driver, redis_client = stores
     _index_without_vectors(opensearch, index)
+    if settings:
+        opensearch.indices.put_settings(index=index, body=settings)
     if notes:
         opensearch.indices.put_mapping(
             index=index, body={"properties": {"notes": {"type": "text"}}}
@@ -455,15 +485,16 @@ def _once_attached(
     strategy: str,
     body: dict[str, Any] | None = None,
     params: dict[str, str] | None = None,
+    learnt: Callable[[dict[str, Any]], bool] = lambda kgqr: "passed_through" not in kgqr,
 ) -> dict[str, Any]:
     """The answer, explained, to a search through kgqr once the proxy has learnt the index
-    is attached."""
+    is attached (`learnt`, of the explain: it is rewritten)."""
     asked = {"kgqr.strategy": strategy, "kgqr.explain": "true", **(params or {})}
     deadline = time.monotonic() + 2 * MISS_TTL_S  # a proxy learns of a new attach this soon
     while True:
         answer: dict[str, Any] = httpx.post(f"{proxy_url}/{index}/_search", params=asked,
                                             json=body, timeout=120).json()  # fmt: skip
-        if "passed_through" not in answer["kgqr"] or time.monotonic() > deadline:
+        if learnt(answer["kgqr"]) or time.monotonic() > deadline:
             return answer
         time.sleep(0.5)
 

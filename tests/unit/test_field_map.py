@@ -228,6 +228,17 @@ def test_a_search_on_an_attached_index_is_planned_with_its_field_map() -> None:
     assert isinstance(unattached, PassThrough) and unattached.code == "not_a_knowledge_base"
 
 
+def test_an_index_with_a_default_search_pipeline_is_searched_as_sent() -> None:
+    """kgqr's hybrid pipeline would replace the team's default one (its filter, its
+    response processors) for the hits only."""
+    piped = SearchTarget("articles", ATTACHED.model_copy(
+        update={"default_search_pipeline": "tenant-filter"}))  # fmt: skip
+    body = {"query": {"match": {"content": "heat"}}}
+    plan = plan_search("articles", {"kgqr.strategy": "graph"}, body, None, piped)
+    assert isinstance(plan, PassThrough) and plan.code == "search_pipeline"
+    assert "[tenant-filter]" in plan.reason
+
+
 def test_a_query_on_any_text_field_of_a_followed_index_asks_for_words() -> None:
     """`match` on `summary`, a text field outside the suggestion, was read as a structured
     value (`type: movie`): the graph added nothing beyond its matches. Attached to follow
