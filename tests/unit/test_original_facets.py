@@ -1,0 +1,38 @@
+"""A rewritten answer's hits with the caller's own query's total and aggregations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from query_rewriter.engine.original_facets import with_original_facets
+
+pytestmark = pytest.mark.unit
+
+HITS = {"total": {"value": 9, "relation": "eq"}, "hits": [{"_id": "m2"}, {"_id": "m1"}]}
+
+
+def _answer(**over: Any) -> dict[str, Any]:
+    return {"timed_out": False, "_shards": {"total": 2, "successful": 2, "failed": 0},
+            "hits": HITS, **over}  # fmt: skip
+
+
+def test_the_total_and_aggregations_are_the_callers_querys() -> None:
+    facets = _answer(hits={"total": {"value": 4, "relation": "eq"}, "hits": []},
+                     aggregations={"kinds": {"buckets": []}})  # fmt: skip
+    merged = with_original_facets(_answer(aggregations={"stale": {}}), facets)
+    assert merged["hits"]["total"]["value"] == 4 and merged["hits"]["hits"] == HITS["hits"]
+    assert merged["aggregations"] == {"kinds": {"buckets": []}}
+    assert merged["timed_out"] is False and merged["_shards"]["failed"] == 0
+
+
+def test_a_count_that_timed_out_or_lost_shards_says_so() -> None:
+    """The total and buckets came from a request that timed out on a shard, or lost one,
+    and the answer (the hybrid request's health) said all was well."""
+    failure = {"shard": 1, "index": "kgqr-m-documents", "reason": {"type": "x"}}
+    shards = {"total": 2, "successful": 1, "failed": 1, "failures": [failure]}
+    partial = _answer(timed_out=True, _shards=shards)
+    merged = with_original_facets(_answer(), partial)
+    assert merged["timed_out"] is True
+    assert merged["_shards"]["failed"] == 1 and merged["_shards"]["failures"] == [failure]
