@@ -61,6 +61,12 @@ def set_by(tool: str, user: str | None) -> str:
     return f"{tool}, as {user}" if user else tool
 
 
+class MetaUnreadable(Exception):
+    """kgqr-meta (or a KB's index, for one it does not record) answered neither the KB's
+    record nor that it has none: what the KB's searches need (its model, its field map)
+    is unknown."""
+
+
 class KnowledgeBaseMeta(BaseModel):
     kb: str
     structure: DocumentStructure

@@ -20,7 +20,7 @@ import numpy as np
 from kgqr_core.field_evidence import FieldEvidence
 from kgqr_core.llm import AsyncLlmClient, CallerLlm
 from kgqr_core.settings import Settings
-from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta
+from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta, MetaUnreadable
 from query_rewriter import metrics
 from query_rewriter.engine.errors import failure_reason, redact_addresses
 from query_rewriter.engine.hybrid_query import SearchFields, fuse, mean_vector
@@ -424,7 +424,11 @@ class Rewriter:
         embed: Embed | None = None
         try:
             with timer.stage("structure"):
-                meta = await self.meta_of(kb)
+                try:
+                    meta = await self.meta_of(kb)
+                except MetaUnreadable as exc:
+                    # Its model and field map unknown, a hybrid search would guess them.
+                    return self._unrewritten(strategy_name, query, params, "structure", str(exc))
             structure = meta.structure if meta is not None else DocumentStructure()
             try:
                 with timer.stage("embedder"):

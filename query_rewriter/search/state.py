@@ -19,10 +19,9 @@ from query_rewriter.search.query_log import QueryLog
 from query_rewriter.search.rewriter import Rewriter
 
 STRUCTURE_TTL_S = 60.0
-
-
-class MetaUnreadable(Exception):
-    """kgqr-meta answered neither the KB's record nor that it has none."""
+# A failed read is answered again from memory this long: each search asks twice (its cache
+# key, then its rewrite), and a kgqr-meta answering 429 needs no more requests.
+UNREADABLE_TTL_S = 2.0
 
 
 @dataclass
@@ -39,6 +38,8 @@ class ProxyState:
     kb_metas: dict[str, tuple[float, kb_meta.KnowledgeBaseMeta | None]] = field(
         default_factory=dict
     )
+    # ... and the KBs whose meta could not be read, until when that answer stands.
+    kb_meta_failures: dict[str, tuple[float, kb_meta.MetaUnreadable]] = field(default_factory=dict)
     # Which knowledge base a searched index is (kgqr's own, or an attached index).
     kb_indices: KnowledgeBaseIndices = field(init=False)
 
@@ -57,22 +58,32 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
     Read again sooner once the list of knowledge bases (read every few seconds) names
     another model for it: after a re-embed or `kgqr kb embed` to a model of the same size,
     queries embedded with the old one met the new vectors without an error, for a minute.
-    Any other answer (403, 429, 5xx) raises and is not kept: taken for "no record" and kept
-    a minute, it sent searches on with a guessed model and no field map, saying nothing;
-    now each rewrite falls back, saying so, until kgqr-meta answers."""
+    Any other answer (403, 429, 5xx) raises, and is kept only a moment: taken for "no
+    record" and kept a minute, it sent searches on with a guessed model and no field map,
+    saying nothing; now each search runs as the caller sent it, saying why, until
+    kgqr-meta answers."""
+    now = time.monotonic()
     cached = state.kb_metas.get(kb)
-    if cached and cached[0] > time.monotonic() and not _model_moved(state, kb, cached[1]):
+    if cached and cached[0] > now and not _model_moved(state, kb, cached[1]):
         return cached[1]
+    failed = state.kb_meta_failures.get(kb)
+    if failed and failed[0] > now:
+        raise failed[1]
     kgqr = state.engine.as_kgqr()
-    response = await kgqr.send("GET", f"/{META_INDEX}/_doc/{kb}")
-    meta = None
-    if response.status_code == 200:
-        meta = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"])
-    elif response.status_code == 404:
-        meta = await unrecorded_meta(kgqr, kb)
-    else:
-        raise MetaUnreadable(f"kgqr-meta answered {response.status_code} for {kb!r}")
-    state.kb_metas[kb] = (time.monotonic() + STRUCTURE_TTL_S, meta)
+    try:
+        response = await kgqr.send("GET", f"/{META_INDEX}/_doc/{kb}")
+        meta = None
+        if response.status_code == 200:
+            meta = kb_meta.KnowledgeBaseMeta.model_validate(response.json()["_source"])
+        elif response.status_code == 404:
+            meta = await unrecorded_meta(kgqr, kb)
+        else:
+            raise kb_meta.MetaUnreadable(f"kgqr-meta answered {response.status_code} for {kb!r}")
+    except kb_meta.MetaUnreadable as exc:
+        state.kb_meta_failures[kb] = (now + UNREADABLE_TTL_S, exc)
+        raise
+    state.kb_meta_failures.pop(kb, None)
+    state.kb_metas[kb] = (now + STRUCTURE_TTL_S, meta)
     return meta
 
 
@@ -88,8 +99,13 @@ async def unrecorded_meta(kgqr: EngineSession, kb: str) -> kb_meta.KnowledgeBase
     model elsewhere made searches of such a KB send vectors of the wrong size. None where
     its index has no vectors, or their size is no one model's."""
     answer = await kgqr.send("GET", f"/{documents_index(kb)}/_mapping")
-    if answer.status_code != 200:
+    if answer.status_code == 404:
         return None
+    if answer.status_code != 200:
+        raise kb_meta.MetaUnreadable(
+            f"{documents_index(kb)}'s mapping answered {answer.status_code}, which says the "
+            f"model of {kb!r}'s vectors"
+        )
     vectors = [mapped_fields(entry.get("mappings") or {}).get(OWN_VECTOR_FIELD)
                for entry in answer.json().values()]  # fmt: skip
     sizes = {field.dimension if field is not None else None for field in vectors}

