@@ -235,12 +235,22 @@ def hybrid_body(
     return _highlighting_the_callers_query(body, client_body.get("query"))
 
 
+# The engine's default `index.max_result_window`, which a hybrid query's depth may not pass.
+DEFAULT_RESULT_WINDOW = 10_000
+
+
 def page_depth(end: int, block: int) -> int:
     """How deep a page ending at hit `end` reads each ranking: `block` for every page within
     the first `block` hits, else the next multiple of it. Reading `from + size` deep past
     the first block, each further page was ranked over another set (a hit shown on two
-    pages, another on none); now pages agree within each block of `block` hits."""
-    return block if end <= block else block * -(-end // block)
+    pages, another on none); now pages agree within each block of `block` hits. Never
+    rounded past the engine's default window (the engine refuses a depth beyond an
+    index's window: a page the caller's own search may read would fall back); an index
+    whose window is lower refuses a page in its last block, which then runs as sent."""
+    if end <= block:
+        return block
+    rounded = block * -(-end // block)
+    return rounded if rounded <= DEFAULT_RESULT_WINDOW else end
 
 
 def _highlighting_the_callers_query(body: dict[str, Any], query: Any) -> dict[str, Any]:

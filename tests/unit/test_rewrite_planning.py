@@ -21,6 +21,7 @@ from query_rewriter.engine.hybrid_query import (
     hybrid_body,
     knn_clause,
     mean_vector,
+    page_depth,
     rrf_fuse,
     search_params,
 )
@@ -349,6 +350,7 @@ def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() ->
     ]
     depths = [page["query"]["hybrid"]["pagination_depth"] for page in pages]
     assert depths == [50, 100, 100, 100, 150]
+    assert page_depth(9_990, 300) == 9_990  # not rounded past the engine's window (10,000)
 
 
 def test_fusion_follows_kgcqr_equation_9() -> None:
