@@ -117,9 +117,17 @@ def _shared_by_workers(workers: int, log_level: str) -> Iterator[None]:
     from kgqr_ops.proxy_app import WORKER_LOG_LEVEL
     from query_rewriter.metrics import SHARED_FOLDER
 
+    told = {name: os.environ.get(name) for name in (SHARED_FOLDER, WORKER_LOG_LEVEL)}
     with tempfile.TemporaryDirectory(prefix="kgqr-metrics-") as folder:
         os.environ[SHARED_FOLDER], os.environ[WORKER_LOG_LEVEL] = folder, log_level
-        yield
+        try:
+            yield
+        finally:  # the folder is gone: a later app of this process keeps its own metrics
+            for name, value in told.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -8,10 +8,12 @@ and counters seemed to go back.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 SHARED_FOLDER = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -116,8 +118,35 @@ GRAPH_SNAPSHOT_RELATIONSHIPS = Gauge(
     "kgqr_graph_snapshot_relationships",
     "Relationships held in the proxy's in-memory graph copies",
     registry=REGISTRY,
-    multiprocess_mode="livesum",
+    multiprocess_mode="livemax",  # one machine's processes map one copy
 )
+
+
+def follow(gauge: Gauge, read: Callable[[], float], every_s: float = 1.0) -> Callable[[], None]:
+    """`gauge` shows what `read` says; the returned function stops that. Read when scraped
+    in one process; with several, each writes its value every `every_s` (a scrape reads the
+    folder's files, which a function read at scrape time never reaches: it showed 0)."""
+    if not os.environ.get(SHARED_FOLDER):
+        gauge.set_function(read)
+        return lambda: None
+
+    async def keep() -> None:
+        while True:
+            gauge.set(read())
+            await asyncio.sleep(every_s)
+
+    task = asyncio.get_running_loop().create_task(keep())
+
+    def stop() -> None:
+        task.cancel()
+
+    return stop
+
+
+def process_ended() -> None:
+    """This process's live gauges leave the shared folder's sums (a worker restarted)."""
+    if folder := os.environ.get(SHARED_FOLDER):
+        mark_process_dead(os.getpid(), folder)  # type: ignore[no-untyped-call]
 
 
 def exposition() -> bytes:

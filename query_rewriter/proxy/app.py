@@ -133,7 +133,7 @@ def create_app(
             else None
         )
         llm = AsyncLlmClient(settings, redis)
-        metrics.LLM_WAITING.set_function(lambda: llm.waiting)
+        stop_following = metrics.follow(metrics.LLM_WAITING, lambda: llm.waiting)
         state = ProxyState(
             settings,
             engine,
@@ -172,6 +172,8 @@ def create_app(
         try:
             yield
         finally:
+            stop_following()
+            metrics.process_ended()
             if state.query_log is not None:
                 await state.query_log.close()
             await llm.close()
