@@ -511,8 +511,10 @@ class ProxySettings(Section):
     @classmethod
     def _header_names(cls, value: str) -> str:
         for name in filter(None, (part.strip().lower() for part in value.split(","))):
-            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9a-z-]+", name):
-                raise ValueError(f"{name!r} is not an HTTP header name")
+            # Letters, digits and dashes: the nginx front reads a header as `$http_NAME`
+            # (dashes to underscores) and drops one with `_` or `.` by default.
+            if not re.fullmatch(r"[0-9a-z-]+", name):
+                raise ValueError(f"{name!r} is not a header name of letters, digits and dashes")
         return value
 
     metrics_token: SecretStr | None = Field(
@@ -641,8 +643,9 @@ class RewriteSettings(Section):
         default=8,
         ge=1,
         description="Budgeted LLM rewrites running in the background at once, half of them "
-        "at most for one caller (so that one caller's new queries cannot hold every slot); "
-        "beyond it a search is answered fast and nothing is queued (identical ones share one).",
+        "at most for one caller (so that one caller's new queries cannot hold every slot; "
+        "callers without credentials of their own share the whole); beyond it a search is "
+        "answered fast and nothing is queued (identical ones share one).",
     )
 
     max_concurrent: int = Field(

@@ -152,8 +152,9 @@ class Rewriter:
         # Budgeted LLM rewrites still running after their search was answered, by cache key
         # (identical ones share one); referenced here so they are not collected mid-flight.
         self._background: dict[str, asyncio.Task[tuple[RewriteOutcome, bool]]] = {}
-        # ... by whom (callers not told apart are one): half the slots at most each, so
-        # that one caller's new queries cannot keep every other's from being queued.
+        # ... by whom: half the slots at most each caller kgqr tells apart, so that one
+        # caller's new queries cannot keep every other's from being queued. Callers it
+        # cannot tell apart share the whole, as they do KGQR_REWRITE_MAX_CONCURRENT.
         self._background_for: Counter[str] = Counter()
 
     async def _meta_or_none(self, kb: str) -> KnowledgeBaseMeta | None:
@@ -317,11 +318,12 @@ class Rewriter:
             outcome, shared = await self.cache.coalesce(key, compute)
             return replace(outcome, cached=True) if shared else outcome
         task = self._background.get(key)
-        owner = caller if told_apart and caller is not None else ""
+        owner = caller if told_apart else None
         if task is None and self._background_slot_for(owner):
             task = asyncio.create_task(self.cache.coalesce(key, compute))
             self._background[key] = task
-            self._background_for[owner] += 1
+            if owner is not None:
+                self._background_for[owner] += 1
             task.add_done_callback(
                 lambda done: self._background_done(key, strategy.name, done, owner)
             )
@@ -365,20 +367,22 @@ class Rewriter:
                      extra={"kgqr": {"error": f"{type(exc).__name__}: {exc}"[:300]}})  # fmt: skip
             return False
 
-    def _background_slot_for(self, owner: str) -> bool:
+    def _background_slot_for(self, owner: str | None) -> bool:
         most = self.settings.rewrite.background_max
-        return len(self._background) < most and self._background_for[owner] < max(1, most // 2)
+        if len(self._background) >= most:
+            return False
+        return owner is None or self._background_for[owner] < max(1, most // 2)
 
     def _background_done(
         self,
         key: str,
         strategy: str,
         task: asyncio.Task[tuple[RewriteOutcome, bool]],
-        owner: str = "",
+        owner: str | None = None,
     ) -> None:
         """A budgeted rewrite finished: the next identical search is served from the cache
         (a rewrite that fell back is not cached, and the next search tries again)."""
-        if self._background.pop(key, None) is not None:
+        if self._background.pop(key, None) is not None and owner is not None:
             self._background_for[owner] -= 1
             if not self._background_for[owner]:
                 del self._background_for[owner]

@@ -169,8 +169,12 @@ def test_one_caller_holds_at_most_half_of_the_background_rewrites() -> None:
         others = [await _rewrite(rewriter, f"theirs {n}", who) for n, who in enumerate("ab")]
         assert all(o.budget and o.budget["pending"] == "hyde" for o in others), others
         assert llm.calls == 6
+        # Callers kgqr cannot tell apart share the whole, as they do the rewrite slots.
         untold = [await _rewrite(rewriter, f"anon {n}", "x", told_apart=False) for n in range(3)]
         assert [o.budget and o.budget["pending"] for o in untold] == ["hyde", "hyde", None]
+        alone = _rewriter(Settings.of(limits), llm, _embed)
+        served = [await _rewrite(alone, f"only {n}", "x", told_apart=False) for n in range(8)]
+        assert all(o.budget and o.budget["pending"] == "hyde" for o in served)
         llm.release.set()
         while rewriter._background:  # each finished frees its owner's slot
             await asyncio.sleep(0.01)
