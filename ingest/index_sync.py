@@ -19,11 +19,12 @@ before the checkpoint but made searchable only after the last sync read it (a re
 racing the sync) is caught then. Refreshing a document twice leaves the same edges, so an
 interrupted sync, run again, rewrites them all.
 
-Limits: checkpoints are per index name and shard. An index deleted and re-created under
-the same name (or restored from a snapshot) is read again from its start when a shard's
-highest number is below its checkpoint (as a shard whose last documents were deleted is,
-at the cost of a read); one that took more writes than before by the next
-sync needs `kgqr kb sync --full`. A write made visible more than OVERLAP writes late is
+Limits: checkpoints are per index name and shard, with the index's uuid. An index deleted
+and re-created under the same name (or restored from a snapshot) has another uuid and is
+read again from its start; where the account may not read the uuid, when a shard's highest
+number is below its checkpoint (as a shard whose last documents were deleted is, at the
+cost of a read), and one that took more writes than before by the next sync needs
+`kgqr kb sync --full`. A write made visible more than OVERLAP writes late is
 missed until then; edges from a relations file
 or LLM extraction are those sources' and change only when they are loaded again. An
 alias is read through its filter, and must name one index.

@@ -595,8 +595,10 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     fields = meta.attached
     redis = connections.redis_client(settings)
     try:
-        until = index_sync.highest_seq_nos(client, fields.index)
+        # The uuid first: an index made again between the two reads is then read whole
+        # next time, where the other order would record its checkpoints as the old one's.
         uuid = index_sync.index_uuid(client, fields.index)
+        until = index_sync.highest_seq_nos(client, fields.index)
     except index_sync.NotOneIndex as exc:
         raise click.ClickException(str(exc)) from exc
     made_again = None not in (uuid, meta.synced_uuid) and uuid != meta.synced_uuid

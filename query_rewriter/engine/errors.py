@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sysconfig
 import traceback
@@ -30,10 +31,13 @@ def redact_addresses(text: str) -> str:
 # Where the interpreter's and the installed libraries' files lie, and kgqr's own (which an
 # image installs among the libraries).
 _LIBRARIES = tuple(
-    {str(Path(sysconfig.get_paths()[name]).resolve()) for name in ("stdlib", "purelib", "platlib")}
+    {
+        str(Path(sysconfig.get_paths()[name]).resolve()) + os.sep
+        for name in ("stdlib", "purelib", "platlib")
+    }
 )
 _KGQR = tuple(
-    str(Path(__file__).resolve().parents[2] / package)
+    str(Path(__file__).resolve().parents[2] / package) + os.sep
     for package in ("query_rewriter", "kgqr_core", "workbench", "plugin", "ingest", "kgqr_ops")
 )
 
@@ -52,7 +56,10 @@ def failure_reason(exc: BaseException) -> str:
     if raised_in.startswith(_LIBRARIES) and not raised_in.startswith(_KGQR):
         library = type(exc).__module__.partition(".")[0]
         source = "" if library == "builtins" else f" from {library}"
-        return f"{type(exc).__name__}{source} (kgqr's log has its message)"
+        # An HTTP status says what failed (a 404 model, a 429) and names nothing.
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        answered = f", answered {status}" if isinstance(status, int) else ""
+        return f"{type(exc).__name__}{source}{answered} (kgqr's log has its message)"
     return redact_addresses(f"{type(exc).__name__}: {exc}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import neo4j
 import pytest
 from starlette.testclient import TestClient
@@ -44,6 +45,12 @@ def test_a_fallback_names_a_librarys_failure_by_its_kind_only() -> None:
     finally:
         driver.close()
     assert failure_reason(TimeoutError()) == "timed out"
+    try:
+        httpx.Response(429, request=httpx.Request("POST", "http://llm:8080/v1")).raise_for_status()
+    except httpx.HTTPStatusError as exc:
+        assert failure_reason(exc) == (
+            "HTTPStatusError from httpx, answered 429 (kgqr's log has its message)"
+        )
     try:
         raise ValueError("the LLM returned no usable documents")
     except ValueError as exc:  # kgqr's own words, written for callers
