@@ -582,6 +582,7 @@ def sync(name: str, full: bool, follow: bool, interval: float, worker: str) -> N
 
 def _sync_once(name: str, full: bool, worker: str) -> None:
     from ingest import graph_projection, index_sync, job_runner
+    from ingest.attached_indices import default_search_pipeline
     from ingest.cli import _print_progress, follow_job
     from ingest.job_store import JobStore
     from ingest.tasks import chunk_sender
@@ -649,7 +650,15 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         read = final.counts.get("documents", 0)
     # Recorded first: a KB detached meanwhile is refused here, before its graph's copy
     # would be made again.
-    kb_meta.record(client, name, {"synced": until, "synced_uuid": uuid})
+    recorded: dict[str, Any] = {"synced": until, "synced_uuid": uuid}
+    pipeline, known = default_search_pipeline(client, fields.index)
+    if known and pipeline != fields.default_search_pipeline:  # set or changed since attach
+        update = {"default_search_pipeline": pipeline}
+        recorded["attached"] = fields.model_copy(update=update).model_dump(mode="json")
+        click.echo(f"{fields.index}'s default search pipeline is now {pipeline or 'none'}: "
+                   f"its searches {'pass through kgqr as sent' if pipeline else 'are rewritten'}",
+                   err=True)  # fmt: skip
+    kb_meta.record(client, name, recorded)
     _copy_graph_if_missing(name, client)
     graph_version.bump(redis, name)
     click.echo(

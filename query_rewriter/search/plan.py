@@ -411,9 +411,10 @@ def _pass_through(
     if default_pipeline is not None:
         # Its filters (a tenant's) or response processors would be skipped by the hits
         # and applied to the totals, which the caller's own query counts.
+        # Not named: kgqr-meta's, read with the ingest account's right to the settings.
         return "search_pipeline", (
-            f"the index's default search pipeline [{default_pipeline}]: a rewritten search "
-            "runs kgqr's hybrid pipeline, which would replace it"
+            "the index's default search pipeline: a rewritten search runs kgqr's hybrid "
+            "pipeline, which would replace it"
         )
     if "collapse" in body:
         # Measured on 2.19: a hybrid query with `collapse` answers uncollapsed hits, no error.

@@ -237,9 +237,19 @@ def test_an_index_searched_through_its_default_pipeline_is_searched_through_it_s
                 learnt=lambda kgqr: "default search pipeline" in kgqr.get("passed_through", ""),
             )  # fmt: skip
             told = answer["kgqr"].get("passed_through", "")
-            assert "default search pipeline [thrillers]" in told, answer["kgqr"]
+            assert "default search pipeline" in told and pipeline not in told, answer["kgqr"]
             shown = [hit["_source"].get("genre") for hit in answer["hits"]["hits"]]
             assert shown and set(shown) == {"thriller"}, shown
+            # Taken off (or set) later, the next sync sees it.
+            opensearch.indices.put_settings(
+                index=index, body={"index.search.default_pipeline": None}
+            )
+            synced = kgqr("kb", "sync", "team-piped")
+            assert synced.exit_code == 0 and "pipeline is now none" in synced.output, synced.output
+            rewritten = _once_attached(
+                proxy_url, index, "graph", {"query": {"match": {"content": "plot"}}}
+            )
+            assert "passed_through" not in rewritten["kgqr"], rewritten["kgqr"]
     finally:
         opensearch.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}")
 

@@ -236,7 +236,7 @@ def test_an_index_with_a_default_search_pipeline_is_searched_as_sent() -> None:
     body = {"query": {"match": {"content": "heat"}}}
     plan = plan_search("articles", {"kgqr.strategy": "graph"}, body, None, piped)
     assert isinstance(plan, PassThrough) and plan.code == "search_pipeline"
-    assert "[tenant-filter]" in plan.reason
+    assert "default search pipeline" in plan.reason and "tenant" not in plan.reason
 
 
 def test_a_query_on_any_text_field_of_a_followed_index_asks_for_words() -> None:
