@@ -33,6 +33,7 @@ from query_rewriter.engine.forwarding import json_answer
 from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.original_facets import AGGREGATION_KEYS, without_aggregations
 from query_rewriter.engine.query_text import ParsedQuery
+from query_rewriter.engine.shard_health import with_worst_health
 
 RRF_K = 60
 # A fused ranking reads both rankings this deep (or to the end of the page, if deeper)
@@ -420,7 +421,7 @@ async def _client_side_hybrid(
         if response.status_code >= 400:
             return response
     answers = [json_codec.loads(response.content) for response in responses]
-    merged = answers[0]  # read here, for this answer alone
+    merged = with_worst_health(answers[0], *answers[1:])  # read here, for this answer alone
     fused = rrf_fuse([answer["hits"]["hits"] for answer in answers], size, start)
     merged["hits"]["hits"] = fused
     merged["hits"]["max_score"] = fused[0]["_score"] if fused else None

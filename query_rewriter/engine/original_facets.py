@@ -19,6 +19,7 @@ from collections.abc import Collection
 from typing import Any
 
 from query_rewriter.engine.query_text import ParsedQuery
+from query_rewriter.engine.shard_health import with_worst_health
 
 AGGREGATION_KEYS = ("aggs", "aggregations")
 # Options that shape the returned hits only; a size-0 search for totals and facets needs
@@ -69,14 +70,7 @@ def with_original_facets(rewritten: dict[str, Any], facets: dict[str, Any]) -> d
     """The rewritten answer's hits with the original query's total and aggregations, and
     what went wrong in either: a total counted on shards that failed or ran out of time
     is partial, and the answer said all was well."""
-    merged = dict(rewritten)
-    merged["timed_out"] = bool(rewritten.get("timed_out")) or bool(facets.get("timed_out"))
-    counted = facets.get("_shards") or {}
-    if counted.get("failed"):
-        shards = dict(merged.get("_shards") or {})
-        shards["failed"] = max(int(shards.get("failed", 0)), int(counted["failed"]))
-        shards["failures"] = [*shards.get("failures", []), *counted.get("failures", [])]
-        merged["_shards"] = shards
+    merged = with_worst_health(rewritten, facets)
     hits = dict(merged.get("hits") or {})
     total = (facets.get("hits") or {}).get("total")
     if total is None:  # `track_total_hits: false` asked for none

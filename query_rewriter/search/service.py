@@ -28,6 +28,7 @@ from query_rewriter.engine.hybrid_query import (
     rewritten_search,
 )
 from query_rewriter.engine.original_facets import facet_body, with_original_facets
+from query_rewriter.engine.shard_health import with_worst_health
 from query_rewriter.search.explain import Explain, Fallback
 from query_rewriter.search.plain_fusion import fuse_protecting_top
 from query_rewriter.search.plan import PassThrough, SearchPlan, strip_kgqr
@@ -254,8 +255,9 @@ async def _rewritten_search(
         plain_answers = [answers.plain] if answers.plain is not None else []
         if fuse:
             # No plain hits if that search failed: the rewrite's ranking stands.
-            base = [hit for a in plain_answers if a.status_code == 200
-                    for hit in answer_content(a)["hits"]["hits"]]  # fmt: skip
+            shown = [answer_content(a) for a in plain_answers if a.status_code == 200]
+            base = [hit for plain_answer in shown for hit in plain_answer["hits"]["hits"]]
+            merged = with_worst_health(merged, *shown)  # its hits are shown too
             keep = int(param_value(KEEP_TOP, plan.params, state.settings))
             start, size = int(plan.body.get("from", 0)), int(plan.body.get("size", 10))
             rrf = fusion_mode == 1

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from query_rewriter.engine.original_facets import with_original_facets
+from query_rewriter.engine.shard_health import with_worst_health
 
 pytestmark = pytest.mark.unit
 
@@ -36,3 +37,12 @@ def test_a_count_that_timed_out_or_lost_shards_says_so() -> None:
     merged = with_original_facets(_answer(), partial)
     assert merged["timed_out"] is True
     assert merged["_shards"]["failed"] == 1 and merged["_shards"]["failures"] == [failure]
+
+
+def test_a_part_that_lost_a_shard_the_answer_lost_too_is_counted_once() -> None:
+    failure = {"shard": 1, "index": "kgqr-m-documents", "reason": {"type": "x"}}
+    lost = _answer(_shards={"total": 2, "successful": 1, "failed": 1, "failures": [failure]})
+    merged = with_worst_health(lost, lost, _answer())
+    assert merged["_shards"] == {"total": 2, "successful": 1, "failed": 1, "failures": [failure]}
+    partial = with_worst_health(_answer(), lost)  # a sub-search fused in kgqr lost it
+    assert partial["_shards"]["successful"] == 1 and partial["_shards"]["failed"] == 1
