@@ -9,9 +9,11 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+import httpx
 import numpy as np
 
 from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of, source_paths
+from kgqr_core.result_window import window_in
 from plugin.field_map import OWN_VECTOR_FIELD
 from plugin.schema import triples_index
 from query_rewriter.engine.hybrid_query import bm25_clause
@@ -126,9 +128,33 @@ async def by_ids(
     is empty (`_source: []` is the whole document to the engine, vectors included)."""
     if not ids:
         return {}
-    body = {"size": len(ids), "_source": fields or False, "query": {"ids": {"values": ids}}}
-    hits = (await ctx.opensearch.search(index, body))["hits"]["hits"]
+    hits = await ids_hits(ctx.opensearch, index, ids, {"_source": fields or False})
     return {hit["_id"]: hit.get("_source") or {} for hit in hits}
+
+
+async def ids_hits(
+    search: Search, index: str, ids: list[str], body: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The hits of an ids query naming `ids` (`body`: the rest of the search), in as many
+    searches as the index's result window needs: a team's window of 500 refused the
+    lookups of a rewrite whose evidence held more, and it fell back."""
+    try:
+        return await _ids_search(search, index, ids, body)
+    except httpx.HTTPStatusError as exc:
+        window = window_in(exc.response.text)
+        if window is None or window >= len(ids):
+            raise
+    hits: list[dict[str, Any]] = []
+    for at in range(0, len(ids), max(1, window)):
+        hits += await _ids_search(search, index, ids[at : at + max(1, window)], body)
+    return hits
+
+
+async def _ids_search(
+    search: Search, index: str, ids: list[str], body: dict[str, Any]
+) -> list[dict[str, Any]]:
+    asked = {**body, "size": len(ids), "query": {"ids": {"values": ids}}}
+    return list((await search.search(index, asked))["hits"]["hits"])
 
 
 # The engine's default index.max_result_window: an ids query asks for every id it names.
@@ -187,8 +213,7 @@ async def readable_among(search: Search, index: str, ids: Collection[str]) -> se
                 return set()
             if counted["hits"]["total"]["value"] == len(chunk):
                 return set(chunk)
-            body = {"size": len(chunk), "_source": False, "query": query}
-            return {hit["_id"] for hit in (await search.search(index, body))["hits"]["hits"]}
+            return {hit["_id"] for hit in await ids_hits(search, index, chunk, {"_source": False})}
 
     return set().union(*await asyncio.gather(*map(readable, id_chunks(ids))))
 
@@ -224,9 +249,8 @@ async def shown_evidence(
     slots = asyncio.Semaphore(CHECKS_AT_ONCE)
 
     async def fetch(chunk: list[str]) -> dict[str, dict[str, Any]]:
-        body = {"size": len(chunk), "_source": fields, "query": {"ids": {"values": chunk}}}
         async with slots:
-            hits = (await search.search(index, body))["hits"]["hits"]
+            hits = await ids_hits(search, index, chunk, {"_source": fields})
         return {hit["_id"]: hit.get("_source") or {} for hit in hits}
 
     shown: dict[str, dict[str, Any]] = {}

@@ -1,0 +1,61 @@
+"""The proxy's ids lookups of an index whose result window a team lowered."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from query_rewriter.strategies.vector_lookups import ids_hits, readable_among
+
+pytestmark = pytest.mark.unit
+WINDOW = 2
+REFUSAL = (
+    "Result window is too large, from + size must be less than or equal to: [2] but was "
+    "[5]. See the scroll api for a more efficient way to request large data sets."
+)
+
+
+class Windowed:
+    """An index of documents d0..d4 (d3 hidden from this caller), window 2."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    async def search(
+        self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        self.sizes.append(int(body.get("size", 10)))
+        if body.get("size", 10) > WINDOW:
+            answer = httpx.Response(400, text=REFUSAL, request=httpx.Request("POST", "http://e"))
+            answer.raise_for_status()
+        named = [i for i in body["query"]["ids"]["values"] if i != "d3"]
+        buckets = [{"key": index}]
+        return {"hits": {"total": {"value": len(named)}, "hits": [{"_id": i} for i in named]},
+                "aggregations": {"i": {"buckets": buckets}}}  # fmt: skip
+
+    async def msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+
+def test_an_ids_lookup_asks_within_the_window_the_engine_names() -> None:
+    """A window of 500 refused a rewrite's lookups of more evidence, and it fell back."""
+    index = Windowed()
+    ids = [f"d{n}" for n in range(5)]
+    hits = asyncio.run(ids_hits(index, "team", ids, {"_source": False}))
+    assert [hit["_id"] for hit in hits] == ["d0", "d1", "d2", "d4"]
+    assert index.sizes == [5, 2, 2, 1]
+    assert asyncio.run(readable_among(Windowed(), "team", ids)) == {"d0", "d1", "d2", "d4"}
+
+
+def test_any_other_refusal_is_the_engines() -> None:
+    class Refusing(Windowed):
+        async def search(self, index: str, body: dict[str, Any],
+                         params: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+            httpx.Response(403, request=httpx.Request("POST", "http://e")).raise_for_status()
+            return {}
+
+    with pytest.raises(httpx.HTTPStatusError):
+        asyncio.run(ids_hits(Refusing(), "team", ["d0", "d1", "d2"], {}))
