@@ -67,11 +67,10 @@ def mapping_of(client: Any, index: str) -> dict[str, Any]:
         ) from None
     if any(name.startswith("kgqr-") for name in answer):
         raise AttachRefused(f"[{index}] is one of kgqr's own indices: attach a team's index")
-    if any(name.startswith(".ds-") for name in answer):  # a data stream's backing index
+    if any(name.startswith(f".ds-{index}-") for name in answer):  # its backing indices
         raise AttachRefused(
-            f"[{index}] is a data stream (or an alias over its backing indices): it rolls over "
-            "to new backing indices, and kgqr's graph is keyed by _id within one index "
-            "(searches of it pass through kgqr as sent)"
+            f"[{index}] is a data stream: it rolls over to new backing indices, and kgqr's "
+            "graph is keyed by _id within one index (searches of it pass through kgqr as sent)"
         )
     if len(answer) > 1:
         # The graph is keyed by _id, which is unique only within one index: an id two of
