@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import httpx
@@ -60,8 +60,19 @@ async def exact_cosine(
     `top`, only the `top` most similar come back."""
     if not ids:
         return {}
-    body = _cosine_body(ctx.search_fields.vector, query_vector, ids, top)
-    return {hit["_id"]: _cosine(hit) for hit in await ctx.search_ids(index, body)}
+
+    async def run(chunk: list[str]) -> list[dict[str, Any]]:
+        body = _cosine_body(ctx.search_fields.vector, query_vector, set(chunk), top)
+        return list(await ctx.search_ids(index, body))
+
+    hits = _best(await within_window(index, sorted(ids), run), top)
+    return {hit["_id"]: _cosine(hit) for hit in hits}
+
+
+def _best(hits: list[dict[str, Any]], top: int | None) -> list[dict[str, Any]]:
+    """Hits of several chunks as one search would rank them: by score, the `top` first."""
+    ranked = sorted(hits, key=lambda hit: -float(hit["_score"] or 0.0))
+    return ranked[:top] if top is not None else ranked
 
 
 async def triple_cosine(
@@ -93,9 +104,13 @@ async def query_similarity(
     if not ids:
         return {}
     words = bm25_clause(query, ParsedQuery(query), ctx.search_fields)
-    scored = {"bool": {"should": [words], "filter": [{"ids": {"values": sorted(ids)}}]}}
-    body = {"size": min(len(ids), top or len(ids)), "query": scored}
-    hits = await ctx.search_ids(ctx.index, body)
+
+    async def run(chunk: list[str]) -> list[dict[str, Any]]:
+        scored = {"bool": {"should": [words], "filter": [{"ids": {"values": chunk}}]}}
+        body = {"size": min(len(chunk), top or len(chunk)), "query": scored}
+        return list(await ctx.search_ids(ctx.index, body))
+
+    hits = _best(await within_window(ctx.index, sorted(ids), run), top)
     best = max((float(hit["_score"] or 0.0) for hit in hits), default=0.0)
     share = 1.0 - LINKED_FLOOR
     return {
@@ -135,26 +150,41 @@ async def by_ids(
 async def ids_hits(
     search: Search, index: str, ids: list[str], body: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """The hits of an ids query naming `ids` (`body`: the rest of the search), in as many
-    searches as the index's result window needs: a team's window of 500 refused the
-    lookups of a rewrite whose evidence held more, and it fell back."""
-    try:
-        return await _ids_search(search, index, ids, body)
-    except httpx.HTTPStatusError as exc:
-        window = window_in(exc.response.text)
-        if window is None or window >= len(ids):
-            raise
-    hits: list[dict[str, Any]] = []
-    for at in range(0, len(ids), max(1, window)):
-        hits += await _ids_search(search, index, ids[at : at + max(1, window)], body)
-    return hits
+    """The hits of an ids query naming `ids` (`body`: the rest of the search), within the
+    index's result window."""
+
+    async def run(chunk: list[str]) -> list[dict[str, Any]]:
+        asked = {**body, "size": len(chunk), "query": {"ids": {"values": chunk}}}
+        return list((await search.search(index, asked))["hits"]["hits"])
+
+    return await within_window(index, ids, run)
 
 
-async def _ids_search(
-    search: Search, index: str, ids: list[str], body: dict[str, Any]
+# The result windows attached indices' searches were refused by, by index: asked within
+# them from then on, rather than refused once per lookup.
+_windows: dict[str, int] = {}
+
+
+async def within_window(
+    index: str, ids: list[str], run: Callable[[list[str]], Awaitable[list[dict[str, Any]]]]
 ) -> list[dict[str, Any]]:
-    asked = {**body, "size": len(ids), "query": {"ids": {"values": ids}}}
-    return list((await search.search(index, asked))["hits"]["hits"])
+    """`run`'s hits for `ids`, asking for all of them at once, or in chunks as large as the
+    index's result window where the engine refuses more (it names the window): a team's
+    window of 500 refused the lookups of a rewrite whose evidence held more, and it fell
+    back. The hits are each chunk's, in turn."""
+    window = _windows.get(index)
+    if window is None or window >= len(ids):
+        try:
+            return await run(ids)
+        except httpx.HTTPStatusError as exc:
+            refused = window_in(exc.response.text)
+            if refused is None or refused >= len(ids):
+                raise
+            window = _windows[index] = max(1, refused)
+    hits: list[dict[str, Any]] = []
+    for at in range(0, len(ids), window):
+        hits += await run(ids[at : at + window])
+    return hits
 
 
 # The engine's default index.max_result_window: an ids query asks for every id it names.

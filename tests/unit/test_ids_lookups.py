@@ -47,7 +47,9 @@ def test_an_ids_lookup_asks_within_the_window_the_engine_names() -> None:
     hits = asyncio.run(ids_hits(index, "team", ids, {"_source": False}))
     assert [hit["_id"] for hit in hits] == ["d0", "d1", "d2", "d4"]
     assert index.sizes == [5, 2, 2, 1]
-    assert asyncio.run(readable_among(Windowed(), "team", ids)) == {"d0", "d1", "d2", "d4"}
+    again = Windowed()  # the window is remembered: asked within it, no refusal first
+    assert asyncio.run(readable_among(again, "team", ids)) == {"d0", "d1", "d2", "d4"}
+    assert again.sizes == [0, 2, 2, 1]  # the count, then the fetch of a chunk with d3
 
 
 def test_any_other_refusal_is_the_engines() -> None:
@@ -58,4 +60,4 @@ def test_any_other_refusal_is_the_engines() -> None:
             return {}
 
     with pytest.raises(httpx.HTTPStatusError):
-        asyncio.run(ids_hits(Refusing(), "team", ["d0", "d1", "d2"], {}))
+        asyncio.run(ids_hits(Refusing(), "elsewhere", ["d0", "d1", "d2"], {}))
