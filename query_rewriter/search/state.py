@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from kgqr_core.embedder_models import MODELS
 from kgqr_core.settings import Settings
 from plugin import kb_meta
@@ -79,8 +81,14 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
             meta = await unrecorded_meta(kgqr, kb)
         else:
             raise kb_meta.MetaUnreadable(f"kgqr-meta answered {response.status_code} for {kb!r}")
-    except kb_meta.MetaUnreadable as exc:
-        state.kb_meta_failures[kb] = (now + UNREADABLE_TTL_S, exc)
+    except (httpx.HTTPError, ValueError, KeyError) as exc:  # no answer, or not a record
+        unreadable = kb_meta.MetaUnreadable(
+            f"kgqr-meta could not be read for {kb!r}: {type(exc).__name__}"
+        )
+        state.kb_meta_failures[kb] = (time.monotonic() + UNREADABLE_TTL_S, unreadable)
+        raise unreadable from None
+    except kb_meta.MetaUnreadable as exc:  # from the moment it came: a slow 429 counts
+        state.kb_meta_failures[kb] = (time.monotonic() + UNREADABLE_TTL_S, exc)
         raise
     state.kb_meta_failures.pop(kb, None)
     state.kb_metas[kb] = (now + STRUCTURE_TTL_S, meta)

