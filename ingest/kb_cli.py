@@ -653,8 +653,8 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     recorded: dict[str, Any] = {"synced": until, "synced_uuid": uuid}
     pipeline, known = default_search_pipeline(client, fields.index)
     if known and pipeline != fields.default_search_pipeline:  # set or changed since attach
-        update = {"default_search_pipeline": pipeline}
-        recorded["attached"] = fields.model_copy(update=update).model_dump(mode="json")
+        # Only this field, onto the map as it is then: a `kb embed` meanwhile keeps its own.
+        recorded["attached"] = {"default_search_pipeline": pipeline}
         click.echo(f"{fields.index}'s default search pipeline is now {pipeline or 'none'}: "
                    f"its searches {'pass through kgqr as sent' if pipeline else 'are rewritten'}",
                    err=True)  # fmt: skip

@@ -121,8 +121,9 @@ def record(
     changes: dict[str, Any],
     create: KnowledgeBaseMeta | None = None,
 ) -> KnowledgeBaseMeta:
-    """Write `changes` (field: value; a `structure` merges into the stored one) over kb's
-    record as it is now, and only those: a job records what it did at its end, and the
+    """Write `changes` (field: value; a `structure` merges into the stored one, and so
+    does an `attached` given as a dict of the field map's fields) over kb's record as it is
+    now, and only those: a job records what it did at its end, and the
     whole record it had read at its start, written back, undid what landed meanwhile (a
     rollback of the default, a narrower field map, a detach, which it made again). Each
     write is over the version it read, retried on a conflict. `create`: the record of a
@@ -143,6 +144,9 @@ def record(
             meta = KnowledgeBaseMeta.model_validate(found["_source"])
             if "structure" in changes:
                 changes = {**changes, "structure": meta.structure.merge(changes["structure"])}
+            if isinstance(changes.get("attached"), dict) and meta.attached is not None:
+                merged = meta.attached.model_copy(update=changes["attached"])
+                changes = {**changes, "attached": merged}
             meta = meta.model_copy(update=changes)
             written_over = {
                 "if_seq_no": found["_seq_no"],
