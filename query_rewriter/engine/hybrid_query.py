@@ -246,12 +246,12 @@ def page_depth(end: int, block: int) -> int:
     the first block, each further page was ranked over another set (a hit shown on two
     pages, another on none); now pages agree within each block of `block` hits. Never
     rounded past the engine's default window (the engine refuses a depth beyond an
-    index's window: a page the caller's own search may read would fall back); an index
-    whose window is lower refuses a page in its last block, which then runs as sent."""
+    index's window: a page the caller's own search may read would fall back), so the last
+    block's pages read to the window alike; an index whose window is lower refuses a page
+    in its last block, which then runs as sent."""
     if end <= block:
         return block
-    rounded = block * -(-end // block)
-    return rounded if rounded <= DEFAULT_RESULT_WINDOW else end
+    return max(end, min(block * -(-end // block), DEFAULT_RESULT_WINDOW))
 
 
 def _highlighting_the_callers_query(body: dict[str, Any], query: Any) -> dict[str, Any]:

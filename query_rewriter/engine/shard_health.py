@@ -20,18 +20,17 @@ def with_worst_health(answer: dict[str, Any], *parts: dict[str, Any]) -> dict[st
     if not lost:
         return merged
     shards = dict(merged.get("_shards") or {})
-    failed = max(int(shards.get("failed", 0)), *(int(part["failed"]) for part in lost))
-    shards["failed"] = failed
-    if "total" in shards and "successful" in shards:
-        answered = int(shards["total"]) - failed - int(shards.get("skipped", 0))
-        shards["successful"] = min(int(shards["successful"]), answered)
     every = [*shards.get("failures", []), *(f for part in lost for f in part.get("failures", []))]
     failures, seen = [], set()
-    for failure in every:
+    for failure in every:  # one a shard (two parts may have lost the same)
         where = (failure.get("index"), failure.get("shard"))
-        if where not in seen:
+        if None in where or where not in seen:
             seen.add(where)
             failures.append(failure)
-    shards["failures"] = failures
+    counts = [int(shards.get("failed", 0)), *(int(part["failed"]) for part in lost)]
+    failed = max(*counts, len(failures))
+    shards["failed"], shards["failures"] = failed, failures
+    if "total" in shards and "successful" in shards:  # (skipped shards count as successful)
+        shards["successful"] = max(0, min(int(shards["successful"]), int(shards["total"]) - failed))
     merged["_shards"] = shards
     return merged

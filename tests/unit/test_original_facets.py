@@ -46,3 +46,12 @@ def test_a_part_that_lost_a_shard_the_answer_lost_too_is_counted_once() -> None:
     assert merged["_shards"] == {"total": 2, "successful": 1, "failed": 1, "failures": [failure]}
     partial = with_worst_health(_answer(), lost)  # a sub-search fused in kgqr lost it
     assert partial["_shards"]["successful"] == 1 and partial["_shards"]["failed"] == 1
+    other = {**failure, "shard": 0}  # two parts lost two shards: both are lost
+    both = with_worst_health(lost, _answer(_shards={"total": 2, "successful": 1, "failed": 1,
+                                                    "failures": [other]}))  # fmt: skip
+    assert both["_shards"]["failed"] == 2 and both["_shards"]["successful"] == 0
+    skipped = _answer(_shards={"total": 2, "successful": 2, "skipped": 1, "failed": 0})
+    assert with_worst_health(skipped, lost)["_shards"]["successful"] == 1  # skipped succeeded
+    wider = _answer(_shards={"total": 5, "successful": 2, "failed": 3, "failures": []})
+    assert with_worst_health(_answer(_shards={"total": 1, "successful": 1, "failed": 0}),
+                             wider)["_shards"]["successful"] == 0  # fmt: skip

@@ -350,7 +350,9 @@ def test_hybrid_body_keeps_client_options_and_applies_filters_to_both_sides() ->
     ]
     depths = [page["query"]["hybrid"]["pagination_depth"] for page in pages]
     assert depths == [50, 100, 100, 100, 150]
-    assert page_depth(9_990, 300) == 9_990  # not rounded past the engine's window (10,000)
+    # Not rounded past the engine's window (10,000): the last block's pages read to it alike.
+    assert page_depth(9_901, 300) == page_depth(9_990, 300) == 10_000
+    assert page_depth(10_010, 300) == 10_010  # past any default window: the caller's own
 
 
 def test_fusion_follows_kgcqr_equation_9() -> None:
