@@ -172,18 +172,30 @@ async def within_window(
     index's result window where the engine refuses more (it names the window): a team's
     window of 500 refused the lookups of a rewrite whose evidence held more, and it fell
     back. The hits are each chunk's, in turn."""
-    window = _windows.get(index)
-    if window is None or window >= len(ids):
+    known = _windows.get(index)
+    if known is not None and known < len(ids):
         try:
-            return await run(ids)
+            return await _in_chunks(ids, known, run)
         except httpx.HTTPStatusError as exc:
-            refused = window_in(exc.response.text)
-            if refused is None or refused >= len(ids):
+            if window_in(exc.response.text) is None:
                 raise
-            window = _windows[index] = max(1, refused)
+            del _windows[index]  # lowered again since: learnt afresh below
+    try:
+        return await run(ids)
+    except httpx.HTTPStatusError as exc:
+        refused = window_in(exc.response.text)
+        if refused is None or refused >= len(ids):
+            raise
+    _windows[index] = max(1, refused)
+    return await _in_chunks(ids, _windows[index], run)
+
+
+async def _in_chunks(
+    ids: list[str], size: int, run: Callable[[list[str]], Awaitable[list[dict[str, Any]]]]
+) -> list[dict[str, Any]]:
     hits: list[dict[str, Any]] = []
-    for at in range(0, len(ids), window):
-        hits += await run(ids[at : at + window])
+    for at in range(0, len(ids), size):
+        hits += await run(ids[at : at + size])
     return hits
 
 

@@ -19,17 +19,19 @@ REFUSAL = (
 
 
 class Windowed:
-    """An index of documents d0..d4 (d3 hidden from this caller), window 2."""
+    """An index of documents d0..d4 (d3 hidden from this caller), window 2 by default."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int = WINDOW) -> None:
         self.sizes: list[int] = []
+        self.window = window
 
     async def search(
         self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
     ) -> dict[str, Any]:
         self.sizes.append(int(body.get("size", 10)))
-        if body.get("size", 10) > WINDOW:
-            answer = httpx.Response(400, text=REFUSAL, request=httpx.Request("POST", "http://e"))
+        if body.get("size", 10) > self.window:
+            refusal = REFUSAL.replace("[2]", f"[{self.window}]")
+            answer = httpx.Response(400, text=refusal, request=httpx.Request("POST", "http://e"))
             answer.raise_for_status()
         named = [i for i in body["query"]["ids"]["values"] if i != "d3"]
         buckets = [{"key": index}]
@@ -50,6 +52,9 @@ def test_an_ids_lookup_asks_within_the_window_the_engine_names() -> None:
     again = Windowed()  # the window is remembered: asked within it, no refusal first
     assert asyncio.run(readable_among(again, "team", ids)) == {"d0", "d1", "d2", "d4"}
     assert again.sizes == [0, 2, 2, 1]  # the count, then the fetch of a chunk with d3
+    lowered = Windowed(window=1)  # lowered again since: learnt afresh
+    assert len(asyncio.run(ids_hits(lowered, "team", ids, {}))) == 4
+    assert lowered.sizes == [2, 5, 1, 1, 1, 1, 1]
 
 
 def test_any_other_refusal_is_the_engines() -> None:
