@@ -21,6 +21,7 @@ import numpy as np
 
 from kgqr_core import packed_vectors
 from kgqr_core.field_evidence import digest, joined_text, source_paths
+from kgqr_core.result_window import window_in
 from plugin import schema
 from plugin.field_map import FieldMap
 from query_rewriter.engine.gateway import EngineSession
@@ -64,6 +65,22 @@ class _Stored:
     vector: np.ndarray
 
 
+async def _candidates(
+    caller: Search, index: str, body: dict[str, Any], end: int
+) -> list[dict[str, Any]] | None:
+    """The candidate search's hits; asked again as deep as the index's result window where
+    the engine refuses the depth (a team's window below it lost the vector side), if the
+    caller's page still fits. None: refused."""
+    try:
+        return list((await caller.search(index, body))["hits"]["hits"])
+    except httpx.HTTPStatusError as exc:
+        window = window_in(exc.response.text)
+        if window is None or window < end or window >= body["size"]:
+            log.warning("no side vectors for a search of %s: %s", index, exc)
+            return None
+    return await _candidates(caller, index, {**body, "size": window}, end)
+
+
 class SideVectorReads:
     """kgqr's side vectors as one search reads them. A graph strategy's seed step and the
     search's own ranking each search the caller's candidates (their filters differ), and
@@ -100,10 +117,8 @@ class SideVectorReads:
             return None
         body = {"size": depth, "_source": source_paths(embedded),
                 "query": bm25_clause(parsed.text, parsed, searched)}  # fmt: skip
-        try:
-            hits = (await caller.search(index, body))["hits"]["hits"]
-        except httpx.HTTPStatusError as exc:
-            log.warning("no side vectors for a search of %s: %s", index, exc)
+        hits = await _candidates(caller, index, body, end)
+        if hits is None:
             return None
         shown = {hit["_id"]: digest(joined_text(hit.get("_source") or {}, embedded))
                  for hit in hits}  # fmt: skip

@@ -124,3 +124,39 @@ def test_one_search_reads_each_stored_vector_once_for_its_seeds_and_its_ranking(
     assert mgets == [["d1", "d2"], ["d3"]]  # d1's vector was read already
     assert read("heat waves", MOST_CANDIDATES + 1) is None and len(searches) == 2
     assert SideVectorReads.of(Kgqr(), "articles", "a", FieldMap.own("a"), 200) is None  # type: ignore[arg-type]
+
+
+def test_a_lowered_result_window_bounds_the_candidates_not_the_vector_side() -> None:
+    """An index whose window is below the candidates' depth (200 here) refused the
+    candidate search, and its searches lost their vector side."""
+    sizes: list[int] = []
+    refusal = ("Result window is too large, from + size must be less than or equal to: [50] "
+               "but was [200].")  # fmt: skip
+
+    class Caller:
+        async def search(
+            self, index: str, body: dict[str, Any], params: dict[str, str] | None = None
+        ) -> dict[str, Any]:
+            sizes.append(body["size"])
+            if body["size"] > 50:
+                request = httpx.Request("POST", "http://e")
+                httpx.Response(400, text=refusal, request=request).raise_for_status()
+            return {"hits": {"hits": [{"_id": "d1", "_source": {"body": "heat"}}]}}
+
+    class Kgqr:
+        async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+            vector = packed_vectors.pack(np.asarray([1.0, 0.0], np.float32))
+            source = {"digest": digest(joined_text({"body": "heat"}, ["body"])), "model": "m",
+                      "vector": vector}  # fmt: skip
+            docs = [{"_id": "d1", "found": True, "_source": source}]
+            return httpx.Response(200, json={"docs": docs}, request=httpx.Request(method, path))
+
+    fields = FieldMap(index="articles", text_fields={"body": 1.0}, side_vector_fields=["body"],
+                      vector_model="m", dimension=2)  # fmt: skip
+    reads = SideVectorReads.of(Kgqr(), "articles", "a", fields, depth=200)  # type: ignore[arg-type]
+    assert reads is not None
+    searched = SearchFields.of(fields)
+    seen = asyncio.run(reads.read(Caller(), ParsedQuery("heat"), searched, 10))  # type: ignore[arg-type]
+    assert seen is not None and seen.ids == ["d1"] and sizes == [200, 50]
+    deeper = asyncio.run(reads.read(Caller(), ParsedQuery("heat"), searched, 60))  # type: ignore[arg-type]
+    assert deeper is None  # the caller's own page passes the window: the engine's to refuse
