@@ -4,6 +4,7 @@ the engine's cosinesimil k-NN scores, so the hybrid weighs them as it would a k-
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -76,12 +77,33 @@ def test_a_graph_strategys_seeds_are_ranked_by_the_side_vectors_as_base_is() -> 
     assert len(sent[0]["query"]["hybrid"]["queries"]) == 1
 
 
+class StoredVectors:
+    """kgqr's side index, as kgqr's account reads it (`_mget`): `stored(id)` each."""
+
+    def __init__(self, stored: Callable[[str], dict[str, Any]]) -> None:
+        self.stored = stored
+        self.mgets: list[list[str]] = []
+
+    async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        ids = kwargs["json"]["ids"]
+        self.mgets.append(ids)
+        docs = [{"_id": i, "found": True, "_source": self.stored(i)} for i in ids]
+        return httpx.Response(200, json={"docs": docs}, request=httpx.Request(method, path))
+
+
+def _reads(kgqr: StoredVectors) -> tuple[SideVectorReads, SearchFields]:
+    fields = FieldMap(index="articles", text_fields={"body": 1.0}, side_vector_fields=["body"],
+                      vector_model="m", dimension=2)  # fmt: skip
+    reads = SideVectorReads.of(kgqr, "articles", "a", fields, depth=200)  # type: ignore[arg-type]
+    assert reads is not None
+    return reads, SearchFields.of(fields)
+
+
 def test_one_search_reads_each_stored_vector_once_for_its_seeds_and_its_ranking() -> None:
     """A graph search on a side-vector KB searches the caller's candidates twice (its seed
     step, then its own ranking, under the caller's filters): the vectors of those both
     found are read once, and each read still shows only what the caller's text vouches for."""
     searches: list[dict[str, Any]] = []
-    mgets: list[list[str]] = []
     seen = {"d1": "heat waves", "d2": "changed since embedded", "d3": "cold snaps"}
     answers = {"heat waves": ["d1", "d2"], "cold snaps": ["d3", "d1"]}
 
@@ -99,18 +121,9 @@ def test_one_search_reads_each_stored_vector_once_for_its_seeds_and_its_ranking(
         return {"digest": digest(joined_text({"body": made_from}, ["body"])), "model": "m",
                 "vector": vector}  # fmt: skip
 
-    class Kgqr:
-        async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-            ids = kwargs["json"]["ids"]
-            mgets.append(ids)
-            docs = [{"_id": i, "found": True, "_source": stored(i)} for i in ids]
-            return httpx.Response(200, json={"docs": docs}, request=httpx.Request(method, path))
-
-    fields = FieldMap(index="articles", text_fields={"body": 1.0}, side_vector_fields=["body"],
-                      vector_model="m", dimension=2)  # fmt: skip
-    reads = SideVectorReads.of(Kgqr(), "articles", "a", fields, depth=200)  # type: ignore[arg-type]
-    assert reads is not None
-    searched = SearchFields.of(fields)
+    kgqr = StoredVectors(stored)
+    mgets = kgqr.mgets
+    reads, searched = _reads(kgqr)
 
     def read(query: str, end: int) -> VisibleVectors | None:
         return asyncio.run(reads.read(Caller(), ParsedQuery(query), searched, end))  # type: ignore[arg-type]
@@ -123,7 +136,7 @@ def test_one_search_reads_each_stored_vector_once_for_its_seeds_and_its_ranking(
     assert second is not None and second.ids == ["d3", "d1"]
     assert mgets == [["d1", "d2"], ["d3"]]  # d1's vector was read already
     assert read("heat waves", MOST_CANDIDATES + 1) is None and len(searches) == 2
-    assert SideVectorReads.of(Kgqr(), "articles", "a", FieldMap.own("a"), 200) is None  # type: ignore[arg-type]
+    assert SideVectorReads.of(kgqr, "articles", "a", FieldMap.own("a"), 200) is None  # type: ignore[arg-type]
 
 
 def test_a_lowered_result_window_bounds_the_candidates_not_the_vector_side() -> None:
@@ -143,19 +156,10 @@ def test_a_lowered_result_window_bounds_the_candidates_not_the_vector_side() -> 
                 httpx.Response(400, text=refusal, request=request).raise_for_status()
             return {"hits": {"hits": [{"_id": "d1", "_source": {"body": "heat"}}]}}
 
-    class Kgqr:
-        async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-            vector = packed_vectors.pack(np.asarray([1.0, 0.0], np.float32))
-            source = {"digest": digest(joined_text({"body": "heat"}, ["body"])), "model": "m",
-                      "vector": vector}  # fmt: skip
-            docs = [{"_id": "d1", "found": True, "_source": source}]
-            return httpx.Response(200, json={"docs": docs}, request=httpx.Request(method, path))
-
-    fields = FieldMap(index="articles", text_fields={"body": 1.0}, side_vector_fields=["body"],
-                      vector_model="m", dimension=2)  # fmt: skip
-    reads = SideVectorReads.of(Kgqr(), "articles", "a", fields, depth=200)  # type: ignore[arg-type]
-    assert reads is not None
-    searched = SearchFields.of(fields)
+    vector = packed_vectors.pack(np.asarray([1.0, 0.0], np.float32))
+    source = {"digest": digest(joined_text({"body": "heat"}, ["body"])), "model": "m",
+              "vector": vector}  # fmt: skip
+    reads, searched = _reads(StoredVectors(lambda doc_id: source))
     seen = asyncio.run(reads.read(Caller(), ParsedQuery("heat"), searched, 10))  # type: ignore[arg-type]
     assert seen is not None and seen.ids == ["d1"] and sizes == [200, 50]
     deeper = asyncio.run(reads.read(Caller(), ParsedQuery("heat"), searched, 60))  # type: ignore[arg-type]
