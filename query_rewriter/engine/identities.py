@@ -176,6 +176,9 @@ class IdentityResolver:
         cached = self._known.get(key)
         now = time.monotonic()
         if cached and cached[0] > now:
+            # Last in line again: a caller that keeps searching is the last evicted, behind
+            # any flood of fingerprints seen once (junk headers, a new one per request).
+            self._known[key] = self._known.pop(key)
             return cached[1]
         answer = await ask()
         if not keep(answer):

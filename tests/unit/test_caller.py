@@ -410,3 +410,14 @@ def test_a_flood_of_new_callers_does_not_evict_every_known_one() -> None:
 
     asyncio.run(flood())
     assert asked.count("Basic known") == 1
+
+    async def long_flood() -> None:  # a searching caller outlives a flood of any length
+        known = Caller.from_headers({"authorization": "Basic known"}, SERVICE)
+        await resolver.identity(known)
+        for n in range(2 * identities.MAX_IDENTITIES):
+            await resolver.identity(Caller.from_headers({"x-junk": f"again {n}"}, SERVICE))
+            if n % 1_000 == 0:
+                await resolver.identity(known)
+
+    asyncio.run(long_flood())
+    assert asked.count("Basic known") == 1
