@@ -437,6 +437,13 @@ def _pass_through(
             "normalises them, which the rescore's weights do not mean, so the search is sent "
             "as it is"
         )
+    if "_none_" in (body.get("stored_fields"), query_params.get("stored_fields")):
+        # Hits without `_id`: kgqr's fusion and its evidence checks read each hit's id, and
+        # such a rewrite failed and fell back after it was computed.
+        return "stored_fields", (
+            "stored_fields _none_ asks for hits without ids, which a rewritten search ranks "
+            "and checks by, so the search is sent as it is"
+        )
     if query_params.get("search_type") == "dfs_query_then_fetch":
         # neural-search 2.19 skips its normalisation under DFS on an index of several
         # shards: the hits came back in the hybrid query's raw form, 200, no error.

@@ -206,6 +206,8 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     assert _passes(index, {}, {**body, "profile": True}, "graph") == "profile"
     rescore = {"window_size": 10, "query": {"rescore_query": {"match_phrase": {"text": "x"}}}}
     assert _passes(index, {}, {**body, "rescore": rescore}, "graph") == "rescore"
+    assert _passes(index, {}, {**body, "stored_fields": "_none_"}, "graph") == "stored_fields"
+    assert _passes(index, {"stored_fields": "_none_"}, body, "graph") == "stored_fields"
     dfs = {"search_type": "dfs_query_then_fetch"}
     assert _passes(index, dfs, body, "graph") == "search_type"
     assert isinstance(plan_search(index, {"search_type": "query_then_fetch"}, body, "graph"),
