@@ -385,16 +385,30 @@ async def hybrid_search(
 def rrf_fuse(
     rankings: list[list[dict[str, Any]]], size: int, start: int = 0
 ) -> list[dict[str, Any]]:
-    """Hits ordered by sum of 1 / (RRF_K + rank) over the rankings; _score is that sum."""
+    """Hits ordered by sum of 1 / (RRF_K + rank) over the rankings; _score is that sum.
+    A hit explained (the search's `explain: true`) is explained as that sum of the
+    rankings' own explanations: its first ranking's alone did not add up to its score."""
     scores: dict[str, float] = {}
     first_seen: dict[str, dict[str, Any]] = {}
+    parts: dict[str, list[dict[str, Any]]] = {}
     for ranking in rankings:
         for rank, hit in enumerate(ranking, start=1):
             key = f"{hit['_index']}/{hit['_id']}"
             scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
             first_seen.setdefault(key, hit)
+            if "_explanation" in hit:
+                part = f"1/({RRF_K} + rank {rank}) of a ranking where it scored"
+                parts.setdefault(key, []).append({"value": round(1.0 / (RRF_K + rank), 6),
+                    "description": part, "details": [hit["_explanation"]]})  # fmt: skip
     ordered = sorted(scores, key=lambda key: -scores[key])[start : start + size]
-    return [{**first_seen[key], "_score": round(scores[key], 6)} for key in ordered]
+    fused = []
+    for key in ordered:
+        hit = {**first_seen[key], "_score": round(scores[key], 6)}
+        if key in parts:
+            hit["_explanation"] = {"value": hit["_score"], "details": parts[key],
+                                   "description": "reciprocal rank fusion, by kgqr"}  # fmt: skip
+        fused.append(hit)
+    return fused
 
 
 async def _client_side_hybrid(

@@ -387,6 +387,19 @@ def test_the_engines_own_explain_of_a_rewritten_hit_explains_its_score(
         assert hit["_explanation"]["value"] == pytest.approx(hit["_score"], abs=1e-4), hit
 
 
+def test_a_hit_fused_in_kgqr_is_explained_as_its_fused_score(
+    settings: Settings, movies_kb: str
+) -> None:
+    """Fused in kgqr (no neural-search, or a caller under DLS), a hit carried the first
+    sub-search's explanation beside its RRF score."""
+    body = {**QUERY, "explain": True}
+    with running_proxy(settings.replaced({"hybrid_fusion": "client"})) as url:
+        hits = _search(url, movies_kb, body, **{"kgqr.strategy": "base"}).json()["hits"]
+    assert hits["hits"]
+    for hit in hits["hits"]:
+        assert hit["_explanation"]["value"] == pytest.approx(hit["_score"], abs=1e-6), hit
+
+
 @pytest.mark.parametrize("paging", [{"size": "abc"}, {"size": None}, {"from": "x"}])
 def test_paging_the_engine_refuses_gets_the_engines_error(
     entry_url: str, movies_kb: str, settings: Settings, paging: dict[str, Any]

@@ -377,6 +377,14 @@ def test_rrf_orders_by_summed_reciprocal_ranks() -> None:
     assert [h["_id"] for h in fused] == ["1", "3", "2"]
     assert fused[0]["_score"] == pytest.approx(1 / 61 + 1 / 62, abs=1e-6)
     assert [h["_id"] for h in rrf_fuse([a, b], size=1, start=1)] == ["3"]
+    # Explained hits (explain: true) are explained as the fused sum, not one ranking's part.
+    told: list[list[dict[str, Any]]] = [
+        [{**hit, "_explanation": {"value": 9.0, "description": "bm25"}} for hit in a],
+        b,
+    ]
+    first = rrf_fuse(told, size=1)[0]
+    assert first["_explanation"]["value"] == first["_score"]
+    assert first["_explanation"]["details"][0]["details"] == [{"value": 9.0, "description": "bm25"}]
 
 
 def test_cache_keys_separate_callers_and_configs() -> None:
