@@ -114,20 +114,33 @@ def checked(field_map: FieldMap, mapping: dict[str, Any]) -> FieldMap:
     return field_map.model_copy(update={"dimension": mapped.dimension if mapped else None})
 
 
-def default_search_pipeline(client: Any, index: str) -> tuple[str | None, bool]:
-    """The index's default search pipeline (None: it has none), and whether its settings
-    could be read at all (a right beyond the two attach needs: indices:monitor/settings/get)."""
-    from opensearchpy.exceptions import AuthorizationException
+@dataclass(frozen=True)
+class IndexSettings:
+    """What kgqr reads of a team index's settings, in one request: its uuid (which an
+    index made again under its name does not keep) and its default search pipeline.
+    `readable` False where the account may not read them (a right beyond the two attach
+    and sync need: indices:monitor/settings/get)."""
+
+    readable: bool
+    uuid: str | None = None
+    default_search_pipeline: str | None = None
+
+
+def index_settings(client: Any, index: str) -> IndexSettings:
+    from opensearchpy.exceptions import AuthorizationException, NotFoundError
 
     try:
-        answer = client.indices.get_settings(index=index, name="index.search.default_pipeline")
-    except AuthorizationException:
-        return None, False
-    for body in answer.values():
-        found = body.get("settings", {}).get("index", {}).get("search", {}).get("default_pipeline")
-        if found and found != "_none":
-            return str(found), True
-    return None, True
+        answer = client.indices.get_settings(
+            index=index, name="index.uuid,index.search.default_pipeline"
+        )
+    except (AuthorizationException, NotFoundError):
+        return IndexSettings(readable=False)
+    for body in answer.values():  # the one index behind the name (sync refuses several)
+        found = body.get("settings", {}).get("index", {})
+        pipeline = found.get("search", {}).get("default_pipeline")
+        named = str(pipeline) if pipeline and pipeline != "_none" else None
+        return IndexSettings(True, found.get("uuid"), named)
+    return IndexSettings(readable=False)
 
 
 def attach(client: Any, kb: str, field_map: FieldMap) -> KnowledgeBaseMeta:

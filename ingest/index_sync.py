@@ -38,8 +38,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from opensearchpy.exceptions import AuthorizationException, NotFoundError
-
 from ingest.records import Link, Record, Refresh
 from ingest.result_window import page_size
 from ingest.sources.attached_graph import IndexFieldsSource, embed_from
@@ -118,18 +116,6 @@ def read_from(
     restarted = sorted(key for key, highest in now.items() if highest < synced.get(key, -1))
     since = with_overlap({k: v for k, v in synced.items() if k not in restarted})
     return since, restarted
-
-
-def index_uuid(client: Any, index: str) -> str | None:
-    """The uuid of the one index behind `index`, which an index made again under its name
-    does not keep; None where the account may not read its settings (a right beyond the
-    `read` sync needs: `indices:monitor/settings/get`)."""
-    name = shards_of(client, index)[0][0]
-    try:
-        answer = client.indices.get_settings(index=name, name="index.uuid")
-    except (AuthorizationException, NotFoundError):
-        return None
-    return str(answer[name]["settings"]["index"]["uuid"])
 
 
 class ChangedDocumentsSource(Source):

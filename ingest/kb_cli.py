@@ -92,8 +92,8 @@ def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
         AttachRefused,
         FieldChoices,
         checked,
-        default_search_pipeline,
         field_map_for,
+        index_settings,
         mapping_of,
     )
     from ingest.attached_indices import attach as record
@@ -104,9 +104,11 @@ def attach(name: str, index: str, dry_run: bool, **chosen: Any) -> None:
         field_map = checked(field_map_for(index, mapping, FieldChoices(**chosen)), mapping)
     except AttachRefused as exc:
         raise click.ClickException(f"cannot attach {index} as {name}:\n{exc}") from exc
-    pipeline, known = default_search_pipeline(client, index)
-    field_map = field_map.model_copy(update={"default_search_pipeline": pipeline})
-    if not known:
+    read = index_settings(client, index)
+    field_map = field_map.model_copy(
+        update={"default_search_pipeline": read.default_search_pipeline}
+    )
+    if not read.readable:
         click.echo("warning: kgqr's ingest account may not read the index's settings "
                    "(indices:monitor/settings/get): if it has a default search pipeline, "
                    "searches rewritten through kgqr would run without it", err=True)  # fmt: skip
@@ -582,7 +584,7 @@ def sync(name: str, full: bool, follow: bool, interval: float, worker: str) -> N
 
 def _sync_once(name: str, full: bool, worker: str) -> None:
     from ingest import graph_projection, index_sync, job_runner
-    from ingest.attached_indices import default_search_pipeline
+    from ingest.attached_indices import index_settings
     from ingest.cli import _print_progress, follow_job
     from ingest.job_store import JobStore
     from ingest.tasks import chunk_sender
@@ -598,10 +600,11 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     try:
         # The uuid first: an index made again between the two reads is then read whole
         # next time, where the other order would record its checkpoints as the old one's.
-        uuid = index_sync.index_uuid(client, fields.index)
+        team_settings = index_settings(client, fields.index)
         until = index_sync.highest_seq_nos(client, fields.index)
     except index_sync.NotOneIndex as exc:
         raise click.ClickException(str(exc)) from exc
+    uuid = team_settings.uuid
     made_again = None not in (uuid, meta.synced_uuid) and uuid != meta.synced_uuid
     since, restarted = (
         ({}, []) if full else index_sync.read_from(meta.synced or {}, until, made_again)
@@ -651,8 +654,8 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     # Recorded first: a KB detached meanwhile is refused here, before its graph's copy
     # would be made again.
     recorded: dict[str, Any] = {"synced": until, "synced_uuid": uuid}
-    pipeline, known = default_search_pipeline(client, fields.index)
-    if known and pipeline != fields.default_search_pipeline:  # set or changed since attach
+    pipeline = team_settings.default_search_pipeline
+    if team_settings.readable and pipeline != fields.default_search_pipeline:  # set, changed
         # Only this field, onto the map as it is then: a `kb embed` meanwhile keeps its own.
         recorded["attached"] = {"default_search_pipeline": pipeline}
         click.echo(f"{fields.index}'s default search pipeline is now {pipeline or 'none'}: "
