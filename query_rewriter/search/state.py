@@ -81,15 +81,18 @@ async def meta_of(state: ProxyState, kb: str) -> kb_meta.KnowledgeBaseMeta | Non
             meta = await unrecorded_meta(kgqr, kb)
         else:
             raise kb_meta.MetaUnreadable(f"kgqr-meta answered {response.status_code} for {kb!r}")
-    except (httpx.HTTPError, ValueError, KeyError) as exc:  # no answer, or not a record
-        unreadable = kb_meta.MetaUnreadable(
-            f"kgqr-meta could not be read for {kb!r}: {type(exc).__name__}"
+    except (kb_meta.MetaUnreadable, httpx.HTTPError, ValueError, KeyError) as exc:
+        # No answer, or not a record, is unreadable too; kept from the moment it came (a
+        # slow 429 counts).
+        unreadable = (
+            exc
+            if isinstance(exc, kb_meta.MetaUnreadable)
+            else kb_meta.MetaUnreadable(
+                f"kgqr-meta could not be read for {kb!r}: {type(exc).__name__}"
+            )
         )
         state.kb_meta_failures[kb] = (time.monotonic() + UNREADABLE_TTL_S, unreadable)
         raise unreadable from None
-    except kb_meta.MetaUnreadable as exc:  # from the moment it came: a slow 429 counts
-        state.kb_meta_failures[kb] = (time.monotonic() + UNREADABLE_TTL_S, exc)
-        raise
     state.kb_meta_failures.pop(kb, None)
     state.kb_metas[kb] = (now + STRUCTURE_TTL_S, meta)
     return meta
