@@ -67,7 +67,7 @@ def mapping_of(client: Any, index: str) -> dict[str, Any]:
         ) from None
     if any(name.startswith("kgqr-") for name in answer):
         raise AttachRefused(f"[{index}] is one of kgqr's own indices: attach a team's index")
-    if any(name.startswith(f".ds-{index}-") for name in answer):  # its backing indices
+    if any(name.startswith(f".ds-{index}-") for name in answer):
         raise AttachRefused(
             f"[{index}] is a data stream: it rolls over to new backing indices, and kgqr's "
             "graph is keyed by _id within one index (searches of it pass through kgqr as sent)"
