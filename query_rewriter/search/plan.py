@@ -346,6 +346,14 @@ def _sort_key(name: str, order: Any) -> str:
     return "_score:asc" if ascending else name
 
 
+def _asks_named_scores(query_params: dict[str, str], body: dict[str, Any]) -> bool:
+    """Whether the search asks for its named clauses' scores, in the URL (where the engine
+    reads it: 2.19 accepts the body's and answers names only) or the body. A value the
+    engine refuses counts too: passed through, the engine answers it."""
+    asked = query_params.get("include_named_queries_score", body.get("include_named_queries_score"))
+    return asked is not None and asked is not False and str(asked).lower() != "false"
+
+
 def _no_threshold(min_score: Any) -> bool:
     """A `min_score` that keeps every hit (LangChain sends 0.0 with every vector search):
     every score, the engine's and a rewrite's normalised ones alike, is at least 0."""
@@ -457,6 +465,13 @@ def _pass_through(
             "simple_query_string queries (alone or in a bool's must/should), URL q= "
             "searches and knn queries on the knowledge base's vector field; this query is "
             "sent as it is"
+        )
+    if parsed.named and _asks_named_scores(query_params, body):
+        # A rewrite keeps the named clauses at no score (the ranking is its own): each
+        # would be scored 0 in `matched_queries`, where a direct search gives its score.
+        return "named_scores", (
+            "include_named_queries_score asks for the named clauses' own scores, which a "
+            "rewritten search ranks without, so the search is sent as it is"
         )
     if (size := len(dumps(body.get("query")))) > MAX_REWRITTEN_QUERY_BYTES:
         return "query_size", (

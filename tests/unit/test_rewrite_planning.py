@@ -213,6 +213,16 @@ def test_plan_passes_through_unmanaged_scroll_disabled_unparsed_and_hitless_sear
     assert isinstance(plan_search(index, {"search_type": "query_then_fetch"}, body, "graph"),
                       SearchPlan)  # fmt: skip
     assert isinstance(plan_search(index, {}, {**body, "profile": False}, "graph"), SearchPlan)
+    # Named clauses' scores: a rewrite keeps them at no score, so their scores would read 0.
+    named = {"query": {"match": {"text": {"query": "heat", "_name": "film"}}}}
+    scores = {"include_named_queries_score": "true"}
+    assert _passes(index, scores, named, "graph") == "named_scores"
+    assert _passes(index, {}, {**named, "include_named_queries_score": True}, "graph") == (
+        "named_scores"
+    )
+    for unasked in ({}, {"include_named_queries_score": "false"}):
+        assert isinstance(plan_search(index, unasked, named, "graph"), SearchPlan), unasked
+    assert isinstance(plan_search(index, scores, body, "graph"), SearchPlan)  # none named
     # Sorted by a field, not by relevance (a `_score` sort is relevance).
     for sort in ("year", ["_score", {"year": "desc"}], {"year": {"order": "asc"}}):
         assert _passes(index, {}, {**body, "sort": sort}, "graph") == "sort", sort
