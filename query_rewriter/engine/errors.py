@@ -47,20 +47,34 @@ def failure_reason(exc: BaseException) -> str:
     in the explain and the X-Kgqr-Fallback header of every such answer). A library's
     message may say what kgqr's network and accounts are (the Neo4j driver names the
     addresses it resolved, an LLM gateway its key's last letters and its deployments):
-    of an exception raised inside one, only its kind. kgqr's own messages are written for
-    callers. The log keeps every message whole."""
+    of an exception raised inside one, only its kind; so too where kgqr's own message
+    quotes the library's it was raised from. kgqr's own words are written for callers.
+    The log keeps every message whole."""
     if isinstance(exc, TimeoutError):
         return "timed out"
+    if _raised_in_library(exc):
+        return f"{_library_kind(exc)} (kgqr's log has its message)"
+    message = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    if cause is not None and _raised_in_library(cause) and (quoted := str(cause)):
+        message = message.replace(quoted, f"{_library_kind(cause)}, in kgqr's log")
+    return redact_addresses(message)
+
+
+def _raised_in_library(exc: BaseException) -> bool:
     frames = traceback.extract_tb(exc.__traceback__)
     raised_in = str(Path(frames[-1].filename).resolve()) if frames else ""
-    if raised_in.startswith(_LIBRARIES) and not raised_in.startswith(_KGQR):
-        library = type(exc).__module__.partition(".")[0]
-        source = "" if library == "builtins" else f" from {library}"
-        # An HTTP status says what failed (a 404 model, a 429) and names nothing.
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        answered = f", answered {status}" if isinstance(status, int) else ""
-        return f"{type(exc).__name__}{source}{answered} (kgqr's log has its message)"
-    return redact_addresses(f"{type(exc).__name__}: {exc}")
+    return raised_in.startswith(_LIBRARIES) and not raised_in.startswith(_KGQR)
+
+
+def _library_kind(exc: BaseException) -> str:
+    """An exception's kind, its library and an HTTP status: what failed, naming nothing
+    (a 404 model, a 429)."""
+    library = type(exc).__module__.partition(".")[0]
+    source = "" if library == "builtins" else f" from {library}"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    answered = f", answered {status}" if isinstance(status, int) else ""
+    return f"{type(exc).__name__}{source}{answered}"
 
 
 class RewriteRequestError(Exception):

@@ -55,3 +55,15 @@ def test_a_fallback_names_a_librarys_failure_by_its_kind_only() -> None:
         raise ValueError("the LLM returned no usable documents")
     except ValueError as exc:  # kgqr's own words, written for callers
         assert failure_reason(exc) == "ValueError: the LLM returned no usable documents"
+    # kgqr's own words quoting the library's they were raised from (the embedder's
+    # ConfigurationError wraps a loader's OSError): the library's part by its kind only.
+    try:
+        try:
+            json.loads("{ at http://10.1.2.3:8080")
+        except ValueError as exc:
+            raise RuntimeError(f"embedder 'x' could not load: {exc}") from exc
+    except RuntimeError as wrapped:
+        shown = failure_reason(wrapped)
+        assert shown == (
+            "RuntimeError: embedder 'x' could not load: JSONDecodeError from json, in kgqr's log"
+        ), shown
