@@ -51,7 +51,8 @@ class SearchPlan:
     body: dict[str, Any]
     explain: bool
     params: dict[str, float] = field(default_factory=dict)  # namespaced (strategies.params)
-    warnings: tuple[str, ...] = ()  # deprecated parameter spellings the request used
+    # Deprecated parameter spellings the request used; a KB default this kgqr cannot run.
+    warnings: tuple[str, ...] = ()
     # The caller's URL parameters the engine reads, kgqr's own removed, for an answer in
     # plain JSON (kgqr writes the caller's format): read here once, so nothing downstream
     # sees the raw query string.
@@ -524,6 +525,9 @@ def plan_search(
         target = SearchTarget(own)
     named = options.get("strategy")
     kb_default = target.default if named is None and target is not None else None
+    unusable = _unusable_default(kb_default) if kb_default is not None else None
+    if unusable is not None:  # recorded by a newer kgqr (a rolling upgrade, a rollback)
+        kb_default = None
     if kb_default is not None:  # the KB's own default; the request's parameters still win
         named = kb_default.strategy
         requested = options["params"]
@@ -579,7 +583,7 @@ def plan_search(
         with_paging(query_params, _without_empty_threshold(strip_kgqr(body))),
         explain,
         given.values,
-        given.warnings,
+        (*given.warnings, *([unusable] if unusable is not None else [])),
         sent,
         given.values.get(HYBRID_BM25.name),
         answer,
@@ -587,6 +591,27 @@ def plan_search(
         kb_default,
         auto_for,
         auto_side_vectors,
+    )
+
+
+def _unusable_default(kb_default: KbDefault) -> str | None:
+    """Why this kgqr cannot run the KB's recorded default, if it cannot: one a newer kgqr
+    recorded (a strategy or parameter it added, during a rolling upgrade or after a
+    rollback) made every search that named no strategy a 400. Such searches get the
+    proxy's own default instead, and say so."""
+    if kb_default.strategy is None:
+        return None
+    if (known := known_strategy(kb_default.strategy)) is None:
+        problem = f"unknown strategy [{kb_default.strategy}]"
+    else:
+        try:
+            request_params(STRATEGIES[known].params, kb_default.params)
+            return None
+        except RewriteRequestError as exc:
+            problem = exc.reason
+    return (
+        f"the knowledge base's default (version {kb_default.version}) is not one this kgqr "
+        f"runs ({problem}): the proxy's own default served the search"
     )
 
 

@@ -148,7 +148,7 @@ async def run_plan(
         explain["kept_as_filter"] = plan.parsed.demands
     if plan.warnings:
         explain["warnings"] = list(plan.warnings)
-        log.warning("deprecated kgqr parameters", extra={"kgqr": {"warnings": plan.warnings}})
+        log.warning("kgqr request warnings", extra={"kgqr": {"warnings": plan.warnings}})
     if state.query_log is not None:
         state.query_log.record(
             query_log_entry(

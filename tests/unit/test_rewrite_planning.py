@@ -140,6 +140,23 @@ def test_a_search_naming_no_strategy_gets_its_knowledge_bases_own_default() -> N
     assert named.kb_default is None and named.default_explained() is None
 
 
+def test_a_kb_default_this_kgqr_cannot_run_gives_way_to_the_proxys_own() -> None:
+    """Recorded by a newer kgqr (a rolling upgrade, a rollback), it made every search that
+    named no strategy a 400."""
+    body = {"query": {"match": {"text": "heat"}}}
+    newer = KbDefault(version=4, strategy="graph_v9", reason="r", set_by="s", set_at="t")
+    unknown_param = newer.model_copy(update={"strategy": "graph", "params": {"graph.new": 1}})
+    for recorded, problem in ((newer, "unknown strategy [graph_v9]"),
+                              (unknown_param, "unknown kgqr parameter [graph.new]")):  # fmt: skip
+        plan = plan_search(
+            "kgqr-m-documents", {}, body, "base", SearchTarget("m", default=recorded)
+        )
+        assert isinstance(plan, SearchPlan) and plan.strategy.name == "base"
+        assert plan.kb_default is None
+        (warning,) = plan.warnings
+        assert "default (version 4) is not one this kgqr runs" in warning and problem in warning
+
+
 def test_auto_gives_a_search_naming_no_strategy_what_its_kbs_embedder_is_measured_best_with() -> (
     None
 ):
