@@ -58,7 +58,7 @@ def build(settings: Any, kb: str, nodes: int, relations: int, hubs: int) -> np.n
     rng = np.random.default_rng(11)
     vectors = unit(rng, nodes)
     opensearch = connections.opensearch_client(settings)
-    installer.install_opensearch(opensearch, DIM)
+    installer.install_opensearch(opensearch, DIM, settings.rewrite)
     index = schema.documents_index(kb)
     opensearch.indices.delete(index=index, ignore_unavailable=True)
     opensearch.indices.create(index=index, body={"settings": {"refresh_interval": "-1"}})

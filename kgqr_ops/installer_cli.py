@@ -32,7 +32,9 @@ def install(dashboards_url: str | None) -> None:
     if dashboards_url:
         _import_dashboards(dashboards_url, settings)
     dimension = embedder_dimension(settings.embedder.model)
-    for item in installer.install_opensearch(connections.opensearch_client(settings), dimension):
+    for item in installer.install_opensearch(
+        connections.opensearch_client(settings), dimension, settings.rewrite
+    ):
         click.echo(f"opensearch: {item}")
     with connections.neo4j_driver(settings) as driver:
         for item in installer.install_neo4j(driver):

@@ -4,26 +4,25 @@ often as you like (ingest jobs run it before writing)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plugin import schema
 
-DEFAULT_HYBRID_WEIGHTS = (0.3, 0.7)  # BM25, k-NN
-DEFAULT_BOOST_WEIGHTS = (0.25, 0.55, 0.2)  # BM25, k-NN, graph boost
+if TYPE_CHECKING:
+    from kgqr_core.settings import RewriteSettings
 
 
-def install_opensearch(
-    client: Any,
-    dimension: int,
-    weights: tuple[float, float] = DEFAULT_HYBRID_WEIGHTS,
-    boost_weights: tuple[float, float, float] = DEFAULT_BOOST_WEIGHTS,
-) -> list[str]:
-    """Put every index template and the hybrid pipeline; returns what was installed."""
+def install_opensearch(client: Any, dimension: int, rewrite: RewriteSettings) -> list[str]:
+    """Put every index template and the hybrid pipelines; returns what was installed. The
+    pipelines carry `rewrite`'s weights, those the proxy fuses with where it fuses itself:
+    an ingest that put the defaults back left a proxy set otherwise ranking its callers
+    two ways until it restarted."""
     installed = []
     for name, body in schema.index_templates(dimension).items():
         client.indices.put_index_template(name=name, body=body)
         installed.append(f"index template {name}")
-    for name, body in schema.hybrid_pipelines(weights, boost_weights).items():
+    pipelines = schema.hybrid_pipelines(rewrite.hybrid_weights, rewrite.hybrid_boost_weights)
+    for name, body in pipelines.items():
         client.transport.perform_request("PUT", f"/_search/pipeline/{name}", body=body)
         installed.append(f"search pipeline {name}")
     return installed

@@ -11,6 +11,7 @@ import pytest
 from opensearchpy import OpenSearch
 from opensearchpy.exceptions import NotFoundError
 
+from ingest import job_runner
 from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.nginx_front import running_front
@@ -726,6 +727,21 @@ def test_the_engine_pipeline_follows_the_weight_setting(
     with running_proxy(settings):
         installed = opensearch.transport.perform_request("GET", path)[schema.HYBRID_PIPELINE]
     assert installed == schema.hybrid_pipeline(settings.rewrite.hybrid_weights) != stale
+
+
+def test_an_ingest_installs_the_pipelines_with_the_weights_set(
+    settings: Settings, opensearch: Any, neo4j_driver: Any
+) -> None:
+    """Every ingest installs kgqr's definitions: it put the default weights back, under a
+    proxy set otherwise that fuses with its own where it fuses itself."""
+    weighted = settings.replaced({"hybrid_weights": [0.6, 0.4]})
+    path = f"/_search/pipeline/{schema.HYBRID_PIPELINE}"
+    try:
+        job_runner.prepare_stores(weighted, opensearch, neo4j_driver)
+        installed = opensearch.transport.perform_request("GET", path)[schema.HYBRID_PIPELINE]
+        assert installed == schema.hybrid_pipeline((0.6, 0.4))
+    finally:
+        job_runner.prepare_stores(settings, opensearch, neo4j_driver)
 
 
 def test_a_passed_through_body_is_bounded_by_the_engine_not_by_kgqr(
