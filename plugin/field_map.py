@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from kgqr_core.field_evidence import source_paths
 from plugin.schema import documents_index
@@ -36,10 +36,18 @@ BODY_NAMES = ("text", "content", "body", "page_content", "passage", "description
 TITLE_NAMES = ("title", "name", "headline")
 
 
+# kgqr-meta's records keep what a newer kgqr wrote into them: read, changed and written
+# whole by an older one (a rolling upgrade, a rollback), they lost it (a default's history,
+# a field map's fields).
+KEEPS_UNKNOWN_FIELDS = ConfigDict(extra="allow")
+
+
 class FieldMap(BaseModel):
     """A knowledge base's fields. `text_fields` empty: each search uses the fields the
     caller's own query names (an attached index's default, since the team's queries
     already say where its words are)."""
+
+    model_config = KEEPS_UNKNOWN_FIELDS
 
     index: str
     text_fields: dict[str, float] = Field(default_factory=dict)

@@ -92,7 +92,10 @@ def install_meta_index(client: Any) -> None:
     template = schema.opensearch_resource("kb-meta-template")
     client.indices.put_index_template(name="kgqr-kb-meta", body=template)
     if client.indices.exists(index=schema.META_INDEX):
-        client.indices.put_mapping(index=schema.META_INDEX, body=template["template"]["mappings"])
+        current = client.indices.get_mapping(index=schema.META_INDEX)
+        client.indices.put_mapping(
+            index=schema.META_INDEX, body=schema.meta_mapping_update(current)
+        )
 
 
 def install_neo4j(driver: Any) -> list[str]:

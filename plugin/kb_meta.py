@@ -10,12 +10,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from plugin import installer
-from plugin.field_map import FieldMap
+from plugin.field_map import KEEPS_UNKNOWN_FIELDS, FieldMap
 from plugin.schema import META_INDEX, check_kb_name
 
 
 class DocumentStructure(BaseModel):
     """The types of a knowledge base and their fields (KAR Table 9), for prompts."""
+
+    model_config = KEEPS_UNKNOWN_FIELDS
 
     types: dict[str, list[str]] = Field(default_factory=dict)
     relations: list[str] = Field(default_factory=list)
@@ -40,6 +42,8 @@ class KbDefault(BaseModel):
     """One version of a knowledge base's default: the strategy and parameters a search
     that names none gets, who set it, why, and the evidence behind it (`kgqr tune auto`'s
     cross-validated comparison to base; none for a default set by hand)."""
+
+    model_config = KEEPS_UNKNOWN_FIELDS
 
     version: int
     strategy: str | None  # None: cleared, the proxy's own default serves the KB again
@@ -68,6 +72,8 @@ class MetaUnreadable(Exception):
 
 
 class KnowledgeBaseMeta(BaseModel):
+    model_config = KEEPS_UNKNOWN_FIELDS
+
     kb: str
     structure: DocumentStructure
     embedder: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -143,6 +143,22 @@ def _render(node: Any, values: dict[str, Any]) -> Any:
 def opensearch_resource(name: str, **values: Any) -> dict[str, Any]:
     text = resources.files("plugin.opensearch").joinpath(f"{name}.json").read_text()
     return dict(_render(json.loads(text), values))
+
+
+def meta_mapping_update(current: Mapping[str, Any]) -> dict[str, Any]:
+    """What an existing kgqr-meta's mapping (`current`: GET _mapping's answer) needs of
+    kgqr's: the fields it has not mapped yet, and no mapping of fields kgqr does not
+    define. Only those: a field an older kgqr-meta let the engine map first (a
+    `document_revision` as `long`) made the whole update a 400, which left every later
+    field to the engine too, and mapped as it first saw them."""
+    wanted = opensearch_resource("kb-meta-template")["template"]["mappings"]
+    mapped = {
+        name
+        for index in current.values()
+        for name in index.get("mappings", {}).get("properties", {})
+    }
+    missing = {name: field for name, field in wanted["properties"].items() if name not in mapped}
+    return {"dynamic": wanted["dynamic"], "properties": missing}
 
 
 def index_templates(dimension: int) -> dict[str, dict[str, Any]]:

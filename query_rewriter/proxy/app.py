@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 from kgqr_core import connections
 from kgqr_core.llm import AsyncLlmClient
 from kgqr_core.settings import Settings, get_settings
-from plugin.schema import META_INDEX, hybrid_pipelines, opensearch_resource, proxy_index_templates
+from plugin.schema import META_INDEX, hybrid_pipelines, meta_mapping_update, proxy_index_templates
 from query_rewriter import metrics
 from query_rewriter.engine.answer_format import AnswerFormat
 from query_rewriter.engine.caller import Caller
@@ -232,10 +232,14 @@ async def _ensure_meta_mapping(http: httpx.AsyncClient) -> None:
     writes a default's evidence there with the caller's rights, and an older kgqr-meta
     would map it field by field. Put here, at start, and not when a caller promotes: a
     caller who may not write kgqr-meta had kgqr's account change its mapping."""
-    if (await http.head(f"/{META_INDEX}")).status_code != 200:
+    current = await http.get(f"/{META_INDEX}/_mapping")
+    if current.status_code == 404:
         return  # made from kgqr's template (`kgqr plugin install`, any ingest or attach)
-    mappings = opensearch_resource("kb-meta-template")["template"]["mappings"]
-    mapped = await http.put(f"/{META_INDEX}/_mapping", json=mappings)
+    if current.status_code != 200:
+        log.warning("kgqr-meta's mapping not read", extra={"kgqr": {"error": current.text[:300]}})
+        return
+    update = meta_mapping_update(current.json())
+    mapped = await http.put(f"/{META_INDEX}/_mapping", json=update)
     if mapped.status_code != 200:
         log.warning("kgqr-meta's mapping not updated", extra={"kgqr": {"error": mapped.text[:300]}})
 

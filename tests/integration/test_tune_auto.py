@@ -18,7 +18,7 @@ from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import kb_meta
-from plugin.schema import documents_index
+from plugin.schema import documents_index, meta_mapping_update
 from tests.integration.ingest_helpers import TINY_KB, ingested
 
 pytestmark = pytest.mark.quick
@@ -194,3 +194,28 @@ def test_defaults_set_at_once_all_land_as_consecutive_versions(
     assert versions == [before + 1, before + 2, before + 3, before + 4]
     after = kb_meta.load(opensearch, PLAIN_KB)
     assert after is not None and len(after.defaults) == before + 4
+
+
+def test_an_older_kgqr_metas_mapping_takes_kgqrs_new_fields(
+    opensearch: Any, unique_name: str
+) -> None:
+    """On a kgqr-meta whose `document_revision` the engine mapped as `long` (written
+    before kgqr mapped it), the update was a 400 over the one field, and `kb set-default`
+    and `kb attach` ended on it. A stand-in index: kgqr-meta's mapping cannot be undone."""
+    opensearch.indices.create(index=unique_name, body={"mappings": {"properties": {
+        "kb": {"type": "keyword"}, "document_revision": {"type": "long"}}}})  # fmt: skip
+    try:
+        current = opensearch.indices.get_mapping(index=unique_name)
+        opensearch.indices.put_mapping(index=unique_name, body=meta_mapping_update(current))
+        mapped = opensearch.indices.get_mapping(index=unique_name)[unique_name]["mappings"]
+        assert mapped["dynamic"] == "false"
+        assert mapped["properties"]["document_revision"] == {"type": "long"}
+        assert mapped["properties"]["defaults"] == {"type": "object", "enabled": False}
+        # A field no kgqr maps is kept in the record and not mapped.
+        opensearch.index(index=unique_name, id="x", body={"kb": "x", "newer": {"a": 1}},
+                         refresh=True)  # fmt: skip
+        assert "newer" not in opensearch.indices.get_mapping(index=unique_name)[unique_name][
+            "mappings"]["properties"]  # fmt: skip
+        assert opensearch.get(index=unique_name, id="x")["_source"]["newer"] == {"a": 1}
+    finally:
+        opensearch.indices.delete(index=unique_name, ignore_unavailable=True)

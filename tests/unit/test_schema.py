@@ -65,3 +65,19 @@ def test_a_kb_name_with_a_trailing_newline_is_refused() -> None:
     # `$` matches before a final newline: `kb=a%0A` passed the check and was a 500.
     with pytest.raises(ValueError):
         schema.documents_index("a\n")
+
+
+def test_kgqr_meta_gets_only_the_fields_it_has_not_mapped() -> None:
+    """A field an older kgqr-meta let the engine map first (`document_revision` as long)
+    made the whole update a 400, and every later field the engine's to map."""
+    from plugin.schema import META_INDEX, meta_mapping_update
+
+    mapped = {"kb": {"type": "keyword"}, "document_revision": {"type": "long"}}
+    older = {META_INDEX: {"mappings": {"properties": mapped}}}
+    update = meta_mapping_update(older)
+    assert update["dynamic"] is False
+    assert "document_revision" not in update["properties"] and "kb" not in update["properties"]
+    assert update["properties"]["defaults"] == {"type": "object", "enabled": False}
+    assert meta_mapping_update({META_INDEX: {"mappings": {}}})["properties"]["kb"] == {
+        "type": "keyword"
+    }
