@@ -45,7 +45,7 @@ from query_rewriter.proxy.front_status import read_fronts, render_fronts, status
 from query_rewriter.proxy.msearch import handle_msearch, handle_msearch_template
 from query_rewriter.proxy.request_body import (
     body_and_params,
-    decode_body,
+    decoded_off_the_loop,
     json_object,
     off_the_loop_if_large,
     read_body,
@@ -347,7 +347,7 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
         return kind, await state.engine.forward(request)
     limit = state.settings.proxy.max_body_bytes
     body = await read_body(request.headers.get("content-length"), request.stream(), limit)
-    body = decode_body(body, request.headers.get("content-encoding"), limit)
+    body = await decoded_off_the_loop(body, request.headers.get("content-encoding"), limit)
     if foreign := engine_read(request.headers.get("content-type"), body):
         metrics.PASSED_THROUGH.labels(foreign.code).inc()
         return kind, await state.engine.forward(request, body, decoded=True)
