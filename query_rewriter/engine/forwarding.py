@@ -124,7 +124,12 @@ class Upstream:
         self._settings = settings
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=200, ssl=opensearch_ssl_context(settings)),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=60.0),
+            # `connect` bounds the wait for one of the 200 connections, as httpx's pool
+            # timeout does kgqr's own requests: unset, callers trickling bodies through
+            # every connection held each other forward waiting without end.
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=60.0, sock_connect=5.0, sock_read=60.0
+            ),
             auto_decompress=False,
             # Only what the caller sent: no added Accept-Encoding or User-Agent.
             skip_auto_headers=("Accept-Encoding", "User-Agent"),

@@ -179,7 +179,8 @@ async def within_window(
         except httpx.HTTPStatusError as exc:
             if window_in(exc.response.text) is None:
                 raise
-            del _windows[index]  # lowered again since: learnt afresh below
+            _windows.pop(index, None)  # lowered again since: learnt afresh below (a
+            # concurrent lookup may have forgotten it first)
     try:
         return await run(ids)
     except httpx.HTTPStatusError as exc:

@@ -66,3 +66,24 @@ def test_any_other_refusal_is_the_engines() -> None:
 
     with pytest.raises(httpx.HTTPStatusError):
         asyncio.run(ids_hits(Refusing(), "elsewhere", ["d0", "d1", "d2"], {}))
+
+
+def test_two_lookups_that_find_the_window_lowered_again_at_once_both_learn_it() -> None:
+    """Each forgot the remembered window on its refusal: the second's forgetting was a
+    KeyError, and its rewrite fell back."""
+
+    class Yielding(Windowed):
+        async def search(self, index: str, body: dict[str, Any],
+                         params: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+            await asyncio.sleep(0)  # both lookups are refused before either learns again
+            return await super().search(index, body, params)
+
+    ids = [f"d{n}" for n in range(5)]
+    asyncio.run(ids_hits(Windowed(), "lowered-twice", ids, {}))  # window 2 remembered
+
+    async def both() -> list[list[dict[str, Any]]]:
+        lowered = Yielding(window=1)
+        return list(await asyncio.gather(*(ids_hits(lowered, "lowered-twice", ids, {})
+                                           for _ in range(2))))  # fmt: skip
+
+    assert [len(hits) for hits in asyncio.run(both())] == [4, 4]
