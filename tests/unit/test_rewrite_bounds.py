@@ -22,6 +22,7 @@ from query_rewriter.search.state import meta_of
 from query_rewriter.strategies import STRATEGIES
 from query_rewriter.strategies.base import Strategy
 from query_rewriter.strategies.rewrite import Rewrite
+from query_rewriter.strategies.services import Embed
 from tests.unit.test_llm_streaming import ScriptedStream, settings_for
 
 HYDE_ANSWER = '{"documents": ["Heat is a 1995 crime film about bank robbers in Los Angeles."]}'
@@ -426,6 +427,36 @@ def test_a_strategy_without_an_llm_falls_back_within_its_own_budget(
                                          query="q", params={}, gateway=None, caller="c")  # type: ignore[arg-type]  # fmt: skip
         assert outcome.fallback is not None and outcome.fallback["reason"] == "timed out"
         assert time.perf_counter() - started < 30  # not the LLM's 60
+
+    asyncio.run(run())
+
+
+def test_a_knowledge_base_whose_model_is_loading_is_searched_as_sent_within_the_budget() -> None:
+    """Loading a model (~15 s, ~95 s with its ONNX export) was outside every budget: each
+    search of its knowledge bases waited for it."""
+    settings = Settings.of({"rewrite_llm_free_timeout_s": 0.2})
+
+    async def run() -> None:
+        never = asyncio.Event()
+
+        async def load(model: str) -> Embed:
+            await never.wait()
+            return _embed
+
+        async def meta_of(kb: str) -> KnowledgeBaseMeta:
+            return KnowledgeBaseMeta(kb=kb, structure=DocumentStructure(), embedder="other",
+                                     dimension=4)  # fmt: skip
+
+        embedders = QueryEmbedders(settings.embedder.model, None, load=load)
+        rewriter = Rewriter(settings, GatedLlm(), RewriteCache(None, 0), embedders, meta_of)  # type: ignore[arg-type]
+        outcome = await asyncio.wait_for(
+            rewriter.rewrite(index="i", kb="kb", strategy=STRATEGIES["base"], query="q",
+                             params={}, gateway=None, caller="c"),  # type: ignore[arg-type]
+            30,
+        )  # fmt: skip
+        assert outcome.vector is None and outcome.fallback is not None
+        assert outcome.fallback["stage"] == "embedder"
+        assert "its embedder other is loading" in outcome.fallback["reason"]
 
     asyncio.run(run())
 
