@@ -242,7 +242,7 @@ class Rewriter:
                 config["text_facts"] = False
         if strategy.reads_plans:  # a new optimisation never serves old rewrites
             book = book_of(meta)  # None while kgqr-meta is unreadable: the agent falls back
-            config["agent_plans"] = book.version if book else None
+            config["agent_plans"] = book.fingerprint() if book else None
         key = rewrite_key(caller, index, strategy.name, config, query)
         cached = await self.cache.get(key)
         stale = False

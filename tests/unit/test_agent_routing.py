@@ -51,6 +51,21 @@ def test_a_query_goes_to_the_category_of_its_kind_of_question() -> None:
     assert choose("Which products are made by Ordax with year below 2001?") == "by brand"
 
 
+def test_a_book_optimised_again_under_an_earlier_books_version_is_routed_by_its_own() -> None:
+    """After `kgqr agent clear` (or two optimisations at once) a book numbers itself as an
+    earlier one did: the router kept the earlier book's centroids for the process's life."""
+    by_brand = _entry("by brand", "Which products are made by Varnok?")
+    by_country = _entry("by country", "Which products are made by a brand based in Chile?")
+    earlier = PlanBook(version=1, entries=[by_brand, by_country])
+    later = PlanBook(version=1, entries=[by_country, by_brand])
+    assert earlier.fingerprint() != later.fingerprint()
+    router = Router()
+    query = asyncio.run(bag_of_words(["Which products are made by Ordax?"]))[0]
+    for book in (earlier, later):
+        entry, _ = asyncio.run(router.choose(book, ("kb", "m"), query, bag_of_words))
+        assert entry.category == "by brand"
+
+
 def test_a_single_plan_needs_no_routing() -> None:
     book = PlanBook(entries=[_entry("all")])
 

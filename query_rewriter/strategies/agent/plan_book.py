@@ -5,6 +5,7 @@ the mean of their vectors), so no LLM call is needed online."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,12 @@ class PlanBook(BaseModel):
     llm_model: str = ""
     entries: list[PlanEntry] = Field(default_factory=list)
 
+    def fingerprint(self) -> str:
+        """What tells this book from any other, for what is kept of it (the router's
+        centroids, cached rewrites): its version is not, since a book optimised after
+        `kgqr agent clear`, or by two runs at once, numbers itself as an earlier one did."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
 
 def book_of(meta: KnowledgeBaseMeta | None) -> PlanBook | None:
     if meta is None or not meta.agent_plans:
@@ -37,10 +44,11 @@ def book_of(meta: KnowledgeBaseMeta | None) -> PlanBook | None:
 
 
 class Router:
-    """Per book version and embedder: the centroid of each category's examples."""
+    """Per knowledge base and embedder, of its current book: the centroid of each
+    category's examples (an earlier book's are let go)."""
 
     def __init__(self) -> None:
-        self._centroids: dict[tuple[str, int, str], np.ndarray] = {}
+        self._centroids: dict[tuple[str, str], tuple[str, np.ndarray]] = {}
 
     async def choose(
         self, book: PlanBook, key: tuple[str, str], query_vector: np.ndarray, embed: Any
@@ -48,14 +56,16 @@ class Router:
         """The entry for a query and its similarity; `key` is (kb, embedder model)."""
         if len(book.entries) == 1:
             return book.entries[0], 1.0
-        cache_key = (key[0], book.version, key[1])
-        if cache_key not in self._centroids:
+        fingerprint = book.fingerprint()
+        kept = self._centroids.get(key)
+        if kept is None or kept[0] != fingerprint:
             rows = []
             for entry in book.entries:
                 vectors = await embed(entry.examples or [entry.category])
                 mean = np.asarray(vectors).mean(axis=0)
                 rows.append(mean / (np.linalg.norm(mean) or 1.0))
-            self._centroids[cache_key] = np.vstack(rows)
-        similarity = self._centroids[cache_key] @ np.asarray(query_vector)
+            kept = fingerprint, np.vstack(rows)
+            self._centroids[key] = kept
+        similarity = kept[1] @ np.asarray(query_vector)
         best = int(np.argmax(similarity))
         return book.entries[best], float(similarity[best])
