@@ -3,7 +3,14 @@ beat base with an interval above zero and MRR is not shown worse; else keep base
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import httpx
+
+from plugin import kb_meta
 from workbench.tuning.auto import StrategySetting, candidate_settings, decide
+from workbench.tuning.routes import record_default
 
 BASE, WALK = StrategySetting("base"), StrategySetting("graph_walk", (("graph.weight", 0.6),))
 QUERIES = [f"q{i}" for i in range(20)]
@@ -95,3 +102,45 @@ def test_an_mrr_interval_wholly_below_zero_blocks_whatever_its_p_value() -> None
     mrr = next(c for c in decision.against_base if c.metric == "MRR")
     assert mrr.high < 0 and mrr.verdict == "not shown to differ"
     assert decision.promoted == BASE and not decision.beats_base
+
+
+def test_a_promotion_and_a_set_default_at_once_both_land_as_consecutive_versions() -> None:
+    """Written over whatever landed meanwhile, both numbered themselves N+1 and the later
+    history dropped the other's version. A scripted kgqr-meta (as the engine answers
+    `_update` with if_seq_no): a `kgqr kb set-default` lands between the page's read and
+    its write."""
+    first = kb_meta.KbDefault(version=1, strategy="graph", reason="r", set_by="s", set_at="t")
+    meta = kb_meta.KnowledgeBaseMeta(kb="m", structure=kb_meta.DocumentStructure(),
+                                     embedder="e", dimension=4, defaults=[first])  # fmt: skip
+
+    class Meta:
+        def __init__(self) -> None:
+            self.source, self.seq_no, self.reads = meta.model_dump(mode="json"), 1, 0
+
+        async def send(self, method: str, path: str, json: Any = None,
+                       params: dict[str, str] | None = None) -> httpx.Response:  # fmt: skip
+            request = httpx.Request(method, f"http://engine{path}")
+            if method == "GET":
+                self.reads += 1
+                if self.reads == 1:  # a set-default lands after this read
+                    landed = {"version": 2, "strategy": "base", "reason": "cli",
+                              "set_by": "kgqr kb set-default", "set_at": "t"}  # fmt: skip
+                    answer = {"_source": dict(self.source), "_seq_no": self.seq_no,
+                              "_primary_term": 1}  # fmt: skip
+                    self.source["defaults"] = [*self.source["defaults"], landed]
+                    self.seq_no += 1
+                    return httpx.Response(200, json=answer, request=request)
+                answer = {"_source": self.source, "_seq_no": self.seq_no, "_primary_term": 1}
+                return httpx.Response(200, json=answer, request=request)
+            assert params is not None
+            if int(params["if_seq_no"]) != self.seq_no:
+                return httpx.Response(409, json={"status": 409}, request=request)
+            self.source.update(json["doc"])
+            self.seq_no += 1
+            return httpx.Response(200, json={"result": "updated"}, request=request)
+
+    engine = Meta()
+    chosen = asyncio.run(record_default(engine, "m", "graph_walk", {}, "page", "tune page", {}))
+    assert chosen.version == 3
+    assert [(d["version"], d["strategy"]) for d in engine.source["defaults"]] == [
+        (1, "graph"), (2, "base"), (3, "graph_walk")]  # fmt: skip

@@ -317,20 +317,44 @@ async def promote(request: Request) -> Response:
     if decision.promoted is None:  # too few: the KB keeps the default it has
         raise RewriteRequestError(400, "illegal_argument_exception", decision.reason())
     session = request.app.state.kgqr.engine.for_request(request_headers(request))
-    found = await session.send("GET", f"/{META_INDEX}/_doc/{kb}")
-    found.raise_for_status()
-    meta = kb_meta.KnowledgeBaseMeta.model_validate(found.json()["_source"])
     authinfo = await session.send("GET", AUTHINFO_PATH)
     user = authinfo.json().get("user_name") if authinfo.status_code == 200 else None
-    chosen, update = kb_meta.next_default(
-        meta, decision.promoted.strategy, decision.promoted.params, decision.reason(),
+    chosen = await record_default(
+        session, kb, decision.promoted.strategy, decision.promoted.params, decision.reason(),
         kb_meta.set_by("tune page", user if isinstance(user, str) else None), decision.evidence(),
     )  # fmt: skip
-    written = await session.send("POST", f"/{META_INDEX}/_update/{kb}",
-                                 params={"refresh": "wait_for"}, json=update)  # fmt: skip
-    written.raise_for_status()
     return JSONResponse({"kb": kb, "default": chosen.model_dump(exclude={"evidence"}),
                          "evidence": decision.evidence()})  # fmt: skip
+
+
+async def record_default(
+    session: Any,
+    kb: str,
+    strategy: str,
+    params: dict[str, float],
+    reason: str,
+    set_by: str,
+    evidence: dict[str, Any],
+) -> kb_meta.KbDefault:
+    """The KB's next default version, written as the caller over the record it was
+    numbered from, as `kgqr kb set-default` writes it (kb_meta.set_default): written over
+    whatever landed meanwhile, a promotion and a set-default at once both numbered
+    themselves N+1, and the later one's history dropped the other's version."""
+    for _ in range(kb_meta.CONFLICT_RETRIES):
+        found = await session.send("GET", f"/{META_INDEX}/_doc/{kb}")
+        found.raise_for_status()
+        record = found.json()
+        meta = kb_meta.KnowledgeBaseMeta.model_validate(record["_source"])
+        chosen, update = kb_meta.next_default(meta, strategy, params, reason, set_by, evidence)
+        numbered_from = {"if_seq_no": str(record["_seq_no"]),
+                         "if_primary_term": str(record["_primary_term"])}  # fmt: skip
+        written = await session.send("POST", f"/{META_INDEX}/_update/{kb}", json=update,
+                                     params={"refresh": "wait_for", **numbered_from})  # fmt: skip
+        if written.status_code != 409:  # 409: another version landed first
+            written.raise_for_status()
+            return chosen
+    raise RewriteRequestError(409, "version_conflict_engine_exception",
+                              f"{kb!r}'s record kept changing; promote again")  # fmt: skip
 
 
 def tuning_routes() -> list[Route]:
