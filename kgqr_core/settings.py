@@ -334,8 +334,19 @@ class LlmSettings(Section):
 
     model: str = Field(
         default="qwen2.5-coder-1.5b",
-        description="Model name sent to the OpenAI-compatible endpoint.",
+        description="Model name sent to the OpenAI-compatible endpoint; unset, the local "
+        "server's (KGQR_LLM_LOCAL_MODEL). Cached answers are kept by it.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_as_the_local_model(cls, data: Any) -> Any:
+        """The local server's model chosen and the name sent left unset: the answers of
+        the model served before were still named after it, and served from the answer
+        cache (by model name) for 30 days."""
+        if isinstance(data, dict) and "model" not in data and "local_model" in data:
+            return {**data, "model": data["local_model"]}
+        return data
 
     api_key: SecretStr = Field(
         default=SecretStr("sk-local-no-key"), description="API key sent to the LLM endpoint."

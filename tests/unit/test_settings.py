@@ -68,6 +68,16 @@ def test_unknown_local_model_is_rejected(monkeypatch: pytest.MonkeyPatch) -> Non
         Settings()
 
 
+def test_the_llm_is_named_as_the_local_model_it_serves_unless_named_on_purpose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another local model's answers went on being named, and cached, as the first's."""
+    monkeypatch.setenv("KGQR_LLM_LOCAL_MODEL", "smollm2-135m")
+    assert Settings().llm.model == "smollm2-135m"
+    monkeypatch.setenv("KGQR_LLM_MODEL", "gpt-4o-mini")  # an endpoint of its own
+    assert Settings().llm.model == "gpt-4o-mini"
+
+
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A config file named by KGQR_CONFIG, for the test to write; caches cleared."""
