@@ -231,6 +231,10 @@ class Rewriter:
                 query_fields = ()  # the map's own: one rewrite, whatever the query names
         if query_vector is not None:
             config["vector_query"] = True
+        if strategy.uses_llm and meta is not None:
+            # Its prompts name the KB's types and relations (HyDE's, AGR's read no graph,
+            # so no graph version tells that an ingest added some).
+            config["structure"] = meta.structure.model_dump(mode="json")
         if strategy.reads_graph and self.graph is not None:
             config["graph_version"] = await self.graph.version(kb)
         # A caller not shown the text reads the graph without its facts: another rewrite,

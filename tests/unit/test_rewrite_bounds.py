@@ -504,3 +504,32 @@ def test_a_background_rewrite_that_failed_says_why(caplog: pytest.LogCaptureFixt
     [told] = [r for r in caplog.records if "in the background" in r.getMessage()]
     assert told.levelname == "WARNING"
     assert "the LLM answered nonsense" in told.kgqr["error"]  # type: ignore[attr-defined]
+
+
+def test_an_llm_rewrite_is_not_served_after_its_knowledge_base_gained_types() -> None:
+    """HyDE's and AGR's prompts name the KB's types and relations and read no graph: no
+    graph version told that an ingest had added some, and the old rewrite was served."""
+    from tests.unit.test_rewrite_cache_bounds import DictRedis
+
+    structures = [DocumentStructure(types={"movie": ["title"]}),
+                  DocumentStructure(types={"movie": ["title"], "person": ["name"]})]  # fmt: skip
+    settings = Settings.of({})
+
+    async def run() -> int:
+        llm = GatedLlm()
+        llm.release.set()
+        shown: list[DocumentStructure] = []
+
+        async def meta_of(kb: str) -> KnowledgeBaseMeta:
+            return KnowledgeBaseMeta(kb=kb, structure=shown[-1], embedder=settings.embedder.model,
+                                     dimension=4)  # fmt: skip
+
+        cache = RewriteCache(DictRedis(), ttl_s=60)
+        rewriter = Rewriter(settings, llm, cache, QueryEmbedders.single(_embed), meta_of)  # type: ignore[arg-type]
+        for structure in structures:
+            shown.append(structure)
+            for _ in range(2):  # the second of each is the cache's
+                await _rewrite(rewriter, "heat")
+        return llm.calls
+
+    assert asyncio.run(run()) == 2
