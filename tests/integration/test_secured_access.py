@@ -51,6 +51,7 @@ from kgqr_ops.services.secured_opensearch import (
 )
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
+from query_rewriter import metrics
 from query_rewriter.engine.caller import IMPERSONATION_HEADER
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
 from query_rewriter.graph.store import Neo4jGraph
@@ -1056,7 +1057,9 @@ def test_one_callers_burst_of_llm_rewrites_does_not_queue_anothers_behind_it(
 
             with ThreadPoolExecutor(max_workers=8) as pool:
                 burst = [pool.submit(search, "reader", n) for n in range(7)]
-                time.sleep(1.0)  # a call or two answered, one running, the rest queued
+                # The burst's calls queued (one answered at most), or first come, first
+                # served could leave three of them after the tuner's as well.
+                _wait_for_llm_calls_waiting(url, secured.admin_authorization, at_least=5)
                 single = pool.submit(search, "tuner", 0)
                 answers = [future.result() for future in [*burst, single]]
     assert all(a.status_code == 200 for a in answers), [a.text[:300] for a in answers]
@@ -1064,6 +1067,21 @@ def test_one_callers_burst_of_llm_rewrites_does_not_queue_anothers_behind_it(
     asked = [who for prompt in prompts for who in ("reader", "tuner") if f" {who} " in prompt]
     # First come, first served, the tuner's call was the last.
     assert len(asked) == 8 and asked[asked.index("tuner") :].count("reader") >= 3, asked
+
+
+def _wait_for_llm_calls_waiting(url: str, monitor: str, at_least: int) -> None:
+    """Until the proxy's gauge of LLM calls waiting for a slot reads `at_least` (read as
+    `monitor`: the engine shows its node stats, and kgqr its metrics, to monitors)."""
+    deadline, waiting = time.monotonic() + 60, 0.0
+    while time.monotonic() < deadline:
+        scraped = httpx.get(f"{url}{metrics.PATH}", headers={"authorization": monitor})
+        for line in scraped.text.splitlines():
+            if line.startswith("kgqr_llm_calls_waiting "):
+                waiting = float(line.split()[1])
+        if waiting >= at_least:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{waiting:g} LLM calls waiting after 60 s, not {at_least}")
 
 
 def _restricted_role(secured: SecuredCredentials, hidden: list[str]) -> None:
