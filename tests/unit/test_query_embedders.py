@@ -99,7 +99,9 @@ def test_what_is_queued_of_a_request_that_failed_is_not_encoded() -> None:
         batcher = MicroBatcher(encode, max_batch=4)
         with pytest.raises(RuntimeError):
             await batcher.embed([f"t{n}" for n in range(12)])
-        await asyncio.sleep(0.05)
+        draining = batcher._draining
+        assert draining is not None
+        await draining  # every batch it would encode, encoded
 
     asyncio.run(run())
     assert len(batches) == 1

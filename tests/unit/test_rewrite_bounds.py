@@ -68,7 +68,7 @@ def test_rewrites_past_the_admission_limit_run_the_plain_query_at_once() -> None
         await asyncio.sleep(0.05)
         started = time.perf_counter()
         refused = await _rewrite(rewriter, "query 3")
-        assert time.perf_counter() - started < 0.5
+        assert time.perf_counter() - started < 10  # not queued: the gated calls never end
         assert refused.fallback["stage"] == "admission"
         assert "KGQR_REWRITE_MAX_CONCURRENT" in refused.fallback["reason"]
         assert refused.rewrite.strategy == "base" and refused.vector is None
@@ -200,7 +200,7 @@ def test_context_embedding_past_the_budget_falls_back_to_the_query_vector() -> N
         rewriter = _rewriter(Settings.of({"rewrite_timeout_s": 0.3}), llm, slow_context)
         started = time.perf_counter()
         outcome = await _rewrite(rewriter, "heat")
-        assert time.perf_counter() - started < 1.0
+        assert time.perf_counter() - started < 4  # the 0.3 s budget, not the 5 s embedding
         assert outcome.fallback["stage"] == "embed"
         assert outcome.rewrite.strategy == "base" and outcome.rewrite.expansions == []
         assert outcome.vector is not None

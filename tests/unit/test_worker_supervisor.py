@@ -121,13 +121,13 @@ def test_a_stop_during_the_backoff_starts_nothing(tmp_path: Path) -> None:
 def test_request_stop_asks_first_and_kills_when_asked_again(tmp_path: Path) -> None:
     """The worker's SIGTERM (Celery: finish running chunks, then exit) is ignored by this
     child, as a worker deep in a long chunk would: the second request kills it."""
+    ignoring = tmp_path / "ignoring"
     command = _counting_child(
         tmp_path, "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "time.sleep(60)",
+        f"open({str(ignoring)!r}, 'w').close(); time.sleep(60)",
     )  # fmt: skip
     supervisor = SupervisedWorker(command, policy=FAST, say=lambda _line: None).start()
-    _wait_for(lambda: _starts(tmp_path) == 1)
-    time.sleep(0.2)  # the child's handler is in place
+    _wait_for(ignoring.exists)  # the child's handler is in place
     supervisor.request_stop()
     time.sleep(0.5)
     assert supervisor.process.poll() is None
