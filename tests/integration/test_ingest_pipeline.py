@@ -17,10 +17,10 @@ from kgqr_core.settings import Settings
 from plugin import kb_meta, schema
 from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
 from tests.integration.ingest_helpers import document_ids, run_to_end
+from tests.shared_data import SHARED_DATA, needs_shared_data
 
 Stores = tuple[Settings, Any, Any, Any]  # settings, OpenSearch, Neo4j and Redis clients
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 pytestmark = pytest.mark.usefixtures("ingest_worker")
 
@@ -367,9 +367,7 @@ def test_second_run_sends_nothing_and_changes_nothing(stores: Stores, kb: str) -
 
 
 @pytest.mark.same_on_containers
-@pytest.mark.skipif(
-    not (SHARED_DATA / "musique100").is_dir(), reason="../shared/data/musique100 is absent"
-)
+@needs_shared_data("musique100")
 def test_musique_subset_with_corpus_kg(stores: Stores, kb: str) -> None:
     _, opensearch, neo4j, _ = stores
     _, progress = run_to_end(*stores, f"musique:{SHARED_DATA / 'musique100'}", kb, limit=30)

@@ -10,9 +10,8 @@ import pytest
 
 from kgqr_ops.cli_options import judged_queries
 from query_rewriter.search.warming import queries_from_file
+from tests.shared_data import SHARED_DATA, needs_shared_data
 from workbench.evaluation.query_sets import JudgedQuery, QuerySetError, load_query_set
-
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def test_musique_gold_is_matched_by_title_and_text_not_title_alone(tmp_path: Path) -> None:
@@ -144,7 +143,7 @@ def test_bad_specs_and_missing_files_say_so(tmp_path: Path) -> None:
         load_query_set(f"musique:{tmp_path}")
 
 
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is absent")
+@needs_shared_data()
 @pytest.mark.parametrize("kind", ["musique", "hotpotqa"])
 def test_shared_dev_sets_load_with_gold_in_the_corpus(kind: str) -> None:
     queries = load_query_set(f"{kind}:{SHARED_DATA / f'{kind}100'}")
@@ -153,9 +152,7 @@ def test_shared_dev_sets_load_with_gold_in_the_corpus(kind: str) -> None:
     assert all(doc.startswith("p") for q in queries for doc in q.judgments)
 
 
-@pytest.mark.skipif(
-    not (SHARED_DATA / "stark_qa").is_dir(), reason="../shared/data/stark_qa is absent"
-)
+@needs_shared_data("stark_qa")
 @pytest.mark.parametrize("dataset", ["amazon", "mag", "primekg"])
 def test_shared_stark_splits_load(dataset: str) -> None:
     folder = SHARED_DATA / "stark_qa" / dataset

@@ -8,9 +8,9 @@ import pytest
 from ingest.records import CorpusTriple, Document, Mention, Rejected, Relation
 from ingest.sources import open_source
 from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
+from tests.shared_data import SHARED_DATA, needs_shared_data
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def _by_kind(records: list) -> dict[type, list]:
@@ -122,9 +122,7 @@ def test_a_path_a_source_cannot_read_is_refused_when_opened(
         open_source(f"{kind}:{path}")
 
 
-@pytest.mark.skipif(
-    not (SHARED_DATA / "musique100").is_dir(), reason="../shared/data/musique100 is absent"
-)
+@needs_shared_data("musique100")
 def test_musique_passages_keyed_by_position_with_openie_graph() -> None:
     grouped = _by_kind(
         list(open_source(f"musique:{SHARED_DATA / 'musique100'}", limit=5).records())
@@ -141,9 +139,7 @@ def test_musique_passages_keyed_by_position_with_openie_graph() -> None:
     assert any(m.entity == "Jan Philip Solovej" for m in grouped[Mention])
 
 
-@pytest.mark.skipif(
-    not (SHARED_DATA / "hotpotqa100").is_dir(), reason="../shared/data/hotpotqa100 is absent"
-)
+@needs_shared_data("hotpotqa100")
 def test_hotpotqa_sentences_joined_into_passages() -> None:
     first = next(open_source(f"hotpotqa:{SHARED_DATA / 'hotpotqa100'}", limit=2).records())
     assert isinstance(first, Document)
