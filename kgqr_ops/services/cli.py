@@ -148,7 +148,7 @@ def check() -> None:
             sc.timed(
                 "celery round trip",
                 lambda: sc.celery_echo(settings),
-                lambda answer: answer.get("payload", "").startswith("kgqr-smoke-"),
+                sc.celery_echoed,
             ),
             sc.timed(
                 "llm json object",

@@ -141,7 +141,9 @@ def neo4j_typed_relation(driver: Any, tag: str) -> dict[str, Any]:
 
 
 def celery_echo(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Start a worker on a private queue, send it a task through Redis, return its answer."""
+    """Start a worker on a private queue, send it a task through Redis, return its answer
+    (the payload it echoed, its pid) beside what was sent and the worker started: the
+    task ran in that worker only if they agree (celery_echoed)."""
     from ingest.celery_app import create_app
 
     app = create_app(settings)
@@ -156,7 +158,7 @@ def celery_echo(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
     )  # fmt: skip
     result = app.send_task("kgqr.worker.echo", args=[queue], queue=queue)
     try:
-        return dict(result.get(timeout=timeout_s))
+        return {**result.get(timeout=timeout_s), "sent": queue, "worker_pid": worker.pid}
     finally:
         result.forget()
         worker.terminate()
@@ -164,6 +166,11 @@ def celery_echo(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
             worker.wait(timeout=20)
         except subprocess.TimeoutExpired:
             worker.kill()
+
+
+def celery_echoed(answer: dict[str, Any]) -> bool:
+    """Whether the worker started for the check ran the task sent (celery_echo)."""
+    return answer.get("payload") == answer["sent"] and answer.get("pid") == answer["worker_pid"]
 
 
 def llm_json_object(settings: Settings) -> dict[str, Any]:

@@ -76,8 +76,9 @@ def test_neo4j_typed_relationship_round_trip(neo4j_driver: Any, unique_name: str
 
 def test_celery_task_round_trip_through_redis(settings: Settings) -> None:
     answer = smoke_checks.celery_echo(settings)
-    assert answer["payload"].startswith("kgqr-smoke-")
-    assert isinstance(answer["pid"], int)
+    assert answer["sent"].startswith("kgqr-smoke-")
+    assert (answer["payload"], answer["pid"]) == (answer["sent"], answer["worker_pid"])
+    assert smoke_checks.celery_echoed(answer)
 
 
 def test_local_llm_returns_a_json_object(llm_settings: Settings) -> None:
