@@ -25,6 +25,7 @@ from query_rewriter.engine import json_codec
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.filter_path import filtered
 from query_rewriter.engine.forwarding import about_the_request, answer_content, to_response
+from query_rewriter.engine.off_loop import off_the_loop_if_large
 
 FORMAT_PARAMS = ("pretty", "format", "filter_path")
 BINARY_FORMATS = ("cbor", "smile")
@@ -72,11 +73,13 @@ class AnswerFormat:
         asked for; plain JSON without one is sent on as its bytes."""
         if self.is_plain_json and explain is None:
             return to_response(upstream)
+        size = len(upstream.content)
         return await self.response(
-            with_explain(upstream, explain),
+            await off_the_loop_if_large(size, lambda: with_explain(upstream, explain)),
             upstream.status_code,
             explain_at="kgqr" if explain is not None else None,
             headers=about_the_request(upstream),
+            size=size,
         )
 
     @property
@@ -90,17 +93,20 @@ class AnswerFormat:
         status_code: int,
         explain_at: str | None = None,
         headers: dict[str, str] | None = None,
+        size: int = 0,
     ) -> Response:
         """`content` filtered, in the caller's format, with `headers`. `explain_at`: where
         kgqr put an explain the caller asked for (`kgqr`, `responses.kgqr`), kept by any
         filter. An error is never filtered, as the engine never filters one (`{}` would
-        hide it).
+        hide it). `size`: the bytes `content` was read from.
 
         Filtered, pretty or YAML, on a worker thread: YAML took 126 ms for ten hits with
-        their vectors, and every other search would wait for it on the event loop."""
+        their vectors, and every other search would wait for it on the event loop. Plain
+        JSON too, where `size` is large."""
         body: str | bytes
         if self.is_plain_json:
-            body, media_type = json_codec.dumps(content), "application/json"
+            body = await off_the_loop_if_large(size, lambda: json_codec.dumps(content))
+            media_type = "application/json"
         else:
             body, media_type = await anyio.to_thread.run_sync(
                 self._formatted, content, status_code, explain_at

@@ -31,6 +31,7 @@ from plugin.schema import (
 from query_rewriter.engine import json_codec
 from query_rewriter.engine.forwarding import json_answer
 from query_rewriter.engine.gateway import EngineSession
+from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.engine.original_facets import AGGREGATION_KEYS, without_aggregations
 from query_rewriter.engine.query_text import ParsedQuery
 from query_rewriter.engine.shard_health import with_worst_health
@@ -434,9 +435,14 @@ async def _client_side_hybrid(
     for response in responses:
         if response.status_code >= 400:
             return response
-    answers = [json_codec.loads(response.content) for response in responses]
-    merged = with_worst_health(answers[0], *answers[1:])  # read here, for this answer alone
-    fused = rrf_fuse([answer["hits"]["hits"] for answer in answers], size, start)
-    merged["hits"]["hits"] = fused
-    merged["hits"]["max_score"] = fused[0]["_score"] if fused else None
-    return json_answer(merged, *responses)
+
+    def fused_answer() -> httpx.Response:
+        answers = [json_codec.loads(response.content) for response in responses]
+        merged = with_worst_health(answers[0], *answers[1:])  # read here, for this answer alone
+        fused = rrf_fuse([answer["hits"]["hits"] for answer in answers], size, start)
+        merged["hits"]["hits"] = fused
+        merged["hits"]["max_score"] = fused[0]["_score"] if fused else None
+        return json_answer(merged, *responses)
+
+    # Each part is read `depth` hits deep: on a worker thread if that is large.
+    return await off_the_loop_if_large(sum(len(r.content) for r in responses), fused_answer)

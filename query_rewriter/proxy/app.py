@@ -39,6 +39,7 @@ from query_rewriter.engine.forwarding import (
 from query_rewriter.engine.gateway import Engine
 from query_rewriter.engine.identities import IdentityResolver, credentials_refused
 from query_rewriter.engine.json_codec import dumps
+from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
 from query_rewriter.graph.projection import ProjectedGraph
 from query_rewriter.proxy.front_status import read_fronts, render_fronts, status_folder
@@ -47,7 +48,6 @@ from query_rewriter.proxy.request_body import (
     body_and_params,
     decoded_off_the_loop,
     json_object,
-    off_the_loop_if_large,
     read_body,
 )
 from query_rewriter.proxy.search_template import (
@@ -375,7 +375,7 @@ def request_line_bytes(request: Request) -> int:
 
 async def handle_search(state: ProxyState, request: Request, index: str, raw: bytes) -> Response:
     raw, url_params, in_url = body_and_params(raw, request.query_params)
-    payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
+    payload = await off_the_loop_if_large(len(raw), lambda: json_object(raw, "request body"))
     query_params, body = uri_search_as_body(url_params, payload)
     stripped = strip_kgqr(payload)
     as_sent = raw if stripped is payload else dumps(stripped)
@@ -392,7 +392,7 @@ async def handle_search_template(
     if target is None:
         return await state.engine.forward(request, raw, decoded=True)
     query_params, headers = dict(request.query_params), request_headers(request)
-    payload = await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
+    payload = await off_the_loop_if_large(len(raw), lambda: json_object(raw, "request body"))
     rendered = await rendered_search(state, payload, headers)
     if isinstance(rendered, dict):
         searched = await template_search_params(
@@ -435,12 +435,12 @@ async def _search(
             # body the URL held as a body (forwarded, the URL would still hold it).
             upstream = await passed_through_search(state, index, body, plan, headers)
             if template:
-                upstream = template_answer(upstream)
+                upstream = await template_answer(upstream)
             return await plan.answer.written(upstream, plan.explanation() if plan.explain else None)
         return await state.engine.forward(request, as_sent, decoded=True)
     upstream, explain = await run_plan(state, plan, headers)
     if template:
-        upstream = template_answer(upstream)
+        upstream = await template_answer(upstream)
     response = await plan.answer.written(upstream, explain if plan.explain else None)
     if fallback := explain.get("fallback"):
         response.headers[FALLBACK_HEADER] = fallback_header(fallback)

@@ -17,12 +17,12 @@ from query_rewriter.engine.answer_format import AnswerFormat, json_params, with_
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.forwarding import about_the_request, request_headers
 from query_rewriter.engine.json_codec import CommentBudget, dumps
+from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.proxy.msearch_header import MsearchHeader, check_header
 from query_rewriter.proxy.request_body import (
     body_and_params,
     expected_an_object,
     json_object,
-    off_the_loop_if_large,
 )
 from query_rewriter.proxy.search_template import rendered_search
 from query_rewriter.search.plan import (
@@ -117,7 +117,7 @@ async def handle_msearch(
 async def _read_items(
     raw: bytes, path_index: str | None, max_items: int
 ) -> tuple[list[dict[str, Any]], list[MsearchHeader]]:
-    return await off_the_loop_if_large(raw, lambda: _items(raw, path_index, max_items))
+    return await off_the_loop_if_large(len(raw), lambda: _items(raw, path_index, max_items))
 
 
 def _items(
@@ -189,16 +189,16 @@ async def _answer(
             upstream = await as_caller.send(
                 "POST", checked[position].path, json=strip_kgqr(body), params=own
             )
-            status = upstream.status_code
-            result = with_explain(upstream, plan.explanation() if plan.explain else None)
+            shown = plan.explanation() if plan.explain else None
         else:
             upstream, explain = await run_plan(state, replace(plan, sent_params=own), headers)
-            status = upstream.status_code
-            result = with_explain(upstream, explain if plan.explain else None)
+            shown = explain if plan.explain else None
             if fallback := explain.get("fallback"):
                 fallbacks.append(f"item {position} {fallback_header(fallback)}")
         answered.append(upstream)
-        return {**result, "status": status}
+        read = len(upstream.content)
+        result = await off_the_loop_if_large(read, lambda: with_explain(upstream, shown))
+        return {**result, "status": upstream.status_code}
 
     responses = await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
     took = int((time.perf_counter() - started) * 1000)
@@ -209,6 +209,7 @@ async def _answer(
         200,
         explain_at="responses.kgqr" if explained else None,
         headers=about_the_request(*answered),
+        size=sum(len(upstream.content) for upstream in answered),
     )
     if fallbacks:
         response.headers[FALLBACK_HEADER] = "; ".join(sorted(fallbacks))[:400]

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import AsyncIterable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterable, Mapping
+from typing import Any
 
 import anyio
 
 from query_rewriter.engine import json_codec
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.search.plan import JSON_MEDIA_TYPES
-
-T = TypeVar("T")
 
 # The codings the engine's HTTP layer (Netty's decompressor) undoes, and zlib's wbits for
 # each: gzip framing; for deflate, zlib framing, or raw deflate when the body does not
@@ -254,11 +252,6 @@ def nesting_depth(value: Any, enough: int) -> int:
     return deepest
 
 
-# Bodies larger than this are parsed on a worker thread: json.loads of the 10 MB kgqr
-# accepts takes tens of milliseconds, which on the event loop every other search waits.
-OFF_LOOP_BYTES = 256 * 1024
-
-
 async def decoded_off_the_loop(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     """decode_body, on a worker thread when there is anything to inflate: what a body
     inflates to is the caller's choice up to `limit`, and 10 MB of it takes tens of
@@ -266,10 +259,3 @@ async def decoded_off_the_loop(body: bytes, content_encoding: str | None, limit:
     if (content_encoding or "").strip().lower() in ("", "identity"):
         return body
     return await anyio.to_thread.run_sync(decode_body, body, content_encoding, limit)
-
-
-async def off_the_loop_if_large(raw: bytes, parse: Callable[[], T]) -> T:
-    """`parse()` (which reads `raw`) on a worker thread when `raw` is large, else here."""
-    if len(raw) <= OFF_LOOP_BYTES:
-        return parse()
-    return await anyio.to_thread.run_sync(parse)

@@ -18,6 +18,7 @@ import httpx
 
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.forwarding import answer_content, json_answer
+from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.proxy.request_body import json_object
 from query_rewriter.search.plan import engine_params
 from query_rewriter.search.state import ProxyState
@@ -121,9 +122,13 @@ async def template_search_params(
     return kept
 
 
-def template_answer(upstream: httpx.Response) -> httpx.Response:
+async def template_answer(upstream: httpx.Response) -> httpx.Response:
     """A search's answer as `_search/template` writes it: with the top-level `"status"`
     the engine adds there (and not to `_search`'s)."""
+    return await off_the_loop_if_large(len(upstream.content), lambda: _with_status(upstream))
+
+
+def _with_status(upstream: httpx.Response) -> httpx.Response:
     if not upstream.is_success:
         return upstream
     try:

@@ -27,6 +27,7 @@ from query_rewriter.engine.hybrid_query import (
     hybrid_body,
     rewritten_search,
 )
+from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.engine.original_facets import facet_body, with_original_facets
 from query_rewriter.engine.shard_health import with_worst_health
 from query_rewriter.search.explain import Explain, Fallback
@@ -157,7 +158,9 @@ async def run_plan(
                 strategy=plan.strategy.name,
                 explain=explain,
                 status=upstream.status_code,
-                counted=HitCount.of_response(upstream),
+                counted=await off_the_loop_if_large(
+                    len(upstream.content), lambda: HitCount.of_response(upstream)
+                ),
                 total_ms=(time.perf_counter() - began) * 1000,
             )
         )
@@ -251,20 +254,30 @@ async def _rewritten_search(
     upstream, facets, fusion = answers.ranked, answers.facets, answers.fusion
     failed = upstream if upstream.status_code >= 400 else facets
     if failed.status_code < 400:
-        merged = with_original_facets(answer_content(upstream), answer_content(facets))
         plain_answers = [answers.plain] if answers.plain is not None else []
+        keep = int(param_value(KEEP_TOP, plan.params, state.settings))
+
+        def merged_answer() -> httpx.Response:
+            """The hits, the caller's facets and (fused) base's ranking, read and written
+            as one answer: as large as the page asked for, on a worker thread if large."""
+            merged = with_original_facets(answer_content(upstream), answer_content(facets))
+            if fuse:
+                # No plain hits if that search failed: the rewrite's ranking stands.
+                shown = [answer_content(a) for a in plain_answers if a.status_code == 200]
+                base = [hit for plain_answer in shown for hit in plain_answer["hits"]["hits"]]
+                merged = with_worst_health(merged, *shown)  # its hits are shown too
+                start, size = int(plan.body.get("from", 0)), int(plan.body.get("size", 10))
+                hits = fuse_protecting_top(
+                    base, merged["hits"]["hits"], keep, start, size, fusion_mode == 1
+                )
+                merged["hits"] = {**merged["hits"], "hits": hits,
+                                  "max_score": hits[0]["_score"] if hits else None}  # fmt: skip
+            return json_answer(merged, upstream, facets, *plain_answers)
+
+        read = sum(len(a.content) for a in (upstream, facets, *plain_answers))
+        answer = await off_the_loop_if_large(read, merged_answer)
         if fuse:
-            # No plain hits if that search failed: the rewrite's ranking stands.
-            shown = [answer_content(a) for a in plain_answers if a.status_code == 200]
-            base = [hit for plain_answer in shown for hit in plain_answer["hits"]["hits"]]
-            merged = with_worst_health(merged, *shown)  # its hits are shown too
-            keep = int(param_value(KEEP_TOP, plan.params, state.settings))
-            start, size = int(plan.body.get("from", 0)), int(plan.body.get("size", 10))
-            rrf = fusion_mode == 1
-            hits = fuse_protecting_top(base, merged["hits"]["hits"], keep, start, size, rrf)
-            merged["hits"] = {**merged["hits"], "hits": hits,
-                              "max_score": hits[0]["_score"] if hits else None}  # fmt: skip
-            how = "RRF" if rrf else "the rest in the strategy's order"
+            how = "RRF" if fusion_mode == 1 else "the rest in the strategy's order"
             fusion = f"{fusion}; fused with base ({how}, its top {keep} kept)"
         within = "the query's matches" + (
             " and the documents the graph links to it" if added else ""
@@ -274,7 +287,6 @@ async def _rewritten_search(
                                          ("knn", bool(fields.vector) or scored))
                  if used]  # fmt: skip
         signals = (*sides, *(["graph"] if sub_queries > len(sides) else []))
-        answer = json_answer(merged, upstream, facets, *plain_answers)
         side_explained = side.explained() if side is not None else None
         return Searched(answer, body, fusion, within=within, signals=signals,
                         side_vectors=side_explained)  # fmt: skip

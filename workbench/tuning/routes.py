@@ -20,7 +20,8 @@ from plugin.schema import META_INDEX, TUNE_RUNS_INDEX, check_kb_name, documents_
 from query_rewriter.engine.errors import RewriteRequestError, error_response, upstream_unreachable
 from query_rewriter.engine.forwarding import request_headers
 from query_rewriter.engine.identities import AUTHINFO_PATH, credentials_refused
-from query_rewriter.proxy.request_body import json_object, off_the_loop_if_large, read_body
+from query_rewriter.engine.off_loop import off_the_loop_if_large
+from query_rewriter.proxy.request_body import json_object, read_body
 from query_rewriter.search.plan import PassThrough, plan_search
 from query_rewriter.search.service import run_plan
 from query_rewriter.search.state import knowledge_base_names
@@ -67,7 +68,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
         )
     limit = state.settings.proxy.max_body_bytes
     raw = await read_body(request.headers.get("content-length"), request.stream(), limit)
-    return await off_the_loop_if_large(raw, lambda: json_object(raw, "request body"))
+    return await off_the_loop_if_large(len(raw), lambda: json_object(raw, "request body"))
 
 
 def _field(source: Mapping[str, Any], name: str, kind: type) -> Any:
