@@ -59,6 +59,9 @@ def load_snapshot(driver: Any, kb: str, version: int, max_relations: int) -> Gra
         return GraphSnapshot.build(version, nodes, relationships)
 
 
+LOAD_THREADS = 2  # graph copies read at once, by one proxy process
+
+
 @dataclass
 class _KnownGraph:
     snapshot: GraphSnapshot | None = None
@@ -76,6 +79,10 @@ class GraphSnapshots:
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._removing: set[asyncio.Task[None]] = set()
         self._shared = SharedCopies.of_machine(settings)
+        # Loads read for seconds to minutes (or wait on another process's, up to 10 min):
+        # in the worker threads every other off-loop step shares (a query's embedding, a
+        # large answer), forty KBs' loads at once held them all.
+        self._load_threads = anyio.CapacityLimiter(LOAD_THREADS)
 
     async def version(self, kb: str) -> int | None:
         """The KB's graph version as of the last look (looked at again once
@@ -181,7 +188,9 @@ class GraphSnapshots:
             return snapshot, mapped
 
         try:
-            snapshot, mapped = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+            snapshot, mapped = await anyio.to_thread.run_sync(
+                read, abandon_on_cancel=True, limiter=self._load_threads
+            )
         except Exception as exc:
             known.retry_at = time.monotonic() + RETRY_S
             metrics.GRAPH_SNAPSHOT_LOADS.labels("failed").inc()
