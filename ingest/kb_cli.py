@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from kgqr_core.embedder_models import default_strategy
 from kgqr_core.settings import get_settings
 from kgqr_ops.cli_options import checked_kb_name
 from plugin import schema
+
+if TYPE_CHECKING:
+    from plugin.field_map import FieldMap
 
 ATTACH_HELP = """Attach an existing index or alias as knowledge base NAME, without copying
 or changing it: searches on INDEX through kgqr are then rewritten with NAME's graph.
@@ -537,6 +540,21 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
                f"{model} into {index}")  # fmt: skip
 
 
+def _text_fields_now(client: Any, fields: FieldMap) -> list[str] | None:
+    """An attached index's text fields as its mapping has them now, where they changed
+    since they were recorded (None: unchanged, or unreadable). A query on a text field
+    the team added since, or on any of them in a field map an older kgqr recorded without
+    them, was taken for one on no field of the KB's and passed through as sent."""
+    from ingest.attached_indices import AttachRefused, mapping_of
+    from plugin.field_map import searchable_text_fields
+
+    try:
+        words = searchable_text_fields(mapping_of(client, fields.index))
+    except AttachRefused:
+        return None
+    return words if words != fields.word_fields else None
+
+
 def _copy_graph_if_missing(name: str, client: Any) -> None:
     """Copy the whole graph where the KB has no complete copy in OpenSearch: one made
     before copies were, or one a failed write left incomplete. Searches on it expanded in
@@ -654,13 +672,21 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     # Recorded first: a KB detached meanwhile is refused here, before its graph's copy
     # would be made again.
     recorded: dict[str, Any] = {"synced": until, "synced_uuid": uuid}
+    # Only the fields that changed, onto the map as it is then: a `kb embed` meanwhile
+    # keeps its own.
+    changed: dict[str, Any] = {}
     pipeline = team_settings.default_search_pipeline
     if team_settings.readable and pipeline != fields.default_search_pipeline:  # set, changed
-        # Only this field, onto the map as it is then: a `kb embed` meanwhile keeps its own.
-        recorded["attached"] = {"default_search_pipeline": pipeline}
+        changed["default_search_pipeline"] = pipeline
         click.echo(f"{fields.index}'s default search pipeline is now {pipeline or 'none'}: "
                    f"its searches {'pass through kgqr as sent' if pipeline else 'are rewritten'}",
                    err=True)  # fmt: skip
+    if fields.follow_query_fields and (words := _text_fields_now(client, fields)) is not None:
+        changed["word_fields"] = words
+        click.echo(f"{fields.index}'s text fields are now {', '.join(words) or 'none'}: "
+                   "searches of any of them are rewritten", err=True)  # fmt: skip
+    if changed:
+        recorded["attached"] = changed
     kb_meta.record(client, name, recorded)
     _copy_graph_if_missing(name, client)
     graph_version.bump(redis, name)

@@ -250,6 +250,29 @@ def test_an_index_searched_through_its_default_pipeline_is_searched_through_it_s
         opensearch.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}")
 
 
+def test_a_text_field_the_team_adds_later_is_read_as_words_after_a_sync(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, proxy_url: str
+) -> None:
+    """Its words were taken for another field's (kept as a filter: the graph added
+    nothing beyond its matches), and so were every text field's in a field map an older
+    kgqr recorded without them, until the KB was attached again."""
+    stores, index, kb = (opensearch, neo4j_driver, redis_client), "team-grown", "team-grown"
+    asked = {"query": {"match": {"summary": "crime heist"}}}
+    with _attached_plain(stores, kb, index) as done:
+        assert done.exit_code == 0, done.output
+        opensearch.indices.put_mapping(index=index, body={"properties": {"summary": {
+            "type": "text"}}})  # fmt: skip
+        opensearch.update(index=index, id="m1", body={"doc": {"summary": "a crime heist"}},
+                          refresh=True)  # fmt: skip
+        before = _once_attached(proxy_url, index, "graph", asked)["kgqr"]
+        assert "its own field" in before.get("kept_as_filter", ""), before
+        synced = kgqr("kb", "sync", kb)
+        assert synced.exit_code == 0 and "summary" in synced.output, synced.output
+        words = lambda kgqr: "kept_as_filter" not in kgqr  # noqa: E731 (a proxy learns it)
+        after = _once_attached(proxy_url, index, "graph", asked, learnt=words)["kgqr"]
+        assert "kept_as_filter" not in after and "passed_through" not in after, after
+
+
 @pytest.fixture(scope="module")
 def attached(
     settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
