@@ -5,6 +5,8 @@ document per knowledge base in the ``kgqr-meta`` index."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -202,6 +204,43 @@ def set_default(
 ) -> KbDefault:
     """Record a new version of the KB's default (its meta must exist). Written only over
     the meta it was numbered from: two set at once both land, as consecutive versions."""
+    chosen = DefaultChoice(strategy, params, reason, evidence)
+    return _record_default(client, kb, lambda _meta: chosen, set_by)
+
+
+def roll_back_default(client: Any, kb: str, to_version: int | None, set_by: str) -> KbDefault:
+    """A new version that repeats an earlier one (by default the one before the current):
+    a rollback is recorded, not a rewrite of history. The current version is the one the
+    rollback is written over: read before another landed, it was the one rolled back to."""
+
+    def earlier_of(meta: KnowledgeBaseMeta) -> DefaultChoice:
+        if not meta.defaults:
+            raise NoSuchDefault(f"{kb!r} has no default to roll back")
+        wanted = meta.defaults[-1].version - 1 if to_version is None else to_version
+        earlier = next((d for d in meta.defaults if d.version == wanted), None)
+        if earlier is None:
+            known = ", ".join(f"v{d.version}" for d in meta.defaults)
+            raise NoSuchDefault(f"{kb!r} has no default v{wanted} (it has {known})")
+        return DefaultChoice(earlier.strategy, earlier.params,
+                             f"rollback to v{earlier.version} ({earlier.reason})",
+                             earlier.evidence)  # fmt: skip
+
+    return _record_default(client, kb, earlier_of, set_by)
+
+
+@dataclass(frozen=True)
+class DefaultChoice:
+    strategy: str | None
+    params: dict[str, float]
+    reason: str
+    evidence: dict[str, Any] | None
+
+
+def _record_default(
+    client: Any, kb: str, choose: Callable[[KnowledgeBaseMeta], DefaultChoice], set_by: str
+) -> KbDefault:
+    """The version `choose` makes of the KB's meta as it is, written over that meta only,
+    retried on a conflict."""
     from opensearchpy.exceptions import ConflictError
 
     installer.install_meta_index(client)  # a kgqr-meta older than defaults maps them
@@ -210,7 +249,9 @@ def set_default(
             raise NoSuchDefault(f"no knowledge base {kb!r} (`kgqr kb list` shows them)")
         found = client.get(index=META_INDEX, id=kb)
         meta = KnowledgeBaseMeta.model_validate(found["_source"])
-        chosen, update = next_default(meta, strategy, params, reason, set_by, evidence)
+        choice = choose(meta)
+        chosen, update = next_default(meta, choice.strategy, choice.params, choice.reason,
+                                      set_by, choice.evidence)  # fmt: skip
         numbered_from = {"if_seq_no": found["_seq_no"], "if_primary_term": found["_primary_term"]}
         try:
             client.update(index=META_INDEX, id=kb, body=update, refresh=True, **numbered_from)
@@ -218,24 +259,6 @@ def set_default(
             continue  # another version landed first: number this one after it
         return chosen
     raise NoSuchDefault(f"{kb!r}'s record kept changing; try again")
-
-
-def roll_back_default(client: Any, kb: str, to_version: int | None, set_by: str) -> KbDefault:
-    """A new version that repeats an earlier one (by default the one before the current):
-    a rollback is recorded, not a rewrite of history."""
-    meta = load(client, kb)
-    if meta is None or not meta.defaults:
-        raise NoSuchDefault(f"{kb!r} has no default to roll back")
-    current = meta.defaults[-1]
-    wanted = current.version - 1 if to_version is None else to_version
-    earlier = next((d for d in meta.defaults if d.version == wanted), None)
-    if earlier is None:
-        known = ", ".join(f"v{d.version}" for d in meta.defaults)
-        raise NoSuchDefault(f"{kb!r} has no default v{wanted} (it has {known})")
-    return set_default(
-        client, kb, earlier.strategy, earlier.params,
-        f"rollback to v{earlier.version} ({earlier.reason})", set_by, earlier.evidence,
-    )  # fmt: skip
 
 
 def clear_agent_plans(client: Any, kb: str) -> bool:

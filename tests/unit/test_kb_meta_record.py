@@ -56,3 +56,49 @@ def test_a_record_keeps_what_a_newer_kgqr_wrote_into_it() -> None:
     assert client.source["routing_rules"] == ["newer"]
     assert client.source["attached"]["team_boosts"] == {"title": 2}
     assert client.source["defaults"][0]["gate"] == 0.4
+
+
+def test_a_rollback_rolls_back_the_version_it_is_written_over() -> None:
+    """It chose the version to restore from its first read: with another landed before
+    its write, it restored the version before the one it had read as current, not the
+    one before the current it was written over."""
+    from opensearchpy.exceptions import ConflictError
+
+    def default(version: int, strategy: str) -> dict[str, Any]:
+        return {"version": version, "strategy": strategy, "reason": "r", "set_by": "s",
+                "set_at": "t"}  # fmt: skip
+
+    class Indices:
+        def put_index_template(self, name: str, body: dict[str, Any]) -> None: ...
+        def exists(self, index: str) -> bool:
+            return False
+
+    class Racing(OneRecord):
+        """kgqr-meta where a set-default lands between the rollback's first read and write."""
+
+        indices = Indices()
+        seq_no = 1
+
+        def exists(self, index: str, id: str) -> bool:
+            return True
+
+        def get(self, index: str, id: str) -> dict[str, Any]:
+            return {"_source": self.source, "_seq_no": self.seq_no, "_primary_term": 1}
+
+        def update(self, index: str, id: str, body: dict[str, Any], if_seq_no: int,
+                   **kwargs: Any) -> None:  # fmt: skip
+            if self.seq_no == 1:  # the set-default lands first
+                landed = [*self.source["defaults"], default(3, "base")]
+                self.source = {**self.source, "defaults": landed}
+                self.seq_no = 2
+            if if_seq_no != self.seq_no:
+                raise ConflictError(409, "version_conflict_engine_exception", {})
+            self.source = {**self.source, **body["doc"]}
+
+    meta = kb_meta.KnowledgeBaseMeta(kb="team", structure=kb_meta.DocumentStructure(),
+                                     embedder="m", dimension=4)  # fmt: skip
+    stored = meta.model_dump(mode="json")
+    stored["defaults"] = [default(1, "graph"), default(2, "graph_walk")]
+    client = Racing(stored)
+    rolled = kb_meta.roll_back_default(client, "team", None, "test")
+    assert (rolled.version, rolled.strategy) == (4, "graph_walk")  # v3's predecessor
