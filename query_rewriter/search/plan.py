@@ -39,6 +39,9 @@ from query_rewriter.strategies.params import HYBRID_BM25, request_params
 MAX_REWRITTEN_QUERY_BYTES = 1024 * 1024
 
 
+EXPLAINED_DEFAULT_FIELDS = set(KbDefault.model_fields) - {"evidence"}
+
+
 @dataclass
 class SearchPlan:
     """A search kgqr will rewrite, with the strategy it resolved (not its name: everything
@@ -73,7 +76,9 @@ class SearchPlan:
     def default_explained(self) -> dict[str, Any] | None:
         """Which default served a search that named no strategy, its version and why."""
         if self.kb_default is not None:
-            return self.kb_default.model_dump(exclude={"evidence"})
+            # What this kgqr declares only: a newer one's fields (kept in the record for it)
+            # would reach callers the explain withholds kgqr-meta's details from.
+            return self.kb_default.model_dump(include=EXPLAINED_DEFAULT_FIELDS)
         if self.auto_for is not None:
             model = self.auto_for or "no known model"
             reason = (

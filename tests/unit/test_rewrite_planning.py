@@ -128,6 +128,10 @@ def test_a_search_naming_no_strategy_gets_its_knowledge_bases_own_default() -> N
         "version": 3, "strategy": "graph_walk", "params": {"graph.weight": 0.4},
         "reason": "tune auto", "set_by": "kgqr tune auto", "set_at": "2026-11-27",
     }  # fmt: skip
+    # A newer kgqr's fields, kept in the record, are not shown.
+    newer = KbDefault.model_validate({**walk.model_dump(), "approved_by": "someone"})
+    shown = plan_search("kgqr-m-documents", {}, body, None, SearchTarget("m", default=newer))
+    assert isinstance(shown, SearchPlan) and "approved_by" not in (shown.default_explained() or {})
     tuned = plan_search("kgqr-m-documents", {"kgqr.param.graph.weight": "0.8"}, body, None, target)
     assert isinstance(tuned, SearchPlan) and tuned.params == {"graph.weight": 0.8}
     # A parameter the request sets by its old name wins over the default's too.
