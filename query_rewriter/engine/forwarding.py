@@ -10,6 +10,7 @@ and nothing is re-encoded.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
@@ -116,19 +117,25 @@ def to_response(upstream: httpx.Response, content: bytes | None = None) -> Respo
     )
 
 
+CONNECT_S = 5.0  # to open a connection to a node
+POOL_WAIT_S = 60.0  # for one of the pool's connections, the opening included
+
+
 class Upstream:
     """One keep-alive connection pool to OpenSearch for verbatim forwarding."""
 
-    def __init__(self, settings: Settings, nodes: ClusterNodes | None = None) -> None:
+    def __init__(
+        self, settings: Settings, nodes: ClusterNodes | None = None, connections: int = 200
+    ) -> None:
         self._nodes = nodes or ClusterNodes.of(settings)
         self._settings = settings
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=200, ssl=opensearch_ssl_context(settings)),
+            connector=aiohttp.TCPConnector(limit=connections, ssl=opensearch_ssl_context(settings)),
             # `connect` bounds the wait for one of the 200 connections, as httpx's pool
             # timeout does kgqr's own requests: unset, callers trickling bodies through
             # every connection held each other forward waiting without end.
             timeout=aiohttp.ClientTimeout(
-                total=None, connect=60.0, sock_connect=5.0, sock_read=60.0
+                total=None, connect=POOL_WAIT_S, sock_connect=CONNECT_S, sock_read=60.0
             ),
             auto_decompress=False,
             # Only what the caller sent: no added Accept-Encoding or User-Agent.
@@ -162,6 +169,7 @@ class Upstream:
         retry_5xx = is_search(method, path) and isinstance(body, bytes)
         for number, base in enumerate(order):
             url = URL(f"{base}{path}{'?' + query if query else ''}", encoded=True)
+            began = time.monotonic()
             try:
                 async with self._session.request(
                     method, url, headers=outgoing, data=body or None, allow_redirects=False
@@ -179,6 +187,10 @@ class Upstream:
                 # Refused (nothing was sent), or a search on a connection its node dropped:
                 # the next node. Anything else was the node's to answer.
                 refused = aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError
+                if isinstance(exc, aiohttp.ConnectionTimeoutError) and (
+                    time.monotonic() - began > CONNECT_S
+                ):  # every connection busy, not a node that did not answer: not its fault
+                    raise httpx.TransportError("no connection to OpenSearch free") from exc
                 again = isinstance(exc, refused) or (
                     retry_5xx
                     and isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
