@@ -15,6 +15,7 @@ import base64
 import json
 import secrets
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -1038,8 +1039,11 @@ def test_one_callers_burst_of_llm_rewrites_does_not_queue_anothers_behind_it(
     behind every call of another caller's burst. A freed slot now goes to the callers in
     turn, so the second caller's call goes before the burst's calls still queued."""
 
+    opened = threading.Event()  # the LLM answers nothing until every search is queued
+
     def slow(prompt: str) -> str:
-        time.sleep(0.5)
+        opened.wait(timeout=120)
+        time.sleep(0.1)
         return _script(prompt)
 
     with recording_llm(slow) as (llm_url, prompts):
@@ -1055,12 +1059,17 @@ def test_one_callers_burst_of_llm_rewrites_does_not_queue_anothers_behind_it(
                 body = {**QUERY, "query": {"match": {"text": text}}}
                 return _explained(url, INDEX, "hyde", body, {"authorization": users[who]})
 
+            monitor = secured.admin_authorization
             with ThreadPoolExecutor(max_workers=8) as pool:
-                burst = [pool.submit(search, "reader", n) for n in range(7)]
-                # The burst's calls queued (one answered at most), or first come, first
-                # served could leave three of them after the tuner's as well.
-                _wait_for_llm_calls_waiting(url, secured.admin_authorization, at_least=5)
-                single = pool.submit(search, "tuner", 0)
+                try:
+                    burst = [pool.submit(search, "reader", n) for n in range(7)]
+                    # One call at the LLM, the burst's six others queued, then the tuner's:
+                    # first come, first served would answer it last.
+                    _wait_for_llm_calls_waiting(url, monitor, at_least=6)
+                    single = pool.submit(search, "tuner", 0)
+                    _wait_for_llm_calls_waiting(url, monitor, at_least=7)
+                finally:
+                    opened.set()
                 answers = [future.result() for future in [*burst, single]]
     assert all(a.status_code == 200 for a in answers), [a.text[:300] for a in answers]
     assert [a.json()["kgqr"]["fallback"] for a in answers] == [None] * 8
