@@ -146,14 +146,17 @@ class QueryEmbedders:
         loaded = self._loaded.get(model)
         if loaded is not None:
             return loaded
+        self._refuse_unless_allowed(model)
+        embed, _ = await self._loading.run(model, lambda: self.load(model))
+        self._loaded[model] = embed
+        return embed
+
+    def _refuse_unless_allowed(self, model: str) -> None:
         if self.allowed is not None and model not in self.allowed:
             raise EmbedderRefused(
                 f"its vectors come from {model}, and this proxy embeds queries only with "
                 f"{', '.join(sorted(self.allowed))} (KGQR_QUERY_EMBEDDER_MODELS)"
             )
-        embed, _ = await self._loading.run(model, lambda: self.load(model))
-        self._loaded[model] = embed
-        return embed
 
     async def for_model_within(self, model: str, seconds: float) -> Embed:
         """for_model, waited on at most `seconds` (then EmbedderLoading): a model's first
@@ -162,17 +165,18 @@ class QueryEmbedders:
         finds the model."""
         if (loaded := self._loaded.get(model)) is not None:
             return loaded
+        self._refuse_unless_allowed(model)  # at once, and not as a load that failed
         load = self._loads.get(model)
         if load is None:
             load = asyncio.create_task(self.for_model(model))
             self._loads[model] = load
             load.add_done_callback(lambda ended: self._load_ended(model, ended))
-        try:
-            return await asyncio.wait_for(asyncio.shield(load), seconds)
-        except TimeoutError:
+        done, _ = await asyncio.wait({load}, timeout=seconds)
+        if not done:
             raise EmbedderLoading(
                 f"its embedder {model} is loading (a first load takes seconds to minutes)"
-            ) from None
+            )
+        return load.result()
 
     def _load_ended(self, model: str, load: asyncio.Task[Embed]) -> None:
         self._loads.pop(model, None)

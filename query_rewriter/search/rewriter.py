@@ -481,7 +481,9 @@ class Rewriter:
             )
             if given_vector is not None:  # the caller's client embedded it: no embedding
                 ctx.query_vectors[query] = np.asarray(given_vector, dtype=np.float32)
-            rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=timeout_s)
+            # What the budget has left after the structure and the model's load.
+            left = max(timeout_s - (time.perf_counter() - started), 0.0)
+            rewrite = await asyncio.wait_for(strategy.rewrite(query, ctx), timeout=left)
             if not text_facts:  # said, not silent: it ranks without what the text says
                 rewrite.details["text_facts"] = TEXT_NOT_SHOWN
         except Exception as exc:  # any failure of a strategy degrades to the plain query

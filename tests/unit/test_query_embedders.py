@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from query_rewriter.search.query_embedders import EmbedderLoading, MicroBatcher, QueryEmbedders
+from query_rewriter.search.query_embedders import (
+    EmbedderLoading,
+    EmbedderRefused,
+    MicroBatcher,
+    QueryEmbedders,
+)
 
 
 def _holding_the_first(
@@ -166,3 +171,21 @@ def test_a_search_waits_for_a_loading_model_only_as_long_as_it_is_given() -> Non
 
     asyncio.run(run())
     assert loads == ["m"]
+
+
+def test_a_model_this_proxy_may_not_load_is_refused_without_a_load(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Refused as a load that failed, each search started one, and it was logged as such."""
+
+    async def load(model: str) -> Any:
+        raise AssertionError("a refused model is never loaded")
+
+    async def run() -> None:
+        embedders = QueryEmbedders("m", frozenset({"m"}), load=load)
+        with pytest.raises(EmbedderRefused, match="KGQR_QUERY_EMBEDDER_MODELS"):
+            await embedders.for_model_within("other", 1.0)
+        await asyncio.sleep(0)  # a load's end, had one started, is told here
+
+    asyncio.run(run())
+    assert not [r for r in caplog.records if "did not load" in r.getMessage()]
