@@ -338,15 +338,15 @@ class LlmSettings(Section):
         "server's (KGQR_LLM_LOCAL_MODEL). Cached answers are kept by it.",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _named_as_the_local_model(cls, data: Any) -> Any:
+    @model_validator(mode="after")
+    def _named_as_the_local_model(self) -> LlmSettings:
         """The local server's model chosen and the name sent left unset: the answers of
         the model served before were still named after it, and served from the answer
-        cache (by model name) for 30 days."""
-        if isinstance(data, dict) and "model" not in data and "local_model" in data:
-            return {**data, "model": data["local_model"]}
-        return data
+        cache (by model name) for 30 days. Still unset after (not in the fields set), so
+        `Settings.replaced` with another local model names that one."""
+        if "model" not in self.model_fields_set:
+            self.__dict__["model"] = self.local_model
+        return self
 
     api_key: SecretStr = Field(
         default=SecretStr("sk-local-no-key"), description="API key sent to the LLM endpoint."

@@ -74,6 +74,8 @@ def test_the_llm_is_named_as_the_local_model_it_serves_unless_named_on_purpose(
     """Another local model's answers went on being named, and cached, as the first's."""
     monkeypatch.setenv("KGQR_LLM_LOCAL_MODEL", "smollm2-135m")
     assert Settings().llm.model == "smollm2-135m"
+    other = Settings().replaced({"llm_local_model": "qwen2.5-coder-0.5b"})
+    assert other.llm.model == "qwen2.5-coder-0.5b"
     monkeypatch.setenv("KGQR_LLM_MODEL", "gpt-4o-mini")  # an endpoint of its own
     assert Settings().llm.model == "gpt-4o-mini"
 
