@@ -56,7 +56,7 @@ def job_id_for(source: Source, kb: str, chunk_size: int) -> str:
 def prepare_stores(settings: Settings, opensearch: Any, neo4j: Any) -> int:
     """Install kgqr's schema into both stores; returns the embedder's dimension."""
     dimension = embedder_dimension(settings.embedder.model)
-    installer.install_opensearch(opensearch, dimension, settings.rewrite)
+    installer.install_opensearch(opensearch, dimension, settings.rewrite, replace_pipelines=False)
     installer.install_neo4j(neo4j)
     return dimension
 

@@ -12,20 +12,35 @@ if TYPE_CHECKING:
     from kgqr_core.settings import RewriteSettings
 
 
-def install_opensearch(client: Any, dimension: int, rewrite: RewriteSettings) -> list[str]:
+def install_opensearch(
+    client: Any, dimension: int, rewrite: RewriteSettings, replace_pipelines: bool = True
+) -> list[str]:
     """Put every index template and the hybrid pipelines; returns what was installed. The
-    pipelines carry `rewrite`'s weights, those the proxy fuses with where it fuses itself:
-    an ingest that put the defaults back left a proxy set otherwise ranking its callers
-    two ways until it restarted."""
+    pipelines carry `rewrite`'s weights. Without `replace_pipelines` (an ingest, whose
+    worker may not be configured as the proxy is) only missing pipelines are put: the
+    proxy puts its own weights at start, which it fuses with where it fuses itself, and an
+    ingest that put others back left it ranking its callers two ways until it restarted."""
     installed = []
     for name, body in schema.index_templates(dimension).items():
         client.indices.put_index_template(name=name, body=body)
         installed.append(f"index template {name}")
     pipelines = schema.hybrid_pipelines(rewrite.hybrid_weights, rewrite.hybrid_boost_weights)
     for name, body in pipelines.items():
+        if not replace_pipelines and _pipeline_exists(client, name):
+            continue
         client.transport.perform_request("PUT", f"/_search/pipeline/{name}", body=body)
         installed.append(f"search pipeline {name}")
     return installed
+
+
+def _pipeline_exists(client: Any, name: str) -> bool:
+    from opensearchpy.exceptions import NotFoundError
+
+    try:
+        client.transport.perform_request("GET", f"/_search/pipeline/{name}")
+    except NotFoundError:
+        return False
+    return True
 
 
 def replica_settings(replicas: str) -> dict[str, Any]:

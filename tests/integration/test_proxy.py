@@ -729,18 +729,29 @@ def test_the_engine_pipeline_follows_the_weight_setting(
     assert installed == schema.hybrid_pipeline(settings.rewrite.hybrid_weights) != stale
 
 
-def test_an_ingest_installs_the_pipelines_with_the_weights_set(
+def test_an_ingest_puts_missing_pipelines_only_and_with_the_weights_set(
     settings: Settings, opensearch: Any, neo4j_driver: Any
 ) -> None:
     """Every ingest installs kgqr's definitions: it put the default weights back, under a
-    proxy set otherwise that fuses with its own where it fuses itself."""
-    weighted = settings.replaced({"hybrid_weights": [0.6, 0.4]})
+    proxy set otherwise that fuses with its own where it fuses itself (and a worker set
+    otherwise would put its own). The proxy puts its weights at start; an ingest puts a
+    missing pipeline only."""
     path = f"/_search/pipeline/{schema.HYBRID_PIPELINE}"
+    weighted = settings.replaced({"hybrid_weights": [0.6, 0.4]})
+
+    def installed() -> Any:
+        return opensearch.transport.perform_request("GET", path)[schema.HYBRID_PIPELINE]
+
+    proxys = schema.hybrid_pipeline(settings.rewrite.hybrid_weights)
     try:
+        opensearch.transport.perform_request("PUT", path, body=proxys)  # as a proxy put it
         job_runner.prepare_stores(weighted, opensearch, neo4j_driver)
-        installed = opensearch.transport.perform_request("GET", path)[schema.HYBRID_PIPELINE]
-        assert installed == schema.hybrid_pipeline((0.6, 0.4))
+        assert installed() == proxys  # kept
+        opensearch.transport.perform_request("DELETE", path)
+        job_runner.prepare_stores(weighted, opensearch, neo4j_driver)
+        assert installed() == schema.hybrid_pipeline((0.6, 0.4))  # missing: put
     finally:
+        opensearch.transport.perform_request("DELETE", path)
         job_runner.prepare_stores(settings, opensearch, neo4j_driver)
 
 
