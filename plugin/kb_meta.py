@@ -30,7 +30,8 @@ class DocumentStructure(BaseModel):
             known = types.setdefault(name, [])
             known.extend(field for field in fields if field not in known)
         relations = list(dict.fromkeys([*self.relations, *other.relations]))
-        return DocumentStructure(types=types, relations=relations)
+        kept = {**(self.model_extra or {}), **(other.model_extra or {})}  # a newer kgqr's
+        return DocumentStructure(types=types, relations=relations, **kept)
 
     def describe(self) -> str:
         """The structure as prompt text: one line per type with its fields."""

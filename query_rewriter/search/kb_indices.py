@@ -16,6 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from kgqr_core.single_flight import SingleFlight
 from plugin.field_map import OWN_VECTOR_FIELD, FieldMap
 from plugin.kb_meta import KbDefault
@@ -80,19 +82,44 @@ async def knowledge_bases_in_meta(session: EngineSession) -> KnownKnowledgeBases
     attached, defaults, embedders, listed = {}, {}, {}, set()
     for hit in answer["hits"]["hits"]:
         source = hit["_source"]
-        kb = source["kb"]
+        kb = source.get("kb")
+        if not isinstance(kb, str):
+            continue
         listed.add(kb)
-        current = (
-            KbDefault.model_validate(source["defaults"][-1]) if source.get("defaults") else None
-        )
+        # Each record read on its own: one this kgqr cannot read (a newer kgqr's default,
+        # a field map it wrote) failed the whole read, and every KB kept its last reading.
+        try:
+            current = (
+                KbDefault.model_validate(source["defaults"][-1]) if source.get("defaults") else None
+            )
+        except ValidationError as exc:
+            _unreadable(kb, "default", exc)
+            current = None
         if current is not None and current.strategy is not None:  # else cleared
             defaults[kb] = current
-        if source.get("embedder"):
+        if isinstance(source.get("embedder"), str):
             embedders[kb] = source["embedder"]
         if source.get("attached"):
-            fields = FieldMap.model_validate(source["attached"])
+            try:
+                fields = FieldMap.model_validate(source["attached"])
+            except ValidationError as exc:  # its searches pass through, as not a KB's
+                _unreadable(kb, "field map", exc)
+                continue
             attached[fields.index] = SearchTarget(kb, fields, defaults.get(kb), embedders.get(kb))
     return KnownKnowledgeBases(attached, defaults, embedders, frozenset(listed))
+
+
+_told_unreadable: set[tuple[str, str, str]] = set()
+
+
+def _unreadable(kb: str, what: str, exc: ValidationError) -> None:
+    """Said once a process for each such record, not at every read (every few seconds)."""
+    problem = str(exc.errors()[0].get("msg", exc))
+    if (kb, what, problem) in _told_unreadable:
+        return
+    _told_unreadable.add((kb, what, problem))
+    log.warning("kgqr-meta's %s of %s is not one this kgqr reads (%s): left out", what, kb,
+                problem)  # fmt: skip
 
 
 class KnowledgeBaseIndices:

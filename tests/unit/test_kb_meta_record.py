@@ -102,3 +102,12 @@ def test_a_rollback_rolls_back_the_version_it_is_written_over() -> None:
     client = Racing(stored)
     rolled = kb_meta.roll_back_default(client, "team", None, "test")
     assert (rolled.version, rolled.strategy) == (4, "graph_walk")  # v3's predecessor
+
+
+def test_a_merged_structure_keeps_what_a_newer_kgqr_wrote_into_it() -> None:
+    stored = kb_meta.DocumentStructure.model_validate(
+        {"types": {"movie": ["title"]}, "relations": [], "aliases": {"film": "movie"}}
+    )
+    merged = stored.merge(kb_meta.DocumentStructure(types={"person": ["name"]}))
+    assert merged.model_dump()["aliases"] == {"film": "movie"}
+    assert set(merged.types) == {"movie", "person"}
