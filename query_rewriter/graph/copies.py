@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -59,7 +60,8 @@ def load_snapshot(driver: Any, kb: str, version: int, max_relations: int) -> Gra
         return GraphSnapshot.build(version, nodes, relationships)
 
 
-LOAD_THREADS = 2  # graph copies read at once, by one proxy process
+LOAD_THREADS = 8  # graph copies loaded (read, or waited for) at once by one process
+NEO4J_READS = 2  # ... of which read from Neo4j at once
 
 
 @dataclass
@@ -81,8 +83,10 @@ class GraphSnapshots:
         self._shared = SharedCopies.of_machine(settings)
         # Loads read for seconds to minutes (or wait on another process's, up to 10 min):
         # in the worker threads every other off-loop step shares (a query's embedding, a
-        # large answer), forty KBs' loads at once held them all.
+        # large answer), forty KBs' loads at once held them all. Of their threads, fewer
+        # read Neo4j at once: the rest may wait on other processes' copies meanwhile.
         self._load_threads = anyio.CapacityLimiter(LOAD_THREADS)
+        self._neo4j_reads = threading.BoundedSemaphore(NEO4J_READS)
 
     async def version(self, kb: str) -> int | None:
         """The KB's graph version as of the last look (looked at again once
@@ -176,7 +180,7 @@ class GraphSnapshots:
         epoch = await self._shared_epoch(kb, version) if shared is not None else None
 
         def from_neo4j() -> GraphSnapshot | None:
-            with connections.neo4j_driver(self._settings) as driver:
+            with self._neo4j_reads, connections.neo4j_driver(self._settings) as driver:
                 return load_snapshot(driver, kb, version, limit)
 
         def read() -> tuple[GraphSnapshot | None, bool]:
