@@ -142,8 +142,15 @@ def _tls_directives(settings: Settings, host: str) -> str:
 
 
 @contextmanager
-def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> Iterator[str]:
-    """nginx listening on host:port for as long as the block runs; yields its URL."""
+def running_front(
+    settings: Settings,
+    host: str,
+    port: int,
+    kgqr_port: int,
+    on_exit: Callable[[int | None], None] | None = None,
+) -> Iterator[str]:
+    """nginx listening on host:port for as long as the block runs; yields its URL.
+    `on_exit`: told nginx's exit code, should it exit before the block ends."""
     if port_is_open(host, port):
         raise ServiceError(SERVICE, f"{host}:{port} is already in use")
     # Left behind only by a front that was killed; the port check above says it is gone.
@@ -152,17 +159,22 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
     status.unlink(missing_ok=True)
     stop = threading.Event()
 
+    def config_with(run_dir: Path, nodes: list[str]) -> str:
+        listen, kgqr = f"{host}:{port}", f"127.0.0.1:{kgqr_port}"
+        return render_config(settings, listen, kgqr, run_dir, status, nodes)
+
     def config_for(run_dir: Path) -> str:
         (run_dir / ROUTES_FILE).write_text(attached_routes(attached_index_names(settings) or []))
         nodes = cluster_node_urls(settings)
         log.info("front: OpenSearch nodes %s", ", ".join(nodes))
-        listen, kgqr = f"{host}:{port}", f"127.0.0.1:{kgqr_port}"
-        return render_config(settings, listen, kgqr, run_dir, status, nodes)
+        return config_with(run_dir, nodes)
 
     try:
         with running_nginx(config_for, host, port) as (process, run_dir):
             keeper = threading.Thread(
-                target=_keep_routes, args=(settings, run_dir, process, stop), daemon=True
+                target=_keep_front,
+                args=(settings, run_dir, process, stop, config_with, on_exit),
+                daemon=True,
             )
             keeper.start()
             yield f"http://{host}:{port}"
@@ -171,20 +183,43 @@ def running_front(settings: Settings, host: str, port: int, kgqr_port: int) -> I
         status.unlink(missing_ok=True)
 
 
-def _keep_routes(
-    settings: Settings, run_dir: Path, process: subprocess.Popen[bytes], stop: threading.Event
+def _keep_front(
+    settings: Settings,
+    run_dir: Path,
+    process: subprocess.Popen[bytes],
+    stop: threading.Event,
+    config_with: Callable[[Path, list[str]], str],
+    on_exit: Callable[[int | None], None] | None,
 ) -> None:
-    """Rewrite the attached indices' routes when kgqr-meta's list changes, and have nginx
-    reload them (SIGHUP: new workers take the new map; requests in flight finish)."""
-    routes = run_dir / ROUTES_FILE
+    """Keep the front's config current, and the front itself running:
+    - the attached indices' routes, when kgqr-meta's list changes;
+    - the OpenSearch nodes, when the engine reports others: nginx resolves its upstreams
+      once, at a load, so a node made again on another address (a container recreated)
+      answered every pass-through 502 until kgqr restarted;
+    - an nginx that exits is told to `on_exit` (`kgqr serve` stops, for whatever
+      supervises it to start both again: the proxy ran on with no front).
+    nginx reloads on SIGHUP: new workers take the new config; requests in flight finish."""
+    routes, config = run_dir / ROUTES_FILE, run_dir / "nginx.conf"
     while not stop.wait(ROUTES_REFRESH_S):
+        if process.poll() is not None:
+            log.error("front (nginx) exited with code %s", process.returncode)
+            if on_exit is not None:
+                on_exit(process.returncode)
+            return
+        changed = []
         names = attached_index_names(settings)
         wanted = attached_routes(names) if names is not None else None
-        if wanted is None or wanted == routes.read_text() or process.poll() is not None:
-            continue
-        routes.write_text(wanted)
-        process.send_signal(signal.SIGHUP)
-        log.info("front routes attached indices to kgqr: %s", ", ".join(sorted(names or [])))
+        if wanted is not None and wanted != routes.read_text():
+            routes.write_text(wanted)
+            changed.append(f"routes to kgqr for attached indices {', '.join(sorted(names or []))}")
+        nodes = cluster_node_urls(settings)
+        rendered = config_with(run_dir, nodes)
+        if rendered != config.read_text():
+            config.write_text(rendered)
+            changed.append(f"OpenSearch nodes {', '.join(nodes)}")
+        if changed:
+            process.send_signal(signal.SIGHUP)
+            log.info("front reloaded: %s", "; ".join(changed))
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 
@@ -61,8 +62,6 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
       kgqr serve --front-port 9202 --workers 2
       curl -s 'localhost:9201/kgqr-movies-documents/_search?q=Pacino&kgqr.explain=true'
     """
-    import signal
-
     import uvicorn
 
     from kgqr_ops.nginx_front import running_front
@@ -83,7 +82,9 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
             param_hint="--front-port",
         )
     front = (
-        running_front(settings, host, front_port, port) if front_port else contextlib.nullcontext()
+        running_front(settings, host, front_port, port, on_exit=_stop_without_front)
+        if front_port
+        else contextlib.nullcontext()
     )
     # uvicorn handles SIGTERM itself and, once shut down, raises it again with the handler it
     # found. Python's default handler would end the process on the spot, leaving the front's
@@ -105,6 +106,13 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
             log_level=log_level.lower(),
             access_log=False,
         )
+
+
+def _stop_without_front(code: int | None) -> None:
+    """The front exited: `kgqr serve` stops (as on SIGTERM), for whatever supervises it
+    (a container's restart policy, systemd) to start both again, where the proxy ran on
+    with no front and nothing noticed."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 @contextlib.contextmanager

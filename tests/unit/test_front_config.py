@@ -124,3 +124,46 @@ def test_an_attached_index_is_routed_to_kgqr_spelt_as_sent_or_percent_encoded() 
         assert pattern.search(uri), uri
     for uri in ("/team+docsx/_search", "/other/_search", "/team%2Cdocs/_search"):
         assert not pattern.search(uri), uri
+
+
+def test_the_front_follows_the_engines_nodes_and_tells_of_its_own_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nginx resolves its upstreams at a load: a node made again on another address (a
+    container recreated) answered every pass-through 502; and an nginx that exited left
+    the proxy running with no front, unnoticed."""
+    import signal
+    import threading
+
+    from kgqr_ops import nginx_front
+
+    reported = iter([["https://opensearch:9200", "https://10.0.0.9:9200"]] * 2)
+    monkeypatch.setattr(nginx_front, "ROUTES_REFRESH_S", 0.01)
+    monkeypatch.setattr(nginx_front, "attached_index_names", lambda settings: [])
+    monkeypatch.setattr(nginx_front, "cluster_node_urls", lambda settings: next(reported))
+    (tmp_path / nginx_front.ROUTES_FILE).write_text(nginx_front.attached_routes([]))
+    (tmp_path / "nginx.conf").write_text("upstream https://opensearch:9200 https://10.0.0.5:9200")
+
+    class Nginx:
+        polls, signals = 0, list[int]()
+
+        def poll(self) -> int | None:
+            self.polls += 1
+            return None if self.polls <= 2 else 1
+
+        def send_signal(self, sent: int) -> None:
+            self.signals.append(sent)
+
+        returncode = 1
+
+    nginx, exits = Nginx(), list[int | None]()
+    keeper = threading.Thread(target=nginx_front._keep_front, args=(
+        Settings.of({}), tmp_path, nginx, threading.Event(),
+        lambda run_dir, nodes: "upstream " + " ".join(nodes), exits.append))  # fmt: skip
+    keeper.start()
+    keeper.join(timeout=10)
+    assert not keeper.is_alive() and exits == [1]
+    assert (tmp_path / "nginx.conf").read_text() == (
+        "upstream https://opensearch:9200 https://10.0.0.9:9200"
+    )
+    assert nginx.signals == [signal.SIGHUP]  # reloaded once: the second look found no change
