@@ -10,4 +10,5 @@ RUN apt-get update \
 WORKDIR /data
 USER redis
 EXPOSE 6379
-CMD ["redis-server", "--protected-mode", "no", "--save", "", "--appendonly", "no"]
+# Run on its own it asks for REDIS_PASSWORD too: open, it took anyone's ingest tasks.
+CMD ["sh", "-c", "test -n \"$REDIS_PASSWORD\" || { echo 'set REDIS_PASSWORD: this Redis holds the ingest queue' >&2; exit 1; }; umask 077 && printf 'requirepass \"%s\"\\n' \"$REDIS_PASSWORD\" > /tmp/kgqr-redis.conf && exec redis-server /tmp/kgqr-redis.conf --save '' --appendonly no"]

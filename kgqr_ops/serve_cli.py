@@ -14,7 +14,12 @@ from kgqr_core.settings import get_settings
 
 
 @click.command("serve")
-@click.option("--host", default=None, help="Bind address (default KGQR_PROXY_HOST, 127.0.0.1).")
+@click.option(
+    "--host",
+    default=None,
+    help="Bind address (default KGQR_PROXY_HOST, 127.0.0.1): the front's where there is one, "
+    "the proxy then listening on 127.0.0.1 only (the front is the way in).",
+)
 @click.option(
     "--port",
     type=click.IntRange(1, 65535),
@@ -101,7 +106,9 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
             app,
             factory=workers > 1,
             workers=workers,
-            host=host,
+            # Behind a front, its own address on every interface let whatever reached the
+            # host (another container on its network) go round the front's bounds.
+            host="127.0.0.1" if front_url else host,
             port=port,
             log_level=log_level.lower(),
             access_log=False,

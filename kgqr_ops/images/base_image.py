@@ -1,8 +1,9 @@
 """The Debian root filesystem every kgqr image starts from, made without a registry.
 
 No container registry can be reached where kgqr is built, so the base is made with
-debootstrap from the Debian mirror apt already uses, and imported as an image. Made once;
-`kgqr images build --refresh-base` makes it again (for Debian's security updates).
+debootstrap from the Debian mirror apt already uses, and imported as an image, its
+packages brought up to Debian's security and stable updates. Made once; `kgqr images
+build --refresh-base` makes it again, with the updates released since.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.os_packages import ensure_installed
 
 BASE_TAG = "localhost/kgqr-debian:bookworm"
+BOOTSTRAPPED_TAG = "localhost/kgqr-debian:bookworm-bootstrapped"  # before its updates
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SOURCES = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
 
 
-def debian_mirror(sources: list[Path] = SOURCES) -> str:
-    """The first Debian archive (not its security archive) in apt's sources, one-line
-    (`deb URL suite ...`) or deb822 (`URIs: URL`) style."""
+def debian_mirror(sources: list[Path] = SOURCES, archive: str = "debian") -> str:
+    """The first Debian `archive` in apt's sources (`debian`, or `debian-security`), one-line
+    (`deb URL suite ...`) or deb822 (`URIs: URL`) style; else deb.debian.org's."""
     for source in sources:
         try:
             lines = source.read_text().splitlines()
@@ -38,9 +40,19 @@ def debian_mirror(sources: list[Path] = SOURCES) -> str:
             else:
                 continue
             for url in urls:
-                if url.rstrip("/").endswith("/debian"):
+                if url.rstrip("/").endswith(f"/{archive}"):
                     return url.rstrip("/")
-    return DEFAULT_MIRROR
+    return DEFAULT_MIRROR.removesuffix("/debian") + f"/{archive}"
+
+
+def apt_sources(mirror: str, security: str) -> str:
+    """The base's own apt sources: debootstrap writes the release's alone, so each image's
+    packages were the point release's, weeks or months behind Debian's security fixes."""
+    return (
+        f"deb {mirror} {SUITE} main\n"
+        f"deb {mirror} {SUITE}-updates main\n"
+        f"deb {security} {SUITE}-security main\n"
+    )
 
 
 def ensure_base_image(engine: ContainerEngine, refresh: bool = False) -> bool:
@@ -57,12 +69,36 @@ def ensure_base_image(engine: ContainerEngine, refresh: bool = False) -> bool:
         )
         if made.returncode != 0:
             raise ServiceError(SERVICE, f"debootstrap failed: {made.stderr.strip()[-2000:]}")
+        sources = apt_sources(debian_mirror(), debian_mirror(archive="debian-security"))
+        (rootfs / "etc/apt/sources.list").write_text(sources)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         assert tar.stdout is not None
         with tar.stdout:  # closed here too: an import that stops reading ends tar (EPIPE)
-            imported = engine.run(["import", "-", BASE_TAG], stdin=tar.stdout, capture=True,
-                                  check=False)  # fmt: skip
+            imported = engine.run(["import", "-", BOOTSTRAPPED_TAG], stdin=tar.stdout,
+                                  capture=True, check=False)  # fmt: skip
         tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
             raise ServiceError(SERVICE, f"importing the base image failed: {imported.stderr}")
+    _with_updates(engine)
     return True
+
+
+def _with_updates(engine: ContainerEngine) -> None:
+    """BASE_TAG: the bootstrapped image with every update its sources hold (committed from
+    a container that ran apt-get upgrade, so no Containerfile and no registry are needed).
+    The base in use is replaced only once this worked."""
+    container = "kgqr-base-updating"
+    engine.run(["rm", "-f", container], capture=True, check=False)
+    upgrade = ("apt-get update && apt-get -y upgrade && apt-get clean "
+               "&& rm -rf /var/lib/apt/lists/*")  # fmt: skip
+    try:
+        ran = engine.run(["run", "--network", "host", "--name", container, BOOTSTRAPPED_TAG,
+                          "sh", "-c", upgrade], capture=True, check=False)  # fmt: skip
+        if ran.returncode != 0:
+            raise ServiceError(SERVICE, f"updating the base image failed: {ran.stderr[-2000:]}")
+        committed = engine.run(["commit", container, BASE_TAG], capture=True, check=False)
+        if committed.returncode != 0:
+            raise ServiceError(SERVICE, f"committing the base image failed: {committed.stderr}")
+    finally:
+        engine.run(["rm", "-f", container], capture=True, check=False)
+        engine.run(["rmi", BOOTSTRAPPED_TAG], capture=True, check=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kgqr_core.settings import Settings
-from kgqr_ops.images.base_image import DEFAULT_MIRROR, debian_mirror
+from kgqr_ops.images.base_image import DEFAULT_MIRROR, apt_sources, debian_mirror
 from kgqr_ops.images.builder import BUILD_CA_PATH, build_arguments, build_ca_bundle
 from kgqr_ops.images.catalog import DOCKER_DIR, IMAGES
 from kgqr_ops.images.engine import PODMAN_CONF, ContainerEngine
@@ -26,6 +26,21 @@ def test_the_mirror_is_apts_own_in_either_sources_style(tmp_path: Path) -> None:
     assert debian_mirror([one_line, deb822]) == "http://mirror.example/debian"
     assert debian_mirror([deb822]) == "http://other.example/debian"
     assert debian_mirror([tmp_path / "missing"]) == DEFAULT_MIRROR
+    security = debian_mirror([one_line, deb822], archive="debian-security")
+    assert security == "http://security.example/debian-security"
+    missing = debian_mirror([one_line], archive="debian-security")
+    assert missing == "http://deb.debian.org/debian-security"
+
+
+def test_the_base_takes_debians_security_and_stable_updates() -> None:
+    """debootstrap writes the release's source alone: every image's packages were the
+    point release's, behind Debian's security fixes, however often the base was made."""
+    sources = apt_sources("http://mirror.example/debian", "http://sec.example/debian-security")
+    assert sources.splitlines() == [
+        "deb http://mirror.example/debian bookworm main",
+        "deb http://mirror.example/debian bookworm-updates main",
+        "deb http://sec.example/debian-security bookworm-security main",
+    ]
 
 
 def test_podman_gets_kgqrs_settings_file(tmp_path: Path) -> None:
