@@ -369,9 +369,11 @@ class LlmSettings(Section):
     max_concurrent: int = Field(
         default=2,
         ge=1,
-        description="LLM calls in flight from this proxy; more wait for a slot, each caller "
-        "in turn (one caller's burst does not queue another's call behind all of it), and "
-        "a rewrite whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits falls back.",
+        description="LLM calls in flight from each proxy process (`kgqr serve --workers N`: N "
+        "times this in all; a local llama.cpp server answers one at a time); more wait for a "
+        "slot, each caller in turn (one caller's burst does not queue another's call behind "
+        "all of it), and a rewrite whose budget (KGQR_REWRITE_TIMEOUT_S) ends while it waits "
+        "falls back.",
     )
 
     local_model: LlmModelName = Field(
@@ -653,7 +655,8 @@ class RewriteSettings(Section):
     background_max: int = Field(
         default=8,
         ge=1,
-        description="Budgeted LLM rewrites running in the background at once, half of them "
+        description="Budgeted LLM rewrites running in the background at once in each proxy "
+        "process, half of them "
         "at most for one caller (so that one caller's new queries cannot hold every slot; "
         "callers without credentials of their own share the whole); beyond it a search is "
         "answered fast and nothing is queued (identical ones share one).",
@@ -662,7 +665,8 @@ class RewriteSettings(Section):
     max_concurrent: int = Field(
         default=16,
         ge=1,
-        description="Rewrites computed at once (cache misses; `base` is not counted). Beyond "
+        description="Rewrites computed at once in each proxy process (cache misses; `base` is "
+        "not counted). Beyond "
         "it an LLM strategy's search runs the caller's query as sent, and an LLM-free one's as "
         "`base` (fallback stage `admission`), so a flood of slow rewrites cannot hold every "
         "connection or queue the searches behind it.",
@@ -1029,8 +1033,11 @@ class Settings(BaseSettings):
             url = getattr(redis, name)
             parts = urlsplit(url)
             known = password or (local_redis_password(self.home) if _is_local(parts) else None)
-            if known and parts.password is None and "@" not in parts.netloc:
-                netloc = f":{quote(known, safe='')}@{parts.netloc}"
+            if known and parts.password is None:
+                # Beside the user the URL names, if any (a Redis ACL user): a URL with a
+                # user and no password was left without one, and refused.
+                user, _, address = parts.netloc.rpartition("@")
+                netloc = f"{user}:{quote(known, safe='')}@{address}"
                 object.__setattr__(redis, name, urlunsplit(parts._replace(netloc=netloc)))
         return self
 
@@ -1231,7 +1238,7 @@ def get_settings() -> Settings:
 # KGQR_DATA_DIR, docs/containers.md's compose passwords).
 NOT_SETTINGS = {
     "KGQR_CONFIG", "KGQR_VENV", "KGQR_PYTHON", "KGQR_BIN_DIR", "KGQR_COMPAT_VENV",
-    "KGQR_DATA_DIR", "KGQR_TEST_SERVICES", "KGQR_ADMIN_PASSWORD", "KGQR_DASHBOARDS_PASSWORD",
+    "KGQR_DATA_DIR", "KGQR_TEST_SERVICES", "KGQR_DASHBOARDS_PASSWORD",
     "KGQR_INGEST_OPENSEARCH_PASSWORD", "KGQR_OPENSEARCH_ADMIN_PASSWORD",
     "KGQR_COMPOSE_FRONT_PORT", "KGQR_COMPOSE_OPENSEARCH_PORT", "KGQR_IMAGE",
     "KGQR_LLM_IMAGE", "KGQR_NEO4J_IMAGE", "KGQR_OPENSEARCH_IMAGE", "KGQR_REDIS_IMAGE",

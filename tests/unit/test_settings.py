@@ -285,3 +285,14 @@ def test_a_urls_password_is_never_repeated_in_an_error(
         get_settings.cache_clear()
     monkeypatch.setenv("KGQR_REDIS_URL", "redis://:s3cret@h:6379/0")  # Redis's may hold one
     assert get_settings().redis.url.startswith("redis://:s3cret@h")
+
+
+def test_the_redis_password_joins_a_user_the_url_names() -> None:
+    """A Redis ACL user in the URL (`redis://kgqr@host`) left the password out: refused."""
+    settings = Settings.of({"redis_url": "redis://kgqr@10.0.0.1:6379/0",
+                            "cache_redis_url": "redis://10.0.0.1:6379/1",
+                            "redis_password": "s3cr/t"})  # fmt: skip
+    assert settings.redis.url == "redis://kgqr:s3cr%2Ft@10.0.0.1:6379/0"
+    assert settings.redis.cache_url == "redis://:s3cr%2Ft@10.0.0.1:6379/1"
+    kept = Settings.of({"redis_url": "redis://kgqr:own@10.0.0.1:6379/0", "redis_password": "x"})
+    assert kept.redis.url == "redis://kgqr:own@10.0.0.1:6379/0"  # a URL's own password stays
