@@ -79,7 +79,9 @@ def warm(
             if path is not None
             else "no queries to warm (is the query log on and filled?)"
         )
-    url = proxy or f"http://{settings.proxy.host}:{settings.proxy.port}"
+    # Behind a front, `kgqr serve`'s proxy listens on 127.0.0.1 only.
+    host = "127.0.0.1" if settings.proxy.front_port else settings.proxy.host
+    url = proxy or f"http://{host}:{settings.proxy.port}"
     with tqdm(total=len(queries), unit="query", desc=f"warming {strategy}") as bar:
         report = warm_queries(url, documents_index(kb), strategy, queries, caller, bar.update)
     click.echo(

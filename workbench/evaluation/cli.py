@@ -59,13 +59,16 @@ and range over them; strategies without an LLM run once.
 @contextlib.contextmanager
 def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
     """The proxy to evaluate through: the given one, or one in this process that does not
-    reuse earlier rewrites (so latencies are those of real rewrites)."""
+    reuse earlier rewrites (so latencies are those of real rewrites), nor logs its searches
+    in the query log (every judged query once a strategy and a sample: the dashboards'
+    rates, and the queries `rewrites warm --from-log` takes as the most asked)."""
     if url:
         yield url.rstrip("/")
         return
     from kgqr_ops.background_proxy import running_proxy
 
-    with running_proxy(settings.replaced({"rewrite_cache_ttl_s": 0})) as started:
+    evaluating = settings.replaced({"rewrite_cache_ttl_s": 0, "query_log_enabled": False})
+    with running_proxy(evaluating) as started:
         yield started
 
 
