@@ -18,6 +18,7 @@ import org.opensearch.action.support.ActionFilterChain;
 import org.opensearch.client.Client;
 import org.opensearch.cluster.metadata.IndexMetadata;
 import org.opensearch.cluster.metadata.IndexNameExpressionResolver;
+import org.opensearch.cluster.metadata.Metadata;
 import org.opensearch.cluster.metadata.Template;
 import org.opensearch.cluster.service.ClusterService;
 import org.opensearch.common.regex.Regex;
@@ -25,6 +26,7 @@ import org.opensearch.common.settings.Setting;
 import org.opensearch.common.settings.Settings;
 import org.opensearch.common.xcontent.XContentHelper;
 import org.opensearch.common.xcontent.json.JsonXContent;
+import org.opensearch.core.index.Index;
 import org.opensearch.core.action.ActionListener;
 import org.opensearch.core.action.ActionResponse;
 import org.opensearch.core.common.io.stream.NamedWriteableRegistry;
@@ -138,7 +140,7 @@ public class KgqrEngineGuard extends Plugin implements ActionPlugin {
             return check(create.mappings(), knnEnabled(create.settings()));
         }
         if (request instanceof PutMappingRequest put) {
-            return check(put.source(), anyKnnIndex(put.indices()));
+            return check(put.source(), anyKnnIndex(put.indices(), put.getConcreteIndex()));
         }
         if (request instanceof PutIndexTemplateRequest legacy) {
             return check(legacy.mappings(), true);
@@ -167,25 +169,55 @@ public class KgqrEngineGuard extends Plugin implements ActionPlugin {
             && (settings.getAsBoolean("index.knn", false) || settings.getAsBoolean("knn", false));
     }
 
-    private boolean anyKnnIndex(String[] patterns) {
+    /**
+     * Whether a mapping update may reach a k-NN index. Each name is judged on its own: one
+     * list naming a plain index and an alias of a k-NN one was judged by the plain index
+     * alone, and the alias's index took a field on the default (native) engine. A name
+     * that matches no index nor alias (a data stream, date math, an unknown name) is
+     * judged as a k-NN index; an update the engine makes itself (dynamic mapping) names
+     * its concrete index, judged by its own setting.
+     */
+    private boolean anyKnnIndex(String[] patterns, Index concrete) {
         ClusterService cluster = clusterService;
-        if (cluster == null || patterns == null) {
+        if (cluster == null) {
             return true;
         }
-        boolean matchedAny = false;
-        for (IndexMetadata index : cluster.state().metadata()) {
-            for (String pattern : patterns) {
-                String name = index.getIndex().getName();
-                if (pattern.equals("_all") || Regex.simpleMatch(pattern, name)) {
-                    matchedAny = true;
+        Metadata metadata = cluster.state().metadata();
+        if (concrete != null) {
+            IndexMetadata index = metadata.index(concrete);
+            return index == null || knnEnabled(index.getSettings());
+        }
+        if (patterns == null || patterns.length == 0) {
+            return true;
+        }
+        for (String pattern : patterns) {
+            boolean matched = false;
+            for (IndexMetadata index : metadata) {
+                if (named(pattern, index)) {
+                    matched = true;
                     if (knnEnabled(index.getSettings())) {
                         return true;
                     }
                 }
             }
+            if (!matched) {
+                return true;
+            }
         }
-        return !matchedAny; // an alias or an unknown name: judged as a k-NN index
+        return false;
+    }
 
+    /** Whether `pattern` names `index`, by its name or one of its aliases. */
+    private static boolean named(String pattern, IndexMetadata index) {
+        if (pattern.equals("_all") || Regex.simpleMatch(pattern, index.getIndex().getName())) {
+            return true;
+        }
+        for (String alias : index.getAliases().keySet()) {
+            if (Regex.simpleMatch(pattern, alias)) {
+                return true;
+            }
+        }
+        return false;
     }
 
     static String check(String mappingJson, boolean knnEnabled) {

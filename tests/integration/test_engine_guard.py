@@ -75,6 +75,28 @@ def test_lucene_vectors_mapping_updates_and_templates_are_checked(
         httpx.delete(f"{url}/{unique_name}")
 
 
+def test_a_mapping_update_naming_a_plain_index_and_a_knn_indexs_alias_is_checked(
+    settings: Settings, unique_name: str
+) -> None:
+    """The names of one update were judged together: a plain index among them made the
+    alias of a k-NN index beside it pass, and that index took a field on the default
+    (native) engine, which takes the node down at its first vector."""
+    url = settings.opensearch.url.rstrip("/")
+    plain, knn, alias = f"{unique_name}-notes", f"{unique_name}-vecs-1", f"{unique_name}-vecs"
+    lucene = {**VECTOR, "method": {"name": "hnsw", "engine": "lucene", "space_type": "l2"}}
+    try:
+        assert httpx.put(f"{url}/{plain}", json={}).status_code == 200
+        assert _create(url, knn, {"v": lucene}).status_code == 200
+        assert httpx.put(f"{url}/{knn}/_alias/{alias}").status_code == 200
+        for names in (f"{plain},{alias}", f"{alias},{plain}", f"{unique_name}-v*s,{plain}"):
+            added = httpx.put(f"{url}/{names}/_mapping", json={"properties": {"w": VECTOR}})
+            assert added.status_code == 400 and "field [w]" in added.text, (names, added.text)
+        mapped = httpx.get(f"{url}/{knn}/_mapping").json()[knn]["mappings"]["properties"]
+        assert "w" not in mapped
+    finally:
+        httpx.delete(f"{url}/{plain},{knn}")
+
+
 def test_the_standard_modules_clients_rely_on_are_there(
     settings: Settings, unique_name: str
 ) -> None:
