@@ -42,3 +42,12 @@ def test_the_ingest_role_covers_every_index_kgqr_writes() -> None:
         for index_pattern in template["index_patterns"]:
             example = index_pattern.replace("*", "kb")
             assert any(fnmatch.fnmatch(example, p) for p in permission["index_patterns"])
+
+
+def test_no_kgqr_role_may_change_ingest_pipelines() -> None:
+    """kgqr uses none; the right reached every team's (a `drop` processor in a team's
+    default pipeline discards its documents)."""
+    for role in ("kgqr_service", "kgqr_ingest"):
+        granted = kgqr_roles()[role]["cluster_permissions"]
+        assert "cluster_manage_pipelines" not in granted, role
+        assert not [p for p in granted if "ingest/pipeline" in p], role
