@@ -520,7 +520,11 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
         # Vectors of another model or text would score against the new queries' as noise.
         client.indices.delete(index=index, ignore_unavailable=True)
     if not client.indices.exists(index=index):
-        installer.create_index(client, index, schema.kb_index_body("vectors", dimension=0))
+        body = schema.kb_index_body("vectors", dimension=0)  # as the KB's settings lay out
+        replicated = installer.laid_out(
+            body, settings.opensearch.kb_shards, settings.opensearch.kb_replicas
+        )
+        installer.create_index(client, index, replicated)
     # Recorded first: a search uses each vector as it lands, none before.
     kb_meta.record(client, name, {"attached": chosen, "embedder": model})
     jobs = JobStore(connections.redis_client(settings))

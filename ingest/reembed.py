@@ -25,7 +25,7 @@ from ingest.job_store import JobStore
 from ingest.write_leases import WriteLeases
 from kgqr_core.embedder import Embedder
 from kgqr_core.embedder_models import document_revision
-from plugin import kb_meta, schema
+from plugin import installer, kb_meta, schema
 
 COPY_BATCH = 64
 # Between moving a name to its new index and deleting the old one: longer than a search
@@ -147,7 +147,13 @@ def plan(
         target = next_generation(name, current)
         if opensearch.indices.exists(index=target):
             opensearch.indices.delete(index=target)  # left by an abandoned run
-        opensearch.indices.create(index=target, body=schema.kb_index_body(role, dimension))
+        # Laid out as the generation it replaces: the template's one shard and 0-1
+        # replicas made a KB of three shards and a replica one without its replica.
+        body = schema.kb_index_body(role, dimension)
+        opensearch.indices.create(
+            index=target,
+            body=installer.laid_out(body, *installer.index_layout(opensearch, current)),
+        )
         started.copies.append(IndexCopy(role, name, current, target))
     if not started.copies:
         raise ReembedError(f"knowledge base {kb!r} has no documents index")

@@ -60,8 +60,7 @@ def ensure_kb_index(
     name = schema.kb_index(kb, role)
     if client.indices.exists(index=name):  # an alias, or a concrete index of older kgqr
         return
-    body = schema.kb_index_body(role, dimension)
-    body["settings"]["index"].update({"number_of_shards": shards, **replica_settings(replicas)})
+    body = laid_out(schema.kb_index_body(role, dimension), shards, replicas)
     body["aliases"] = {name: {}}
     create_index(client, schema.generation_index(name, 1), body)
 
@@ -79,13 +78,25 @@ def ensure_triples_index(client: Any, kb: str, dimension: int) -> None:
     """The triples index, with the shards and replicas its documents index was given."""
     if client.indices.exists(index=schema.triples_index(kb)):
         return
-    found = client.indices.get_settings(index=schema.documents_index(kb), ignore_unavailable=True)
-    index = next(iter(found.values()))["settings"]["index"] if found else {}
-    replicas = index.get("auto_expand_replicas", "0-1")
+    shards, replicas = index_layout(client, schema.documents_index(kb))
+    ensure_kb_index(client, kb, "triples", dimension, shards, replicas)
+
+
+def index_layout(client: Any, index: str) -> tuple[int, str]:
+    """The shards and replicas (as replica_settings reads them) `index` was given; one
+    shard and `0-1` where it does not exist."""
+    found = client.indices.get_settings(index=index, ignore_unavailable=True)
+    settings = next(iter(found.values()))["settings"]["index"] if found else {}
+    replicas = settings.get("auto_expand_replicas", "0-1")
     if replicas == "false":
-        replicas = index["number_of_replicas"]
-    shards = int(index.get("number_of_shards", 1))
-    ensure_kb_index(client, kb, "triples", dimension, shards, str(replicas))
+        replicas = settings["number_of_replicas"]
+    return int(settings.get("number_of_shards", 1)), str(replicas)
+
+
+def laid_out(body: dict[str, Any], shards: int, replicas: str) -> dict[str, Any]:
+    """`body` (an index's) with these shards and replicas."""
+    body["settings"]["index"].update({"number_of_shards": shards, **replica_settings(replicas)})
+    return body
 
 
 def add_new_fields(client: Any, kb: str, role: str) -> None:

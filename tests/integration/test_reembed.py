@@ -229,3 +229,21 @@ def test_a_reembed_stops_at_its_next_write_once_its_kb_is_dropped(
     assert list(left) == []
     assert kb_meta.load(opensearch, tiny_kb) is None
     assert reembed.in_progress(redis_client, tiny_kb) is None
+
+
+def test_a_reembedded_kb_keeps_its_shards_and_replicas(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str,
+) -> None:  # fmt: skip
+    """The new generation was made from the template (one shard, 0-1 replicas): a KB of
+    two shards and one replica came back from its re-embed without the replica."""
+    laid_out = settings.replaced({"kb_shards": 2, "kb_replicas": "1"})
+    with ingested(laid_out, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name) as kb:
+        minilm = get_embedder(settings.embedder.model)
+        kb_meta.record(opensearch, kb, {"document_revision": 0})  # an older form: re-embed
+        reembed.reembed(opensearch, redis_client, kb, minilm, 384, lambda _p: None)
+        name = schema.documents_index(kb)
+        ((concrete, answer),) = opensearch.indices.get_settings(index=name).items()
+        assert concrete == schema.generation_index(name, 2)  # the new generation
+        index = answer["settings"]["index"]
+        assert (index["number_of_shards"], index["number_of_replicas"]) == ("2", "1")
