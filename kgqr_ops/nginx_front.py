@@ -114,6 +114,11 @@ def render_config(
             f"$http_{name.replace('-', '_')}" for name in sorted(credential_headers(settings))
         ),
         "STATUS_SOCKET": str(status),
+        "MAX_HEADER_BYTES": str(settings.proxy.max_header_bytes),
+        "MAX_LINE_BYTES": str(settings.proxy.max_initial_line_bytes),
+        "HEADER_BUFFER_BYTES": str(
+            max(settings.proxy.max_header_bytes, settings.proxy.max_initial_line_bytes)
+        ),
     }
     for name, value in values.items():
         template = template.replace(f"@{name}@", value)

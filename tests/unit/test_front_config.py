@@ -27,6 +27,18 @@ def test_every_placeholder_is_filled(tmp_path: Path) -> None:
     assert '~^\\|*$  "";' in config  # no credentials: a caller's own header, or none
 
 
+def test_the_fronts_line_and_header_bounds_are_the_settings(tmp_path: Path) -> None:
+    """nginx's 8 KB default refused what KGQR_MAX_INITIAL_LINE_BYTES and
+    KGQR_MAX_HEADER_BYTES were set to take, and its refusals named 4096 and 8192."""
+    raised = Settings.of({"max_initial_line_bytes": 16384, "max_header_bytes": 12288})
+    config = render_config(raised, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path,
+                           tmp_path / "status.sock")  # fmt: skip
+    assert "large_client_header_buffers 4 16384;" in config
+    assert "An HTTP line is larger than 16384 bytes." in config
+    assert "HTTP header is larger than 12288 bytes." in config
+    assert "4096 bytes" not in config and "8192 bytes" not in config
+
+
 def test_callers_without_credentials_never_get_kgqrs_by_default(tmp_path: Path) -> None:
     settings = Settings.of({"opensearch_user": "admin", "opensearch_password": SecretStr("s3cret")})
     config = render_config(settings, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path, tmp_path / "s")
