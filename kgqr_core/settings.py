@@ -99,7 +99,11 @@ def _address(value: str, schemes: tuple[str, ...], credentials: bool = False) ->
         raise ValueError(
             f"must not hold a user or password (their own settings take them): {shown}"
         )
-    return value
+    # As checked: stripped, its scheme in lower case. Kept as written, `HTTPS://` (or a
+    # leading space) read as no TLS where a client tests the URL's start.
+    stripped = value.strip()
+    scheme, rest = stripped.split(":", 1)
+    return f"{scheme.lower()}:{rest}"
 
 
 def _without_password(value: Any) -> Any:

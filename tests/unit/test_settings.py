@@ -296,3 +296,12 @@ def test_the_redis_password_joins_a_user_the_url_names() -> None:
     assert settings.redis.cache_url == "redis://:s3cr%2Ft@10.0.0.1:6379/1"
     kept = Settings.of({"redis_url": "redis://kgqr:own@10.0.0.1:6379/0", "redis_password": "x"})
     assert kept.redis.url == "redis://kgqr:own@10.0.0.1:6379/0"  # a URL's own password stays
+
+
+def test_a_service_url_is_kept_as_it_was_checked() -> None:
+    """Checked stripped and with its scheme in lower case, it was kept as written: an
+    `HTTPS://` URL (or one with a leading space) read as no TLS where a client tests its
+    start, and the CA given was not used."""
+    settings = Settings.of({"opensearch_url": " HTTPS://os.example:9200 "})
+    assert settings.opensearch.url == "https://os.example:9200"
+    assert Settings.of({"redis_url": "unix:///tmp/r.sock"}).redis.url.startswith("unix:///tmp")
