@@ -161,6 +161,15 @@ class Rewriter:
         # caller's new queries cannot keep every other's from being queued. Callers it
         # cannot tell apart share the whole, as they do KGQR_REWRITE_MAX_CONCURRENT.
         self._background_for: Counter[str] = Counter()
+        if settings.rewrite.budget_ms is not None and settings.rewrite.cache_ttl_s <= 0:
+            # A budgeted rewrite reaches later searches through the cache alone.
+            log.warning(
+                "KGQR_REWRITE_BUDGET_MS is set and the rewrite cache is off "
+                "(KGQR_REWRITE_CACHE_TTL_S=%s): each budgeted search answers with %s and its "
+                "LLM rewrite, finished in the background, serves no later search",
+                settings.rewrite.cache_ttl_s,
+                settings.rewrite.budget_strategy,
+            )
 
     async def _meta_or_none(self, kb: str) -> KnowledgeBaseMeta | None:
         """`kb`'s meta; None while it cannot be read (the search then goes on with the

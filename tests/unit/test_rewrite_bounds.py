@@ -533,3 +533,16 @@ def test_an_llm_rewrite_is_not_served_after_its_knowledge_base_gained_types() ->
         return llm.calls
 
     assert asyncio.run(run()) == 2
+
+
+def test_a_budget_with_the_rewrite_cache_off_is_warned_of(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its background rewrites reach later searches through the cache alone: with it off,
+    each budgeted search paid for an LLM rewrite nothing ever used, unsaid."""
+    settings = Settings.of({"rewrite_budget_ms": 500, "rewrite_cache_ttl_s": 0})
+    _rewriter(settings, GatedLlm(), _embed)
+    assert any("KGQR_REWRITE_BUDGET_MS is set" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    _rewriter(Settings.of({"rewrite_budget_ms": 500}), GatedLlm(), _embed)
+    assert not caplog.records
