@@ -139,8 +139,10 @@ class OpenSearchSettings(Section):
     other_urls: str = Field(
         default="",
         description="Other nodes of the same cluster (comma-separated URLs) kgqr sends a "
-        "request to when the first refuses the connection, or answers a search with 502, 503 "
-        "or 504; the nodes the engine reports (`_nodes/http`) are added at start.",
+        "request to when the first refuses the connection (the front too), or answers a "
+        "search with 502, 503 or 504 (kgqr itself; the front does not send a search again on "
+        "the engine's own answer); the nodes the engine reports (`_nodes/http`) are added at "
+        "start.",
     )
 
     user: str | None = Field(
@@ -1004,7 +1006,9 @@ class Settings(BaseSettings):
     graph: GraphSettings = Field(default_factory=GraphSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
 
-    # The local services' own place on this machine (used only by `kgqr services`).
+    # kgqr's own place on this machine: the local services, and the models' assembled and
+    # exported files, the graph copies and the local Redis's password that the proxy and
+    # the workers read.
     home: Path = Field(
         default=Path.home() / ".cache" / "kgqr",
         description="Downloads, builds, data and pid files of the local services.",
