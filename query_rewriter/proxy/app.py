@@ -215,7 +215,14 @@ async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipel
     fusion, for callers under document-level security, used the new ones)."""
     try:
         for name, body in proxy_index_templates().items():
-            await http.put(f"/_index_template/{name}", json=body)
+            put = await http.put(f"/_index_template/{name}", json=body)
+            if put.status_code != 200:  # its index would be mapped field by field
+                log.warning(
+                    "could not install an index template (one of the same patterns and "
+                    "priority, or no right to templates)",
+                    extra={"kgqr": {"template": name, "status": put.status_code,
+                                    "error": put.text[:300]}},
+                )  # fmt: skip
         await _ensure_meta_mapping(http)
         if not pipelines:
             return
