@@ -183,6 +183,10 @@ def test_tuning_endpoints_reject_bad_input_like_opensearch(tuning_url: str) -> N
     assert bad_kb.headers["x-content-type-options"] == "nosniff"  # it echoes the markup
     no_query = httpx.get(f"{tuning_url}/_kgqr/tune/judgments", params={"kb": KB})
     assert no_query.status_code == 400 and "[query]" in no_query.text
+    # Kept as a keyword of 2,048 characters at most: a longer one was stored, never found.
+    long_query = {"kb": KB, "query": "q" * 2049, "doc_id": "m1", "relevant": True}
+    too_long = httpx.post(f"{tuning_url}/_kgqr/tune/judgments", json=long_query)
+    assert too_long.status_code == 400 and "2048 characters" in too_long.text
     # A browser posts text/plain to any site without asking; JSON it does not.
     judgment = json.dumps({"kb": KB, "query": QUERY, "doc_id": "m1", "relevant": True})
     for media_type in ("text/plain", "application/x-www-form-urlencoded", None):

@@ -81,6 +81,23 @@ def _field(source: Mapping[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+# kgqr-judgments and kgqr-tune-runs keep a query as a keyword of at most this many
+# characters (ignore_above): a longer one was stored and never found again.
+MAX_JUDGED_QUERY_CHARS = 2048
+
+
+def _judged_query(source: Mapping[str, Any]) -> str:
+    """The query a page request names, stripped: one that can be stored and found again."""
+    query = str(_field(source, "query", str)).strip()
+    if len(query) > MAX_JUDGED_QUERY_CHARS:
+        raise RewriteRequestError(
+            400, "illegal_argument_exception",
+            f"[query] is longer than the {MAX_JUDGED_QUERY_CHARS} characters a judged query "
+            "is kept by",
+        )  # fmt: skip
+    return query
+
+
 def _size(body: Mapping[str, Any]) -> int:
     """How many hits to show: a whole number from 1 to MAX_SIZE (10 when not given)."""
     size = body.get("size", 10)
@@ -182,7 +199,7 @@ async def search(request: Request) -> Response:
     """One strategy on one query: hits, expansions, the rewrite's details and timings;
     the ranking is stored so the scoreboard can score it against later judgments."""
     body = await _json_body(request)
-    kb, query = _kb(body), _field(body, "query", str).strip()
+    kb, query = _kb(body), _judged_query(body)
     strategy = _field(body, "strategy", str)
     fuse = body.get("fuse", False)
     if not isinstance(fuse, bool):
@@ -235,7 +252,7 @@ async def _record(
 
 async def judge(request: Request) -> Response:
     body = await _json_body(request)
-    kb, query = _kb(body), _field(body, "query", str).strip()
+    kb, query = _kb(body), _judged_query(body)
     doc_id = _field(body, "doc_id", str)
     relevant = body.get("relevant")
     if not isinstance(relevant, bool):
@@ -246,8 +263,8 @@ async def judge(request: Request) -> Response:
 
 async def judgments(request: Request) -> Response:
     """The saved judgments of one query: document id -> grade."""
-    kb, query = _kb(request.query_params), _field(request.query_params, "query", str)
-    found = await _store(request).judgments(kb, query.strip())
+    kb, query = _kb(request.query_params), _judged_query(request.query_params)
+    found = await _store(request).judgments(kb, query)
     return JSONResponse({"judgments": {j.doc_id: j.grade for j in found}})
 
 
