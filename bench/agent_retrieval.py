@@ -152,8 +152,7 @@ def paraphrased_rows(kb: str, test: Path, out: Path) -> list[dict[str, Any]]:
         index=documents_index(kb), body={"ids": sorted({q.anchor for q in questions})}
     )
     names = {doc["_id"]: doc["_source"]["title"] for doc in found["docs"] if doc.get("found")}
-    # The same paraphrases every run: cached.
-    llm = LlmClient(settings, redis=connections.cache_redis_client(settings))
+    llm = LlmClient(settings, redis=connections.redis_client(settings))  # the same paraphrases
     phrased, kept = phrase(questions, names, llm)
     out.write_text("".join(json.dumps(q.as_json()) + "\n" for q in phrased))
     print(f"{kept} of {len(phrased)} test questions re-phrased", flush=True)

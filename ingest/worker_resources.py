@@ -48,4 +48,4 @@ class WorkerResources:
 
     @cached_property
     def llm(self) -> LlmClient:
-        return LlmClient(self.settings, connections.cache_redis_client(self.settings))
+        return LlmClient(self.settings, self.redis)

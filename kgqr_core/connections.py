@@ -97,15 +97,6 @@ def async_neo4j_driver(settings: Settings) -> Any:
 
 
 def redis_client(settings: Settings) -> Any:
-    """The Redis of ingest's queue, jobs and leases."""
     import redis
 
     return redis.Redis.from_url(settings.redis.url)
-
-
-def cache_redis_client(settings: Settings) -> Any:
-    """The Redis of kgqr's caches (KGQR_CACHE_REDIS_URL), flushed or sized apart from the
-    queue's: the LLM answers a worker or the CLI cached went to the queue's database."""
-    import redis
-
-    return redis.Redis.from_url(settings.redis.cache_url)

@@ -101,8 +101,7 @@ def _connection(settings: Settings) -> dict[str, Any]:
 
 class _AnswerCache:
     """What the blocking and the async client share: answers cached under one key for
-    (model, sample, request), so a worker and the CLI reuse each other's; the proxy's are
-    kept per caller besides (AsyncLlmClient.complete's scope)."""
+    (model, sample, request), so a worker, the CLI and the proxy reuse each other's."""
 
     def __init__(self, settings: Settings, redis: Any | None) -> None:
         self.model = settings.llm.model

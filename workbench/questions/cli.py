@@ -72,7 +72,7 @@ def synthesize_command(
         with tqdm(total=len(made), desc="phrasing", unit="q") as bar:
             names = {q.anchor: snapshot.documents[q.anchor].title for q in made}
             # LLM answers cached in Redis: the same KB and seed give the same paraphrases.
-            llm = LlmClient(settings, redis=connections.cache_redis_client(settings))
+            llm = LlmClient(settings, redis=connections.redis_client(settings))
             made, kept = phrase(made, names, llm, progress=bar.update)
         click.echo(f"{kept} of {len(made)} questions re-phrased by the LLM, the rest kept")
     out.mkdir(parents=True, exist_ok=True)
