@@ -101,7 +101,9 @@ def _connection(settings: Settings) -> dict[str, Any]:
 
 class _AnswerCache:
     """What the blocking and the async client share: answers cached under one key for
-    (model, sample, request), so a worker, the CLI and the proxy reuse each other's."""
+    (model, sample, request). A worker and the CLI reuse each other's (in the Redis of
+    KGQR_REDIS_URL, which a worker elsewhere is given); the proxy keeps its own in the
+    caches' Redis (KGQR_CACHE_REDIS_URL), per caller (AsyncLlmClient.complete's scope)."""
 
     def __init__(self, settings: Settings, redis: Any | None) -> None:
         self.model = settings.llm.model
