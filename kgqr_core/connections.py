@@ -56,6 +56,12 @@ def opensearch_client(settings: Settings) -> Any:
 def cluster_node_urls(settings: Settings) -> list[str]:
     """The configured nodes and those the engine reports (`_nodes/http`, read with kgqr's
     account); the configured ones alone when it may not ask or cannot be reached."""
+    return reported_node_urls(settings) or configured_urls(settings)
+
+
+def reported_node_urls(settings: Settings) -> list[str] | None:
+    """The configured nodes and those the engine reports; None when it may not ask or
+    cannot be reached (which tells nothing of the nodes there are)."""
     import opensearchpy
 
     from kgqr_core.cluster_nodes import reported_urls
@@ -64,7 +70,7 @@ def cluster_node_urls(settings: Settings) -> list[str]:
     try:
         answer = opensearch_client(settings).nodes.info(metric="http")
     except opensearchpy.exceptions.OpenSearchException:
-        return urls
+        return None
     return list(dict.fromkeys([*urls, *reported_urls(answer, urls[0].split(":", 1)[0])]))
 
 

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from kgqr_core.child_process import terminate_child
 from kgqr_core.cluster_nodes import ClusterNodes, configured_urls
-from kgqr_core.connections import cluster_node_urls
+from kgqr_core.connections import cluster_node_urls, reported_node_urls
 from kgqr_core.settings import Settings
 from kgqr_ops.services.errors import ServiceError
 from kgqr_ops.services.os_packages import ensure_installed
@@ -116,8 +116,9 @@ def render_config(
         "STATUS_SOCKET": str(status),
         "MAX_HEADER_BYTES": str(settings.proxy.max_header_bytes),
         "MAX_LINE_BYTES": str(settings.proxy.max_initial_line_bytes),
+        # nginx refuses buffers below its connection_pool_size (512): the front did not start.
         "HEADER_BUFFER_BYTES": str(
-            max(settings.proxy.max_header_bytes, settings.proxy.max_initial_line_bytes)
+            max(settings.proxy.max_header_bytes, settings.proxy.max_initial_line_bytes, 1024)
         ),
     }
     for name, value in values.items():
@@ -211,20 +212,37 @@ def _keep_front(
             if on_exit is not None:
                 on_exit(process.returncode)
             return
-        changed = []
-        names = attached_index_names(settings)
-        wanted = attached_routes(names) if names is not None else None
-        if wanted is not None and wanted != routes.read_text():
-            routes.write_text(wanted)
-            changed.append(f"routes to kgqr for attached indices {', '.join(sorted(names or []))}")
-        nodes = cluster_node_urls(settings)
-        rendered = config_with(run_dir, nodes)
-        if rendered != config.read_text():
-            config.write_text(rendered)
-            changed.append(f"OpenSearch nodes {', '.join(nodes)}")
+        try:
+            changed = _front_changes(settings, run_dir, routes, config, config_with)
+        except Exception as exc:  # the next look tries again; the front runs as it was
+            log.warning("front config not refreshed: %s", exc)
+            continue
         if changed:
             process.send_signal(signal.SIGHUP)
             log.info("front reloaded: %s", "; ".join(changed))
+
+
+def _front_changes(
+    settings: Settings,
+    run_dir: Path,
+    routes: Path,
+    config: Path,
+    config_with: Callable[[Path, list[str]], str],
+) -> list[str]:
+    """What changed in the front's files since the last look, written. The nodes only
+    from an answer of the engine's: one it could not give (the node asked is down) named
+    the configured nodes alone, and the front dropped the others it had found."""
+    changed = []
+    names = attached_index_names(settings)
+    wanted = attached_routes(names) if names is not None else None
+    if wanted is not None and wanted != routes.read_text():
+        routes.write_text(wanted)
+        changed.append(f"routes to kgqr for attached indices {', '.join(sorted(names or []))}")
+    nodes = reported_node_urls(settings)
+    if nodes is not None and (rendered := config_with(run_dir, nodes)) != config.read_text():
+        config.write_text(rendered)
+        changed.append(f"OpenSearch nodes {', '.join(nodes)}")
+    return changed
 
 
 @contextmanager

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 
 import click
@@ -113,12 +114,18 @@ def serve(host: str | None, port: int | None, front_port: int | None, log_level:
             log_level=log_level.lower(),
             access_log=False,
         )
+    if _FRONT_EXITED.is_set():  # a failure, however uvicorn took the stop (with workers: as
+        raise SystemExit(1)  # a clean one, and a supervisor restarting on failure did not)
+
+
+_FRONT_EXITED = threading.Event()
 
 
 def _stop_without_front(code: int | None) -> None:
-    """The front exited: `kgqr serve` stops (as on SIGTERM), for whatever supervises it
-    (a container's restart policy, systemd) to start both again, where the proxy ran on
-    with no front and nothing noticed."""
+    """The front exited: `kgqr serve` stops (as on SIGTERM), failing, for whatever
+    supervises it (a container's restart policy, systemd) to start both again, where the
+    proxy ran on with no front and nothing noticed."""
+    _FRONT_EXITED.set()
     os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -37,6 +37,10 @@ def test_the_fronts_line_and_header_bounds_are_the_settings(tmp_path: Path) -> N
     assert "An HTTP line is larger than 16384 bytes." in config
     assert "HTTP header is larger than 12288 bytes." in config
     assert "4096 bytes" not in config and "8192 bytes" not in config
+    small = Settings.of({"max_initial_line_bytes": 300, "max_header_bytes": 300})
+    config = render_config(small, "127.0.0.1:9202", "127.0.0.1:9201", tmp_path,
+                           tmp_path / "status.sock")  # fmt: skip
+    assert "large_client_header_buffers 4 1024;" in config  # nginx takes no less than 512
 
 
 def test_callers_without_credentials_never_get_kgqrs_by_default(tmp_path: Path) -> None:
@@ -149,10 +153,11 @@ def test_the_front_follows_the_engines_nodes_and_tells_of_its_own_exit(
 
     from kgqr_ops import nginx_front
 
-    reported = iter([["https://opensearch:9200", "https://10.0.0.9:9200"]] * 2)
+    # The engine answers, then cannot (its node is down: that names no node fewer).
+    reported = iter([["https://opensearch:9200", "https://10.0.0.9:9200"], None])
     monkeypatch.setattr(nginx_front, "ROUTES_REFRESH_S", 0.01)
     monkeypatch.setattr(nginx_front, "attached_index_names", lambda settings: [])
-    monkeypatch.setattr(nginx_front, "cluster_node_urls", lambda settings: next(reported))
+    monkeypatch.setattr(nginx_front, "reported_node_urls", lambda settings: next(reported))
     (tmp_path / nginx_front.ROUTES_FILE).write_text(nginx_front.attached_routes([]))
     (tmp_path / "nginx.conf").write_text("upstream https://opensearch:9200 https://10.0.0.5:9200")
 
@@ -178,4 +183,4 @@ def test_the_front_follows_the_engines_nodes_and_tells_of_its_own_exit(
     assert (tmp_path / "nginx.conf").read_text() == (
         "upstream https://opensearch:9200 https://10.0.0.9:9200"
     )
-    assert nginx.signals == [signal.SIGHUP]  # reloaded once: the second look found no change
+    assert nginx.signals == [signal.SIGHUP]  # reloaded once: the second look learnt nothing
