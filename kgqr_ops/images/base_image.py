@@ -89,14 +89,21 @@ def _with_updates(engine: ContainerEngine) -> None:
     The base in use is replaced only once this worked."""
     container = "kgqr-base-updating"
     engine.run(["rm", "-f", container], capture=True, check=False)
-    upgrade = ("apt-get update && apt-get -y upgrade && apt-get clean "
-               "&& rm -rf /var/lib/apt/lists/*")  # fmt: skip
+    # apt-get update answers 0 when a source cannot be read ("W: Failed to fetch"): the base
+    # would be made without the updates it exists for.
+    upgrade = (
+        "apt-get update > /tmp/update.log 2>&1; status=$?; cat /tmp/update.log; "
+        "[ $status = 0 ] && ! grep -qE '^(Err:|W: Failed)' /tmp/update.log "
+        "&& apt-get -y upgrade && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/*"
+    )
     try:
         ran = engine.run(["run", "--network", "host", "--name", container, BOOTSTRAPPED_TAG,
                           "sh", "-c", upgrade], capture=True, check=False)  # fmt: skip
         if ran.returncode != 0:
             raise ServiceError(SERVICE, f"updating the base image failed: {ran.stderr[-2000:]}")
-        committed = engine.run(["commit", container, BASE_TAG], capture=True, check=False)
+        # Its command reset: committed, the image's default would be the upgrade's.
+        committed = engine.run(["commit", "--change", 'CMD ["bash"]', container, BASE_TAG],
+                               capture=True, check=False)  # fmt: skip
         if committed.returncode != 0:
             raise ServiceError(SERVICE, f"committing the base image failed: {committed.stderr}")
     finally:
