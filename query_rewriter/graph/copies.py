@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -61,7 +60,6 @@ def load_snapshot(driver: Any, kb: str, version: int, max_relations: int) -> Gra
 
 
 LOAD_THREADS = 8  # graph copies loaded (read, or waited for) at once by one process
-NEO4J_READS = 2  # ... of which read from Neo4j at once
 
 
 @dataclass
@@ -83,10 +81,9 @@ class GraphSnapshots:
         self._shared = SharedCopies.of_machine(settings)
         # Loads read for seconds to minutes (or wait on another process's, up to 10 min):
         # in the worker threads every other off-loop step shares (a query's embedding, a
-        # large answer), forty KBs' loads at once held them all. Of their threads, fewer
-        # read Neo4j at once: the rest may wait on other processes' copies meanwhile.
+        # large answer), forty KBs' loads at once held them all. (A narrower bound on the
+        # Neo4j reads alone was taken under a KB's copy lock, which other processes wait on.)
         self._load_threads = anyio.CapacityLimiter(LOAD_THREADS)
-        self._neo4j_reads = threading.BoundedSemaphore(NEO4J_READS)
 
     async def version(self, kb: str) -> int | None:
         """The KB's graph version as of the last look (looked at again once
@@ -180,7 +177,7 @@ class GraphSnapshots:
         epoch = await self._shared_epoch(kb, version) if shared is not None else None
 
         def from_neo4j() -> GraphSnapshot | None:
-            with self._neo4j_reads, connections.neo4j_driver(self._settings) as driver:
+            with connections.neo4j_driver(self._settings) as driver:
                 return load_snapshot(driver, kb, version, limit)
 
         def read() -> tuple[GraphSnapshot | None, bool]:
