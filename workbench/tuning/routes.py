@@ -89,7 +89,7 @@ MAX_JUDGED_QUERY_CHARS = 2048
 def _judged_query(source: Mapping[str, Any]) -> str:
     """The query a page request names, stripped: one that can be stored and found again."""
     query = str(_field(source, "query", str)).strip()
-    if len(query) > MAX_JUDGED_QUERY_CHARS:
+    if len(query.encode("utf-16-le")) // 2 > MAX_JUDGED_QUERY_CHARS:  # as Java counts them
         raise RewriteRequestError(
             400, "illegal_argument_exception",
             f"[query] is longer than the {MAX_JUDGED_QUERY_CHARS} characters a judged query "
