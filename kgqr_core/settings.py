@@ -495,7 +495,11 @@ class ProxySettings(Section):
         "caller may do everything anyway; off, such a caller gets OpenSearch's own 401.",
     )
 
-    host: str = Field(default="127.0.0.1", description="Address `kgqr serve` binds.")
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address `kgqr serve` binds: its front's where it runs one (the proxy "
+        "behind it then listens on 127.0.0.1 only), else the proxy's.",
+    )
 
     port: int = Field(default=9201, ge=1, le=65535, description="Port `kgqr serve` listens on.")
 

@@ -79,8 +79,11 @@ def warm(
             if path is not None
             else "no queries to warm (is the query log on and filled?)"
         )
-    # Behind a front, `kgqr serve`'s proxy listens on 127.0.0.1 only.
-    host = "127.0.0.1" if settings.proxy.front_port else settings.proxy.host
+    # Behind a front, `kgqr serve`'s proxy listens on 127.0.0.1 only (and so does it on every
+    # address): this machine's own, unless the proxy was told one and runs without a front.
+    host = settings.proxy.host
+    if settings.proxy.front_port or host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
     url = proxy or f"http://{host}:{settings.proxy.port}"
     with tqdm(total=len(queries), unit="query", desc=f"warming {strategy}") as bar:
         report = warm_queries(url, documents_index(kb), strategy, queries, caller, bar.update)

@@ -67,7 +67,11 @@ def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
         return
     from kgqr_ops.background_proxy import running_proxy
 
-    evaluating = settings.replaced({"rewrite_cache_ttl_s": 0, "query_log_enabled": False})
+    # No budget either: a budgeted LLM strategy would be scored on the budget strategy's
+    # answers, its own finished in the background for no one.
+    evaluating = settings.replaced(
+        {"rewrite_cache_ttl_s": 0, "query_log_enabled": False, "rewrite_budget_ms": None}
+    )
     with running_proxy(evaluating) as started:
         yield started
 
