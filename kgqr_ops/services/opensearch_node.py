@@ -6,6 +6,7 @@ module; the standard modules are added from their jars (``opensearch_modules.py`
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,10 @@ class OpenSearchNode(LocalService):
         env = {
             "OPENSEARCH_JAVA_HOME": str(java_home),
             "OPENSEARCH_JAVA_OPTS": f"-Xms{heap}m -Xmx{heap}m",
+            # What the install holds (the engine guard's source among it): a running node
+            # of another recipe is started again by `up`, where it kept an edited guard
+            # out until something else restarted it.
+            "KGQR_INSTALL_RECIPE": hashlib.sha256(self._recipe().encode()).hexdigest()[:12],
             **self.node_environment(),
         }
         return argv, env

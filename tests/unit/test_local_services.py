@@ -219,3 +219,17 @@ def test_redis_gets_a_password_that_no_command_line_shows(tmp_path: Path) -> Non
     mine = Settings.of({"home": tmp_path, "cache_redis_url": "redis://cache.example:6379/1"})
     assert mine.redis.url == f"redis://:{password}@127.0.0.1:6379/0"
     assert mine.redis.cache_url == "redis://cache.example:6379/1"
+
+
+def test_a_node_whose_engine_guard_changed_runs_another_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up` starts again a node whose command changed; an edited guard changed only the
+    install, and a running node kept the old guard until something else restarted it."""
+    from kgqr_ops.services import opensearch_node
+
+    node = opensearch_node.OpenSearchNode(Settings(home=tmp_path))
+    before = node.command()
+    monkeypatch.setattr(opensearch_node, "guard_digest", lambda: "another-guard")
+    after = node.command()
+    assert before[0] == after[0] and before[1] != after[1]
