@@ -14,6 +14,9 @@ from typing import Any
 import redis
 
 COUNTERS = ("documents", "relations", "mentions", "triples", "rejected", "vectors")
+# How long a finished job's records are kept. A job still running has no expiry: a Redis
+# bounded with `volatile-lru` (the local service's, to bound kgqr's caches) evicts keys
+# that expire, and a queued job whose record went had its chunks set aside unwritten.
 JOB_TTL_S = 30 * 24 * 3600
 
 
@@ -55,7 +58,8 @@ class JobStore:
         )
         self.redis.hdel(key, "chunks_total")
         self.redis.delete(key + ":failed", key + ":retrying")  # a re-run sends them again
-        self.redis.expire(key, JOB_TTL_S)
+        self.redis.persist(key)  # running again: kept until it is seen finished
+        self.redis.persist(key + ":done")
         self.redis.sadd("kgqr:jobs", job_id)
 
     def finish_enqueuing(self, job_id: str, chunks_total: int) -> bool:
@@ -93,7 +97,6 @@ class JobStore:
                         return False
                     pipe.multi()
                     pipe.sadd(done_key, chunk)
-                    pipe.expire(done_key, JOB_TTL_S)
                     pipe.hdel(key + ":failed", chunk)
                     pipe.hdel(key + ":retrying", chunk)
                     for name, value in counts.items():
@@ -111,7 +114,6 @@ class JobStore:
         if self.is_done(job_id, chunk) or not self.exists(job_id):
             return
         self.redis.hset(key + ":failed", chunk, reason[:500])
-        self.redis.expire(key + ":failed", JOB_TTL_S)
         self.redis.hdel(key + ":retrying", chunk)
         self.redis.hset(key, "updated", time.time())
 
@@ -122,7 +124,6 @@ class JobStore:
         if not self.exists(job_id):
             return
         self.redis.hset(key + ":retrying", chunk, reason[:500])
-        self.redis.expire(key + ":retrying", JOB_TTL_S)
 
     def progress(self, job_id: str) -> JobProgress | None:
         """One snapshot (MULTI/EXEC): read one by one, a chunk completing between the reads
@@ -144,6 +145,7 @@ class JobStore:
         state = raw["state"]
         if total is not None and done + len(failed) >= total:
             state = "failed" if failed else "done"
+            self._keep_finished(key)
         return JobProgress(
             job_id=job_id,
             kb=raw["kb"],
@@ -157,6 +159,14 @@ class JobStore:
             failed=failed,
             retrying=retrying,
         )
+
+    def _keep_finished(self, key: str) -> None:
+        """A finished job's records expire JOB_TTL_S after it is first seen finished (by
+        the CLI that follows it, `kgqr ingest jobs`, a status): a re-run makes them live."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for part in ("", ":done", ":failed", ":retrying"):
+                pipe.expire(key + part, JOB_TTL_S, nx=True)
+            pipe.execute()
 
     def jobs_of(self, kb: str) -> list[JobProgress]:
         """The knowledge base's jobs, by the KB each records: a job id begins with its KB's

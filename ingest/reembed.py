@@ -31,7 +31,6 @@ COPY_BATCH = 64
 # Between moving a name to its new index and deleting the old one: longer than a search
 # that started on the old index takes.
 OLD_INDEX_GRACE_S = 5.0
-STATE_TTL_S = 30 * 24 * 3600
 
 
 def embedded(role: str, source: dict[str, Any]) -> tuple[str, str]:
@@ -157,8 +156,10 @@ def plan(
         started.copies.append(IndexCopy(role, name, current, target))
     if not started.copies:
         raise ReembedError(f"knowledge base {kb!r} has no documents index")
+    # No expiry: a Redis bounded with volatile-lru evicts keys that expire, and a re-embed
+    # whose plan went could be neither resumed nor told apart from none (ingest wrote on).
+    # The swap and an abandon delete it.
     redis.hset(state_key(kb), mapping=started.to_redis())
-    redis.expire(state_key(kb), STATE_TTL_S)
     return started
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ingest import job_runner
 from ingest.cli import ingest
-from ingest.job_store import JobStore
+from ingest.job_store import JOB_TTL_S, JobStore
 
 
 @pytest.fixture
@@ -43,6 +43,28 @@ def test_a_failed_chunk_finishes_the_job_as_failed_and_a_rerun_clears_it(jobs: A
     store.complete_chunk(job, 1, {"documents": 2})
     done = store.progress(job)
     assert done.state == "done" and done.counts["documents"] == 5
+
+
+def test_a_running_jobs_records_do_not_expire_and_a_finished_ones_do(
+    redis_client: Any, jobs: Any
+) -> None:
+    """Under the local Redis's bound (`volatile-lru`: keys that expire may be evicted) a
+    queued job's record could go before a cache entry, and its chunks were then set aside
+    unwritten: a running job's records expire no more, a finished job's still do."""
+    store, job = jobs
+    key = store.key(job)
+    store.start(job, "kb", "jsonl:x")
+    store.finish_enqueuing(job, chunks_total=2)
+    store.complete_chunk(job, 0, {"documents": 1})
+    store.note_retry(job, 1, "OpenSearch answered 429")
+    assert store.progress(job) is not None
+    for part in ("", ":done", ":retrying"):
+        assert redis_client.ttl(key + part) == -1, part  # no expiry
+    store.complete_chunk(job, 1, {"documents": 1})
+    assert store.progress(job).finished
+    assert 0 < redis_client.ttl(key) <= JOB_TTL_S and redis_client.ttl(key + ":done") > 0
+    store.start(job, "kb", "jsonl:x")  # run again: live again
+    assert redis_client.ttl(key) == -1 and redis_client.ttl(key + ":done") == -1
 
 
 def test_a_done_chunk_cannot_be_marked_failed(jobs: Any) -> None:
