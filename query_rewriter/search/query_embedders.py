@@ -15,7 +15,6 @@ import numpy as np
 
 from kgqr_core.embedder import get_embedder
 from kgqr_core.settings import Settings
-from kgqr_core.single_flight import SingleFlight
 from plugin.kb_meta import KnowledgeBaseMeta
 from query_rewriter.strategies.services import Embed
 
@@ -117,8 +116,7 @@ class QueryEmbedders:
     allowed: frozenset[str] | None  # None: any model
     load: Callable[[str], Awaitable[Embed]] = sentence_transformers_embed
     _loaded: dict[str, Embed] = field(default_factory=dict)
-    _loading: SingleFlight[Embed] = field(default_factory=SingleFlight)
-    _loads: dict[str, asyncio.Task[Embed]] = field(default_factory=dict)  # for_model_within's
+    _loads: dict[str, asyncio.Task[Embed]] = field(default_factory=dict)  # loads under way
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryEmbedders:
@@ -143,13 +141,7 @@ class QueryEmbedders:
         return self.default_model
 
     async def for_model(self, model: str) -> Embed:
-        loaded = self._loaded.get(model)
-        if loaded is not None:
-            return loaded
-        self._refuse_unless_allowed(model)
-        embed, _ = await self._loading.run(model, lambda: self.load(model))
-        self._loaded[model] = embed
-        return embed
+        return await self.for_model_within(model, None)
 
     def _refuse_unless_allowed(self, model: str) -> None:
         if self.allowed is not None and model not in self.allowed:
@@ -158,17 +150,18 @@ class QueryEmbedders:
                 f"{', '.join(sorted(self.allowed))} (KGQR_QUERY_EMBEDDER_MODELS)"
             )
 
-    async def for_model_within(self, model: str, seconds: float) -> Embed:
-        """for_model, waited on at most `seconds` (then EmbedderLoading): a model's first
-        load (~15 s, ~95 s with its ONNX export) held each search of its knowledge bases
-        past every rewrite budget. The load goes on without them; a search after it ends
-        finds the model."""
+    async def for_model_within(self, model: str, seconds: float | None) -> Embed:
+        """The model's encoder, loaded once (concurrent asks share the load), waited on at
+        most `seconds` (then EmbedderLoading; None: until loaded): a model's first load
+        (~15 s, ~95 s with its ONNX export) held each search of its knowledge bases past
+        every rewrite budget. The load goes on without them; a search after it ends finds
+        the model."""
         if (loaded := self._loaded.get(model)) is not None:
             return loaded
         self._refuse_unless_allowed(model)  # at once, and not as a load that failed
         load = self._loads.get(model)
         if load is None:
-            load = asyncio.create_task(self.for_model(model))
+            load = asyncio.create_task(self._load(model))
             self._loads[model] = load
             load.add_done_callback(lambda ended: self._load_ended(model, ended))
         done, _ = await asyncio.wait({load}, timeout=seconds)
@@ -177,6 +170,11 @@ class QueryEmbedders:
                 f"its embedder {model} is loading (a first load takes seconds to minutes)"
             )
         return load.result()
+
+    async def _load(self, model: str) -> Embed:
+        embed = await self.load(model)
+        self._loaded[model] = embed
+        return embed
 
     def _load_ended(self, model: str, load: asyncio.Task[Embed]) -> None:
         self._loads.pop(model, None)
