@@ -24,7 +24,12 @@ from starlette.responses import Response
 from query_rewriter.engine import json_codec
 from query_rewriter.engine.errors import RewriteRequestError
 from query_rewriter.engine.filter_path import filtered
-from query_rewriter.engine.forwarding import about_the_request, answer_content, to_response
+from query_rewriter.engine.forwarding import (
+    about_the_request,
+    answer_content,
+    bytes_to_read,
+    to_response,
+)
 from query_rewriter.engine.off_loop import off_the_loop_if_large
 
 FORMAT_PARAMS = ("pretty", "format", "filter_path")
@@ -73,13 +78,13 @@ class AnswerFormat:
         asked for; plain JSON without one is sent on as its bytes."""
         if self.is_plain_json and explain is None:
             return to_response(upstream)
-        size = len(upstream.content)
+        read = bytes_to_read(upstream)
         return await self.response(
-            await off_the_loop_if_large(size, lambda: with_explain(upstream, explain)),
+            await off_the_loop_if_large(read, lambda: with_explain(upstream, explain)),
             upstream.status_code,
             explain_at="kgqr" if explain is not None else None,
             headers=about_the_request(upstream),
-            size=size,
+            size=len(upstream.content),  # what writing it back costs
         )
 
     @property

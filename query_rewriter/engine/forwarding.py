@@ -88,6 +88,12 @@ def answer_content(answer: httpx.Response) -> Any:
     return json_codec.loads(answer.content)
 
 
+def bytes_to_read(answer: httpx.Response) -> int:
+    """What answer_content reads of `answer`: none where kgqr wrote it (its content is at
+    hand), else its bytes. What decides whether reading it goes off the event loop."""
+    return 0 if _WRITTEN_CONTENT in answer.extensions else len(answer.content)
+
+
 def request_headers(request: Request) -> dict[str, str]:
     """The caller's headers for a search kgqr sends itself (httpx, decoded answers)."""
     kept = {k: v for k, v in request.headers.items() if k.lower() not in DROPPED_REQUEST_HEADERS}

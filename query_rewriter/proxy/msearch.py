@@ -15,7 +15,7 @@ from starlette.responses import Response
 from query_rewriter import metrics
 from query_rewriter.engine.answer_format import AnswerFormat, json_params, with_explain
 from query_rewriter.engine.errors import RewriteRequestError
-from query_rewriter.engine.forwarding import about_the_request, request_headers
+from query_rewriter.engine.forwarding import about_the_request, bytes_to_read, request_headers
 from query_rewriter.engine.json_codec import CommentBudget, dumps
 from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.proxy.msearch_header import MsearchHeader, check_header
@@ -196,7 +196,7 @@ async def _answer(
             if fallback := explain.get("fallback"):
                 fallbacks.append(f"item {position} {fallback_header(fallback)}")
         answered.append(upstream)
-        read = len(upstream.content)
+        read = bytes_to_read(upstream)
         result = await off_the_loop_if_large(read, lambda: with_explain(upstream, shown))
         return {**result, "status": upstream.status_code}
 

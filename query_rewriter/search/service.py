@@ -17,7 +17,7 @@ from plugin.schema import META_INDEX
 from query_rewriter import metrics
 from query_rewriter.engine.caller import Caller
 from query_rewriter.engine.errors import failure_reason
-from query_rewriter.engine.forwarding import answer_content, json_answer
+from query_rewriter.engine.forwarding import answer_content, bytes_to_read, json_answer
 from query_rewriter.engine.gateway import EngineSession
 from query_rewriter.engine.hybrid_query import (
     OWN_FIELDS,
@@ -159,7 +159,7 @@ async def run_plan(
                 explain=explain,
                 status=upstream.status_code,
                 counted=await off_the_loop_if_large(
-                    len(upstream.content), lambda: HitCount.of_response(upstream)
+                    bytes_to_read(upstream), lambda: HitCount.of_response(upstream)
                 ),
                 total_ms=(time.perf_counter() - began) * 1000,
             )

@@ -22,3 +22,15 @@ def test_work_on_many_bytes_runs_on_a_worker_thread_and_on_few_here() -> None:
 
     here, few, many = asyncio.run(run())
     assert few == here and many != here
+
+
+def test_an_answer_kgqr_wrote_has_nothing_left_to_read() -> None:
+    """Its content is at hand: a large one was sent to a worker thread to be 'read'."""
+    import httpx
+
+    from query_rewriter.engine.forwarding import bytes_to_read, json_answer
+
+    engine = httpx.Response(200, content=b'{"hits": {"hits": []}}')
+    written = json_answer({"hits": {"hits": []}}, engine)
+    assert bytes_to_read(engine) == len(engine.content) > 0
+    assert bytes_to_read(written) == 0 and len(written.content) > 0
