@@ -8,6 +8,7 @@ copy is never older than the proxy's last look at this counter.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -38,3 +39,31 @@ def bump(redis: Any, kb: str) -> None:
 def parse(raw: bytes | str | None) -> int:
     """The stored counter; 0 for a graph nothing has been written to since versions began."""
     return int(raw) if raw is not None else 0
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One graph: its version with its epoch. The counter alone repeats once Redis lost it
+    (or rolled back) and writes raised it again; a copy, or a cached rewrite, named by the
+    number alone was then served as current for a graph it was never read from."""
+
+    number: int
+    epoch: str
+
+    def __str__(self) -> str:
+        return f"{self.epoch}-{self.number}"
+
+
+async def revision(redis: Any, kb: str) -> Revision:
+    """The KB's revision from an async Redis, its two keys read at once (a bump sets both
+    in one transaction, so the pair is one graph's). A KB without an epoch (nothing
+    written since Redis lost it, or since epochs began) is given one here, so every
+    reader names the graph alike from now on."""
+    keys = version_key(kb), epoch_key(kb)
+    number, epoch = await redis.mget(*keys)
+    if epoch is None:
+        await redis.set(keys[1], new_epoch(), nx=True)
+        number, epoch = await redis.mget(*keys)
+    if epoch is None:
+        raise RuntimeError(f"graph epoch of {kb} set and gone at once")
+    return Revision(parse(number), epoch.decode() if isinstance(epoch, bytes) else str(epoch))

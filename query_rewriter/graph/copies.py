@@ -1,8 +1,9 @@
 """Which in-memory graph copy the proxy may serve, and reading copies from Neo4j.
 
-A copy is current while the knowledge base's graph version in Redis
-(kgqr_core/graph_version.py, raised by every ingest chunk and by dropping the KB) is the
-version it was read at. The proxy looks at that counter at most every
+A copy is current while the knowledge base's graph revision in Redis
+(kgqr_core/graph_version.py: a counter raised by every ingest chunk and by dropping the KB,
+with the epoch each raise sets anew) is the revision it was read at. The proxy looks at it
+at most every
 KGQR_GRAPH_SNAPSHOT_CHECK_S per KB. Until a current copy is loaded (in a worker thread
 with its own Neo4j session, while searches go on) expansions are read from Neo4j, so no
 search waits for a load and none reads a graph older than the proxy's last look. The
@@ -65,9 +66,10 @@ LOAD_THREADS = 8  # graph copies loaded (read, or waited for) at once by one pro
 @dataclass
 class _KnownGraph:
     snapshot: GraphSnapshot | None = None
-    version: int | None = None  # the KB's at the last look; None: Redis did not answer
+    snapshot_at: graph_version.Revision | None = None  # the revision `snapshot` was read at
+    revision: graph_version.Revision | None = None  # at the last look; None: Redis silent
     looked_at: float = float("-inf")
-    too_large_at: int | None = None  # the version found too large to copy
+    too_large_at: graph_version.Revision | None = None  # the revision found too large to copy
     retry_at: float = float("-inf")
 
 
@@ -85,37 +87,35 @@ class GraphSnapshots:
         # Neo4j reads alone was taken under a KB's copy lock, which other processes wait on.)
         self._load_threads = anyio.CapacityLimiter(LOAD_THREADS)
 
-    async def version(self, kb: str) -> int | None:
-        """The KB's graph version as of the last look (looked at again once
+    async def revision(self, kb: str) -> graph_version.Revision | None:
+        """The KB's graph revision as of the last look (looked at again once
         KGQR_GRAPH_SNAPSHOT_CHECK_S has passed); None while Redis does not answer."""
         known = self._known.setdefault(kb, _KnownGraph())
         now = time.monotonic()
         if now - known.looked_at >= self._settings.graph.snapshot_check_s:
             known.looked_at = now
             try:
-                known.version = graph_version.parse(
-                    await self._redis.get(graph_version.version_key(kb))
-                )
+                known.revision = await graph_version.revision(self._redis, kb)
             except Exception as exc:  # no way to tell a copy is current: Neo4j answers
                 log.warning("graph version of %s unreadable (%s): expanding in Neo4j", kb, exc)
-                known.version = None
-        return known.version
+                known.revision = None
+        return known.revision
 
     async def current(self, kb: str) -> GraphSnapshot | None:
         """The KB's copy if it is current; else None, and a load starts if none runs."""
         if self._settings.graph.snapshot_max_relations <= 0:
             return None
-        version = await self.version(kb)
-        if version is None:
+        revision = await self.revision(kb)
+        if revision is None:
             return None
         known = self._known.get(kb)
         if known is None:  # forgotten (its KB dropped) while Redis was asked
             return None
-        if known.snapshot is not None and known.snapshot.version == version:
+        if known.snapshot is not None and known.snapshot_at == revision:
             return known.snapshot
-        loadable = known.too_large_at != version and time.monotonic() >= known.retry_at
+        loadable = known.too_large_at != revision and time.monotonic() >= known.retry_at
         if loadable and kb not in self._loading:
-            self._loading[kb] = asyncio.create_task(self._load(kb, known, version))
+            self._loading[kb] = asyncio.create_task(self._load(kb, known, revision))
         return None
 
     async def preload(self, names: str, every_kb: Callable[[], Awaitable[list[str]]]) -> list[str]:
@@ -146,7 +146,7 @@ class GraphSnapshots:
             wanted -= set(unknown)
         started = []
         for kb in sorted(wanted):
-            if await self.version(kb) is None:  # Redis down: one timeout, not one per KB
+            if await self.revision(kb) is None:  # Redis down: one timeout, not one per KB
                 break  # (version() said why)
             await self.current(kb)
             if kb in self._loading:  # (a load's task first runs at the next await)
@@ -155,35 +155,20 @@ class GraphSnapshots:
             log.info("reading the graph copies of %s", ", ".join(started))
         return started
 
-    async def _shared_epoch(self, kb: str, version: int) -> str | None:
-        """The KB's graph epoch, if the copy at `version` may be shared under it: Redis
-        still says `version` once the epoch is read, so the pair names the graph read
-        next (not a number from before Redis lost its data). None: not shared."""
-        key = graph_version.epoch_key(kb)
-        try:
-            await self._redis.set(key, graph_version.new_epoch(), nx=True)
-            epoch, now = await self._redis.mget(key, graph_version.version_key(kb))
-        except Exception as exc:
-            log.warning("graph epoch of %s unreadable (%s): copy not shared", kb, exc)
-            return None
-        if epoch is None or graph_version.parse(now) != version:
-            return None
-        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
-
-    async def _load(self, kb: str, known: _KnownGraph, version: int) -> None:
+    async def _load(self, kb: str, known: _KnownGraph, revision: graph_version.Revision) -> None:
         limit = self._settings.graph.snapshot_max_relations
         started = time.perf_counter()
         shared = self._shared
-        epoch = await self._shared_epoch(kb, version) if shared is not None else None
+        version = revision.number
 
         def from_neo4j() -> GraphSnapshot | None:
             with connections.neo4j_driver(self._settings) as driver:
                 return load_snapshot(driver, kb, version, limit)
 
         def read() -> tuple[GraphSnapshot | None, bool]:
-            if shared is None or epoch is None:
+            if shared is None:
                 return from_neo4j(), False
-            snapshot, mapped = shared.map_or_build(kb, epoch, version, from_neo4j)
+            snapshot, mapped = shared.map_or_build(kb, revision.epoch, version, from_neo4j)
             if snapshot is not None and snapshot.relationship_count > limit:
                 return None, mapped  # written by a process allowed larger copies
             return snapshot, mapped
@@ -200,11 +185,11 @@ class GraphSnapshots:
         finally:
             del self._loading[kb]
         if snapshot is None:
-            known.too_large_at = version
+            known.too_large_at = revision
             metrics.GRAPH_SNAPSHOT_LOADS.labels("too_large").inc()
             log.info("graph of %s has over %d relationships: Neo4j expands it", kb, limit)
             return
-        known.snapshot = snapshot
+        known.snapshot, known.snapshot_at = snapshot, revision
         metrics.GRAPH_SNAPSHOT_LOADS.labels("mapped" if mapped else "loaded").inc()
         self._count_held()
         log.info(
@@ -281,5 +266,5 @@ class SnapshotGraph(Neo4jGraph):
         metrics.GRAPH_READS.labels("neo4j").inc()
         return await super().neighbours(kb, node_ids, hops, cap, with_names)
 
-    async def version(self, kb: str) -> int | None:
-        return await self.snapshots.version(kb)
+    async def revision(self, kb: str) -> graph_version.Revision | None:
+        return await self.snapshots.revision(kb)

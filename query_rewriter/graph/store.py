@@ -14,6 +14,7 @@ import numpy as np
 from neo4j import AsyncDriver
 
 from kgqr_core.field_evidence import Evidence, FieldEvidence, evidence_of
+from kgqr_core.graph_version import Revision
 from plugin.schema import relation_type
 
 # A row is [seed, relation, outgoing, id, name, type, second hops, evidence]; a second
@@ -419,8 +420,8 @@ class Neo4jGraph:
     def __init__(self, driver: AsyncDriver) -> None:
         self._driver = driver
 
-    async def version(self, kb: str) -> int | None:
-        """The KB's graph version (kgqr_core/graph_version.py); unknown without Redis."""
+    async def revision(self, kb: str) -> Revision | None:
+        """The KB's graph revision (kgqr_core/graph_version.py); unknown without Redis."""
         return None
 
     async def neighbours(

@@ -245,7 +245,8 @@ class Rewriter:
             # so no graph version tells that an ingest added some).
             config["structure"] = meta.structure.model_dump(mode="json")
         if strategy.reads_graph and self.graph is not None:
-            config["graph_version"] = await self.graph.version(kb)
+            revision = await self.graph.revision(kb)
+            config["graph_version"] = str(revision) if revision is not None else None
         # A caller not shown the text reads the graph without its facts: another rewrite,
         # and one made before their role narrowed is never theirs again.
         text_facts = True

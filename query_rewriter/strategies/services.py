@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kgqr_core.field_evidence import Evidence
+from kgqr_core.graph_version import Revision
 from kgqr_core.llm import LlmAnswer, LlmRequest
 from query_rewriter.engine.hybrid_query import SearchFields
 from query_rewriter.engine.identities import OwnDocumentsAsRead
@@ -45,7 +46,7 @@ class Search(Protocol):
 
 
 class Graph(Protocol):
-    async def version(self, kb: str) -> int | None: ...
+    async def revision(self, kb: str) -> Revision | None: ...
 
     async def neighbours(
         self,

@@ -14,6 +14,7 @@ values they were read from instead, checked against the caller's own fetch.
 from __future__ import annotations
 
 from kgqr_core.field_evidence import Evidence
+from kgqr_core.graph_version import Revision
 from query_rewriter.graph.store import FollowedEdge, Neighbours, not_read_from_text
 from query_rewriter.strategies.services import Graph
 
@@ -29,8 +30,8 @@ class WithoutTextFacts:
     def __init__(self, graph: Graph) -> None:
         self._graph = graph
 
-    async def version(self, kb: str) -> int | None:
-        return await self._graph.version(kb)
+    async def revision(self, kb: str) -> Revision | None:
+        return await self._graph.revision(kb)
 
     async def neighbours(
         self, kb: str, node_ids: list[str], hops: int = 2, cap: int = 50, with_names: bool = False

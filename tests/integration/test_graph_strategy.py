@@ -344,6 +344,16 @@ def test_after_an_ingest_the_copy_is_not_served_until_the_new_graph_is_read(
             second = await snapshots.current(kb_name)
             assert second is not None and second.version > first.version
             assert directed_by_mann(second) == {"m1", "m2", "m3", "m9"}
+            # Redis lost the KB's keys and writes raised the counter to the same number
+            # again: the number alone named the copy read before as current.
+            number = graph_version.parse(await redis.get(graph_version.version_key(kb_name)))
+            await redis.set(graph_version.epoch_key(kb_name), graph_version.new_epoch())
+            await asyncio.sleep(0.1)
+            revision = await snapshots.revision(kb_name)
+            assert revision is not None and revision.number == number
+            assert await snapshots.current(kb_name) is None, "a copy of another epoch was served"
+            await snapshots.settle()
+            assert await snapshots.current(kb_name) is not None
         finally:
             await redis.aclose()
 
