@@ -15,7 +15,6 @@ under the same leases, with its state in Redis for the record a drop deletes fir
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,11 +29,15 @@ LEASE_S = 20.0
 SETTLE_S = 300.0  # how long a drop waits for live leases before it says which it left
 
 # KEYS: the writer's record (its job's, or a re-embed's state), the KB's leases;
-# ARGV: expiry, token, the leases' key TTL.
+# ARGV: expiry, token, now. The leases' key has no expiry: the local Redis evicts keys that
+# have one (volatile-lru), and an evicted key let a drop go on while a chunk still wrote.
+# Lapsed leases (a killed worker's) go as the next is taken; a KB's last one given back
+# empties the set, and Redis removes an empty set. (`persist`: an older kgqr set a TTL.)
 _CLAIM = """
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
+redis.call('zremrangebyscore', KEYS[2], '-inf', '(' .. ARGV[3])
 redis.call('zadd', KEYS[2], ARGV[1], ARGV[2])
-redis.call('expire', KEYS[2], ARGV[3])
+redis.call('persist', KEYS[2])
 return 1
 """
 
@@ -55,7 +58,7 @@ class WriteLeases:
         The lease is given back on the way out, held or not: a task re-delivered after
         its worker died reuses its id, and so clears the lease the dead run left."""
         key = _leases_key(kb)
-        held = bool(self.redis.eval(_CLAIM, 2, record_key, key, self._expiry(), token, self._ttl()))
+        held = bool(self.redis.eval(_CLAIM, 2, record_key, key, self._expiry(), token, time.time()))
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(key, token, stop), daemon=True)
         if held:
@@ -97,10 +100,6 @@ class WriteLeases:
             # writes to Redis fail and retry it anyway.
             with contextlib.suppress(RedisError):
                 self.redis.zadd(key, {token: self._expiry()}, xx=True)
-                self.redis.expire(key, self._ttl())
 
     def _expiry(self) -> float:
         return time.time() + self.lease_s
-
-    def _ttl(self) -> int:
-        return math.ceil(self.lease_s * 2)
