@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ingest.index_shards import shard_documents, shard_search, shards_of
 from ingest.records import Link, Record, Refresh
 from ingest.result_window import page_size
 from ingest.sources.attached_graph import IndexFieldsSource, embed_from
@@ -56,32 +57,6 @@ OVERLAP = 1_000
 Checkpoints = dict[str, int]  # "index/shard" -> the highest _seq_no synced
 
 
-class NotOneIndex(ValueError):
-    """The attached alias names several indices now (it named one when attached)."""
-
-
-def shards_of(client: Any, index: str) -> list[tuple[str, int]]:
-    """(index, shard number) of every shard behind `index`, which must be one index: the
-    graph is keyed by _id, unique only within one, and an alias's shard numbers would
-    name a shard of each of its indices."""
-    answer = client.search_shards(index=index)
-    found = {(copies[0]["index"], int(copies[0]["shard"])) for copies in answer["shards"]}
-    if len({name for name, _ in found}) > 1:
-        names = ", ".join(sorted({name for name, _ in found}))
-        raise NotOneIndex(
-            f"[{index}] names several indices now ({names}): point it at one, or detach it"
-        )
-    return sorted(found)
-
-
-def _shard_search(client: Any, index: str, shard: int, body: dict[str, Any]) -> list[Any]:
-    """A search of one shard of `index`, the attached name: through an alias's filter, as
-    the team's searches read it (the concrete index's name read around it, copying the
-    documents the filter leaves out into the graph)."""
-    hits = client.search(index=index, body=body, params={"preference": f"_shards:{shard}"})
-    return list(hits["hits"]["hits"])
-
-
 def highest_seq_nos(client: Any, index: str) -> Checkpoints:
     """Each shard's highest `_seq_no` among its documents now (-1: an empty shard), by
     the concrete index's name and shard."""
@@ -89,7 +64,7 @@ def highest_seq_nos(client: Any, index: str) -> Checkpoints:
     for name, shard in shards_of(client, index):
         body = {"size": 1, "_source": False, "sort": [{"_seq_no": "desc"}],
                 "query": {"match_all": {}}}  # fmt: skip
-        hits = _shard_search(client, index, shard, body)
+        hits = shard_search(client, index, shard, body)
         latest[f"{name}/{shard}"] = int(hits[0]["sort"][0]) if hits else -1
     return latest
 
@@ -162,20 +137,11 @@ class ChangedDocumentsSource(Source):
         page = page_size(self.client, fields.index, PAGE)
         for key, until in sorted(self.until.items()):
             _, _, shard = key.rpartition("/")
-            after = self.since.get(key, -1)
-            while after < until:
-                body = {
-                    "size": page,
-                    "_source": source_paths(wanted) or False,
-                    "sort": [{"_seq_no": "asc"}],
-                    "query": {"range": {"_seq_no": {"gt": after, "lte": until}}},
-                }
-                hits = _shard_search(self.client, fields.index, int(shard), body)
-                for hit in hits:
-                    yield hit["_id"], hit.get("_source") or {}
-                if len(hits) < page:
-                    break
-                after = int(hits[-1]["sort"][0])
+            for hit in shard_documents(
+                self.client, fields.index, int(shard), source_paths(wanted) or False, page,
+                after=self.since.get(key, -1), until=until,
+            ):  # fmt: skip
+                yield hit["_id"], hit.get("_source") or {}
 
 
 DOCUMENT_NODES = """

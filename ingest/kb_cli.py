@@ -605,7 +605,7 @@ def sync(name: str, full: bool, follow: bool, interval: float, worker: str) -> N
 
 
 def _sync_once(name: str, full: bool, worker: str) -> None:
-    from ingest import graph_projection, index_sync, job_runner
+    from ingest import graph_projection, index_shards, index_sync, job_runner
     from ingest.attached_indices import index_settings
     from ingest.cli import _print_progress, follow_job
     from ingest.job_store import JobStore
@@ -624,7 +624,7 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         # next time, where the other order would record its checkpoints as the old one's.
         team_settings = index_settings(client, fields.index)
         until = index_sync.highest_seq_nos(client, fields.index)
-    except index_sync.NotOneIndex as exc:
+    except index_shards.NotOneIndex as exc:
         raise click.ClickException(str(exc)) from exc
     uuid = team_settings.uuid
     made_again = None not in (uuid, meta.synced_uuid) and uuid != meta.synced_uuid

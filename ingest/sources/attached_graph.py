@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ingest.document_keys import DocumentKeys, keyed
+from ingest.index_shards import every_document
 from ingest.records import EmbedFrom, ExtractFrom, Link, Record, Rejected
 from ingest.result_window import page_size
 from ingest.sources.base import Source, json_lines
@@ -172,27 +173,13 @@ class IndexFieldsSource(Source):
 
     def _hits(self) -> Iterator[dict[str, Any]]:
         wanted = [*self.fields.entity_fields, *self.fields.reference_fields]
-        return scan_in_id_order(self.client, self.fields.index, wanted)
+        return scan(self.client, self.fields.index, wanted)
 
 
-def scan_in_id_order(client: Any, index: str, fields: list[str]) -> Iterator[dict[str, Any]]:
-    """Every document's `fields`, in `_id` order: a resumed job cuts the same chunks."""
-    page = page_size(client, index, SCAN_PAGE)
-    after: list[Any] | None = None
-    while True:
-        body: dict[str, Any] = {
-            "size": page,
-            "_source": source_paths(fields),
-            "sort": [{"_id": "asc"}],
-            "query": {"match_all": {}},
-        }
-        if after is not None:
-            body["search_after"] = after
-        hits = client.search(index=index, body=body)["hits"]["hits"]
-        yield from hits
-        if len(hits) < page:
-            return
-        after = hits[-1]["sort"]
+def scan(client: Any, index: str, fields: list[str]) -> Iterator[dict[str, Any]]:
+    """Every document's `fields`, in one order (ingest/index_shards.py): a resumed job cuts
+    the same chunks."""
+    return every_document(client, index, source_paths(fields), page_size(client, index, SCAN_PAGE))
 
 
 def embed_from(doc_id: str, source: dict[str, Any], fields: list[str]) -> Record | None:
@@ -222,7 +209,7 @@ class IndexEmbedSource(IndexFieldsSource):
 
     def records(self) -> Iterator[Record]:
         wanted = self.fields.side_vector_fields
-        for read, hit in enumerate(scan_in_id_order(self.client, self.fields.index, wanted)):
+        for read, hit in enumerate(scan(self.client, self.fields.index, wanted)):
             if self.limit is not None and read >= self.limit:
                 return
             record = embed_from(hit["_id"], hit.get("_source") or {}, wanted)
@@ -250,7 +237,7 @@ class IndexTextSource(IndexFieldsSource):
     def records(self) -> Iterator[Record]:
         title = self.fields.title_field
         wanted = [*self.text_fields, *([title] if title else [])]
-        for read, hit in enumerate(scan_in_id_order(self.client, self.fields.index, wanted)):
+        for read, hit in enumerate(scan(self.client, self.fields.index, wanted)):
             if self.limit is not None and read >= self.limit:
                 return
             source = hit.get("_source") or {}

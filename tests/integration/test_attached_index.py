@@ -212,6 +212,38 @@ def test_a_lowered_result_window_is_paged_within(
         }
 
 
+def test_a_cluster_that_refuses_fielddata_on_ids_has_every_document_read(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, ingest_worker: Any
+) -> None:
+    """The graph and embed jobs read an attached index in one order, for resumed jobs to
+    cut the same chunks. They sorted by `_id`, which loads every id into the engine's heap
+    (deprecated), and which a cluster that turned `indices.id_field_data.enabled` off
+    refuses: each shard is read in `_seq_no` order now, pages of two across three shards."""
+    stores, kb, index = (
+        (opensearch, neo4j_driver, redis_client),
+        "team-no-id-sort",
+        "team-no-id-sort",
+    )
+    refused = {"transient": {"indices.id_field_data.enabled": False}}
+    with _attached_plain(stores, kb, index, "--entity-field", "genre", shards=3) as done:
+        assert done.exit_code == 0, done.output
+        opensearch.indices.put_settings(index=index, body={"index": {"max_result_window": 2}})
+        opensearch.cluster.put_settings(body=refused)
+        try:
+            built = kgqr("kb", "graph", kb, "--from-fields")
+            embedded = kgqr("kb", "embed", kb, "--field", "headline")
+        finally:
+            opensearch.cluster.put_settings(
+                body={"transient": {"indices.id_field_data.enabled": None}})  # fmt: skip
+        assert built.exit_code == 0, built.output
+        genres = {d["id"]: {d["genre"]} for d in _documents() if "genre" in d}
+        assert len(genres) > 2 and _genre_edges(neo4j_driver, kb) == genres
+        assert embedded.exit_code == 0, embedded.output
+        side = schema.vectors_index(kb)
+        opensearch.indices.refresh(index=side)
+        assert opensearch.count(index=side)["count"] == len(_documents())
+
+
 def test_an_index_searched_through_its_default_pipeline_is_searched_through_it_still(
     opensearch: Any, neo4j_driver: Any, redis_client: Any, proxy_url: str
 ) -> None:
@@ -455,12 +487,13 @@ def test_an_index_cannot_be_attached_as_two_knowledge_bases(
 PLAIN_KB, PLAIN_INDEX = "team-plain", "team-movies-plain"
 
 
-def _index_without_vectors(opensearch: Any, index: str) -> None:
+def _index_without_vectors(opensearch: Any, index: str, shards: int = 1) -> None:
     """The fixture's documents in an index with no vector field (as opensearch-dsl writes
     one)."""
     opensearch.indices.delete(index=index, ignore=[404])
     properties = {k: v for k, v in MAPPING["mappings"]["properties"].items() if k != "embedding"}
-    opensearch.indices.create(index=index, body={"mappings": {"properties": properties}})
+    body = {"settings": {"number_of_shards": shards}, "mappings": {"properties": properties}}
+    opensearch.indices.create(index=index, body=body)
     for document in _documents():
         opensearch.index(index=index, id=document.pop("id"), body=document)
     opensearch.indices.refresh(index=index)
@@ -470,12 +503,13 @@ def _index_without_vectors(opensearch: Any, index: str) -> None:
 def _attached_plain(
     stores: tuple[Any, Any, Any], kb: str, index: str, *options: str,
     notes: dict[str, str] | None = None, settings: dict[str, str] | None = None,
+    shards: int = 1,
 ) -> Iterator[Result]:  # fmt: skip
     """The fixture's documents in an index of their own with no vectors (and `notes`, a
     text field, on the documents named; the index `settings` given), attached with
     `options`, removed after."""
     opensearch, neo4j_driver, redis_client = stores
-    _index_without_vectors(opensearch, index)
+    _index_without_vectors(opensearch, index, shards)
     if settings:
         opensearch.indices.put_settings(index=index, body=settings)
     if notes:

@@ -1,0 +1,74 @@
+"""Reading an attached index shard by shard, in `_seq_no` order.
+
+A shard numbers its writes, so its documents sorted by `_seq_no` come in one order that
+only writes change, read from doc values. That serves a sync (the documents written since a
+checkpoint) and every full read of the index (`kb graph --from-fields`, `kb embed`,
+`--extract`), whose resumed jobs must cut the same chunks. Those sorted by `_id` before,
+which loads every id of the index into the engine's heap as fielddata (deprecated, and a
+refusal where a cluster turned `indices.id_field_data.enabled` off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+
+class NotOneIndex(ValueError):
+    """The attached alias names several indices now (it named one when attached)."""
+
+
+def shards_of(client: Any, index: str) -> list[tuple[str, int]]:
+    """(index, shard number) of every shard behind `index`, which must be one index: the
+    graph is keyed by _id, unique only within one, and an alias's shard numbers would
+    name a shard of each of its indices."""
+    answer = client.search_shards(index=index)
+    found = {(copies[0]["index"], int(copies[0]["shard"])) for copies in answer["shards"]}
+    if len({name for name, _ in found}) > 1:
+        names = ", ".join(sorted({name for name, _ in found}))
+        raise NotOneIndex(
+            f"[{index}] names several indices now ({names}): point it at one, or detach it"
+        )
+    return sorted(found)
+
+
+def shard_search(client: Any, index: str, shard: int, body: dict[str, Any]) -> list[Any]:
+    """A search of one shard of `index`, the attached name: through an alias's filter, as
+    the team's searches read it (the concrete index's name read around it, copying the
+    documents the filter leaves out into the graph)."""
+    hits = client.search(index=index, body=body, params={"preference": f"_shards:{shard}"})
+    return list(hits["hits"]["hits"])
+
+
+def shard_documents(
+    client: Any,
+    index: str,
+    shard: int,
+    source: list[str] | bool,
+    page: int,
+    after: int = -1,
+    until: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The hits of one shard's documents with `_seq_no` above `after` (up to `until`), in
+    that order, a page at a time."""
+    while until is None or after < until:
+        numbers: dict[str, int] = {"gt": after} | ({"lte": until} if until is not None else {})
+        body = {
+            "size": page,
+            "_source": source,
+            "sort": [{"_seq_no": "asc"}],
+            "query": {"range": {"_seq_no": numbers}},
+        }
+        hits = shard_search(client, index, shard, body)
+        yield from hits
+        if len(hits) < page:
+            return
+        after = int(hits[-1]["sort"][0])
+
+
+def every_document(
+    client: Any, index: str, source: list[str] | bool, page: int
+) -> Iterator[dict[str, Any]]:
+    """Every document's hit, shard after shard, each in `_seq_no` order."""
+    for _, shard in shards_of(client, index):
+        yield from shard_documents(client, index, shard, source, page)
