@@ -148,25 +148,36 @@ def _fields_of(clause: dict[str, Any]) -> list[str]:
     return [name.split("^")[0] for name in _named_fields(clause)]
 
 
+QUOTED_CHARS = 100
+
+
+def _quoted(value: Any) -> str:
+    """The caller's own words in a demand, clipped: a demand is shown in the explain and
+    logged with every rewrite, and a field name of a megabyte wrote a megabyte of log."""
+    text = str(value)
+    return text if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]}..."
+
+
 def _demand_of(clause: dict[str, Any], word_fields: tuple[str, ...]) -> str | None:
     """What one text clause (_text_of has read it) asks beyond any one of its words."""
     ((kind, _),) = clause.items()
     options = _options(clause)
     other = [name for name in _fields_of(clause) if name not in word_fields]
     if other:  # `type: movie`, `title.raw`: not words the rewrite can look for elsewhere
-        return f"its own field [{kind} on {other[0]}]"
+        return f"its own field [{kind} on {_quoted(other[0])}]"
     if "analyzer" in options:
-        return f"its own analyzer [{kind} analyzer {options['analyzer']}]"
+        return f"its own analyzer [{kind} analyzer {_quoted(options['analyzer'])}]"
     if kind == "match_phrase" or (kind == "multi_match" and options.get("type") == "phrase"):
         return f"a phrase [{kind}]"
     phrase = quoted_phrase(kind, options)
     if phrase:
-        return f"a phrase [{kind} {phrase}]"
+        return f"a phrase [{kind} {_quoted(phrase)}]"
     operator = options.get("operator", options.get("default_operator"))
     if isinstance(operator, str) and operator.lower() == "and":
         return f"every word [{kind} operator and]"
     if "minimum_should_match" in options:
-        return f"several words [{kind} minimum_should_match {options['minimum_should_match']}]"
+        msm = _quoted(options["minimum_should_match"])
+        return f"several words [{kind} minimum_should_match {msm}]"
     return None
 
 
@@ -182,7 +193,8 @@ def _bool_demand(
         if demand:
             return demand
     if "minimum_should_match" in clauses:
-        return f"several clauses [bool minimum_should_match {clauses['minimum_should_match']}]"
+        msm = _quoted(clauses["minimum_should_match"])
+        return f"several clauses [bool minimum_should_match {msm}]"
     if len(must) > 1 or (must and should):
         return "every must clause [bool must]"
     return None

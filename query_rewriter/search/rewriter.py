@@ -119,15 +119,28 @@ class RewriteOutcome:
 VECTOR_KEPT = "not fused: a vector query's matches are its own vector's nearest"
 
 
+FALLBACK_WARNING_EVERY_S = 60.0
+_fallback_warned_at: dict[tuple[str, str], float] = {}  # strategies x stages: bounded
+
+
 def record_fallback(
     strategy: str, stage: str, reason: str, exc: BaseException | None = None
 ) -> Fallback:
     """The explain's `fallback`, logged and counted. The log keeps the whole reason and
-    the exception's own message; the explain, which a client reads, names no address."""
+    the exception's own message; the explain, which a client reads, names no address.
+    A warning once a minute per strategy and stage, the rest at INFO: many fallbacks are
+    a caller's to cause (a query naming nothing in the graph, their share of rewrites
+    taken, a search the engine refuses), and one caller's loop of them buried every
+    other warning; the metric counts each."""
     logged = {"stage": stage, "reason": reason, "strategy": strategy}
     if exc is not None:
         logged["error"] = f"{type(exc).__name__}: {exc}"
-    log.warning("rewrite fell back to the plain query", extra={"kgqr": logged})
+    now = time.monotonic()
+    level = logging.INFO
+    if now - _fallback_warned_at.get((strategy, stage), float("-inf")) >= FALLBACK_WARNING_EVERY_S:
+        _fallback_warned_at[strategy, stage] = now
+        level = logging.WARNING
+    log.log(level, "rewrite fell back to the plain query", extra={"kgqr": logged})
     metrics.FALLBACKS.labels(strategy, stage).inc()
     return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}
 

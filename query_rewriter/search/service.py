@@ -148,8 +148,7 @@ async def run_plan(
     if plan.parsed.demands:
         explain["kept_as_filter"] = plan.parsed.demands
     if plan.warnings:
-        explain["warnings"] = list(plan.warnings)
-        log.warning("kgqr request warnings", extra={"kgqr": {"warnings": plan.warnings}})
+        explain["warnings"] = list(plan.warnings)  # the caller's to read (and logged below)
     if state.query_log is not None:
         state.query_log.record(
             query_log_entry(

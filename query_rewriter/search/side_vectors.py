@@ -76,7 +76,9 @@ async def _candidates(
     except httpx.HTTPStatusError as exc:
         window = window_in(exc.response.text)
         if window is None or window < end or window >= body["size"]:
-            log.warning("no side vectors for a search of %s: %s", index, exc)
+            # A 4xx is the caller's query (fuzzy options the engine refuses): not a warning.
+            level = logging.WARNING if exc.response.status_code >= 500 else logging.INFO
+            log.log(level, "no side vectors for a search of %s: %s", index, exc)
             return None
     return await _candidates(caller, index, {**body, "size": window}, end)
 
