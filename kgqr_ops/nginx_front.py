@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import re
 import signal
 import ssl
@@ -240,9 +241,19 @@ def _front_changes(
         changed.append(f"routes to kgqr for attached indices {', '.join(sorted(names or []))}")
     nodes = reported_node_urls(settings)
     if nodes is not None and (rendered := config_with(run_dir, nodes)) != config.read_text():
-        config.write_text(rendered)
+        _write_config(config, rendered)
         changed.append(f"OpenSearch nodes {', '.join(nodes)}")
     return changed
+
+
+def _write_config(path: Path, text: str) -> None:
+    """Readable by its owner only: it may hold kgqr's own credentials (lent to anonymous
+    callers, KGQR_ANONYMOUS_USES_SERVICE_ACCOUNT), and nginx's master, which reads it,
+    runs as that owner."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    path.chmod(0o600)  # a file an older kgqr wrote keeps its mode through O_CREAT
 
 
 @contextmanager
@@ -260,7 +271,7 @@ def running_nginx(
         # nginx started by root serves from unprivileged workers, which need into this dir.
         run_dir.chmod(0o755)
         config = run_dir / "nginx.conf"
-        config.write_text(config_for(run_dir))
+        _write_config(config, config_for(run_dir))
         # nginx's own messages go to our stderr, next to kgqr's logs.
         process = subprocess.Popen(
             [nginx, "-c", str(config), "-p", str(run_dir), "-e", "stderr"],

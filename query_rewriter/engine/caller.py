@@ -129,7 +129,7 @@ class Caller:
     them: every header but NOT_IDENTITY_HEADERS (a fixed list of credential headers left
     a custom JWT header out: such callers were resolved as anonymous and shared rewrites)."""
 
-    credentials: tuple[tuple[str, str], ...]
+    credentials: tuple[tuple[str, str], ...] = field(repr=False)  # never in a log line
     key: bytes = field(default=b"", repr=False)
     credential_names: frozenset[str] = KNOWN_CREDENTIAL_HEADERS
     # It sent no credentials of its own (any it carries are kgqr's, lent): callers kgqr

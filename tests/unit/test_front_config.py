@@ -10,6 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from kgqr_core.settings import Settings
+from kgqr_ops import nginx_front
 from kgqr_ops.nginx_front import render_config
 from query_rewriter.engine.caller import KNOWN_CREDENTIAL_HEADERS
 
@@ -184,3 +185,12 @@ def test_the_front_follows_the_engines_nodes_and_tells_of_its_own_exit(
         "upstream https://opensearch:9200 https://10.0.0.9:9200"
     )
     assert nginx.signals == [signal.SIGHUP]  # reloaded once: the second look learnt nothing
+
+
+def test_the_fronts_config_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """It may hold kgqr's own credentials, lent to anonymous callers."""
+    config = tmp_path / "nginx.conf"
+    config.write_text("older")
+    config.chmod(0o644)
+    nginx_front._write_config(config, "events {}")
+    assert config.read_text() == "events {}" and config.stat().st_mode & 0o777 == 0o600
