@@ -4,10 +4,11 @@ process."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
@@ -22,19 +23,43 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# A first start on a machine exports and quantises the default embedder (about a gigabyte,
+# minutes on 2 cores): a minute's bound ended every first `kgqr eval` there, mid-export.
+START_S = 1_800.0
+SAY_AFTER_S = 5.0
+
+
+class ProxyDidNotStart(RuntimeError):
+    pass
+
+
 @contextmanager
-def running_proxy(settings: Settings) -> Iterator[str]:
+def running_proxy(settings: Settings, say: Callable[[str], None] | None = None) -> Iterator[str]:
+    """The proxy's URL once it serves; `say` hears, once, that it is still starting."""
     port = free_port()
     config = uvicorn.Config(
         create_served_app(settings), host="127.0.0.1", port=port, log_level="warning"
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+
+    def serve() -> None:
+        with contextlib.suppress(SystemExit):  # uvicorn's word for a failed startup
+            server.run()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    started = time.monotonic()
     thread.start()
-    deadline = time.monotonic() + 60
+    told = say is None
     while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the kgqr proxy did not start")
+        waited = time.monotonic() - started
+        if not thread.is_alive():
+            raise ProxyDidNotStart("kgqr's proxy did not start: its startup failed (logged above)")
+        if waited > START_S:
+            server.should_exit = True
+            raise ProxyDidNotStart(f"kgqr's proxy did not start within {START_S:.0f} s")
+        if not told and waited > SAY_AFTER_S and say is not None:
+            told = True
+            say("starting kgqr's proxy (a first start prepares the embedder: minutes)")
         time.sleep(0.05)
     try:
         yield f"http://127.0.0.1:{port}"

@@ -65,14 +65,20 @@ def proxy_url(url: str | None, settings: Settings) -> Iterator[str]:
     if url:
         yield url.rstrip("/")
         return
-    from kgqr_ops.background_proxy import running_proxy
+    from kgqr_ops.background_proxy import ProxyDidNotStart, running_proxy
 
     # No budget either: a budgeted LLM strategy would be scored on the budget strategy's
     # answers, its own finished in the background for no one.
     evaluating = settings.replaced(
         {"rewrite_cache_ttl_s": 0, "query_log_enabled": False, "rewrite_budget_ms": None}
     )
-    with running_proxy(evaluating) as started:
+    with contextlib.ExitStack() as stack:
+        try:
+            started = stack.enter_context(
+                running_proxy(evaluating, say=lambda line: click.echo(line, err=True))
+            )
+        except ProxyDidNotStart as exc:
+            raise click.ClickException(str(exc)) from exc
         yield started
 
 
