@@ -171,7 +171,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     if final.counts.get("rejected"):
         click.echo(f"{final.counts['rejected']} records set aside, each with why: "
                    f"kgqr ingest rejected --kb {kb}", err=True)  # fmt: skip
-    if not final.finished or final.failed:
+    if not final.succeeded:
         raise SystemExit(1)
     opensearch.indices.refresh(index=f"kgqr-{kb}-*")  # searchable the moment we say "done"
 
@@ -295,6 +295,8 @@ def _print_progress(progress: Any) -> None:
         click.echo(f"  chunk {chunk} FAILED: {reason} (re-run the same command to retry it)")
     for chunk, reason in sorted(progress.retrying.items()):
         click.echo(f"  chunk {chunk} RETRYING: {reason}")
+    if progress.finished and progress.all_set_aside:
+        click.echo("  nothing was written: every record read was set aside", err=True)
 
 
 def _check_known(opensearch: Any, kb: str) -> None:

@@ -40,6 +40,18 @@ class JobProgress:
         settled = self.chunks_done + len(self.failed)
         return self.chunks_total is not None and settled >= self.chunks_total
 
+    @property
+    def all_set_aside(self) -> bool:
+        """Records were read and every one was set aside: a file in another format, or
+        another encoding, whose job wrote nothing."""
+        written = any(count for name, count in self.counts.items() if name != "rejected")
+        return self.counts.get("rejected", 0) > 0 and not written
+
+    @property
+    def succeeded(self) -> bool:
+        """Finished, no chunk failed for good, and something landed: what exits 0."""
+        return self.finished and not self.failed and not self.all_set_aside
+
 
 class JobStore:
     def __init__(self, redis: Any) -> None:

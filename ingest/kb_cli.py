@@ -459,7 +459,7 @@ def graph(name: str, relations: Path | None, from_fields: bool,
     )
     final = follow_job(settings, jobs, enqueued, name, lambda: send(False), worker, None)
     _print_progress(final)
-    if not final.finished or final.failed:
+    if not final.succeeded:
         raise SystemExit(1)
     _copy_graph_if_missing(name, client)
 
@@ -538,7 +538,7 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
     enqueued = send(restart)
     final = follow_job(settings, jobs, enqueued, name, lambda: send(False), worker, None)
     _print_progress(final)
-    if not final.finished or final.failed:
+    if not final.succeeded:
         raise SystemExit(1)
     click.echo(f"embedded {final.counts.get('vectors', 0)} documents of {fields.index} with "
                f"{model} into {index}")  # fmt: skip
@@ -670,7 +670,7 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         # it is read again (refreshing one twice leaves the same edges).
         final = follow_job(settings, jobs, send(True), name, lambda: send(False), worker, None)
         _print_progress(final)
-        if not final.finished or final.failed:
+        if not final.succeeded:
             raise SystemExit(1)
         read = final.counts.get("documents", 0)
     # Recorded first: a KB detached meanwhile is refused here, before its graph's copy

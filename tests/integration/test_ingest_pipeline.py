@@ -332,6 +332,20 @@ def test_a_run_that_set_records_aside_says_where_to_read_why(kb: str, tmp_path: 
     assert "0 rejected records" in after
 
 
+def test_a_run_that_set_every_record_aside_fails(kb: str, tmp_path: Path) -> None:
+    """A file in another format or encoding: every line was set aside, and the run exited
+    0, a script going on as if the KB had been filled."""
+    from click.testing import CliRunner
+
+    from kgqr_ops.cli import main
+
+    (tmp_path / "documents.jsonl").write_bytes(b"id;title\n1;caf\xe9\n")
+    result = CliRunner().invoke(main, ["ingest", f"jsonl:{tmp_path}", "--kb", kb])
+    assert result.exit_code == 1, result.output
+    assert "nothing was written: every record read was set aside" in result.output
+    assert f"2 records set aside, each with why: kgqr ingest rejected --kb {kb}" in result.output
+
+
 def test_a_structure_file_that_does_not_parse_stops_the_job_before_any_chunk(
     stores: Stores, kb: str, tmp_path: Path
 ) -> None:
