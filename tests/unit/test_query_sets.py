@@ -143,6 +143,32 @@ def test_bad_specs_and_missing_files_say_so(tmp_path: Path) -> None:
         load_query_set(f"musique:{tmp_path}")
 
 
+def test_a_query_set_of_another_kind_or_encoding_is_said_in_one_line(tmp_path: Path) -> None:
+    """A MuSiQue folder read as HotpotQA, a CSV without its column, a corpus that is not
+    JSON: each ended in a traceback."""
+    musique = tmp_path / "musique"
+    musique.mkdir()
+    (musique / "corpus.json").write_text(json.dumps({"Paris": ["Paris is in France."]}))
+    (musique / "queries_dev.json").write_text(json.dumps([{"id": "q1", "question": "Where?"}]))
+    with pytest.raises(QuerySetError, match=r"not a musique query set \(no field 'paragraphs'\)"):
+        load_query_set(f"musique:{musique}")
+    with pytest.raises(QuerySetError, match="not a hotpotqa query set"):
+        load_query_set(f"hotpotqa:{musique}")
+    (musique / "corpus.json").write_text("{not json")
+    with pytest.raises(QuerySetError, match="cannot be read as a hotpotqa query set"):
+        load_query_set(f"hotpotqa:{musique}")
+    stark = tmp_path / "stark"
+    stark.mkdir()
+    (stark / "stark_qa.csv").write_text("id,query\n7,red shoes\n")
+    (stark / "test.index").write_text("7\n")
+    with pytest.raises(QuerySetError, match="no field 'answer_ids'"):
+        load_query_set(f"stark:{stark}")
+    lines = tmp_path / "latin1.jsonl"
+    lines.write_bytes(b'{"query": "caf\xe9", "relevant": ["d1"]}\n')
+    with pytest.raises(QuerySetError, match="cannot be read as a jsonl query set"):
+        load_query_set(f"jsonl:{lines}")
+
+
 @needs_shared_data()
 @pytest.mark.parametrize("kind", ["musique", "hotpotqa"])
 def test_shared_dev_sets_load_with_gold_in_the_corpus(kind: str) -> None:

@@ -174,7 +174,7 @@ def load_query_set(
         raise QuerySetError(f"{path}: {exc}") from None
     queries: list[JudgedQuery] = []
     seen: set[str] = set()
-    for query in loader(where, split or default_split):
+    for query in _read_as(kind, spec, loader(where, split or default_split)):
         if limit is not None and len(queries) >= limit:
             break
         if query.id in seen:
@@ -184,3 +184,16 @@ def load_query_set(
         seen.add(query.id)
         queries.append(query)
     return queries
+
+
+def _read_as(kind: str, spec: str, queries: Iterator[JudgedQuery]) -> Iterator[JudgedQuery]:
+    """`queries`, a file of another kind (or encoding) said in one line: a MuSiQue folder
+    read as HotpotQA, a CSV without its column, ended in a traceback."""
+    try:
+        yield from queries
+    except KeyError as exc:
+        raise QuerySetError(f"{spec}: not a {kind} query set (no field {exc})") from exc
+    except (TypeError, AttributeError) as exc:
+        raise QuerySetError(f"{spec}: not a {kind} query set ({exc})") from exc
+    except (UnicodeDecodeError, ijson.JSONError, csv.Error) as exc:
+        raise QuerySetError(f"{spec}: cannot be read as a {kind} query set ({exc})") from exc
