@@ -16,7 +16,10 @@ def rewrites() -> None:
 
 
 @rewrites.command("warm")
-@kb_option("Knowledge base whose documents index is searched.")
+@kb_option(
+    "Knowledge base to warm: searched where its clients search it (its documents index, "
+    "or an attached index in its text fields)."
+)
 @click.option("--strategy", default="kar", show_default=True, help="Strategy to warm.")
 @click.option(
     "--from-log",
@@ -52,12 +55,13 @@ def warm(
     from tqdm import tqdm
 
     from kgqr_core import connections
-    from plugin.schema import documents_index
     from query_rewriter.search.warming import (
+        WarmRefused,
         frequent_logged_queries,
         queries_from_file,
         warm_queries,
     )
+    from workbench.evaluation.cli import eval_target
 
     [strategy] = strategy_names(strategy, "--strategy", single=True)
     if (top is None) == (path is None):
@@ -68,11 +72,12 @@ def warm(
             queries = queries_from_file(path)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--file") from exc
-    else:
-        client = connections.opensearch_client(settings)
+    client = connections.opensearch_client(settings)
+    if path is None:
         queries = frequent_logged_queries(client, kb, top or 0)
-        if not queries:  # a mistyped name, not a quiet log
-            known_kb(client, kb)
+    if path is not None or not queries:  # a mistyped name, not a quiet log
+        known_kb(client, kb)
+    target = eval_target(kb)  # where the KB's own clients search it, in its fields
     if not queries:
         raise click.ClickException(
             f"no queries to warm in {path}"
@@ -86,7 +91,11 @@ def warm(
         host = "127.0.0.1"
     url = proxy or f"http://{host}:{settings.proxy.port}"
     with tqdm(total=len(queries), unit="query", desc=f"warming {strategy}") as bar:
-        report = warm_queries(url, documents_index(kb), strategy, queries, caller, bar.update)
+        try:
+            report = warm_queries(url, target.index, strategy, queries, caller, bar.update,
+                                  query_of=target.query)  # fmt: skip
+        except WarmRefused as exc:
+            raise click.ClickException(str(exc)) from exc
     click.echo(
         f"{report.computed} rewritten and cached, {report.already_cached} already cached, "
         f"{report.pending} queued in the proxy's background, {len(report.fell_back)} fell back"

@@ -66,6 +66,15 @@ class WarmReport:
     fell_back: list[str] = field(default_factory=list)  # queries whose rewrite failed
 
 
+class WarmRefused(RuntimeError):
+    """The proxy answered a warming search with an error (the caller may not search the
+    index, the proxy is another service): the rest would be refused alike."""
+
+
+def _own_words(text: str) -> dict[str, Any]:
+    return {"match": {"text": text}}
+
+
 def warm_queries(
     proxy_url: str,
     index: str,
@@ -74,19 +83,20 @@ def warm_queries(
     headers: dict[str, str],
     on_query: Callable[[], None] = lambda: None,
     timeout_s: float = 900.0,
+    query_of: Callable[[str], dict[str, Any]] = _own_words,
 ) -> WarmReport:
     """One explained search per query through the proxy, one at a time (the LLM serves one
-    at a time anyway)."""
+    at a time anyway), as `query_of` writes it: the rewrite cached is the one a search in
+    the same fields finds (an attached index's are its own, not kgqr's `text`)."""
     report = WarmReport()
     with httpx.Client(base_url=proxy_url, headers=headers, timeout=timeout_s) as client:
         for query in queries:
             response = client.post(
                 f"/{index}/_search",
                 params={"kgqr.strategy": strategy, "kgqr.explain": "true"},
-                json={"query": {"match": {"text": query}}, "size": 1},
+                json={"query": query_of(query), "size": 1},
             )
-            response.raise_for_status()
-            explain = response.json()["kgqr"]
+            explain = _explain_of(response, index)
             if explain.get("fallback"):
                 report.fell_back.append(query)
             elif explain.get("budget"):
@@ -97,3 +107,20 @@ def warm_queries(
                 report.computed += 1
             on_query()
     return report
+
+
+def _explain_of(response: httpx.Response, index: str) -> dict[str, Any]:
+    try:
+        explain = response.json()["kgqr"] if response.status_code == 200 else None
+    except (ValueError, KeyError, TypeError):
+        explain = None
+    if isinstance(explain, dict):
+        return explain
+    try:
+        error = response.json()["error"]
+        why = error.get("reason") or error.get("type") if isinstance(error, dict) else error
+    except (ValueError, KeyError, TypeError, AttributeError):
+        why = "no kgqr explain in the answer: is it kgqr's proxy?"
+    hint = " (give the caller's credentials: --user)" if response.status_code in (401, 403) else ""
+    raise WarmRefused(f"the proxy answered a search of {index} with {response.status_code}: "
+                      f"{str(why)[:300]}{hint}")  # fmt: skip

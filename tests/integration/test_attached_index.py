@@ -402,6 +402,21 @@ def test_kgqr_eval_and_tune_auto_judge_an_attached_index_in_its_own_fields(
     assert f"on 3 judged queries of {KB}" in tuned.output and "dry run" in tuned.output
 
 
+def test_an_attached_kbs_rewrites_are_warmed_where_its_clients_search_it(
+    settings: Settings, attached: tuple[str, Any], tmp_path: Path
+) -> None:
+    """They were searched in kgqr-KB-documents, which an attached KB does not have: a
+    traceback, and nothing warmed that a search of the team's index would find."""
+    listed = tmp_path / "queries.txt"
+    listed.write_text("a heist crew in los angeles\n")
+    with running_proxy(settings) as url:
+        warm = ["rewrites", "warm", "--kb", KB, "--strategy", "graph", "--file", str(listed),
+                "--proxy", url]  # fmt: skip
+        first, again = kgqr(*warm), kgqr(*warm)
+    assert first.exit_code == 0 and "1 rewritten and cached" in first.output, first.output
+    assert again.exit_code == 0 and "1 already cached" in again.output, again.output
+
+
 def test_a_vector_query_from_a_retriever_is_rewritten_with_the_graph(
     proxy_url: str, attached: tuple[str, Any], settings: Settings
 ) -> None:

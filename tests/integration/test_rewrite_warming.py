@@ -61,3 +61,21 @@ def test_frequent_logged_queries_are_warmed_once(
 def test_warm_needs_exactly_one_source_of_queries() -> None:
     result = CliRunner().invoke(main, ["rewrites", "warm", "--kb", KB])
     assert result.exit_code == 2 and "exactly one of --from-log N and --file FILE" in result.output
+
+
+def test_warming_a_kb_that_is_not_there_or_through_what_is_not_kgqr_says_so(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A mistyped --kb with --file, or a proxy that refuses (a secured cluster without
+    --user, a URL that is OpenSearch's), ended in a traceback."""
+    listed = tmp_path / "queries.txt"
+    listed.write_text("heat\n")
+    typo = CliRunner().invoke(
+        main, ["rewrites", "warm", "--kb", "no-such-kb", "--file", str(listed)]
+    )
+    assert typo.exit_code == 1 and "no knowledge base 'no-such-kb'" in typo.output, typo.output
+    engine = CliRunner().invoke(main, ["rewrites", "warm", "--kb", KB, "--file", str(listed),
+                                       "--proxy", settings.opensearch.url])  # fmt: skip
+    assert engine.exit_code == 1, engine.output
+    refused = f"the proxy answered a search of {schema.documents_index(KB)} with 400"
+    assert refused in engine.output, engine.output
