@@ -12,6 +12,7 @@ import pytest
 from kgqr_core.settings import Settings
 from workbench.evaluation.cli import run_config
 from workbench.evaluation.query_sets import JudgedQuery
+from workbench.evaluation.report import output_path
 from workbench.evaluation.resume import (
     Checkpoint,
     ResumeError,
@@ -159,3 +160,12 @@ def test_a_report_made_before_the_settings_had_sections_is_still_comparable() ->
     read_back = {name: now["settings"][name] for name in earlier["settings"]}
     assert read_back == earlier["settings"]
     assert config_differences(earlier, {**earlier, "settings": read_back}) == []
+
+
+def test_runs_whose_stems_differ_after_a_dot_keep_their_own_files(tmp_path: Path) -> None:
+    """`--out kar-alpha0.3` and `--out kar-alpha0.5` both wrote kar-alpha0.json (and the
+    same checkpoint, opened anew): the second run's wrote over the first's."""
+    paths = {Checkpoint(tmp_path / f"kar-alpha{a}", CONFIG).path.name for a in ("0.3", "0.5")}
+    assert paths == {"kar-alpha0.3.partial.jsonl", "kar-alpha0.5.partial.jsonl"}
+    assert output_path(tmp_path / "kar-alpha0.5", ".json").name == "kar-alpha0.5.json"
+    assert output_path(tmp_path / "run.json", ".csv").name == "run.csv"  # OUT named as the file

@@ -88,10 +88,22 @@ def format_table(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
+OUTPUT_SUFFIXES = (".json", ".csv", ".jsonl")
+
+
+def output_path(stem: Path, suffix: str) -> Path:
+    """STEM with `suffix` added (or in place of one of the run's own: `--out run.json`).
+    A stem's dot is kept: `kar-alpha0.5` and `kar-alpha0.3` each became `kar-alpha0.json`,
+    and the second run wrote over the first, its checkpoint too."""
+    if stem.suffix in OUTPUT_SUFFIXES:
+        return stem.with_suffix(suffix)
+    return stem.with_name(stem.name + suffix)
+
+
 def write_outputs(report: EvalReport, stem: Path) -> tuple[Path, Path]:
     """``STEM.json`` (config, per-strategy and per-query results) and ``STEM.csv``."""
     stem.parent.mkdir(parents=True, exist_ok=True)
-    json_path, csv_path = stem.with_suffix(".json"), stem.with_suffix(".csv")
+    json_path, csv_path = output_path(stem, ".json"), output_path(stem, ".csv")
     json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     with csv_path.open("w", newline="") as stream:
         writer = csv.DictWriter(stream, fieldnames=[*COLUMNS, *COMPARISON_COLUMNS])

@@ -19,6 +19,7 @@ from typing import Any
 
 from workbench.evaluation.metrics import score_query
 from workbench.evaluation.query_sets import JudgedQuery
+from workbench.evaluation.report import output_path
 from workbench.evaluation.runner import QueryResult
 
 # Keys of a run's config that must agree for its results to be reused.
@@ -127,7 +128,7 @@ class Checkpoint:
     when a run stops before its first result (there is nothing in it to resume)."""
 
     def __init__(self, stem: Path, config: Mapping[str, Any]) -> None:
-        self.path = stem.with_suffix(".partial.jsonl")
+        self.path = output_path(stem, ".partial.jsonl")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._stream = self.path.open("w")
         self._write({"config": dict(config)})
