@@ -37,6 +37,11 @@ class RestartPolicy:
     restart)."""
 
 
+# What click (an unknown option, a bad value) and sysexits' EX_USAGE end Celery with: a
+# worker started with a bad flag was restarted five times, printing its usage each time.
+USAGE_ERRORS = frozenset({2, 64})
+
+
 def restart_policy(restart: bool) -> RestartPolicy:
     """The default policy, or one that never restarts (`--no-restart`, a test that
     watches a worker die)."""
@@ -146,6 +151,11 @@ class SupervisedWorker:
                 self.exit_code = code
                 return
             quick_exits = 0 if ran_s >= self._policy.healthy_after_s else quick_exits + 1
+            if code in USAGE_ERRORS:  # its command line is wrong: every restart ends alike
+                self._say(f"ingest worker (pid {self.process.pid}) ended with "
+                          f"{describe_exit(code)}, a usage error: not restarting it")  # fmt: skip
+                self.exit_code = code
+                return
             stated = (
                 f"ingest worker (pid {self.process.pid}) ended with {describe_exit(code)} "
                 f"after {ran_s:.0f} s"

@@ -90,9 +90,9 @@ def test_a_worker_that_keeps_dying_at_start_is_given_up_on(tmp_path: Path) -> No
     """A bad setting makes every start fail at once: three quick exits, then the error
     stands instead of a restart loop."""
     lines: list[str] = []
-    supervisor = SupervisedWorker(_counting_child(tmp_path, "import sys; sys.exit(2)"),
+    supervisor = SupervisedWorker(_counting_child(tmp_path, "import sys; sys.exit(1)"),
                                   policy=FAST, say=lines.append).start()  # fmt: skip
-    assert supervisor.wait() == 2
+    assert supervisor.wait() == 1
     assert _starts(tmp_path) == 3 and supervisor.restarts == 2
     assert lines[-1].endswith("not restarting it (3 quick exits in a row)")
 
@@ -141,3 +141,14 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
         time.sleep(0.02)
+
+
+def test_a_worker_ended_by_a_usage_error_is_not_restarted(tmp_path: Path) -> None:
+    """`kgqr ingest worker --bogus-flag`: Celery printed its usage five times, restarted
+    with backoffs for 45 s, each ending alike."""
+    lines: list[str] = []
+    command = _counting_child(tmp_path, "import sys; sys.exit(2)")
+    supervisor = SupervisedWorker(command, policy=FAST, say=lines.append).start()
+    assert supervisor.wait() == 2
+    assert supervisor.restarts == 0 and _starts(tmp_path) == 1
+    assert lines and "a usage error: not restarting it" in lines[-1]
