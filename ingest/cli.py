@@ -193,12 +193,16 @@ def follow_job(
     from ingest.celery_app import app
 
     queue = settings.redis.ingest_queue
-    needs_worker = worker == "auto" and job_runner.workers_consuming(app, queue) == 0
+    no_worker = job_runner.workers_consuming(app, queue) == 0
+    needs_worker = worker == "auto" and no_worker
     if needs_worker:
         click.echo(
             f"no worker takes queue {queue}; starting a temporary one "
             "(`kgqr ingest worker` runs one)"
         )
+    elif no_worker:  # --worker never: the job waits for one, said rather than silent
+        click.echo(f"no worker takes queue {queue} yet: the job waits until one does "
+                   "(`kgqr ingest worker`)", err=True)  # fmt: skip
     context = (  # a restart's line goes above the bar, as the resender's does
         job_runner.temporary_worker(settings, say=lambda line: tqdm.write(line, file=sys.stderr))
         if needs_worker
@@ -218,7 +222,7 @@ def follow_job(
             bar.set_postfix(postfix, refresh=False)
 
         resend = job_runner.resender(
-            app, enqueued.job_id, resend_chunks, lambda line: bar.write(line)
+            app, enqueued.job_id, resend_chunks, lambda line: bar.write(line), queue
         )
         final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout,
                                   on_stall=resend)  # fmt: skip

@@ -322,16 +322,26 @@ def follow(
 
 
 def resender(
-    app: Any, job_id: str, send_again: Callable[[], EnqueuedJob], say: Callable[[str], None]
+    app: Any,
+    job_id: str,
+    send_again: Callable[[], EnqueuedJob],
+    say: Callable[[str], None],
+    queue: str | None = None,
 ) -> Callable[[], None]:
     """What `follow` calls on a stall: re-send the chunks not done (ingest is idempotent;
     a chunk done meanwhile is skipped). A chunk a worker still reports as running gets one
     more stall period first: a slow chunk is not a lost one — but a worker whose broker
     went away mid-chunk keeps reporting that chunk as running forever, so a second stall
-    with the same tasks running re-sends anyway."""
+    with the same tasks running re-sends anyway. With no worker taking `queue`, nothing
+    is re-sent (the chunks wait on it; every stall piled another copy of each there), and
+    the stall is said to be that."""
     held: set[str] = set()
 
     def resend() -> None:
+        if queue is not None and workers_consuming(app, queue) == 0:
+            say(f"no progress on job {job_id}: no worker takes queue {queue} "
+                "(start one: kgqr ingest worker)")  # fmt: skip
+            return
         running = tasks_running_for(app, job_id)
         if running and not running <= held:
             held.clear()

@@ -269,6 +269,25 @@ def test_only_a_worker_of_this_queue_counts_as_one(settings: Any, ingest_worker:
     assert job_runner.workers_consuming(app, f"{settings.redis.ingest_queue}-elsewhere") == 0
 
 
+def test_a_stall_with_no_worker_on_the_queue_resends_nothing_and_says_so(
+    settings: Any, ingest_worker: Any
+) -> None:
+    """`--worker never` with no worker: every stall re-sent every chunk not done, piling
+    copies of each on a queue no one took, in silence."""
+    from ingest import job_runner
+    from ingest.celery_app import app
+
+    said: list[str] = []
+    queue = f"{settings.redis.ingest_queue}-elsewhere"
+
+    def send_again() -> Any:
+        raise AssertionError("chunks re-sent to a queue no worker takes")
+
+    job_runner.resender(app, "job-1", send_again, said.append, queue)()
+    assert said == [f"no progress on job job-1: no worker takes queue {queue} "
+                    "(start one: kgqr ingest worker)"]  # fmt: skip
+
+
 def test_the_worker_command_restarts_its_worker_and_an_interrupt_ends_both(
     settings: Any, unique_name: str
 ) -> None:
