@@ -359,7 +359,13 @@ class LlmSettings(Section):
     )
 
     timeout_s: float = Field(
-        default=120.0, gt=0, description="Longest one LLM call may take once it has a slot."
+        default=120.0,
+        gt=0,
+        description=(
+            "Longest one LLM call of the proxy may take once it has a slot; for ingest, "
+            "`agent optimize` and `queries synthesize`, the HTTP client's timeout (between "
+            "bytes of the answer, not the whole call)."
+        ),
     )
 
     sample: int = Field(
