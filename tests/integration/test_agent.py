@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +19,7 @@ from click.testing import CliRunner
 
 from ingest.generators.catalog import catalog
 from ingest.generators.kb_files import GeneratedKb
-from kgqr_core.settings import Settings
+from kgqr_core.settings import Settings, get_settings
 from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import kb_meta, schema
@@ -26,6 +28,7 @@ from query_rewriter.strategies.agent.executor import execute
 from query_rewriter.strategies.agent.plan import fill, validate
 from query_rewriter.strategies.agent.plan_book import PlanBook, PlanEntry, book_of
 from tests.integration.ingest_helpers import ingested
+from tests.integration.recording_llm import recording_llm
 from workbench.agent_plans.optimizer import CategoryOptimizer
 from workbench.agent_plans.session import PlanSession
 from workbench.evaluation.query_sets import JudgedQuery
@@ -276,6 +279,59 @@ def test_the_paths_from_a_questions_words_to_its_answers_become_candidate_plans(
     assert [s["op"] for s in steps] == ["search", "follow", "follow", "filter", "rank"]
     assert steps[3]["field"] == "price"
     assert entry.scores["val"]["hit1"] > entry.scores["val_start"]["hit1"]
+
+
+def test_an_optimize_stopped_by_the_llm_keeps_the_categories_it_finished(
+    opensearch: Any, catalog_kb: str, questions: list[SynthesizedQuery], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The LLM failing in the second category ended `kgqr agent optimize` in a traceback,
+    and the plans of the first, finished minutes before, were lost; the rounds went by
+    with nothing shown. Now each round is printed, the first category's plan is stored
+    beside the earlier book's plan of the second, and the run exits 1 saying why."""
+    categories = sorted({q.category for q in questions})[:2]
+    assert len(categories) == 2, "the fixture's questions hold fewer than two categories"
+    for split in ("train", "val"):
+        lines = [json.dumps({"id": q.id, "query": q.query, "relevant": q.answers,
+                             "category": q.category})
+                 for q in questions if q.split == split and q.category in categories]  # fmt: skip
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    earlier = PlanBook(
+        version=7,
+        entries=[
+            PlanEntry(category=category, template=BY_COUNTRY_AND_PRICE) for category in categories
+        ],
+    )
+    kb_meta.record(opensearch, catalog_kb, {"agent_plans": earlier.model_dump_json()})
+    calls = iter(range(1000))
+
+    def script(prompt: str) -> str:
+        if next(calls) > 0:
+            raise ConnectionError("the LLM went away")
+        return json.dumps(BY_COUNTRY_AND_PRICE)
+
+    with recording_llm(script) as (url, _):
+        monkeypatch.setenv("KGQR_LLM_BASE_URL", url)
+        monkeypatch.setenv("KGQR_LLM_MODEL", f"scripted-{uuid.uuid4().hex[:8]}")
+        get_settings.cache_clear()
+        try:
+            result = CliRunner().invoke(main, [
+                "agent", "optimize", "--kb", catalog_kb, "--queries", str(tmp_path / "train.jsonl"),
+                "--rounds", "1", "--batch", "3", "--no-paths"])  # fmt: skip
+        finally:
+            get_settings.cache_clear()
+    assert result.exit_code == 1, result.output
+    assert f"{categories[0]} round 1: " in result.output, result.output
+    assert f"{categories[1]}: stopped (" in result.output
+    assert "the 1 categories finished before it are stored as plans version 8" in result.output
+    meta = kb_meta.load(opensearch, catalog_kb)
+    stored = book_of(meta)
+    assert stored is not None and stored.version == 8
+    by_category = {entry.category: entry for entry in stored.entries}
+    assert set(by_category) == set(categories)
+    assert by_category[categories[0]].history  # optimised now
+    assert not by_category[categories[1]].history  # the earlier book's, kept
+    kb_meta.record(opensearch, catalog_kb, {"agent_plans": None})
 
 
 def test_the_real_llm_runs_the_loop_end_to_end(

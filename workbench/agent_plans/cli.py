@@ -77,10 +77,22 @@ def optimize(
         signatures = relation_signatures(neo4j, kb, meta.structure.relations)
     relations = "\n".join(f"- {s} -{r}-> {t} ({n} edges)" for s, r, t, n in signatures)
 
-    async def run_all() -> PlanBook:
-        previous = book_of(meta)
-        book = PlanBook(version=(previous.version + 1) if previous else 1,
-                        llm_model=settings.llm.model)  # fmt: skip
+    previous = book_of(meta)
+    book = PlanBook(version=(previous.version + 1) if previous else 1,
+                    llm_model=settings.llm.model)  # fmt: skip
+
+    def store(finished: bool) -> None:
+        """The book so far, stored as each category ends (a failed LLM call, or Ctrl-C,
+        lost every category finished before it): until the last, with the earlier book's
+        plans of the categories still to come, so the agent keeps serving them."""
+        kept = [] if finished or previous is None else [
+            entry for entry in previous.entries
+            if entry.category not in {done.category for done in book.entries}
+        ]  # fmt: skip
+        stored = book.model_copy(update={"entries": [*book.entries, *kept]})
+        kb_meta.record(opensearch, kb, {"agent_plans": stored.model_dump_json()})
+
+    async def run_all() -> None:
         async with PlanSession.open(settings, kb, meta) as session:
             for category, questions in sorted(train.items()):
                 if not val.get(category):
@@ -89,21 +101,29 @@ def optimize(
                 optimizer = CategoryOptimizer(
                     meta.structure, relations, session.run, session.propose, session.describe,
                     rounds=rounds, batch=batch, evidence=session.evidence if paths else None,
-                    path_candidates=path_candidates,
+                    path_candidates=path_candidates, say=click.echo,
                 )  # fmt: skip
                 click.echo(f"{category}: {len(questions)} training questions, {rounds} rounds")
-                entry = await optimizer.optimize(category, questions, val[category])
+                try:
+                    entry = await optimizer.optimize(category, questions, val[category])
+                except Exception as exc:  # the LLM or a store failed: what finished stays
+                    kept = (f"the {len(book.entries)} categories finished before it are "
+                            f"stored as plans version {book.version}") if book.entries else (
+                            "nothing was stored")  # fmt: skip
+                    raise click.ClickException(
+                        f"{category}: stopped ({type(exc).__name__}: {str(exc)[:300]}); {kept}"
+                    ) from exc
                 book.entries.append(entry)
+                store(finished=False)
                 val_score, start = entry.scores["val"], entry.scores["val_start"]
                 click.echo(f"  kept: {json.dumps(entry.template)}")
                 click.echo(
                     f"  val Hit@1 {val_score['hit1']} (start {start['hit1']}), "
                     f"Recall@20 {val_score['recall20']} (start {start['recall20']})"
                 )
-        return book
 
-    book = asyncio.run(run_all())
-    kb_meta.record(opensearch, kb, {"agent_plans": book.model_dump_json()})
+    asyncio.run(run_all())
+    store(finished=True)
     click.echo(f"{kb}: plans version {book.version} stored ({len(book.entries)} categories)")
 
 

@@ -102,6 +102,9 @@ class CategoryOptimizer:
     evidence: Evidence | None = None
     path_candidates: bool = True  # with evidence: score the common paths as plans too
     history: list[dict[str, Any]] = field(default_factory=list)
+    # Each round's outcome, as it ends (the CLI prints them: rounds of 15-80 s LLM calls
+    # went by for minutes with nothing shown).
+    say: Callable[[str], None] = field(default=log.info)
 
     def check(self, template: dict[str, Any], example: JudgedQuery) -> None:
         """PlanError unless the template fills and validates for a question of its kind."""
@@ -140,12 +143,12 @@ class CategoryOptimizer:
             except PlanError as exc:
                 feedback = f"Your last plan was rejected: {exc}. Fix that."
                 self.history.append({**record, "rejected": str(exc)})
-                log.info("agent optimize %s round %d: rejected (%s)", category, round_, exc)
+                self.say(f"  {category} round {round_}: rejected ({exc})")
                 continue
             outcomes = await self.run(proposal, batch)
             score = Score.of(outcomes)
             self.history.append({**record, "train": vars(score)})
-            log.info("agent optimize %s round %d: %s", category, round_, score.text())
+            self.say(f"  {category} round {round_}: {score.text()}")
             feedback = ""
             if score.key() > best_score.key():
                 best, best_score = proposal, score
