@@ -420,6 +420,10 @@ def drop(kb: str) -> None:
     from kgqr_core import connections
 
     removed = dropped_saying_so(connections.opensearch_client(get_settings()), kb)
+    if not (removed.recorded or removed.indices or removed.nodes or removed.jobs):
+        # Not an error (a drop is safe to repeat), but a mistyped name left the KB meant.
+        click.echo(f"nothing to drop: no knowledge base {kb!r} (`kgqr kb list` lists them)")
+        return
     click.echo(
         f"dropped {kb}: indices {', '.join(removed.indices) or 'none'}; "
         f"{removed.nodes} graph nodes; {removed.jobs} job records"

@@ -22,6 +22,7 @@ class RemovedKnowledgeBase:
     indices: list[str]
     nodes: int
     jobs: int
+    recorded: bool = False  # it had a kgqr-meta record (an attached KB may have no index)
     # Leases of chunks still being written when the drop stopped waiting for them.
     still_writing: list[str] = field(default_factory=list)
 
@@ -64,7 +65,8 @@ def drop_knowledge_base(
             opensearch.indices.delete(index=index)
             indices.append(index)
     redis.delete(reembed_state_key(kb))  # its last write, waited for, saved its cursor
-    opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404])
+    answer = opensearch.delete(index=schema.META_INDEX, id=kb, ignore=[404])
+    recorded = isinstance(answer, dict) and answer.get("result") == "deleted"
     nodes = 0
     while True:
         records, _, _ = neo4j.execute_query(
@@ -77,7 +79,9 @@ def drop_knowledge_base(
         if gone < NEO4J_DELETE_BATCH:
             break
     graph_version.bump(redis, kb)
-    return RemovedKnowledgeBase(indices, nodes, jobs, still_writing)
+    return RemovedKnowledgeBase(
+        indices, nodes, jobs, recorded=recorded, still_writing=still_writing
+    )
 
 
 def _forget_jobs(job_store: JobStore, kb: str) -> int:

@@ -92,6 +92,11 @@ def test_drop_removes_a_knowledge_base_from_every_store(stores: Stores, kb: str)
         gone = CliRunner().invoke(main, ["ingest", command, "--kb", kb])
         assert gone.exit_code == 1, (command, gone.output)
         assert f"no knowledge base {kb!r}" in gone.output, command
+    # Dropped again (or mistyped): safe to repeat, and said to have found nothing, not
+    # "dropped" as if the KB meant were gone.
+    again = CliRunner().invoke(main, ["ingest", "drop", "--kb", kb, "--yes"])
+    assert again.exit_code == 0, again.output
+    assert f"nothing to drop: no knowledge base {kb!r}" in again.output, again.output
 
 
 def test_a_chunk_still_queued_when_its_kb_is_dropped_writes_nothing(
