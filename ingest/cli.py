@@ -16,7 +16,7 @@ import click
 from ingest.chunking import DEFAULT_CHUNK_SIZE, GRAPH_ONLY_PER_EMBEDDED
 from kgqr_core.cli_groups import DefaultRunGroup
 from kgqr_core.settings import get_settings
-from kgqr_ops.cli_options import kb_option, known_kb
+from kgqr_ops.cli_options import kb_option, known_kb, replicas_checked
 
 if TYPE_CHECKING:
     from ingest.kb_removal import RemovedKnowledgeBase
@@ -104,6 +104,7 @@ def ingest() -> None:
 @click.option(
     "--replicas",
     default=None,
+    callback=replicas_checked,
     help="Replicas of a new KB's indices: a number, or an auto-expanded range "
     "(default KGQR_KB_REPLICAS, 0-1: one wherever a second node exists).",
 )

@@ -51,6 +51,10 @@ LlmModelName = Literal["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m
 EmbedderRuntime = Literal["torch", "onnx", "onnx-int8"]
 
 
+# A number of replicas, or a range the engine expands to the nodes there are (`0-1`, `0-all`).
+REPLICAS = r"^\d+(-(\d+|all))?$"
+
+
 class ConfigurationError(ValueError):
     """Configuration kgqr cannot run with, told in the terms it was written in: the
     environment variable or the config file's key, not a pydantic traceback."""
@@ -212,7 +216,7 @@ class OpenSearchSettings(Section):
 
     kb_replicas: str = Field(
         default="0-1",
-        pattern=r"^\d+(-(\d+|all))?$",
+        pattern=REPLICAS,
         description="Replicas of a new knowledge base's indices: a number, or a range "
         "auto-expanded to the nodes there are (`0-1`: none on one node, one on several).",
     )

@@ -4,6 +4,7 @@ each command once met it as a traceback of its own."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +26,19 @@ def checked_kb_name(value: str, **where: Any) -> str:
         return check_kb_name(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), **where) from exc
+
+
+def replicas_checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A --replicas value checked as it is parsed: it was checked once OpenSearch answered,
+    so with the engine down a typo read "OpenSearch could not be reached"."""
+    from kgqr_core.settings import REPLICAS
+
+    if value is not None and not re.fullmatch(REPLICAS, value):
+        raise click.BadParameter(
+            f"{value!r} is neither a number of replicas nor a range such as 0-1 or 0-all",
+            ctx=ctx, param=param,
+        )  # fmt: skip
+    return value
 
 
 def known_kb(client: Any, kb: str) -> KnowledgeBaseMeta:

@@ -225,6 +225,8 @@ def test_a_tls_failure_is_told_apart_from_a_store_that_is_down(
           "knn.k=10,0"], "Invalid value for --grid: kgqr parameter [knn.k] must be"),
         (["eval", "sweep", "--dataset", "m=jsonl:x", "--metric", "R@50"],
          "Invalid value for '--metric': 'R@50' is not one of 'Hit@1', "),
+        (["ingest", "run", "jsonl:x", "--kb", "m", "--replicas", "abc"],
+         "Invalid value for '--replicas': 'abc' is neither a number of replicas nor a range"),
     ],
 )  # fmt: skip
 def test_strategy_and_dataset_names_are_checked_before_anything_runs(
