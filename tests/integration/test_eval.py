@@ -3,6 +3,7 @@ judged queries in the generic JSONL format, searches through a real kgqr proxy."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -227,6 +228,47 @@ def test_sweep_writes_a_plot_per_parameter(judged: Path, proxy: str, tmp_path: P
                                         "prf_docs=3"}  # fmt: skip
     assert 0 < validated["held_out"]["MRR"] <= 1
     assert f"{KB}: cross-validated over {QUERIES} folds, chosen on R@5" in result.output
+
+
+def test_a_stopped_sweep_goes_on_from_the_points_it_finished(
+    settings: Settings, judged: Path, proxy: str, tmp_path: Path
+) -> None:
+    """Points were kept in memory: a Ctrl-C or a failed search at point N lost every point
+    before it, of the tool's longest job."""
+    from workbench.evaluation.cli import run_config
+    from workbench.evaluation.query_sets import load_query_set
+    from workbench.evaluation.sweep import Dataset, PointCheckpoints, run_sweep
+
+    spec = f"jsonl:{judged}"
+    dataset = Dataset(KB, KB, load_query_set(spec), query_set=spec)
+    grid = {"rewrite.alpha": [0.3, 1.0]}
+
+    def sweep(checkpoints: PointCheckpoints, on_point: Any) -> Any:
+        return asyncio.run(run_sweep(proxy, [dataset], "prf", grid, {}, baseline="base",
+                                     size=20, concurrency=1, on_point=on_point,
+                                     checkpoints=checkpoints))  # fmt: skip
+
+    class Stopped(Exception):
+        pass
+
+    def stop(point: Any) -> None:
+        raise Stopped(point.setting)
+
+    identity = run_config(settings, split=None, limit=None)
+    first = PointCheckpoints(tmp_path / "points", identity)
+    with pytest.raises(Stopped, match=r"rewrite\.alpha=0\.3"):
+        sweep(first, stop)
+    kept = sorted((tmp_path / "points").iterdir())
+    assert len(kept) == 2  # the configured strategy and base, then the first point
+    again = PointCheckpoints(tmp_path / "points", identity)
+    swept = sweep(again, None)
+    assert again.reused == 3 * QUERIES  # prf and base as configured, prf at alpha 0.3
+    assert [point.setting for point in swept.points] == ["rewrite.alpha=0.3", "rewrite.alpha=1"]
+    # Another configuration's checkpoints are searched afresh, not mixed in.
+    shaped = {**identity["settings"], "rewrite_knn_k": identity["settings"]["rewrite_knn_k"] + 1}
+    other = PointCheckpoints(tmp_path / "points", {**identity, "settings": shaped})
+    sweep(other, None)
+    assert other.reused == 0
 
 
 def test_bad_query_sets_and_parameters_are_usage_errors(judged: Path, tmp_path: Path) -> None:

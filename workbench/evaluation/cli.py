@@ -417,7 +417,11 @@ def _parse_grid(values: tuple[str, ...], strategy: str) -> dict[str, list[float]
     show_default=True,
     help="Folds of the cross-validation (at most the number of queries).",
 )
-@common_options("Output folder (default eval-results/sweep-DATE).")
+@common_options(
+    "Output folder (default eval-results/sweep-DATE). Each point is checkpointed in its "
+    "points/ folder until sweep.json is written: a stopped sweep run again with the same "
+    "--out reuses the points it finished."
+)
 def sweep(
     datasets: tuple[str, ...],
     strategy: str,
@@ -435,7 +439,7 @@ def sweep(
     comparison to the baseline, are what it reports."""
     from tqdm import tqdm
 
-    from workbench.evaluation.sweep import Dataset, plot_parameter, run_sweep
+    from workbench.evaluation.sweep import Dataset, PointCheckpoints, plot_parameter, run_sweep
 
     [strategy] = strategy_names(strategy, "--strategy", single=True)
     [baseline] = strategy_names(baseline, "--baseline", single=True)
@@ -452,10 +456,13 @@ def sweep(
                 kb=kb,
                 queries=judged_queries(spec, "--dataset", options.split, options.limit),
                 target=eval_target(kb),
+                query_set=spec,
             )
         )
     settings = get_settings()
     folder = options.out or Path("eval-results") / f"sweep-{_stamp()}"
+    identity = run_config(settings, split=options.split, limit=options.limit)
+    checkpoints = PointCheckpoints(folder / "points", identity)
     steps = sum(len(v) for v in values.values()) * len(loaded)
     with (
         proxy_url(options.proxy, settings) as url,
@@ -469,8 +476,17 @@ def sweep(
             bar.update()
 
         sweeping = run_sweep(url, loaded, strategy, values, options.params, **options.pacing,
-                             baseline=baseline, on_point=advance)  # fmt: skip
-        swept = asyncio.run(sweeping)
+                             baseline=baseline, on_point=advance,
+                             checkpoints=checkpoints)  # fmt: skip
+        try:
+            swept = asyncio.run(sweeping)
+        except BaseException:  # Ctrl-C included: say where the finished points are
+            if checkpoints.folder.exists():
+                click.echo(f"the points so far are in {checkpoints.folder}: the same command "
+                           f"with --out {folder} goes on from them", err=True)  # fmt: skip
+            raise
+    if checkpoints.reused:
+        click.echo(f"{checkpoints.reused} results reused from {checkpoints.folder}")
     points = swept.points
     compared = swept.point_comparisons(metrics)
     click.echo(f"each point against {baseline}: difference [95% interval] p, wins/losses")
@@ -518,4 +534,5 @@ def sweep(
         "cross_validated": validated,
     }  # fmt: skip
     (folder / "sweep.json").write_text(json.dumps(summary, indent=1) + "\n")
+    checkpoints.remove()
     click.echo(f"wrote {folder / 'sweep.json'}")

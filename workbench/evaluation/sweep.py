@@ -9,6 +9,9 @@ is cross-validated: the setting each fold's training queries choose, scored on t
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +19,22 @@ from typing import Any
 
 from workbench.evaluation.cross_validation import Candidate, CrossValidated, cross_validate
 from workbench.evaluation.query_sets import JudgedQuery
-from workbench.evaluation.runner import EvalTarget, StrategyReport, evaluate
+from workbench.evaluation.report import output_path
+from workbench.evaluation.resume import (
+    Checkpoint,
+    ResultKey,
+    ResumeError,
+    load_earlier_run,
+    reusable_results,
+)
+from workbench.evaluation.runner import (
+    EvalReport,
+    EvalTarget,
+    QueryResult,
+    StrategyReport,
+    evaluate,
+    run_identity,
+)
 from workbench.evaluation.significance import PairedComparison, compare_runs
 
 # Swept when no --grid is given: those of these the strategy reads.
@@ -39,6 +57,42 @@ class Dataset:
     kb: str
     queries: Sequence[JudgedQuery]
     target: EvalTarget | None = None  # None: kgqr's own index of `kb`
+    query_set: str = ""  # its KIND:PATH, which a point's checkpoint is matched by
+
+
+@dataclass
+class PointCheckpoints:
+    """Each evaluation of a sweep (a dataset at one setting) checkpointed in `folder` as
+    `kgqr eval run` checkpoints a run, while the sweep lasts: the longest job of the tool
+    kept its points in memory, and a Ctrl-C or a failed search at point N lost every point
+    before it. Run again with the same folder, a sweep reuses what a checkpoint holds of
+    the same configuration (`config`: eval.cli.run_config) and searches the rest."""
+
+    folder: Path
+    config: Mapping[str, Any]
+    reused: int = 0
+
+    def open(
+        self, dataset: Dataset, strategies: Sequence[str], params: Mapping[str, float], size: int
+    ) -> tuple[Checkpoint, dict[ResultKey, QueryResult]]:
+        identity = run_identity(dataset.kb, params, size,
+                                {**self.config, "query_set": dataset.query_set})  # fmt: skip
+        named = json.dumps([dataset.name, sorted(strategies), sorted(params.items())])
+        stem = self.folder / f"{dataset.name}-{hashlib.sha1(named.encode()).hexdigest()[:12]}"
+        reuse: dict[ResultKey, QueryResult] = {}
+        earlier = output_path(stem, ".partial.jsonl")
+        if earlier.exists():
+            try:
+                reuse = reusable_results([load_earlier_run(earlier)], identity,
+                                         dataset.queries, strategies)  # fmt: skip
+            except ResumeError:
+                reuse = {}  # another configuration's: searched afresh
+        self.reused += len(reuse)
+        return Checkpoint(stem, identity), reuse
+
+    def remove(self) -> None:
+        """Once the sweep's summary is written, nothing in them is needed."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @dataclass
@@ -104,25 +158,33 @@ async def run_sweep(
     concurrency: int,
     headers: Mapping[str, str] | None = None,
     on_point: Callable[[SweepPoint], None] | None = None,
+    checkpoints: PointCheckpoints | None = None,
 ) -> SweepRun:
     pacing: dict[str, Any] = {"size": size, "concurrency": concurrency, "headers": headers}
+
+    async def evaluated(dataset: Dataset, names: list[str], params: dict[str, float]) -> EvalReport:
+        if checkpoints is None:
+            return await evaluate(proxy_url, dataset.kb, dataset.queries, names, params,
+                                  **pacing, target=dataset.target)  # fmt: skip
+        checkpoint, reuse = checkpoints.open(dataset, names, params, size)
+        try:
+            return await evaluate(proxy_url, dataset.kb, dataset.queries, names, params,
+                                  **pacing, target=dataset.target, reuse=reuse,
+                                  on_result=checkpoint.add)  # fmt: skip
+        finally:
+            checkpoint.close(finished=False)  # kept (unless empty) until the sweep ends
+
     configured, baselines = {}, {}
     for dataset in datasets:
         names = [strategy] if baseline == strategy else [strategy, baseline]
-        report = await evaluate(
-            proxy_url, dataset.kb, dataset.queries, names, base_params, **pacing,
-            target=dataset.target,
-        )  # fmt: skip
+        report = await evaluated(dataset, names, base_params)
         runs = report.per_query()
         configured[dataset.name], baselines[dataset.name] = runs[strategy], runs[baseline]
     points = []
     for param, values in grid.items():
         for value in values:
             for dataset in datasets:
-                report = await evaluate(
-                    proxy_url, dataset.kb, dataset.queries, [strategy],
-                    {**base_params, param: value}, **pacing, target=dataset.target,
-                )  # fmt: skip
+                report = await evaluated(dataset, [strategy], {**base_params, param: value})
                 point = SweepPoint(
                     dataset.name, param, value, report.strategies[0], report.per_query()[strategy]
                 )
