@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest.index_shards import shard_documents, shard_search, shards_of
+from ingest.index_shards import shard_documents
 from ingest.records import Link, Record, Refresh
 from ingest.result_window import page_size
 from ingest.sources.attached_graph import IndexFieldsSource, embed_from
@@ -55,18 +55,6 @@ EXISTENCE_BATCH = 10_000
 OVERLAP = 1_000
 
 Checkpoints = dict[str, int]  # "index/shard" -> the highest _seq_no synced
-
-
-def highest_seq_nos(client: Any, index: str) -> Checkpoints:
-    """Each shard's highest `_seq_no` among its documents now (-1: an empty shard), by
-    the concrete index's name and shard."""
-    latest: Checkpoints = {}
-    for name, shard in shards_of(client, index):
-        body = {"size": 1, "_source": False, "sort": [{"_seq_no": "desc"}],
-                "query": {"match_all": {}}}  # fmt: skip
-        hits = shard_search(client, index, shard, body)
-        latest[f"{name}/{shard}"] = int(hits[0]["sort"][0]) if hits else -1
-    return latest
 
 
 def with_overlap(checkpoints: Checkpoints) -> Checkpoints:

@@ -4,6 +4,7 @@ indices teams attached — listed, shown, attached, given a graph and detached."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -452,7 +453,7 @@ def graph(name: str, relations: Path | None, from_fields: bool,
             chunk_size=chunk_size, restart=restart_,
         )  # fmt: skip
 
-    enqueued = send(restart)
+    enqueued = first_send(send, restart)
     click.echo(
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
         f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
@@ -535,13 +536,24 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
             jobs=jobs, send=chunk_sender(name, model=model), restart=restart_,
         )  # fmt: skip
 
-    enqueued = send(restart)
+    enqueued = first_send(send, restart)
     final = follow_job(settings, jobs, enqueued, name, lambda: send(False), worker, None)
     _print_progress(final)
     if not final.succeeded:
         raise SystemExit(1)
     click.echo(f"embedded {final.counts.get('vectors', 0)} documents of {fields.index} with "
                f"{model} into {index}")  # fmt: skip
+
+
+def first_send(send: Callable[[bool], Any], restart: bool) -> Any:
+    """A job over an attached index, sent: an alias pointed at several indices since it
+    was attached is one line, as sync says it (ingest/index_shards.py)."""
+    from ingest import index_shards
+
+    try:
+        return send(restart)
+    except index_shards.NotOneIndex as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _text_fields_now(client: Any, fields: FieldMap) -> list[str] | None:
@@ -623,7 +635,7 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
         # The uuid first: an index made again between the two reads is then read whole
         # next time, where the other order would record its checkpoints as the old one's.
         team_settings = index_settings(client, fields.index)
-        until = index_sync.highest_seq_nos(client, fields.index)
+        until = index_shards.highest_seq_nos(client, fields.index)
     except index_shards.NotOneIndex as exc:
         raise click.ClickException(str(exc)) from exc
     uuid = team_settings.uuid

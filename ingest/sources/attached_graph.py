@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ingest.document_keys import DocumentKeys, keyed
-from ingest.index_shards import every_document
+from ingest.index_shards import every_document, highest_seq_nos
 from ingest.records import EmbedFrom, ExtractFrom, Link, Record, Rejected
 from ingest.result_window import page_size
 from ingest.sources.base import Source, json_lines
@@ -125,12 +125,15 @@ class IndexFieldsSource(Source):
         return []
 
     def fingerprint(self) -> str:
-        """The index's document count and its fields: an index the team has since written
-        to is a new job (`kgqr kb sync` keeps up with changes)."""
+        """The index's document count, each shard's last write, and the fields: an index
+        the team has since written to is a new job (`kgqr kb sync` keeps up with changes).
+        By count alone, an update (which moves its document to the end of its shard's
+        order) let a resumed job skip a document shifted into a chunk done before."""
         count = self.client.count(index=self.fields.index)["count"]
+        written = sorted(highest_seq_nos(self.client, self.fields.index).items())
         fields = self.fields
         key = f"{fields.index}|{fields.entity_fields}|{fields.reference_fields}|{fields.id_field}"
-        return hashlib.sha1(f"{key}|{count}|{self.limit}".encode()).hexdigest()[:16]
+        return hashlib.sha1(f"{key}|{count}|{written}|{self.limit}".encode()).hexdigest()[:16]
 
     def records(self) -> Iterator[Record]:
         return self.with_ids(self._links())

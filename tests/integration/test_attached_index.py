@@ -35,6 +35,7 @@ from kgqr_ops.cli import main
 from kgqr_ops.nginx_front import running_front
 from kgqr_ops.services.local_service import port_of
 from plugin import kb_meta, schema
+from plugin.field_map import FieldMap
 from query_rewriter.search.kb_indices import MISS_TTL_S
 from tests.integration.ingest_helpers import graph_copy_matches_neo4j
 
@@ -242,6 +243,24 @@ def test_a_cluster_that_refuses_fielddata_on_ids_has_every_document_read(
         side = schema.vectors_index(kb)
         opensearch.indices.refresh(index=side)
         assert opensearch.count(index=side)["count"] == len(_documents())
+
+
+def test_an_update_that_keeps_the_count_makes_another_job_over_the_index(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any
+) -> None:
+    """A job over an attached index was named by its document count: an update moves its
+    document to the end of its shard's order, and a resumed job then skipped a document
+    shifted into a chunk done before."""
+    from ingest.sources.attached_graph import IndexFieldsSource
+
+    stores, kb = (opensearch, neo4j_driver, redis_client), "team-moved"
+    with _attached_plain(stores, kb, kb, "--entity-field", "genre") as done:
+        assert done.exit_code == 0, done.output
+        source = IndexFieldsSource(opensearch, FieldMap(index=kb, entity_fields=["genre"]))
+        before = source.fingerprint()
+        assert source.fingerprint() == before  # nothing written: the same job, resumed
+        opensearch.update(index=kb, id="m1", body={"doc": {"genre": "noir"}}, refresh=True)
+        assert source.fingerprint() != before
 
 
 def test_an_index_searched_through_its_default_pipeline_is_searched_through_it_still(
