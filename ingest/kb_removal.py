@@ -79,6 +79,8 @@ def drop_knowledge_base(
         if gone < NEO4J_DELETE_BATCH:
             break
     graph_version.bump(redis, kb)
+    if not still_writing:
+        leases.forget(kb)
     return RemovedKnowledgeBase(
         indices, nodes, jobs, recorded=recorded, still_writing=still_writing
     )

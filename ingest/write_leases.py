@@ -27,12 +27,16 @@ from redis.exceptions import RedisError
 # and a drop after a worker was killed waits at most this long for its lease to lapse.
 LEASE_S = 20.0
 SETTLE_S = 300.0  # how long a drop waits for live leases before it says which it left
+PRUNED_AFTER = 5  # lease lengths after its lapse a lease is removed by the next claim
 
 # KEYS: the writer's record (its job's, or a re-embed's state), the KB's leases;
-# ARGV: expiry, token, now. The leases' key has no expiry: the local Redis evicts keys that
-# have one (volatile-lru), and an evicted key let a drop go on while a chunk still wrote.
-# Lapsed leases (a killed worker's) go as the next is taken; a KB's last one given back
-# empties the set, and Redis removes an empty set. (`persist`: an older kgqr set a TTL.)
+# ARGV: expiry, token, the time before which lapsed leases go. The leases' key has no
+# expiry: the local Redis evicts keys that have one (volatile-lru), and an evicted key let
+# a drop go on while a chunk still wrote. Leases lapsed long ago (a killed worker's) go as
+# the next is taken: not those lapsed just now, whose renewal may be late or whose
+# worker's clock behind (a renewal only renews, it never adds one back); a KB's last one
+# given back empties the set, and Redis removes an empty set; a drop removes the rest.
+# (`persist`: an older kgqr set a TTL.)
 _CLAIM = """
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
 redis.call('zremrangebyscore', KEYS[2], '-inf', '(' .. ARGV[3])
@@ -58,7 +62,9 @@ class WriteLeases:
         The lease is given back on the way out, held or not: a task re-delivered after
         its worker died reuses its id, and so clears the lease the dead run left."""
         key = _leases_key(kb)
-        held = bool(self.redis.eval(_CLAIM, 2, record_key, key, self._expiry(), token, time.time()))
+        lapsed_long_ago = time.time() - PRUNED_AFTER * self.lease_s
+        held = bool(self.redis.eval(_CLAIM, 2, record_key, key, self._expiry(), token,
+                                    lapsed_long_ago))  # fmt: skip
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(key, token, stop), daemon=True)
         if held:
@@ -73,6 +79,10 @@ class WriteLeases:
             # the chunk, recorded done, is not retried for it.
             with contextlib.suppress(RedisError):
                 self.redis.zrem(key, token)
+
+    def forget(self, kb: str) -> None:
+        """A dropped KB's leases, once none is live: lapsed ones stayed, without expiry."""
+        self.redis.delete(_leases_key(kb))
 
     def live(self, kb: str) -> list[str]:
         """Tokens of the leases still renewed: chunks of the KB being written now."""

@@ -251,9 +251,9 @@ def _write_config(path: Path, text: str) -> None:
     callers, KGQR_ANONYMOUS_USES_SERVICE_ACCOUNT), and nginx's master, which reads it,
     runs as that owner."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # before writing: a file an older kgqr wrote kept its mode
     with os.fdopen(descriptor, "w") as file:
         file.write(text)
-    path.chmod(0o600)  # a file an older kgqr wrote keeps its mode through O_CREAT
 
 
 @contextmanager

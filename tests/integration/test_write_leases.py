@@ -68,19 +68,23 @@ def test_a_drop_waits_for_a_live_lease_and_not_for_a_lapsed_one(
 
 
 def test_a_kbs_leases_cannot_be_evicted_and_lapsed_ones_go_as_the_next_is_taken(
-    redis_client: Any, kb_name: str, job: str
+    opensearch: Any, neo4j_driver: Any, redis_client: Any, kb_name: str, job: str
 ) -> None:
     """The local Redis evicts keys that expire (volatile-lru): leases that could expire
     could be evicted, and a drop then went on while a chunk still wrote."""
     key = f"kgqr:writing:{kb_name}"
-    redis_client.zadd(key, {"dead-task": time.time() - 1})
+    # A killed worker's, long lapsed; and one lapsed just now, whose renewal is late (or
+    # whose worker's clock is behind): removed, it could never be renewed again.
+    redis_client.zadd(key, {"dead-task": time.time() - 60, "late-task": time.time() - 0.5})
     redis_client.expire(key, 60)  # as an older kgqr left it
     leases = WriteLeases(redis_client, lease_s=0.3)
     with leases.writing(job, kb_name, "task-4") as held:
         assert held
         time.sleep(0.2)  # a renewal or two
         assert redis_client.ttl(key) == -1
-        assert redis_client.zrange(key, 0, -1) == [b"task-4"]
+        assert sorted(redis_client.zrange(key, 0, -1)) == [b"late-task", b"task-4"]
+    # A drop removes what is left once none is live.
+    drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name, settle_s=0)
     assert redis_client.exists(key) == 0
 
 
