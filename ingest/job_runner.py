@@ -338,7 +338,7 @@ def resender(
     held: set[str] = set()
 
     def resend() -> None:
-        if queue is not None and workers_consuming(app, queue) == 0:
+        if queue is not None and _none_consuming(app, queue):
             say(f"no progress on job {job_id}: no worker takes queue {queue} "
                 "(start one: kgqr ingest worker)")  # fmt: skip
             return
@@ -352,6 +352,16 @@ def resender(
         say(f"no progress on job {job_id}: re-sent {again.chunks_sent} chunks not done")
 
     return resend
+
+
+def _none_consuming(app: Any, queue: str) -> bool:
+    """No worker answers for `queue`, as far as can be told: a broker that cannot be asked
+    (restarting, the stall's usual cause) is not taken for an empty queue, and a worker
+    starved of CPU gets a few seconds to answer (the stall came after two minutes)."""
+    try:
+        return workers_consuming(app, queue, timeout_s=5.0) == 0
+    except Exception:
+        return False
 
 
 def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> set[str]:
@@ -370,8 +380,12 @@ def tasks_running_for(app: Any, job_id: str, timeout_s: float = 1.5) -> set[str]
 def workers_consuming(app: Any, queue: str, timeout_s: float = 1.5) -> int:
     """Workers that answer and take chunks from `queue`. A worker of another deployment
     or test run sharing the broker answers a ping too, but would never take these chunks:
-    counting it left `kgqr ingest` waiting forever with no worker of its own."""
-    active = app.control.inspect(timeout=timeout_s).active_queues() or {}
+    counting it left `kgqr ingest` waiting forever with no worker of its own. A
+    connection of its own, as tasks_running_for's: the pooled one may be a dead one to a
+    broker that has since restarted."""
+    with app.connection() as connection:
+        inspector = app.control.inspect(timeout=timeout_s, connection=connection)
+        active = inspector.active_queues() or {}
     return sum(1 for queues in active.values() if any(q.get("name") == queue for q in queues or []))
 
 

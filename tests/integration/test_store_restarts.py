@@ -74,7 +74,7 @@ def test_a_store_restarted_mid_job_loses_and_duplicates_nothing(
         celery_app, job.job_id,
         lambda: enqueue_source(settings, opensearch, neo4j_driver, redis_client, spec, kb_name,
                                chunk_size=20),
-        resent.append,
+        resent.append, settings.redis.ingest_queue,
     )  # fmt: skip
     progress = job_runner.follow(jobs, job.job_id, lambda _p: None, timeout_s=400,
                                  on_stall=resend, stall_s=10)  # fmt: skip
