@@ -61,7 +61,7 @@ def warm(
         queries_from_file,
         warm_queries,
     )
-    from workbench.evaluation.cli import eval_target
+    from workbench.evaluation.runner import EvalError, EvalTarget
 
     [strategy] = strategy_names(strategy, "--strategy", single=True)
     if (top is None) == (path is None):
@@ -73,11 +73,13 @@ def warm(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--file") from exc
     client = connections.opensearch_client(settings)
+    meta = known_kb(client, kb)  # a mistyped name, not a quiet log
     if path is None:
         queries = frequent_logged_queries(client, kb, top or 0)
-    if path is not None or not queries:  # a mistyped name, not a quiet log
-        known_kb(client, kb)
-    target = eval_target(kb)  # where the KB's own clients search it, in its fields
+    try:  # where the KB's own clients search it, in its fields
+        target = EvalTarget.of(kb, meta.attached)
+    except EvalError as exc:
+        raise click.ClickException(str(exc)) from exc
     if not queries:
         raise click.ClickException(
             f"no queries to warm in {path}"
