@@ -172,7 +172,8 @@ def ingest_chunk(
         )
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)
     outcome.counts = {
-        "documents": documents_ok + len(batch.refreshes),  # written, or read again (sync)
+        # Written, read again (sync), or read for triples (an attached index's, a node)
+        "documents": documents_ok + len(batch.refreshes) + len(batch.to_extract),
         "relations": len(batch.relations) + len(batch.links),
         "mentions": len(batch.mentions),
         "triples": triples_ok,

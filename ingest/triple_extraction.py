@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ingest.records import CorpusTriple, Document, Mention
+from pydantic import ValidationError
+
+from ingest.records import CorpusTriple, Document, Mention, unstorable
 from kgqr_core.llm import LlmClient, LlmRequest, parse_json_object
 from kgqr_core.prompts import render
 
@@ -32,8 +34,9 @@ class Extraction:
 def parse_triples(answer: str) -> list[tuple[str, str, str]]:
     """Well-formed triples from an extraction answer; anything else is dropped."""
     parsed = parse_json_object(answer) or {}
+    items = parsed.get("triples")
     triples = []
-    for item in parsed.get("triples") or []:
+    for item in items if isinstance(items, list) else []:
         if isinstance(item, list | tuple) and len(item) == 3:
             parts = tuple(str(part).strip() for part in item)
             if all(parts):
@@ -71,13 +74,24 @@ def extract(llm: LlmClient, passage: Document) -> Extraction:
     sentences = parse_sentences(ttr_answer.texts[0], len(found))
     if sentences is None:
         result.problems.append(f"{passage.id}: TTR answer unusable; template sentences used")
+    kept = []
     for position, (head, relation, tail) in enumerate(found):
-        triple = CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage.id)
+        # What the LLM wrote is checked as a source's record is: a name too long for the
+        # graph (or a lone surrogate) failed the whole chunk, for good, from the cache.
+        try:
+            triple = CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage.id)
+        except ValidationError as exc:
+            result.problems.append(f"{passage.id}: a triple set aside: {exc.errors()[0]['msg']}")
+            continue
         if sentences is not None:
             triple.ttr, triple.ttr_source = sentences[position], "llm"
         else:
             triple.ttr, triple.ttr_source = triple.template_ttr(), "template"
+        if (problem := unstorable(triple.model_dump())) is not None:
+            result.problems.append(f"{passage.id}: a triple set aside: {problem}")
+            continue
         result.triples.append(triple)
-    entities = dict.fromkeys(name for h, _, t in found for name in (h, t))
+        kept.append((head, tail))
+    entities = dict.fromkeys(name for h, t in kept for name in (h, t))
     result.mentions = [Mention(passage_id=passage.id, entity=name) for name in entities]
     return result

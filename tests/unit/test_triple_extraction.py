@@ -85,3 +85,19 @@ def test_another_sample_is_another_draw_only_of_a_sampled_answer() -> None:
     assert len({sampled.cache_key("m1", sample) for sample in (0, 1, 2)}) == 3
     greedy = LlmRequest.user("write a passage")
     assert greedy.cache_key("m1", 1) == greedy.cache_key("m1", 0)
+
+
+def test_what_the_llm_writes_that_no_store_takes_is_set_aside_triple_by_triple() -> None:
+    """A name over 512 characters, or half an emoji's escape, failed the whole chunk, for
+    good, since the answer is cached; `"triples": 5` was a TypeError."""
+    long_name = "x" * 600
+    llm = ScriptedLlm([
+        json.dumps({"triples": [["Heat", "directed by", "Michael Mann"],
+                                ["Heat", "starring", long_name], ["Heat", "rated", "\ud83d"]]}),
+        json.dumps({"sentences": ["Mann directed Heat.", "It stars x.", "Rated."]}),
+    ])  # fmt: skip
+    result = extract(llm, PASSAGE)  # type: ignore[arg-type]
+    assert [(t.head, t.tail) for t in result.triples] == [("Heat", "Michael Mann")]
+    assert {m.entity for m in result.mentions} == {"Heat", "Michael Mann"}
+    assert sum("a triple set aside" in problem for problem in result.problems) == 2
+    assert parse_triples('{"triples": 5}') == []
