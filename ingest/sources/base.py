@@ -130,6 +130,26 @@ class JsonLine:
         )
 
 
+# Deeper than any record kgqr reads needs; a record nested some 256 levels down could not be
+# written as JSON into a chunk, and that stopped the whole ingest at it.
+MAX_NESTING = 64
+TOO_DEEP = f"nested deeper than {MAX_NESTING} levels"
+
+
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and objects more than `limit` deep (walked without
+    recursion, as such a value is what recursion fails on)."""
+    below: list[tuple[Any, int]] = [(value, 0)]
+    while below:
+        item, depth = below.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            below.extend((child, depth + 1) for child in children)
+    return False
+
+
 def json_lines(path: Path, limit: int | None = None) -> Iterator[JsonLine]:
     """Each non-blank line of a JSONL file, parsed, the first `limit` of them.
 
@@ -156,6 +176,14 @@ def json_lines(path: Path, limit: int | None = None) -> Iterator[JsonLine]:
                 yield JsonLine(number, line, error=error)
                 continue
             try:
-                yield JsonLine(number, line, json.loads(line))
+                parsed = json.loads(line)
             except json.JSONDecodeError as exc:
                 yield JsonLine(number, line, error=str(exc))
+                continue
+            except RecursionError:  # Python's parser recurses: a line of 1,000 `[`
+                yield JsonLine(number, line[:4000], error=TOO_DEEP)
+                continue
+            if nesting_exceeds(parsed, MAX_NESTING):
+                yield JsonLine(number, line[:4000], error=TOO_DEEP)
+                continue
+            yield JsonLine(number, line, parsed)

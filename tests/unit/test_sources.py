@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.chunking import chunks
 from ingest.records import CorpusTriple, Document, Mention, Rejected, Relation
 from ingest.sources import open_source
 from tests.fixtures.stark_layout import EDGES, NODES, write_stark_layout
@@ -244,3 +245,27 @@ def test_a_hotpotqa_passage_set_aside_is_linked_to_by_none(tmp_path: Path) -> No
     assert [r.id for r in records if isinstance(r, Document)] == ["p0", "p2"]
     links = [(r.source, r.target) for r in records if isinstance(r, Relation)]
     assert links == [("p2", "p0")]
+
+
+def test_a_record_nested_too_deep_is_set_aside_and_the_rest_land(tmp_path: Path) -> None:
+    """300 levels could not be written into a chunk as JSON, and 2,000 were a
+    RecursionError in the parser: either stopped the whole ingest, naming no line."""
+    deep = {"fields": {"x": json.loads("[" * 300 + "]" * 300)}}
+    lines = [
+        '{"id": "a", "type": "note", "title": "First", "text": "one"}',
+        json.dumps({"id": "b", "type": "note", "title": "Deep", **deep}),
+        '{"id": "c", "type": "note", "title": "Deeper", "fields": {"x": '
+        + "[" * 2000
+        + "]" * 2000
+        + "}}",
+        '{"id": "d", "type": "note", "title": "Last", "text": "two"}',
+    ]
+    path = tmp_path / "documents.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    source = open_source(f"jsonl:{path}")
+    grouped = _by_kind(list(source.records()))
+    assert [d.id for d in grouped[Document]] == ["a", "d"]
+    reasons = sorted(r.reason for r in grouped[Rejected])
+    assert len(reasons) == 2 and all("nested deeper than 64 levels" in r for r in reasons)
+    assert "documents.jsonl:2" in reasons[0] and "documents.jsonl:3" in reasons[1]
+    assert sum(len(chunk) for chunk in chunks(source, 256)) == 4  # every chunk writable
