@@ -102,10 +102,17 @@ def array_items(stream: Any, prefix: str) -> Iterator[Any]:
                 builder = None
 
 
-def _passage_graph(pid: str, doc: dict[str, Any]) -> Iterator[Record]:
+def _passage_graph(pid: str, doc: Any) -> Iterator[Record]:
+    """A passage's OpenIE entities and triples, each that cannot be a record set aside
+    with why (a name over 512 characters stopped the whole read; an item not an object,
+    an AttributeError)."""
+    if not isinstance(doc, dict):
+        yield Rejected(reason=f"{pid}: OpenIE item is not an object", raw=repr(doc)[:4000])
+        return
     for entity in dict.fromkeys(doc.get("extracted_entities") or []):
         if isinstance(entity, str) and entity.strip():
-            yield Mention(passage_id=pid, entity=entity.strip())
+            yield set_aside_unless_valid(f"{pid}: entity", entity, Mention,
+                                         passage_id=pid, entity=entity.strip())  # fmt: skip
     for triple in doc.get("extracted_triples") or []:
         if (
             isinstance(triple, list)
@@ -194,7 +201,11 @@ class HotpotQaGraphSource(HotpotQaSource):
     kind = "hotpotqa-kg"
 
     def _links(self, passage: HotpotQaPassage, linker: TitleLinker) -> Iterator[Record]:
-        yield Mention(passage_id=passage.id, entity=passage.title)
+        own = set_aside_unless_valid(f"{passage.id}: title", passage.title, Mention,
+                                     passage_id=passage.id, entity=passage.title)  # fmt: skip
+        yield own
+        if isinstance(own, Rejected):  # a title no entity can hold names no link either
+            return
         # Entities are titles, so passages sharing one are one entity: its own title is no
         # link, and one triple per tail title, since the triple id is (passage, head, tail).
         named = {passage.title}
@@ -204,15 +215,14 @@ class HotpotQaGraphSource(HotpotQaSource):
                 if tail in named:
                     continue
                 named.add(tail)
-                yield Mention(passage_id=passage.id, entity=tail)
-                yield CorpusTriple(
-                    head=passage.title,
-                    relation=MENTIONS_RELATION,
-                    tail=tail,
-                    passage_id=passage.id,
-                    ttr=f"{passage.title}: {sentence.strip()}",
-                    ttr_source="given",
-                )
+                where = f"{passage.id}: link to {tail[:100]!r}"
+                yield set_aside_unless_valid(where, tail, Mention, passage_id=passage.id,
+                                             entity=tail)  # fmt: skip
+                yield set_aside_unless_valid(
+                    where, sentence, CorpusTriple, head=passage.title,
+                    relation=MENTIONS_RELATION, tail=tail, passage_id=passage.id,
+                    ttr=f"{passage.title}: {sentence.strip()}", ttr_source="given",
+                )  # fmt: skip
 
 
 def _joined(sentences: list[Any]) -> str:

@@ -235,6 +235,33 @@ def test_a_passage_that_breaks_a_records_rules_is_set_aside_and_the_rest_read(
     assert graphed == {"p0", "p3"}
 
 
+def test_an_openie_name_no_record_can_hold_is_set_aside_and_the_rest_read(
+    tmp_path: Path,
+) -> None:
+    """An entity over 512 characters stopped the whole read, and an item that is not an
+    object was an AttributeError; so did a HotpotQA title over 512 (a passage's may be
+    1,024) as a KG-CQR entity."""
+    corpus = [{"title": f"T{i}", "text": "x"} for i in range(3)]
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    docs = [{"extracted_entities": ["e0", "e" * 600], "extracted_triples": [["e0", "r", "x"]]},
+            "not an object", {"extracted_entities": ["e2"], "extracted_triples": []}]  # fmt: skip
+    (tmp_path / "openie_test.json").write_text(json.dumps({"docs": docs}))
+    records = list(open_source(f"musique:{tmp_path}").records())
+    assert sorted(r.entity for r in records if isinstance(r, Mention)) == ["e0", "e2"]
+    reasons = [r.reason for r in records if isinstance(r, Rejected)]
+    assert len(reasons) == 2 and reasons[0].startswith("p0: entity: ")
+    assert reasons[1] == "p1: OpenIE item is not an object"
+    long_title = "Heat " + "x" * 600
+    hotpot = tmp_path / "hotpot"
+    hotpot.mkdir()
+    (hotpot / "corpus.json").write_text(json.dumps({"Heat": ["A film."], long_title: ["B."],
+                                                    "Pacino": ["He was in Heat."]}))  # fmt: skip
+    made = list(open_source(f"hotpotqa-kg:{hotpot}").records())
+    assert [r.id for r in made if isinstance(r, Document)] == ["p0", "p1", "p2"]
+    assert any(isinstance(r, Rejected) and r.reason.startswith("p1: title: ") for r in made)
+    assert ("Pacino", "Heat") in [(t.head, t.tail) for t in made if isinstance(t, CorpusTriple)]
+
+
 def test_a_hotpotqa_passage_set_aside_is_linked_to_by_none(tmp_path: Path) -> None:
     """Its title still fed the title linker: links pointed at a node with no document."""
     long_title = "Heat " + "x" * 2000
