@@ -446,19 +446,21 @@ def graph(name: str, relations: Path | None, from_fields: bool,
     )
     chunk_size = EXTRACT_CHUNK if extract_fields else DEFAULT_CHUNK_SIZE
 
+    graph_source = source()  # one for every send: a re-send is of the same job
+
     def send(restart_: bool) -> job_runner.EnqueuedJob:
         return job_runner.enqueue_graph(
-            source(), spec, name, opensearch=client, jobs=jobs,
+            graph_source, spec, name, opensearch=client, jobs=jobs,
             send=chunk_sender(name, model=settings.embedder.model),
             chunk_size=chunk_size, restart=restart_,
         )  # fmt: skip
 
-    enqueued = first_send(send, restart)
+    enqueued = sent(send, restart)
     click.echo(
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
         f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
     )
-    final = follow_job(settings, jobs, enqueued, name, lambda: send(False), worker, None)
+    final = follow_job(settings, jobs, enqueued, name, lambda: sent(send, False), worker, None)
     _print_progress(final)
     if not final.succeeded:
         raise SystemExit(1)
@@ -530,14 +532,16 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
     kb_meta.record(client, name, {"attached": chosen, "embedder": model})
     jobs = JobStore(connections.redis_client(settings))
 
+    texts = IndexEmbedSource(client, chosen)  # one for every send: a re-send is of the same job
+
     def send(restart_: bool) -> job_runner.EnqueuedJob:
         return job_runner.enqueue_graph(
-            IndexEmbedSource(client, chosen), f"embed:{fields.index}", name, opensearch=client,
+            texts, f"embed:{fields.index}", name, opensearch=client,
             jobs=jobs, send=chunk_sender(name, model=model), restart=restart_,
         )  # fmt: skip
 
-    enqueued = first_send(send, restart)
-    final = follow_job(settings, jobs, enqueued, name, lambda: send(False), worker, None)
+    enqueued = sent(send, restart)
+    final = follow_job(settings, jobs, enqueued, name, lambda: sent(send, False), worker, None)
     _print_progress(final)
     if not final.succeeded:
         raise SystemExit(1)
@@ -545,9 +549,9 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
                f"{model} into {index}")  # fmt: skip
 
 
-def first_send(send: Callable[[bool], Any], restart: bool) -> Any:
-    """A job over an attached index, sent: an alias pointed at several indices since it
-    was attached is one line, as sync says it (ingest/index_shards.py)."""
+def sent(send: Callable[[bool], Any], restart: bool) -> Any:
+    """A job over an attached index, sent (or re-sent): an alias pointed at several
+    indices since it was attached is one line, as sync says it (ingest/index_shards.py)."""
     from ingest import index_shards
 
     try:

@@ -108,6 +108,7 @@ class IndexFieldsSource(Source):
         self._mapped: dict[str, MappedField] | None = (
             mapped_fields(mapping) if mapping is not None else None
         )
+        self._fingerprint: str | None = None
 
     def structure(self) -> DocumentStructure:
         relations = [*self.fields.entity_fields, *self.fields.reference_fields]
@@ -128,7 +129,14 @@ class IndexFieldsSource(Source):
         """The index's document count, each shard's last write, and the fields: an index
         the team has since written to is a new job (`kgqr kb sync` keeps up with changes).
         By count alone, an update (which moves its document to the end of its shard's
-        order) let a resumed job skip a document shifted into a chunk done before."""
+        order) let a resumed job skip a document shifted into a chunk done before. Read
+        once per source: a stalled job's chunks re-sent by the same command stay its own
+        (read again, each write the team made meanwhile started another whole job)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._read_fingerprint()
+        return self._fingerprint
+
+    def _read_fingerprint(self) -> str:
         count = self.client.count(index=self.fields.index)["count"]
         written = sorted(highest_seq_nos(self.client, self.fields.index).items())
         fields = self.fields
