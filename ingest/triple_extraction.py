@@ -62,7 +62,7 @@ def extract(llm: LlmClient, passage: Document) -> Extraction:
     answer = llm.complete(LlmRequest.user(prompt, json_mode=True, max_tokens=600))
     result.llm_calls += 1
     result.cached_calls += int(answer.cached)
-    found = parse_triples(answer.texts[0])[:MAX_TRIPLES]
+    found = _storable(passage.id, parse_triples(answer.texts[0])[:MAX_TRIPLES], result.problems)
     if not found:
         result.problems.append(f"{passage.id}: the LLM returned no usable triples")
         return result
@@ -74,24 +74,35 @@ def extract(llm: LlmClient, passage: Document) -> Extraction:
     sentences = parse_sentences(ttr_answer.texts[0], len(found))
     if sentences is None:
         result.problems.append(f"{passage.id}: TTR answer unusable; template sentences used")
-    kept = []
     for position, (head, relation, tail) in enumerate(found):
-        # What the LLM wrote is checked as a source's record is: a name too long for the
-        # graph (or a lone surrogate) failed the whole chunk, for good, from the cache.
-        try:
-            triple = CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage.id)
-        except ValidationError as exc:
-            result.problems.append(f"{passage.id}: a triple set aside: {exc.errors()[0]['msg']}")
-            continue
-        if sentences is not None:
-            triple.ttr, triple.ttr_source = sentences[position], "llm"
-        else:
+        triple = CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage.id)
+        written = sentences[position] if sentences is not None else None
+        if written is not None and unstorable(written) is None:
+            triple.ttr, triple.ttr_source = written, "llm"
+        else:  # none, or one no store takes (half a surrogate): the template's
             triple.ttr, triple.ttr_source = triple.template_ttr(), "template"
-        if (problem := unstorable(triple.model_dump())) is not None:
-            result.problems.append(f"{passage.id}: a triple set aside: {problem}")
-            continue
         result.triples.append(triple)
-        kept.append((head, tail))
-    entities = dict.fromkeys(name for h, t in kept for name in (h, t))
+    entities = dict.fromkeys(name for h, _, t in found for name in (h, t))
     result.mentions = [Mention(passage_id=passage.id, entity=name) for name in entities]
     return result
+
+
+def _storable(
+    passage_id: str, found: list[tuple[str, str, str]], problems: list[str]
+) -> list[tuple[str, str, str]]:
+    """The triples a record, and both stores, can hold; the rest said in `problems`. Checked
+    before the second prompt too: the LLM's client cannot even send half a surrogate, and
+    a name over 512 characters, or such text, failed the whole chunk for good, from the
+    cached answer."""
+    kept = []
+    for head, relation, tail in found:
+        try:
+            CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage_id)
+        except ValidationError as exc:
+            problems.append(f"{passage_id}: a triple set aside: {exc.errors()[0]['msg']}")
+            continue
+        if (problem := unstorable([head, relation, tail])) is not None:
+            problems.append(f"{passage_id}: a triple set aside: {problem}")
+            continue
+        kept.append((head, relation, tail))
+    return kept

@@ -94,10 +94,15 @@ def test_what_the_llm_writes_that_no_store_takes_is_set_aside_triple_by_triple()
     llm = ScriptedLlm([
         json.dumps({"triples": [["Heat", "directed by", "Michael Mann"],
                                 ["Heat", "starring", long_name], ["Heat", "rated", "\ud83d"]]}),
-        json.dumps({"sentences": ["Mann directed Heat.", "It stars x.", "Rated."]}),
+        json.dumps({"sentences": ["Mann directed \ud83d Heat."]}),
     ])  # fmt: skip
     result = extract(llm, PASSAGE)  # type: ignore[arg-type]
     assert [(t.head, t.tail) for t in result.triples] == [("Heat", "Michael Mann")]
+    # The second prompt names the kept triple only (the LLM's client cannot send half a
+    # surrogate), and a sentence no store takes gives way to the template's.
+    llm.prompts[1].encode("utf-8")
+    assert "1. (Heat; directed by; Michael Mann)" in llm.prompts[1] and "2. (" not in llm.prompts[1]
+    assert result.triples[0].ttr_source == "template"
     assert {m.entity for m in result.mentions} == {"Heat", "Michael Mann"}
     assert sum("a triple set aside" in problem for problem in result.problems) == 2
     assert parse_triples('{"triples": 5}') == []
