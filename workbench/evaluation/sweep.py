@@ -88,7 +88,13 @@ class PointCheckpoints:
             except ResumeError:
                 reuse = {}  # another configuration's: searched afresh
         self.reused += len(reuse)
-        return Checkpoint(stem, identity), reuse
+        # Opened anew, the file is empty: what it held goes back in at once (written as
+        # `evaluate` reached each, a Ctrl-C while it waited for the graph's copy emptied
+        # the checkpoint, and a stopped run's hours of LLM time with it).
+        checkpoint = Checkpoint(stem, identity)
+        for result in reuse.values():
+            checkpoint.add(result)
+        return checkpoint, reuse
 
     def remove(self) -> None:
         """Once the sweep's summary is written, nothing in them is needed."""
@@ -167,10 +173,15 @@ async def run_sweep(
             return await evaluate(proxy_url, dataset.kb, dataset.queries, names, params,
                                   **pacing, target=dataset.target)  # fmt: skip
         checkpoint, reuse = checkpoints.open(dataset, names, params, size)
+
+        def searched(result: QueryResult) -> None:
+            if (result.strategy, result.sample, result.query_id) not in reuse:
+                checkpoint.add(result)
+
         try:
             return await evaluate(proxy_url, dataset.kb, dataset.queries, names, params,
                                   **pacing, target=dataset.target, reuse=reuse,
-                                  on_result=checkpoint.add)  # fmt: skip
+                                  on_result=searched)  # fmt: skip
         finally:
             checkpoint.close(finished=False)  # kept (unless empty) until the sweep ends
 
