@@ -81,8 +81,10 @@ class WriteLeases:
                 self.redis.zrem(key, token)
 
     def forget(self, kb: str) -> None:
-        """A dropped KB's leases, once none is live: lapsed ones stayed, without expiry."""
-        self.redis.delete(_leases_key(kb))
+        """A dropped KB's lapsed leases (they stayed, without expiry); not the whole set: a
+        chunk of an ingest started since the drop's wait holds a live one. Redis removes
+        the set once it is empty."""
+        self.redis.zremrangebyscore(_leases_key(kb), "-inf", f"({time.time()}")
 
     def live(self, kb: str) -> list[str]:
         """Tokens of the leases still renewed: chunks of the KB being written now."""
