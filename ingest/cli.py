@@ -236,7 +236,8 @@ def follow_job(
 def status(job_id: str | None, kb: str | None) -> None:
     """Show a job's state, chunks done and record counts (or every job of --kb, with
     their ids), and say when no worker takes the unfinished ones' chunks. Exits 1 when a
-    job shown has failed chunks, as `kgqr ingest` does."""
+    job shown has failed chunks, or finished having written nothing (every record set
+    aside), as `kgqr ingest` does."""
     from ingest.celery_app import app
     from ingest.job_runner import workers_consuming
     from ingest.job_store import JobStore
@@ -262,7 +263,7 @@ def status(job_id: str | None, kb: str | None) -> None:
     ):
         click.echo("no worker takes this queue's chunks now: re-run the job's command (it "
                    "starts one), or run `kgqr ingest worker`")  # fmt: skip
-    if any(p.failed for p in found):
+    if any(p.failed or (p.finished and p.all_set_aside) for p in found):
         raise SystemExit(1)
 
 

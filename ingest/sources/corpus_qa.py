@@ -109,11 +109,16 @@ def _passage_graph(pid: str, doc: Any) -> Iterator[Record]:
     if not isinstance(doc, dict):
         yield Rejected(reason=f"{pid}: OpenIE item is not an object", raw=repr(doc)[:4000])
         return
-    for entity in dict.fromkeys(doc.get("extracted_entities") or []):
-        if isinstance(entity, str) and entity.strip():
+    entities, triples = doc.get("extracted_entities"), doc.get("extracted_triples")
+    for name, value in (("extracted_entities", entities), ("extracted_triples", triples)):
+        if value is not None and not isinstance(value, list):
+            yield Rejected(reason=f"{pid}: OpenIE {name} is not a list", raw=repr(value)[:4000])
+    named = entities if isinstance(entities, list) else []
+    for entity in dict.fromkeys(name for name in named if isinstance(name, str)):
+        if entity.strip():
             yield set_aside_unless_valid(f"{pid}: entity", entity, Mention,
                                          passage_id=pid, entity=entity.strip())  # fmt: skip
-    for triple in doc.get("extracted_triples") or []:
+    for triple in triples if isinstance(triples, list) else []:
         if (
             isinstance(triple, list)
             and len(triple) == 3

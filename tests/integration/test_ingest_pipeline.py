@@ -349,6 +349,8 @@ def test_a_run_that_set_every_record_aside_fails(kb: str, tmp_path: Path) -> Non
     assert result.exit_code == 1, result.output
     assert "nothing was written: every record read was set aside" in result.output
     assert f"2 records set aside, each with why: kgqr ingest rejected --kb {kb}" in result.output
+    shown = CliRunner().invoke(main, ["ingest", "status", "--kb", kb])
+    assert shown.exit_code == 1 and "nothing was written" in shown.output, shown.output
 
 
 def test_a_structure_file_that_does_not_parse_stops_the_job_before_any_chunk(

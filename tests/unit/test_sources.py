@@ -243,14 +243,16 @@ def test_an_openie_name_no_record_can_hold_is_set_aside_and_the_rest_read(
     1,024) as a KG-CQR entity."""
     corpus = [{"title": f"T{i}", "text": "x"} for i in range(3)]
     (tmp_path / "corpus.json").write_text(json.dumps(corpus))
-    docs = [{"extracted_entities": ["e0", "e" * 600], "extracted_triples": [["e0", "r", "x"]]},
-            "not an object", {"extracted_entities": ["e2"], "extracted_triples": []}]  # fmt: skip
+    docs = [{"extracted_entities": ["e0", "e" * 600, ["x"]],
+             "extracted_triples": [["e0", "r", "x"]]},
+            "not an object", {"extracted_entities": ["e2"], "extracted_triples": 7}]  # fmt: skip
     (tmp_path / "openie_test.json").write_text(json.dumps({"docs": docs}))
     records = list(open_source(f"musique:{tmp_path}").records())
     assert sorted(r.entity for r in records if isinstance(r, Mention)) == ["e0", "e2"]
     reasons = [r.reason for r in records if isinstance(r, Rejected)]
-    assert len(reasons) == 2 and reasons[0].startswith("p0: entity: ")
-    assert reasons[1] == "p1: OpenIE item is not an object"
+    assert len(reasons) == 3 and reasons[0].startswith("p0: entity: ")
+    assert reasons[1:] == ["p1: OpenIE item is not an object",
+                           "p2: OpenIE extracted_triples is not a list"]  # fmt: skip
     long_title = "Heat " + "x" * 600
     hotpot = tmp_path / "hotpot"
     hotpot.mkdir()
