@@ -14,9 +14,10 @@ LIMIT does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
+from ingest.bulk_requests import Operation, bulk_items
 from ingest.opensearch_writer import TransientBulkError, the_engines_trouble
 from kgqr_core.settings import Settings
 from plugin import installer, schema
@@ -180,30 +181,28 @@ def read_nodes(neo4j: Any, kb: str, ids: list[str], edges: int) -> list[Any]:
 
 def write_nodes(opensearch: Any, kb: str, records: list[Any]) -> None:
     """Write (or delete) the nodes' documents, each unless a newer read's is there."""
-    actions: list[dict[str, Any]] = []
+    operations: list[Operation] = []
     for record in records:
         target = {
             "_index": schema.graph_index(kb), "_id": schema.graph_copy_id(record["id"]),
             "version": record["version"], "version_type": "external_gte",
         }  # fmt: skip
         if record["found"]:
-            actions += [
-                {"index": target},
-                node_document(record["id"], record["type"], record["name"], record["edges"]),
-            ]
+            document = node_document(record["id"], record["type"], record["name"],
+                                     record["edges"])  # fmt: skip
+            operations.append(({"index": target}, document))
         else:
-            actions.append({"delete": target})
-    _bulk(opensearch, kb, actions)
+            operations.append(({"delete": target}, None))
+    _bulk(opensearch, kb, operations)
 
 
-def _bulk(opensearch: Any, kb: str, actions: list[dict[str, Any]]) -> None:
-    """Send versioned writes; raise if any failed other than as expected: a 409 is a newer
-    read's document already there (see project_nodes), a delete's 404 one already gone."""
-    answer = opensearch.bulk(body=actions, timeout=300)
+def _bulk(opensearch: Any, kb: str, operations: Sequence[Operation]) -> None:
+    """Send versioned writes, in requests the engine takes (ingest/bulk_requests.py); raise
+    if any failed other than as expected: a 409 is a newer read's document already there
+    (see project_nodes), a delete's 404 one already gone."""
     failed = [
         result
-        for item in answer["items"]
-        for verb, result in item.items()
+        for verb, result in bulk_items(opensearch, operations, timeout=300)
         if result.get("status", 200) >= 300
         and result["status"] != 409
         and (verb, result["status"]) != ("delete", 404)
@@ -293,8 +292,8 @@ def _remove_stale(neo4j: Any, opensearch: Any, kb: str) -> int:
             if gone:
                 version = records[0]["version"]
                 _bulk(opensearch, kb, [
-                    {"delete": {"_index": index, "_id": ids[node], "version": version,
-                                "version_type": "external_gte"}}
+                    ({"delete": {"_index": index, "_id": ids[node], "version": version,
+                                 "version_type": "external_gte"}}, None)
                     for node in gone
                 ])  # fmt: skip
                 removed += len(gone)

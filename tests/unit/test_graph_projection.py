@@ -5,6 +5,7 @@ ingest/graph_projection.py writes them, from the in-memory copy's test graph."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -123,9 +124,36 @@ def test_a_graph_copy_write_pushed_back_retries_its_chunk(status: int, transient
     stores had the chunk's records, and searches kept reading a stale copy."""
 
     class Engine:
-        def bulk(self, body: list[dict[str, Any]], timeout: int) -> dict[str, Any]:
+        def bulk(self, body: bytes, timeout: int) -> dict[str, Any]:
             return {"items": [{"index": {"status": 201}}, {"index": {"status": status}}]}
 
     with pytest.raises(RuntimeError) as raised:
-        _bulk(Engine(), "kb", [{"index": {}}, {}, {"index": {}}, {}])
+        _bulk(Engine(), "kb", [({"index": {}}, {}), ({"index": {}}, {})])
     assert is_transient(raised.value) is transient
+
+
+def test_the_graph_copys_writes_go_in_requests_the_engine_takes() -> None:
+    """Up to 2,000 node documents went as one request: a cluster whose
+    `http.max_content_length` is 10 MB refused it whole, for the chunk, on every re-run."""
+    from opensearchpy.exceptions import TransportError
+
+    from ingest.bulk_requests import Operation
+
+    sizes: list[int] = []
+
+    class Engine:
+        def bulk(self, body: bytes, timeout: int) -> dict[str, Any]:
+            if len(body) > 3_000:
+                raise TransportError(413, "too large")
+            sizes.append(len(body))
+            lines = [json.loads(line) for line in body.splitlines()]
+            verbs = [next(iter(line)) for line in lines if set(line) <= {"index", "delete"}]
+            return {"items": [{verb: {"status": 404 if verb == "delete" else 201}}
+                              for verb in verbs]}  # fmt: skip
+
+    operations: list[Operation] = [
+        ({"index": {"_id": f"n{i}"}}, {"edges": "x" * 500}) for i in range(20)
+    ]
+    operations.insert(5, ({"delete": {"_id": "gone"}}, None))
+    _bulk(Engine(), "kb", operations)  # a delete's 404 is "gone already", not a failure
+    assert len(sizes) > 1 and max(sizes) <= 3_000
