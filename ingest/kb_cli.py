@@ -460,7 +460,8 @@ def graph(name: str, relations: Path | None, from_fields: bool,
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
         f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
     )
-    final = follow_job(settings, jobs, enqueued, name, lambda: sent(send, False), worker, None)
+    final = follow_job(settings, jobs, enqueued, name, lambda: resent(graph_source, send),
+                       worker, None)  # fmt: skip
     _print_progress(final)
     if not final.succeeded:
         raise SystemExit(1)
@@ -541,7 +542,7 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
         )  # fmt: skip
 
     enqueued = sent(send, restart)
-    final = follow_job(settings, jobs, enqueued, name, lambda: sent(send, False), worker, None)
+    final = follow_job(settings, jobs, enqueued, name, lambda: resent(texts, send), worker, None)
     _print_progress(final)
     if not final.succeeded:
         raise SystemExit(1)
@@ -558,6 +559,18 @@ def sent(send: Callable[[bool], Any], restart: bool) -> Any:
         return send(restart)
     except index_shards.NotOneIndex as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def resent(source: Any, send: Callable[[bool], Any]) -> Any:
+    """A stalled job's chunks sent again, if the index they were cut from is as it was."""
+    from ingest.sources.attached_graph import IndexChanged, IndexFieldsSource
+
+    if isinstance(source, IndexFieldsSource):
+        try:
+            source.check_unchanged()
+        except IndexChanged as exc:
+            raise click.ClickException(str(exc)) from exc
+    return sent(send, False)
 
 
 def _text_fields_now(client: Any, fields: FieldMap) -> list[str] | None:

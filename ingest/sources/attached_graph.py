@@ -37,6 +37,10 @@ SCAN_PAGE = 1_000
 EMBEDDED_CHARS = 16_000
 
 
+class IndexChanged(RuntimeError):
+    """An attached index was written to while a job over it ran (IndexFieldsSource)."""
+
+
 class RelationsFileSource(Source):
     """JSONL lines `{"source": ID, "relation": R, "target": ID}` (a document to another)
     or `{"source": ID, "relation": R, "entity": NAME}` (a document to what it names);
@@ -135,6 +139,17 @@ class IndexFieldsSource(Source):
         if self._fingerprint is None:
             self._fingerprint = self._read_fingerprint()
         return self._fingerprint
+
+    def check_unchanged(self) -> None:
+        """Raise IndexChanged if the team wrote to the index since the job began: a re-send
+        reads it again, and its order (a write moves its document to its shard's end)
+        shifted documents into chunks done before, skipping them in silence."""
+        if self._fingerprint is not None and self._read_fingerprint() != self._fingerprint:
+            raise IndexChanged(
+                f"[{self.fields.index}] was written to while this job ran, so its chunks "
+                "cannot be sent again as cut: run the same command again for a new job "
+                "(answers the LLM gave are cached)"
+            )
 
     def _read_fingerprint(self) -> str:
         count = self.client.count(index=self.fields.index)["count"]

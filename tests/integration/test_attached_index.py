@@ -283,7 +283,7 @@ def test_an_update_that_keeps_the_count_makes_another_job_over_the_index(
     """A job over an attached index was named by its document count: an update moves its
     document to the end of its shard's order, and a resumed job then skipped a document
     shifted into a chunk done before."""
-    from ingest.sources.attached_graph import IndexFieldsSource
+    from ingest.sources.attached_graph import IndexChanged, IndexFieldsSource
 
     stores, kb = (opensearch, neo4j_driver, redis_client), "team-moved"
     with _attached_plain(stores, kb, kb, "--entity-field", "genre") as done:
@@ -294,8 +294,11 @@ def test_an_update_that_keeps_the_count_makes_another_job_over_the_index(
         assert again.fingerprint() == before
         opensearch.update(index=kb, id="m1", body={"doc": {"genre": "noir"}}, refresh=True)
         assert IndexFieldsSource(opensearch, fields).fingerprint() != before
-        # The command that made the job re-sends its stalled chunks as that job.
+        # The command that made the job re-sends its stalled chunks as that job, and not
+        # once the index changed (its order did: a chunk done before would take a document).
         assert again.fingerprint() == before
+        with pytest.raises(IndexChanged, match="was written to while this job ran"):
+            again.check_unchanged()
 
 
 def test_an_index_searched_through_its_default_pipeline_is_searched_through_it_still(
