@@ -23,7 +23,7 @@ from kgqr_core.settings import Settings
 from plugin import installer, schema
 from plugin.schema import GraphCopyState
 
-READ_BATCH = 2_000  # nodes per Neo4j read and per bulk request
+READ_BATCH = 2_000  # nodes per Neo4j read (their writes are cut by size: bulk_requests)
 
 # A node's first `edges` edges as [other end, its type, relation, outgoing, evidence]: the
 # same expansion, and the same values, as the first hop of store.NEIGHBOURS. `version`:

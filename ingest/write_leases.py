@@ -81,10 +81,12 @@ class WriteLeases:
                 self.redis.zrem(key, token)
 
     def forget(self, kb: str) -> None:
-        """A dropped KB's lapsed leases (they stayed, without expiry); not the whole set: a
-        chunk of an ingest started since the drop's wait holds a live one. Redis removes
+        """A dropped KB's leases lapsed long ago (they stayed, without expiry), as a claim
+        prunes them: not the whole set, since a chunk of an ingest started after the drop's
+        wait holds a live one, nor those lapsed just now (a late renewal). Redis removes
         the set once it is empty."""
-        self.redis.zremrangebyscore(_leases_key(kb), "-inf", f"({time.time()}")
+        lapsed_long_ago = time.time() - PRUNED_AFTER * self.lease_s
+        self.redis.zremrangebyscore(_leases_key(kb), "-inf", f"({lapsed_long_ago}")
 
     def live(self, kb: str) -> list[str]:
         """Tokens of the leases still renewed: chunks of the KB being written now."""

@@ -114,6 +114,8 @@ def _passage_graph(pid: str, doc: Any) -> Iterator[Record]:
         if value is not None and not isinstance(value, list):
             yield Rejected(reason=f"{pid}: OpenIE {name} is not a list", raw=repr(value)[:4000])
     named = entities if isinstance(entities, list) else []
+    for other in (name for name in named if not isinstance(name, str)):
+        yield Rejected(reason=f"{pid}: OpenIE entity is not a string", raw=repr(other)[:4000])
     for entity in dict.fromkeys(name for name in named if isinstance(name, str)):
         if entity.strip():
             yield set_aside_unless_valid(f"{pid}: entity", entity, Mention,

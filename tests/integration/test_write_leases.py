@@ -77,14 +77,17 @@ def test_a_kbs_leases_cannot_be_evicted_and_lapsed_ones_go_as_the_next_is_taken(
     # whose worker's clock is behind): removed, it could never be renewed again.
     redis_client.zadd(key, {"dead-task": time.time() - 60, "late-task": time.time() - 0.5})
     redis_client.expire(key, 60)  # as an older kgqr left it
-    leases = WriteLeases(redis_client, lease_s=0.3)
+    leases = WriteLeases(redis_client, lease_s=1.0)  # pruned 5 s after they lapse
     with leases.writing(job, kb_name, "task-4") as held:
         assert held
-        time.sleep(0.2)  # a renewal or two
+        time.sleep(0.6)  # a renewal or two
         assert redis_client.ttl(key) == -1
         assert sorted(redis_client.zrange(key, 0, -1)) == [b"late-task", b"task-4"]
-    # A drop removes what is left once none is live.
+    # A drop removes those lapsed long ago too, and so the set once none is left.
+    redis_client.zadd(key, {"dead-again": time.time() - 600})  # past the drop's 100 s
     drop_knowledge_base(opensearch, neo4j_driver, redis_client, kb_name, settle_s=0)
+    assert redis_client.zrange(key, 0, -1) == [b"late-task"]
+    redis_client.zrem(key, "late-task")
     assert redis_client.exists(key) == 0
 
 

@@ -250,8 +250,9 @@ def test_an_openie_name_no_record_can_hold_is_set_aside_and_the_rest_read(
     records = list(open_source(f"musique:{tmp_path}").records())
     assert sorted(r.entity for r in records if isinstance(r, Mention)) == ["e0", "e2"]
     reasons = [r.reason for r in records if isinstance(r, Rejected)]
-    assert len(reasons) == 3 and reasons[0].startswith("p0: entity: ")
-    assert reasons[1:] == ["p1: OpenIE item is not an object",
+    assert len(reasons) == 4 and reasons[0] == "p0: OpenIE entity is not a string"
+    assert reasons[1].startswith("p0: entity: ")
+    assert reasons[2:] == ["p1: OpenIE item is not an object",
                            "p2: OpenIE extracted_triples is not a list"]  # fmt: skip
     long_title = "Heat " + "x" * 600
     hotpot = tmp_path / "hotpot"
