@@ -66,7 +66,8 @@ def extract(llm: LlmClient, passage: Document) -> Extraction:
     if not found:
         result.problems.append(f"{passage.id}: the LLM returned no usable triples")
         return result
-    numbered = "\n".join(f"{i}. ({h}; {r}; {t})" for i, (h, r, t) in enumerate(found, start=1))
+    numbered = "\n".join(f"{i}. ({t.head}; {t.relation}; {t.tail})"
+                         for i, t in enumerate(found, start=1))  # fmt: skip
     ttr_prompt = render("kgcqr_ttr", title=passage.title, text=text, triples=numbered)
     ttr_answer = llm.complete(LlmRequest.user(ttr_prompt, json_mode=True, max_tokens=900))
     result.llm_calls += 1
@@ -74,22 +75,21 @@ def extract(llm: LlmClient, passage: Document) -> Extraction:
     sentences = parse_sentences(ttr_answer.texts[0], len(found))
     if sentences is None:
         result.problems.append(f"{passage.id}: TTR answer unusable; template sentences used")
-    for position, (head, relation, tail) in enumerate(found):
-        triple = CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage.id)
+    for position, triple in enumerate(found):
         written = sentences[position] if sentences is not None else None
         if written is not None and unstorable(written) is None:
             triple.ttr, triple.ttr_source = written, "llm"
         else:  # none, or one no store takes (half a surrogate): the template's
             triple.ttr, triple.ttr_source = triple.template_ttr(), "template"
         result.triples.append(triple)
-    entities = dict.fromkeys(name for h, _, t in found for name in (h, t))
+    entities = dict.fromkeys(name for t in found for name in (t.head, t.tail))
     result.mentions = [Mention(passage_id=passage.id, entity=name) for name in entities]
     return result
 
 
 def _storable(
     passage_id: str, found: list[tuple[str, str, str]], problems: list[str]
-) -> list[tuple[str, str, str]]:
+) -> list[CorpusTriple]:
     """The triples a record, and both stores, can hold; the rest said in `problems`. Checked
     before the second prompt too: the LLM's client cannot even send half a surrogate, and
     a name over 512 characters, or such text, failed the whole chunk for good, from the
@@ -97,12 +97,12 @@ def _storable(
     kept = []
     for head, relation, tail in found:
         try:
-            CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage_id)
+            triple = CorpusTriple(head=head, relation=relation, tail=tail, passage_id=passage_id)
         except ValidationError as exc:
             problems.append(f"{passage_id}: a triple set aside: {exc.errors()[0]['msg']}")
             continue
         if (problem := unstorable([head, relation, tail])) is not None:
             problems.append(f"{passage_id}: a triple set aside: {problem}")
             continue
-        kept.append((head, relation, tail))
+        kept.append(triple)
     return kept
