@@ -61,7 +61,7 @@ def warm(
         queries_from_file,
         warm_queries,
     )
-    from workbench.evaluation.runner import EvalError, EvalTarget
+    from workbench.evaluation.cli import target_of
 
     [strategy] = strategy_names(strategy, "--strategy", single=True)
     if (top is None) == (path is None):
@@ -76,10 +76,7 @@ def warm(
     meta = known_kb(client, kb)  # a mistyped name, not a quiet log
     if path is None:
         queries = frequent_logged_queries(client, kb, top or 0)
-    try:  # where the KB's own clients search it, in its fields
-        target = EvalTarget.of(kb, meta.attached)
-    except EvalError as exc:
-        raise click.ClickException(str(exc)) from exc
+    target = target_of(kb, meta.attached)  # where the KB's own clients search it
     if not queries:
         raise click.ClickException(
             f"no queries to warm in {path}"

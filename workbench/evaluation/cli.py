@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,6 +26,9 @@ from kgqr_ops.cli_options import (
 )
 from query_rewriter.strategies import menu
 from workbench.evaluation.cross_validation import DEFAULT_FOLDS
+
+if TYPE_CHECKING:
+    from plugin.field_map import FieldMap
 from workbench.evaluation.metrics import METRIC_NAMES
 
 QUERY_SET_HELP = """\b
@@ -105,14 +108,20 @@ def eval_target(kb: str) -> Any:
 
     from kgqr_core import connections
     from plugin import kb_meta
-    from workbench.evaluation.runner import EvalError, EvalTarget
 
     try:
         meta = kb_meta.load(connections.opensearch_client(get_settings()), kb)
     except opensearchpy.exceptions.TransportError:
         meta = None
+    return target_of(kb, meta.attached if meta is not None else None)
+
+
+def target_of(kb: str, attached: FieldMap | None) -> Any:
+    """runner.EvalTarget.of, its refusal (an attached index with no text field) one line."""
+    from workbench.evaluation.runner import EvalError, EvalTarget
+
     try:
-        return EvalTarget.of(kb, meta.attached if meta is not None else None)
+        return EvalTarget.of(kb, attached)
     except EvalError as exc:
         raise click.ClickException(str(exc)) from exc
 
