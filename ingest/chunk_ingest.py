@@ -111,12 +111,11 @@ def ingest_chunk(
     chunk: int,
     records: list[dict[str, Any]],
     extract_triples: bool = False,
-    final_attempt: bool = True,
 ) -> ChunkOutcome:
-    """Write one chunk's records. Before its `final_attempt`, a record the engine failed
-    to write on its side raises TransientBulkError, for the chunk to be retried: set
-    aside, it was not the record's fault, and its chunk, done, would not be sent again by
-    a re-run of the same source."""
+    """Write one chunk's records. A record the engine failed to write on its side raises
+    TransientBulkError, for the chunk to be retried, and once retries are spent the chunk
+    fails rather than being done: set aside, it was not the record's fault, and its chunk,
+    done, was never sent again by a re-run of the same source (only `--restart` wrote it)."""
     if resources.jobs.is_done(job_id, chunk):
         return ChunkOutcome(skipped=True)
     outcome = ChunkOutcome()
@@ -166,9 +165,10 @@ def ingest_chunk(
     # before, a retry's reads of the graph (retyped, losing) saw it changed already, and
     # some nodes' copies were never made again.
     engines = [failure for failure in batch.failures if failure.status >= 500]
-    if engines and not final_attempt:
+    if engines:
+        keys = ", ".join(str(failure.key) for failure in engines[:5])
         raise opensearch_writer.TransientBulkError(
-            f"the engine failed to write {len(engines)} records: {engines[0].reason}"
+            f"the engine failed to write {len(engines)} records ({keys}): {engines[0].reason}"
         )
     opensearch_writer.write_dead_letters(resources.opensearch, kb, job_id, chunk, batch.failures)
     outcome.counts = {

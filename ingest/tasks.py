@@ -53,10 +53,7 @@ def ingest_chunk_task(
                     extra={"kgqr": {"job": job_id, "kb": kb, "chunk": chunk}},
                 )
                 return _report(chunk, ChunkOutcome(skipped=True))
-            final_attempt = self.request.retries >= MAX_RETRIES
-            outcome = ingest_chunk(
-                resources, job_id, kb, chunk, records, extract_triples, final_attempt
-            )
+            outcome = ingest_chunk(resources, job_id, kb, chunk, records, extract_triples)
     except Exception as exc:
         if is_transient(exc) and self.request.retries < MAX_RETRIES:
             countdown = min(2**self.request.retries, 60)

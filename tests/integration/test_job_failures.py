@@ -223,9 +223,11 @@ def test_a_record_the_engine_fails_to_write_is_retried_not_set_aside(
 ) -> None:  # fmt: skip
     """An item's 500 is the engine's trouble, not the record's: set aside, its chunk was
     done and a re-run of the same source never sent it again. The chunk is retried, and
-    lands whole once the engine writes it; on its last attempt the record is set aside."""
+    lands whole once the engine writes it; while the engine still fails the record, the
+    chunk stays undone (its retries spent, it fails), so a re-run writes it."""
     from ingest.chunk_ingest import ingest_chunk
     from ingest.kb_removal import drop_knowledge_base
+    from ingest.opensearch_writer import TransientBulkError
     from ingest.records import Document
     from ingest.worker_resources import WorkerResources
     from plugin import schema
@@ -237,20 +239,25 @@ def test_a_record_the_engine_fails_to_write_is_retried_not_set_aside(
     try:
         _retried_until_lifted(
             (settings, opensearch, neo4j_driver, redis_client), kb_name,
-            "the engine failed to write 1 records",
+            "the engine failed to write 1 records (m2)",
             lambda: opensearch.indices.put_settings(
                 index=index, body={"index.default_pipeline": None}),
         )  # fmt: skip
-        # The chunk's last attempt: what the engine still fails to write is set aside.
         _failing_pipeline(opensearch, index, pipeline, "m9")
-        resources = WorkerResources(settings)
+        resources, job_id = WorkerResources(settings), f"{kb_name}-last"
+        jobs = JobStore(redis_client)
+        jobs.start(job_id, kb_name, "test")
         try:
             record = Document(id="m9", type="movie", title="Miami Vice").model_dump(mode="json")
-            outcome = ingest_chunk(resources, f"{kb_name}-last", kb_name, 0, [record])
+            with pytest.raises(TransientBulkError, match="the node could not write it"):
+                ingest_chunk(resources, job_id, kb_name, 0, [record])
+            assert not jobs.is_done(job_id, 0)
+            opensearch.indices.put_settings(index=index, body={"index.default_pipeline": None})
+            outcome = ingest_chunk(resources, job_id, kb_name, 0, [record])  # a re-run
         finally:
             resources.neo4j.close()
-        assert outcome.counts["rejected"] == 1
-        assert "the node could not write it" in outcome.problems[0]
+            jobs.forget(job_id)
+        assert outcome.counts == {**outcome.counts, "documents": 1, "rejected": 0}
     finally:
         opensearch.indices.put_settings(index=index, body={"index.default_pipeline": None})
         opensearch.ingest.delete_pipeline(id=pipeline, ignore=[404])
