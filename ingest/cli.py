@@ -154,8 +154,6 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
         f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
         f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
     )
-    if enqueued.chunks_total == 0:  # an empty export or the wrong file: say so, not "done"
-        click.echo(f"warning: {source} held no records; nothing was ingested", err=True)
     if not wait:  # no worker is started here: `status` says when none takes the chunks
         click.echo(f"follow it with: kgqr ingest status {enqueued.job_id} (a worker must run: "
                    "`kgqr ingest worker`)")  # fmt: skip

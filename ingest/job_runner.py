@@ -140,6 +140,7 @@ def enqueue(
     """Stream the source into chunks and send those not yet done."""
     check_kb_name(kb)
     check_embedder(opensearch, kb, settings)
+    _check_not_empty(source, spec)
     reembedding_to = reembed.in_progress(jobs.redis, kb)
     if reembedding_to is not None:
         raise ValueError(
@@ -169,6 +170,20 @@ def enqueue(
     made = created.model_dump(include={"structure", "embedder", "dimension", "document_revision"})
     kb_meta.record(opensearch, kb, {**made, "structure": job.structure}, create=created)
     return job
+
+
+class EmptySource(ValueError):
+    """A source with no record at all: an empty export, or the wrong file."""
+
+
+def _check_not_empty(source: Source, spec: str) -> None:
+    """Asked before any index is made: an empty source made a knowledge base with no
+    documents, listed by `kgqr kb list`, and a job of 0 chunks that ended "[done]"."""
+    if next(iter(source.read_records()), None) is None:
+        raise EmptySource(
+            f"{spec} holds no records: nothing was ingested, and no knowledge base was made"
+            " (check the path, and that the files are in the source's format)"
+        )
 
 
 def enqueue_graph(

@@ -296,16 +296,21 @@ def test_values_no_store_keeps_cost_their_own_records_not_their_chunk(
     assert verify(opensearch, neo4j, kb).ok
 
 
-def test_an_empty_source_is_said_to_hold_no_records(kb: str, tmp_path: Path) -> None:
-    """It ran a job of 0 chunks that ended "[done]", as if something had landed."""
+def test_an_empty_source_fails_and_makes_no_knowledge_base(
+    kb: str, tmp_path: Path, opensearch: Any
+) -> None:
+    """It ran a job of 0 chunks that ended "[done]", and left a knowledge base with no
+    documents in `kgqr kb list`."""
     from click.testing import CliRunner
 
     from kgqr_ops.cli import main
 
-    (tmp_path / "documents.jsonl").write_text("")
+    (tmp_path / "documents.jsonl").write_text("\n")
     result = CliRunner().invoke(main, ["ingest", f"jsonl:{tmp_path}", "--kb", kb, "--no-wait"])
-    assert result.exit_code == 0, result.output
-    assert f"warning: jsonl:{tmp_path} held no records; nothing was ingested" in result.output
+    assert result.exit_code == 1, result.output
+    assert f"jsonl:{tmp_path} holds no records: nothing was ingested" in result.output
+    assert kb_meta.load(opensearch, kb) is None
+    assert not opensearch.indices.exists(index=schema.documents_index(kb))
 
 
 def test_a_run_that_set_records_aside_says_where_to_read_why(kb: str, tmp_path: Path) -> None:
