@@ -625,12 +625,21 @@ def sync(name: str, full: bool, follow: bool, interval: float, worker: str) -> N
     (docs/attached-indices.md says how changes are found, and the limits)."""
     import time
 
-    while True:
-        _sync_once(name, full, worker)
-        if not follow:
+    _sync_once(name, full, worker)  # the first's failure ends the command: a setup's
+    while follow:
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:  # how --follow is meant to end: not "Aborted!", exit 1
+            click.echo(f"stopped following {name}: its last sync is complete")
             return
-        full = False
-        time.sleep(interval)
+        try:
+            _sync_once(name, False, worker)
+        except (click.ClickException, SystemExit) as exc:
+            # A store restarting, the team's index briefly closed: followed syncs outlive
+            # it, and the next one reads on from the last one that completed.
+            why = exc.format_message() if isinstance(exc, click.ClickException) else "failed"
+            click.echo(f"sync of {name} failed ({why}); trying again in {interval:g}s",
+                       err=True)  # fmt: skip
 
 
 def _sync_once(name: str, full: bool, worker: str) -> None:
