@@ -120,6 +120,7 @@ def ingest_chunk(
         return ChunkOutcome(skipped=True)
     outcome = ChunkOutcome()
     batch = _sort(records)
+    batch.documents = _last_of_each_id(batch.documents, outcome.problems)
 
     own = batch.documents if extract_triples else []
     passages = [
@@ -183,6 +184,16 @@ def ingest_chunk(
     outcome.problems.extend(f"{f.stage}: {f.reason}" for f in batch.failures)
     resources.jobs.complete_chunk(job_id, chunk, outcome.counts)
     return outcome
+
+
+def _last_of_each_id(documents: list[Document], problems: list[str]) -> list[Document]:
+    """The last document given for each id, as the documents index keeps it: both were
+    counted, and the graph could type the node as the first."""
+    last = {document.id: document for document in documents}
+    if len(last) < len(documents):
+        repeated = sorted({d.id for d in documents if last[d.id] is not d})
+        problems.append(f"given more than once in one chunk, the last kept: {repeated[:10]}")
+    return list(last.values())
 
 
 def _refresh_field_edges(resources: WorkerResources, kb: str, batch: _Sorted) -> set[str]:

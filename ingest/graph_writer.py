@@ -29,17 +29,21 @@ def _run_batched(driver: Any, query: str, rows: list[dict[str, Any]], **params: 
 
 
 def write_documents(driver: Any, kb: str, documents: Sequence[Document]) -> None:
-    by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for doc in documents:
-        by_label[node_label(doc.type)].append({"id": doc.id, "type": doc.type, "name": doc.title})
-    for label, rows in by_label.items():
-        _run_batched(
-            driver,
-            f"UNWIND $rows AS row MERGE (n:Node {{kb: $kb, id: row.id}}) "
-            f"SET n:`{label}`, n.type = row.type, n.name = row.name",
-            rows,
-            kb=kb,
-        )
+    """Documents of distinct ids (a chunk keeps the last given of each: labels are read
+    for all rows before any is written). A node retyped loses its old type's label: a
+    statement per label left it every label it had had."""
+    rows = [
+        {"id": doc.id, "type": doc.type, "name": doc.title, "label": node_label(doc.type)}
+        for doc in documents
+    ]
+    _run_batched(
+        driver,
+        "UNWIND $rows AS row MERGE (n:Node {kb: $kb, id: row.id}) "
+        "WITH n, row, [label IN labels(n) WHERE NOT label IN ['Node', 'Entity', row.label]] "
+        "AS stale REMOVE n:$(stale) SET n:$(row.label), n.type = row.type, n.name = row.name",
+        rows,
+        kb=kb,
+    )
 
 
 def write_relations(

@@ -96,3 +96,19 @@ def test_procedure_rejects_columns_of_different_lengths(neo4j_driver: Any, graph
             kb=graph_kb,
         )
     assert graph_of(neo4j_driver, graph_kb) == ([], ["a", "b"])
+
+
+def test_a_retyped_document_keeps_only_its_new_types_label(
+    neo4j_driver: Any, graph_kb: str
+) -> None:
+    """A statement per label added the new one and left the old: a paper retyped as a book
+    matched both `:Paper` and `:Book`."""
+    graph_writer.write_documents(neo4j_driver, graph_kb, [
+        Document(id="a", type="book", title="A"), Document(id="b", type="paper", title="B"),
+    ])  # fmt: skip
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (n:Node {kb: $kb}) RETURN n.id AS id, n.type AS type, labels(n) AS labels "
+        "ORDER BY id", kb=graph_kb,
+    )  # fmt: skip
+    labels = {r["id"]: (r["type"], sorted(r["labels"])) for r in records}
+    assert labels == {"a": ("book", ["Book", "Node"]), "b": ("paper", ["Node", "Paper"])}

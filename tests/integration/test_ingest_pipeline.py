@@ -585,3 +585,21 @@ def test_an_index_made_by_an_older_template_gains_the_new_fields(
     finally:
         opensearch.indices.delete(index=index)
         opensearch.indices.delete_index_template(name=index)
+
+
+def test_an_id_given_twice_in_a_source_is_one_document_typed_alike_in_both_stores(
+    stores: Stores, kb: str, tmp_path: Path
+) -> None:
+    """Both records were counted, and Neo4j typed the node by whichever type's statement ran
+    last: here `paper`, where the documents index kept the last record's `book`."""
+    lines = [{"id": "b", "type": t, "title": "B"} for t in ("book", "paper", "book")]
+    (tmp_path / "documents.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _, opensearch, neo4j, _ = stores
+    _, progress = run_to_end(*stores, f"jsonl:{tmp_path}", kb)
+    assert progress.counts["documents"] == 1
+    opensearch.indices.refresh(index=schema.documents_index(kb))
+    kept = opensearch.get(index=schema.documents_index(kb), id="b")["_source"]["type"]
+    records, _, _ = neo4j.execute_query("MATCH (n:Node {kb: $kb, id: 'b'}) RETURN n.type AS t",
+                                        kb=kb)  # fmt: skip
+    assert kept == "book" and [r["t"] for r in records] == ["book"]
+    assert verify(opensearch, neo4j, kb).ok
