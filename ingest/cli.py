@@ -20,6 +20,7 @@ from kgqr_ops.cli_options import kb_option, known_kb, replicas_checked
 
 if TYPE_CHECKING:
     from ingest.kb_removal import RemovedKnowledgeBase
+    from ingest.queue_room import QueueRoom
 
 RUN_HELP = """Load SOURCE (KIND:PATH) into knowledge base --kb.
 
@@ -113,10 +114,12 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
         replicas: str | None) -> None:  # fmt: skip
 
     from ingest import job_runner
+    from ingest.celery_app import app
     from ingest.job_store import JobStore
     from ingest.sources import open_source
     from ingest.tasks import chunk_sender
     from kgqr_core import connections
+    from plugin import kb_meta
 
     try:  # a mistyped source is said before any store is reached
         loaded = open_source(source, limit=limit)
@@ -136,31 +139,34 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
 
-    def send(source_: Any, restart_: bool) -> job_runner.EnqueuedJob:
-        return job_runner.enqueue(
-            source_, source, kb, settings=settings, opensearch=opensearch, jobs=jobs,
-            send=chunk_sender(kb, model=settings.embedder.model), dimension=dimension,
-            chunk_size=chunk_size, restart=restart_,
-        )  # fmt: skip
+    def send(source_: Any, restart_: bool, room: QueueRoom) -> job_runner.EnqueuedJob:
+        try:  # dropped meanwhile, or the checks' refusals (a re-send's source changed)
+            return job_runner.enqueue(
+                source_, source, kb, settings=settings, opensearch=opensearch, jobs=jobs,
+                send=room.bounded(chunk_sender(kb, model=settings.embedder.model)),
+                dimension=dimension, chunk_size=chunk_size, restart=restart_,
+            )  # fmt: skip
+        except (ValueError, kb_meta.KnowledgeBaseGone) as exc:
+            raise click.ClickException(str(exc)) from exc
 
-    try:
-        enqueued = send(loaded, restart)
-    except ValueError as exc:  # another model's vectors, or a re-embed under way
+    try:  # another model's vectors, a re-embed under way, an empty source: before a worker
+        job_runner.check_ingest(loaded, source, kb, settings=settings, opensearch=opensearch,
+                                jobs=jobs)  # fmt: skip
+    except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    for other in enqueued.replaced:  # the CLI shows no log: said here
-        click.echo(f"{other} cut this source at another chunk size: it is forgotten, and "
-                   "every chunk is sent at this one (writes are idempotent)")  # fmt: skip
-    click.echo(
-        f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
-        f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
-    )
     if not wait:  # no worker is started here: `status` says when none takes the chunks
+        if job_runner.workers_consuming(app, settings.redis.ingest_queue) == 0:
+            click.echo(f"no worker takes queue {settings.redis.ingest_queue}: "
+                       f"{settings.redis.ingest_queued_chunks} chunks are queued, the rest "
+                       "sent as one takes them (start one: kgqr ingest worker)")  # fmt: skip
+        enqueued = send(loaded, restart, queue_room(settings, jobs, click.echo))
+        say_sent(enqueued, click.echo)
         click.echo(f"follow it with: kgqr ingest status {enqueued.job_id} (a worker must run: "
                    "`kgqr ingest worker`)")  # fmt: skip
         return
     final = follow_job(
-        settings, jobs, enqueued, kb, lambda: send(open_source(source, limit=limit), False),
-        worker, timeout,
+        settings, jobs, kb, lambda room: send(loaded, restart, room),
+        lambda room: send(open_source(source, limit=limit), False, room), worker, timeout,
     )  # fmt: skip
     _print_progress(final)
     if not final.finished:  # --timeout: the temporary worker is gone with this command
@@ -175,21 +181,46 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     opensearch.indices.refresh(index=f"kgqr-{kb}-*")  # searchable the moment we say "done"
 
 
+def queue_room(settings: Any, jobs: Any, say: Callable[[str], None], **options: Any) -> QueueRoom:
+    """How many of a job's chunks may wait in the broker (KGQR_INGEST_QUEUED_CHUNKS)."""
+    from ingest import job_runner
+    from ingest.celery_app import app
+    from ingest.queue_room import QueueRoom
+
+    queue = settings.redis.ingest_queue
+    return QueueRoom(
+        jobs, settings.redis.ingest_queued_chunks,
+        none_consuming=lambda: job_runner.none_consuming(app, queue), say=say, **options,
+    )  # fmt: skip
+
+
+def say_sent(enqueued: Any, say: Callable[[str], None]) -> None:
+    for other in enqueued.replaced:  # the CLI shows no log: said here
+        say(f"{other} cut this source at another chunk size: it is forgotten, and every "
+            "chunk is sent at this one (writes are idempotent)")  # fmt: skip
+    say(f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
+        f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)")  # fmt: skip
+
+
 def follow_job(
     settings: Any,
     jobs: Any,
-    enqueued: Any,
     desc: str,
-    resend_chunks: Callable[[], Any],
+    start: Callable[[QueueRoom], Any],
+    resend_chunks: Callable[[QueueRoom], Any],
     worker: str,
     timeout: float | None,
 ) -> Any:
-    """Follow a job with a progress bar to its end, starting a temporary worker when none
-    takes the queue (`worker` "auto") and re-sending lost chunks when it stalls."""
+    """Send a job's chunks (`start`) and follow it with a progress bar to its end,
+    starting a temporary worker first when none takes the queue (`worker` "auto": chunks
+    are sent as workers take them) and re-sending lost chunks when it stalls."""
+    import time
+
     from tqdm import tqdm
 
     from ingest import job_runner
     from ingest.celery_app import app
+    from ingest.queue_room import StoppedWaiting
 
     queue = settings.redis.ingest_queue
     no_worker = job_runner.workers_consuming(app, queue) == 0
@@ -210,7 +241,8 @@ def follow_job(
     if needs_worker:  # a SIGTERM ends the temporary worker too (its `finally`), no orphan
         signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(128 + signal.SIGTERM))
     interval = 0.5 if sys.stderr.isatty() else 15.0  # CI logs get a line every 15 s
-    bar = tqdm(total=enqueued.chunks_total, unit="chunk", desc=desc, mininterval=interval)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    bar = tqdm(total=None, unit="chunk", desc=desc, mininterval=interval)
     with context, bar:
 
         def show(progress: Any) -> None:
@@ -220,10 +252,20 @@ def follow_job(
                 postfix["retrying"] = next(iter(progress.retrying.values()))[:80]
             bar.set_postfix(postfix, refresh=False)
 
+        room = queue_room(settings, jobs, bar.write, on_wait=show, deadline=deadline)
+        try:
+            enqueued = start(room)
+        except StoppedWaiting as exc:  # --timeout while chunks were still being sent
+            return jobs.progress(exc.job_id)
+        say_sent(enqueued, bar.write)
+        bar.total = enqueued.chunks_total
+        bar.refresh()
         resend = job_runner.resender(
-            app, enqueued.job_id, resend_chunks, lambda line: bar.write(line), queue
-        )
-        final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=timeout,
+            app, enqueued.job_id, lambda: resend_chunks(room), lambda line: bar.write(line),
+            queue,
+        )  # fmt: skip
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        final = job_runner.follow(jobs, enqueued.job_id, show, timeout_s=left,
                                   on_stall=resend)  # fmt: skip
     return final
 

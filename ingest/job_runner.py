@@ -124,6 +124,22 @@ def _check_unrecorded_index(opensearch: Any, kb: str, model: str) -> None:
         )
 
 
+def check_ingest(
+    source: Source, spec: str, kb: str, *, settings: Settings, opensearch: Any, jobs: JobStore
+) -> None:
+    """What refuses an ingest before anything is made or sent (ValueError, saying why):
+    asked by the CLI before it starts a worker too."""
+    check_kb_name(kb)
+    check_embedder(opensearch, kb, settings)
+    _check_not_empty(source, spec)
+    reembedding_to = reembed.in_progress(jobs.redis, kb)
+    if reembedding_to is not None:
+        raise ValueError(
+            f"knowledge base {kb!r} is being re-embedded with {reembedding_to}: what this "
+            "ingest writes would miss the new index; finish `kgqr ingest reembed` first"
+        )
+
+
 def enqueue(
     source: Source,
     spec: str,
@@ -138,15 +154,7 @@ def enqueue(
     restart: bool = False,
 ) -> EnqueuedJob:
     """Stream the source into chunks and send those not yet done."""
-    check_kb_name(kb)
-    check_embedder(opensearch, kb, settings)
-    _check_not_empty(source, spec)
-    reembedding_to = reembed.in_progress(jobs.redis, kb)
-    if reembedding_to is not None:
-        raise ValueError(
-            f"knowledge base {kb!r} is being re-embedded with {reembedding_to}: what this "
-            "ingest writes would miss the new index; finish `kgqr ingest reembed` first"
-        )
+    check_ingest(source, spec, kb, settings=settings, opensearch=opensearch, jobs=jobs)
     new_kb = not opensearch.indices.exists(index=documents_index(kb))
     installer.ensure_kb_index(
         opensearch,
@@ -159,17 +167,34 @@ def enqueue(
     installer.add_new_fields(opensearch, kb, "documents")
     if new_kb:  # an empty graph's copy is whole; an older KB's is made by `kgqr kb project`
         graph_projection.create_for_new_kb(settings, opensearch, kb)
+    # Recorded before sending too: chunks are sent as workers take them, and a KB being
+    # ingested is listed, and refuses another model's ingest, from its first chunk.
+    _record_kb(opensearch, kb, settings, dimension, source.structure(), create=True)
     job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
+    # Not made again: a record gone since was dropped (KnowledgeBaseGone says so).
+    _record_kb(opensearch, kb, settings, dimension, job.structure, create=False)
+    return job
+
+
+def _record_kb(
+    opensearch: Any,
+    kb: str,
+    settings: Settings,
+    dimension: int,
+    structure: DocumentStructure,
+    *,
+    create: bool,
+) -> None:
     created = KnowledgeBaseMeta(
         kb=kb,
-        structure=job.structure,
+        structure=structure,
         embedder=settings.embedder.model,
         dimension=dimension,
         document_revision=document_revision(settings.embedder.model),
     )
     made = created.model_dump(include={"structure", "embedder", "dimension", "document_revision"})
-    kb_meta.record(opensearch, kb, {**made, "structure": job.structure}, create=created)
-    return job
+    kb_meta.record(opensearch, kb, {**made, "structure": structure},
+                   create=created if create else None)  # fmt: skip
 
 
 class EmptySource(ValueError):
@@ -353,7 +378,7 @@ def resender(
     held: set[str] = set()
 
     def resend() -> None:
-        if queue is not None and _none_consuming(app, queue):
+        if queue is not None and none_consuming(app, queue):
             say(f"no progress on job {job_id}: no worker takes queue {queue} "
                 "(start one: kgqr ingest worker)")  # fmt: skip
             return
@@ -369,7 +394,7 @@ def resender(
     return resend
 
 
-def _none_consuming(app: Any, queue: str) -> bool:
+def none_consuming(app: Any, queue: str) -> bool:
     """No worker answers for `queue`, as far as can be told: a broker that cannot be asked
     (restarting, the stall's usual cause) is not taken for an empty queue, and a worker
     starved of CPU gets a few seconds to answer (the stall came after two minutes)."""

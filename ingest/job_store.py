@@ -88,6 +88,16 @@ class JobStore:
     def done_chunks(self, job_id: str) -> set[int]:
         return {int(chunk) for chunk in self.redis.smembers(self.key(job_id) + ":done")}
 
+    def settled(self, job_id: str, chunks: set[int]) -> set[int]:
+        """Those of `chunks` done or failed for good: one round trip for all of them."""
+        key, ordered = self.key(job_id), sorted(chunks)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for chunk in ordered:
+                pipe.sismember(key + ":done", chunk)
+                pipe.hexists(key + ":failed", chunk)
+            answers = pipe.execute()
+        return {chunk for i, chunk in enumerate(ordered) if answers[2 * i] or answers[2 * i + 1]}
+
     def exists(self, job_id: str) -> bool:
         return bool(self.redis.exists(self.key(job_id)))
 

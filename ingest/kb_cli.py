@@ -17,6 +17,7 @@ from kgqr_ops.cli_options import checked_kb_name
 from plugin import schema
 
 if TYPE_CHECKING:
+    from ingest.queue_room import QueueRoom
     from plugin.field_map import FieldMap
 
 ATTACH_HELP = """Attach an existing index or alias as knowledge base NAME, without copying
@@ -448,20 +449,15 @@ def graph(name: str, relations: Path | None, from_fields: bool,
 
     graph_source = source()  # one for every send: a re-send is of the same job
 
-    def send(restart_: bool) -> job_runner.EnqueuedJob:
+    def send(restart_: bool, room: QueueRoom) -> job_runner.EnqueuedJob:
         return job_runner.enqueue_graph(
             graph_source, spec, name, opensearch=client, jobs=jobs,
-            send=chunk_sender(name, model=settings.embedder.model),
+            send=room.bounded(chunk_sender(name, model=settings.embedder.model)),
             chunk_size=chunk_size, restart=restart_,
         )  # fmt: skip
 
-    enqueued = sent(send, restart)
-    click.echo(
-        f"job {enqueued.job_id}: {enqueued.chunks_total} chunks "
-        f"({enqueued.chunks_sent} sent, {enqueued.chunks_already_done} already done)"
-    )
-    final = follow_job(settings, jobs, enqueued, name, lambda: resent(graph_source, send),
-                       worker, None)  # fmt: skip
+    final = follow_job(settings, jobs, name, lambda room: sent(send, restart, room),
+                       lambda room: resent(graph_source, send, room), worker, None)  # fmt: skip
     _print_progress(final)
     if not final.succeeded:
         raise SystemExit(1)
@@ -535,14 +531,14 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
 
     texts = IndexEmbedSource(client, chosen)  # one for every send: a re-send is of the same job
 
-    def send(restart_: bool) -> job_runner.EnqueuedJob:
+    def send(restart_: bool, room: QueueRoom) -> job_runner.EnqueuedJob:
         return job_runner.enqueue_graph(
             texts, f"embed:{fields.index}", name, opensearch=client,
-            jobs=jobs, send=chunk_sender(name, model=model), restart=restart_,
+            jobs=jobs, send=room.bounded(chunk_sender(name, model=model)), restart=restart_,
         )  # fmt: skip
 
-    enqueued = sent(send, restart)
-    final = follow_job(settings, jobs, enqueued, name, lambda: resent(texts, send), worker, None)
+    final = follow_job(settings, jobs, name, lambda room: sent(send, restart, room),
+                       lambda room: resent(texts, send, room), worker, None)  # fmt: skip
     _print_progress(final)
     if not final.succeeded:
         raise SystemExit(1)
@@ -550,18 +546,18 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
                f"{model} into {index}")  # fmt: skip
 
 
-def sent(send: Callable[[bool], Any], restart: bool) -> Any:
+def sent(send: Callable[[bool, QueueRoom], Any], restart: bool, room: QueueRoom) -> Any:
     """A job over an attached index, sent (or re-sent): an alias pointed at several
     indices since it was attached is one line, as sync says it (ingest/index_shards.py)."""
     from ingest import index_shards
 
     try:
-        return send(restart)
+        return send(restart, room)
     except index_shards.NotOneIndex as exc:
         raise click.ClickException(str(exc)) from exc
 
 
-def resent(source: Any, send: Callable[[bool], Any]) -> Any:
+def resent(source: Any, send: Callable[[bool, QueueRoom], Any], room: QueueRoom) -> Any:
     """A stalled job's chunks sent again, if the index they were cut from is as it was."""
     from ingest.sources.attached_graph import IndexChanged, IndexFieldsSource
 
@@ -570,7 +566,7 @@ def resent(source: Any, send: Callable[[bool], Any]) -> Any:
             source.check_unchanged()
         except IndexChanged as exc:
             raise click.ClickException(str(exc)) from exc
-    return sent(send, False)
+    return sent(send, False, room)
 
 
 def _text_fields_now(client: Any, fields: FieldMap) -> list[str] | None:
@@ -698,15 +694,17 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
     if fields.entity_fields or fields.reference_fields or fields.side_vector_fields:
         jobs = JobStore(redis)
 
-        def send(restart_: bool) -> job_runner.EnqueuedJob:
+        def send(restart_: bool, room: QueueRoom) -> job_runner.EnqueuedJob:
             return job_runner.enqueue_graph(
                 changes, f"sync:{fields.index}", name, opensearch=client, jobs=jobs,
-                send=chunk_sender(name, model=fields.vector_model), restart=restart_,
+                send=room.bounded(chunk_sender(name, model=fields.vector_model)),
+                restart=restart_,
             )  # fmt: skip
 
         # From the start: a document written again since an interrupted run's chunk took
         # it is read again (refreshing one twice leaves the same edges).
-        final = follow_job(settings, jobs, send(True), name, lambda: send(False), worker, None)
+        final = follow_job(settings, jobs, name, lambda room: send(True, room),
+                           lambda room: send(False, room), worker, None)  # fmt: skip
         _print_progress(final)
         if not final.succeeded:
             raise SystemExit(1)

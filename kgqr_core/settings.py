@@ -281,7 +281,7 @@ class Neo4jSettings(Section):
 class RedisSettings(Section):
     """Redis: the ingest queue and job records, and the rewrite and LLM caches."""
 
-    AS_IS = frozenset({"ingest_queue"})
+    AS_IS = frozenset({"ingest_queue", "ingest_queued_chunks"})
 
     url: str = Field(
         default="redis://127.0.0.1:6379/0",
@@ -326,6 +326,14 @@ class RedisSettings(Section):
         default="kgqr-ingest",
         description="Celery queue ingest chunks go to; deployments (or test runs) sharing "
         "one Redis keep their jobs apart with different names.",
+    )
+
+    ingest_queued_chunks: int = Field(
+        default=32,
+        ge=1,
+        description="Chunks of one ingest job sent and not yet written: the next waits for "
+        "one, so a source larger than Redis's memory streams through it (sent whole, it "
+        "failed on Redis's OOM). Raise it where many workers share the queue.",
     )
 
 

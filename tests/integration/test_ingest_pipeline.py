@@ -603,3 +603,39 @@ def test_an_id_given_twice_in_a_source_is_one_document_typed_alike_in_both_store
                                         kb=kb)  # fmt: skip
     assert kept == "book" and [r["t"] for r in records] == ["book"]
     assert verify(opensearch, neo4j, kb).ok
+
+
+def test_a_source_streams_through_the_queue_a_few_chunks_at_a_time(
+    kb: str, opensearch: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kgqr ingest` sent every chunk before any was written: the broker held the whole
+    source. With room for two, the queue never holds more, and every document lands."""
+    import threading
+
+    from click.testing import CliRunner
+
+    from kgqr_core.settings import get_settings
+    from kgqr_ops.cli import main
+    from tests.integration.ingest_helpers import TINY_KB
+
+    monkeypatch.setenv("KGQR_INGEST_QUEUED_CHUNKS", "2")
+    get_settings.cache_clear()
+    queue, lengths, done = get_settings().redis.ingest_queue, [], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            lengths.append(redis_client.llen(queue))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = CliRunner().invoke(main, ["ingest", TINY_KB, "--kb", kb, "--chunk-size", "1"])
+    finally:
+        done.set()
+        sampler.join()
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert "job " in result.output and ": 9 chunks (9 sent, 0 already done)" in result.output
+    assert len(document_ids(opensearch, kb)) == 8
+    assert lengths and max(lengths) <= 2, max(lengths)

@@ -1,0 +1,107 @@
+"""A job's chunks wait for room in the broker: at most `limit` sent and not settled.
+
+Against the real Redis that holds job progress; the sends are recorded, not queued (the
+ingest tests run the whole path)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ingest.job_store import JobStore
+from ingest.queue_room import QueueRoom, StoppedWaiting
+
+pytestmark = pytest.mark.quick
+
+
+@pytest.fixture
+def job(redis_client: Any) -> Iterator[tuple[JobStore, str]]:
+    jobs, job_id = JobStore(redis_client), f"room-{uuid.uuid4().hex[:8]}"
+    jobs.start(job_id, "room", "test")
+    yield jobs, job_id
+    jobs.forget(job_id)
+
+
+def _sending(room: QueueRoom, job_id: str, chunks: int) -> tuple[list[int], threading.Thread]:
+    sent: list[int] = []
+    send = room.bounded(lambda _job, chunk, _records, _extract: sent.append(chunk))
+    thread = threading.Thread(target=lambda: [send(job_id, n, [], False) for n in range(chunks)],
+                              daemon=True)  # fmt: skip
+    thread.start()
+    return sent, thread
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_chunk_is_sent_only_when_one_of_the_last_limit_has_settled(
+    job: tuple[JobStore, str],
+) -> None:
+    """Sent all at once, a source lay whole in Redis: larger than its memory, it failed
+    on an OOM halfway."""
+    jobs, job_id = job
+    room = QueueRoom(jobs, 2, none_consuming=lambda: False, poll_s=0.01)
+    sent, thread = _sending(room, job_id, 5)
+    _until(lambda: len(sent) == 2, "the first two were not sent")
+    time.sleep(0.3)
+    assert sent == [0, 1]
+    jobs.complete_chunk(job_id, 0, {"documents": 1})
+    _until(lambda: len(sent) == 3, "a done chunk made no room")
+    time.sleep(0.3)
+    assert sent == [0, 1, 2]
+    jobs.fail_chunk(job_id, 1, "a record no retry fixes")  # failed for good settles too
+    _until(lambda: len(sent) == 4, "a failed chunk made no room")
+    jobs.complete_chunk(job_id, 2, {"documents": 1})
+    thread.join(10)
+    assert sent == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("workers", [False, True])
+def test_after_a_stall_it_waits_for_a_worker_or_stops_waiting_on_lost_chunks(
+    job: tuple[JobStore, str], workers: bool
+) -> None:
+    """With no worker, it keeps waiting and says so once. With workers, chunks that never
+    settle were lost (a broker restart) and are re-sent by the stall re-send that follows
+    the job once every chunk is sent: waiting on them would wait forever."""
+    jobs, job_id = job
+    said: list[str] = []
+    room = QueueRoom(jobs, 1, none_consuming=lambda: not workers, say=said.append,
+                     poll_s=0.01, stall_s=0.05)  # fmt: skip
+    sent, thread = _sending(room, job_id, 2)
+    time.sleep(0.5)
+    if workers:
+        assert sent == [0, 1] and len(said) == 1
+        assert "sending on (chunks lost are re-sent once all are sent)" in said[0]
+        return
+    assert sent == [0]
+    assert said == [f"1 chunks of job {job_id} wait for a worker: the rest are sent as one "
+                    "takes them (kgqr ingest worker)"]  # fmt: skip
+    jobs.complete_chunk(job_id, 0, {})
+    thread.join(10)
+    assert sent == [0, 1]
+
+
+def test_its_deadline_and_a_drop_end_the_wait(job: tuple[JobStore, str]) -> None:
+    jobs, job_id = job
+    late = QueueRoom(jobs, 1, none_consuming=lambda: True, poll_s=0.01,
+                     deadline=time.monotonic() + 0.1)  # fmt: skip
+    send = late.bounded(lambda *_: None)
+    send(job_id, 0, [], False)
+    with pytest.raises(StoppedWaiting) as stopped:
+        send(job_id, 1, [], False)
+    assert stopped.value.job_id == job_id
+    room = QueueRoom(jobs, 1, none_consuming=lambda: True, poll_s=0.01)
+    sent, thread = _sending(room, job_id, 2)
+    _until(lambda: len(sent) == 1, "the first was not sent")
+    jobs.forget(job_id)  # `kgqr ingest drop`: its chunks are set aside by the worker
+    thread.join(10)
+    assert not thread.is_alive()
