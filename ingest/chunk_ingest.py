@@ -143,13 +143,22 @@ def ingest_chunk(
         outcome.llm_calls += extraction.llm_calls
         outcome.cached_llm_calls += extraction.cached_calls
 
-    # Read before they are written: documents whose node another type (or none) named.
-    retyped = graph_projection.retyped(
+    # Read before they are written: documents whose node another type (or none) named, and
+    # the nodes that lose an edge as refreshed documents' field edges go.
+    retyped = set(graph_projection.retyped(
         resources.neo4j, kb, [(document.id, document.type) for document in batch.documents]
+    ))  # fmt: skip
+    refreshed, relations = _field_edges_refreshed(batch)
+    losing = (
+        graph_projection.neighbours_of(resources.neo4j, kb, refreshed) | set(refreshed)
+        if relations
+        else set()
     )
+    retyped, losing = resources.jobs.copies_to_redo(job_id, chunk, retyped, losing)
     documents_ok = _write_documents(resources, kb, batch)
     vectors_ok = _write_side_vectors(resources, kb, batch)
-    losing = _refresh_field_edges(resources, kb, batch)
+    if relations:
+        graph_writer.remove_field_edges(resources.neo4j, kb, relations, refreshed)
     graph_writer.write_relations(resources.neo4j, kb, batch.relations)
     graph_writer.write_links(resources.neo4j, kb, batch.links)
     graph_writer.write_mentions(resources.neo4j, kb, batch.mentions)
@@ -157,8 +166,8 @@ def ingest_chunk(
     if documents_ok or batch.relations or batch.links or batch.mentions or triples_ok or losing:
         # The copy first: a search that sees the new version reads the new edges. A
         # retyped document's neighbours name it with its type in their edges.
-        touched = batch.graph_nodes() | graph_projection.neighbours_of(resources.neo4j, kb, retyped)
-        touched |= losing
+        touched = batch.graph_nodes() | losing
+        touched |= graph_projection.neighbours_of(resources.neo4j, kb, retyped)
         graph_projection.project_nodes(resources.neo4j, resources.opensearch, kb, touched)
         graph_version.bump(resources.redis, kb)
 
@@ -196,18 +205,12 @@ def _last_of_each_id(documents: list[Document], problems: list[str]) -> list[Doc
     return list(last.values())
 
 
-def _refresh_field_edges(resources: WorkerResources, kb: str, batch: _Sorted) -> set[str]:
-    """Remove the refreshed documents' old field edges and queue their new ones; the
-    nodes that lost an edge (read before it goes), whose copies change, and the refreshed
-    documents themselves (a document left with no edge too)."""
-    ids = [refresh.id for refresh in batch.refreshes]
-    relations = sorted({name for refresh in batch.refreshes for name in refresh.relations})
+def _field_edges_refreshed(batch: _Sorted) -> tuple[list[str], list[str]]:
+    """The refreshed documents whose old field edges go, and those edges' names (none: a
+    sync for vectors only); their new edges join the chunk's links."""
     batch.links.extend(link for refresh in batch.refreshes for link in refresh.links)
-    if not ids or not relations:  # no field edges to replace (a sync for vectors only)
-        return set()
-    losing = graph_projection.neighbours_of(resources.neo4j, kb, ids) | set(ids)
-    graph_writer.remove_field_edges(resources.neo4j, kb, relations, ids)
-    return losing
+    relations = sorted({name for refresh in batch.refreshes for name in refresh.relations})
+    return [refresh.id for refresh in batch.refreshes], relations
 
 
 def _write_documents(resources: WorkerResources, kb: str, batch: _Sorted) -> int:

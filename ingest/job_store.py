@@ -119,6 +119,7 @@ class JobStore:
                         return False
                     pipe.multi()
                     pipe.sadd(done_key, chunk)
+                    pipe.delete(f"{key}:copies:{chunk}")
                     pipe.hdel(key + ":failed", chunk)
                     pipe.hdel(key + ":retrying", chunk)
                     for name, value in counts.items():
@@ -128,6 +129,24 @@ class JobStore:
                     return True
                 except redis.WatchError:
                     continue  # another worker touched the set between WATCH and EXEC
+
+    def copies_to_redo(
+        self, job_id: str, chunk: int, retyped: set[str], losing: set[str]
+    ) -> tuple[set[str], set[str]]:
+        """`retyped` and `losing` (nodes read before a chunk's graph writes: retyped
+        documents, nodes about to lose an edge) joined with what earlier attempts of the
+        chunk read: once one attempt has written, a retry reads the graph changed already
+        and finds neither, and the copies of those nodes' neighbours stayed stale."""
+        key = f"{self.key(job_id)}:copies:{chunk}"
+        named = [f"r:{node}" for node in retyped] + [f"l:{node}" for node in losing]
+        with self.redis.pipeline(transaction=True) as pipe:
+            if named:
+                pipe.sadd(key, *named)
+            pipe.expire(key, JOB_TTL_S)
+            pipe.smembers(key)
+            members = pipe.execute()[-1]
+        kept = [member.decode() for member in members]
+        return {m[2:] for m in kept if m[0] == "r"}, {m[2:] for m in kept if m[0] == "l"}
 
     def fail_chunk(self, job_id: str, chunk: int, reason: str) -> None:
         """Record a chunk that failed for good (retries spent, or an error no retry fixes),

@@ -202,3 +202,41 @@ def test_a_node_whose_id_is_longer_than_a_document_id_may_be_is_copied_and_read(
     finally:
         neo4j_driver.execute_query("MATCH (n:Node {kb: $kb}) DETACH DELETE n", kb=kb_name)
         opensearch.indices.delete(index=schema.graph_index(kb_name), ignore_unavailable=True)
+
+
+def test_a_chunk_retried_after_its_graph_writes_still_rewrites_its_neighbours_copies(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str, monkeypatch: Any,
+) -> None:  # fmt: skip
+    """Michael Mann retyped, and the attempt failing after Neo4j took it but before the copy
+    was written (OpenSearch gone a moment): the retry read him as retyped already, so the
+    films he directed kept `person` in their copies' edges for good."""
+    from ingest.chunk_ingest import ingest_chunk
+    from ingest.job_store import JobStore
+    from ingest.records import Document
+    from ingest.worker_resources import WorkerResources
+
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        record = Document(id="p1", type="director", title="Michael Mann").model_dump(mode="json")
+        resources, job_id = WorkerResources(settings), f"{kb_name}-retyping"
+        jobs, written = JobStore(redis_client), graph_projection.project_nodes
+        jobs.start(job_id, kb_name, "test")
+
+        def down_once(*args: Any) -> int:
+            monkeypatch.setattr(graph_projection, "project_nodes", written)
+            raise ConnectionError("OpenSearch is restarting")
+
+        monkeypatch.setattr(graph_projection, "project_nodes", down_once)
+        try:
+            try:
+                ingest_chunk(resources, job_id, kb_name, 0, [record])
+            except ConnectionError:
+                pass
+            else:
+                raise AssertionError("the first attempt did not fail")
+            ingest_chunk(resources, job_id, kb_name, 0, [record])  # the retry
+        finally:
+            resources.neo4j.close()
+            jobs.forget(job_id)
+        neighbours = graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)
+        assert {"m1", "m2", "m3"} <= neighbours["p1"]
