@@ -76,7 +76,9 @@ def ingest() -> None:
     "--wait/--no-wait",
     default=True,
     show_default=True,
-    help="Follow the job with a progress bar until every chunk is done.",
+    help="Follow the job with a progress bar until every chunk is done, sending chunks as "
+    "workers take them. --no-wait sends the whole source to Redis at once, for workers "
+    "elsewhere (one larger than Redis's memory needs --wait).",
 )
 @click.option(
     "--chunk-size",
@@ -114,7 +116,6 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
         replicas: str | None) -> None:  # fmt: skip
 
     from ingest import job_runner
-    from ingest.celery_app import app
     from ingest.job_store import JobStore
     from ingest.sources import open_source
     from ingest.tasks import chunk_sender
@@ -139,11 +140,12 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
     with connections.neo4j_driver(settings) as neo4j:
         dimension = job_runner.prepare_stores(settings, opensearch, neo4j)
 
-    def send(source_: Any, restart_: bool, room: QueueRoom) -> job_runner.EnqueuedJob:
+    def send(source_: Any, restart_: bool, room: QueueRoom | None) -> job_runner.EnqueuedJob:
+        chunk_send = chunk_sender(kb, model=settings.embedder.model)
         try:  # dropped meanwhile, or the checks' refusals (a re-send's source changed)
             return job_runner.enqueue(
                 source_, source, kb, settings=settings, opensearch=opensearch, jobs=jobs,
-                send=room.bounded(chunk_sender(kb, model=settings.embedder.model)),
+                send=room.bounded(chunk_send) if room else chunk_send,
                 dimension=dimension, chunk_size=chunk_size, restart=restart_,
             )  # fmt: skip
         except (ValueError, kb_meta.KnowledgeBaseGone) as exc:
@@ -154,12 +156,8 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
                                 jobs=jobs)  # fmt: skip
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    if not wait:  # no worker is started here: `status` says when none takes the chunks
-        if job_runner.workers_consuming(app, settings.redis.ingest_queue) == 0:
-            click.echo(f"no worker takes queue {settings.redis.ingest_queue}: "
-                       f"{settings.redis.ingest_queued_chunks} chunks are queued, the rest "
-                       "sent as one takes them (start one: kgqr ingest worker)")  # fmt: skip
-        enqueued = send(loaded, restart, queue_room(settings, jobs, click.echo))
+    if not wait:  # sent whole, for workers elsewhere: `status` says when none takes them
+        enqueued = send(loaded, restart, None)
         say_sent(enqueued, click.echo)
         click.echo(f"follow it with: kgqr ingest status {enqueued.job_id} (a worker must run: "
                    "`kgqr ingest worker`)")  # fmt: skip
@@ -188,8 +186,12 @@ def queue_room(settings: Any, jobs: Any, say: Callable[[str], None], **options: 
     from ingest.queue_room import QueueRoom
 
     queue = settings.redis.ingest_queue
+
+    def at_work(job_id: str) -> bool:
+        return bool(jobs.redis.llen(queue)) or bool(job_runner.tasks_running_for(app, job_id))
+
     return QueueRoom(
-        jobs, settings.redis.ingest_queued_chunks,
+        jobs, settings.redis.ingest_queued_chunks, at_work=at_work,
         none_consuming=lambda: job_runner.none_consuming(app, queue), say=say, **options,
     )  # fmt: skip
 
@@ -252,16 +254,21 @@ def follow_job(
                 postfix["retrying"] = next(iter(progress.retrying.values()))[:80]
             bar.set_postfix(postfix, refresh=False)
 
-        room = queue_room(settings, jobs, bar.write, on_wait=show, deadline=deadline)
         try:
-            enqueued = start(room)
+            enqueued = start(queue_room(settings, jobs, bar.write, on_wait=show,
+                                        deadline=deadline))  # fmt: skip
         except StoppedWaiting as exc:  # --timeout while chunks were still being sent
-            return jobs.progress(exc.job_id)
+            raise click.ClickException(
+                f"stopped while sending (--timeout): job {exc.job_id} has chunks not sent "
+                "yet; the same command sends them"
+            ) from exc
         say_sent(enqueued, bar.write)
         bar.total = enqueued.chunks_total
         bar.refresh()
+        # No deadline: a re-send stopped halfway would leave the job without its total.
+        again = queue_room(settings, jobs, bar.write, on_wait=show)
         resend = job_runner.resender(
-            app, enqueued.job_id, lambda: resend_chunks(room), lambda line: bar.write(line),
+            app, enqueued.job_id, lambda: resend_chunks(again), lambda line: bar.write(line),
             queue,
         )  # fmt: skip
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)

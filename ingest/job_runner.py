@@ -23,6 +23,7 @@ from ingest.chunking import DEFAULT_CHUNK_SIZE, chunks
 from ingest.held_chunks import put_back_held_chunks
 from ingest.job_store import JobProgress, JobStore
 from ingest.sources.base import Source
+from ingest.transient_errors import BROKER_ERRORS
 from ingest.worker_supervisor import SupervisedWorker, restart_policy, to_stderr, worker_command
 from kgqr_core.embedder import embedder_dimension
 from kgqr_core.embedder_models import document_revision
@@ -131,6 +132,7 @@ def check_ingest(
     asked by the CLI before it starts a worker too."""
     check_kb_name(kb)
     check_embedder(opensearch, kb, settings)
+    source.structure()  # a structure.json that does not parse
     _check_not_empty(source, spec)
     reembedding_to = reembed.in_progress(jobs.redis, kb)
     if reembedding_to is not None:
@@ -298,20 +300,10 @@ def _dropped_while_sending(kb: str, sent: int) -> ValueError:
     stops early, and once more after the last, so a drop after it (or a re-run with every
     chunk done) is caught too."""
     return ValueError(
-        f"knowledge base {kb!r} was dropped while this ingest sent its chunks ({sent} sent): "
-        "nothing more of it is written"
+        f"this job of {kb!r} was forgotten while its chunks were sent ({sent} sent): the "
+        "knowledge base dropped, `kgqr ingest forget`, or the same source run at another "
+        "chunk size; nothing more of it is written"
     )
-
-
-def _broker_errors() -> tuple[type[BaseException], ...]:
-    import kombu.exceptions
-    import redis.exceptions
-
-    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-            kombu.exceptions.OperationalError, OSError)  # fmt: skip
-
-
-BROKER_ERRORS = _broker_errors()
 
 
 def follow(

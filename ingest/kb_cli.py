@@ -549,11 +549,11 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
 def sent(send: Callable[[bool, QueueRoom], Any], restart: bool, room: QueueRoom) -> Any:
     """A job over an attached index, sent (or re-sent): an alias pointed at several
     indices since it was attached is one line, as sync says it (ingest/index_shards.py)."""
-    from ingest import index_shards
+    from plugin import kb_meta
 
-    try:
+    try:  # NotOneIndex is a ValueError; so is a job forgotten (dropped) while sending
         return send(restart, room)
-    except index_shards.NotOneIndex as exc:
+    except (ValueError, kb_meta.KnowledgeBaseGone) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

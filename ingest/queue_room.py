@@ -5,19 +5,22 @@ failed mid-send on an OOM (the local Redis's 512 MB hold no more), and every job
 behind it waited for all of it. A job now has at most `limit` chunks sent and not yet
 settled (done, or failed for good); the next waits for one of them.
 
-A chunk can be lost in the broker (a broker restart), and then never settles: after
-`stall_s` with none settling, sending goes on, and the lost ones are re-sent by the stall
-re-send that follows a job once all its chunks are sent (`job_runner.resender`). With no
-worker taking the queue at all, it keeps waiting, and says so once.
+A chunk can be lost in the broker (a broker restart), and then never settles. After
+`stall_s` with none settling, while workers run, none of the job's chunks is running,
+retrying or queued, the unsettled ones are taken for lost: sending goes on, and they are
+re-sent by the stall re-send that follows a job once all its chunks are sent
+(`job_runner.resender`). With no worker taking the queue, it keeps waiting, and says so.
+A broker restarting meanwhile is waited out, as `job_runner.follow` waits it out.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ingest.job_store import JobProgress, JobStore
+from ingest.transient_errors import BROKER_ERRORS
 
 # job id, chunk number, records, extract triples: what job_runner's `send` takes
 Send = Callable[[str, int, list, bool], None]
@@ -35,13 +38,16 @@ class StoppedWaiting(TimeoutError):
 class QueueRoom:
     jobs: JobStore
     limit: int
-    # Asked after a stall: True when no worker takes the job's queue.
+    # Asked after a stall: no worker takes the job's queue.
     none_consuming: Callable[[], bool]
+    # Asked after a stall: a chunk of the job (by id) is running, or the queue holds some.
+    at_work: Callable[[str], bool]
     on_wait: Callable[[JobProgress], None] = lambda _progress: None
     say: Callable[[str], None] = print
     deadline: float | None = None  # time.monotonic() after which waiting stops
     poll_s: float = 0.5
     stall_s: float = 120.0
+    _said: set[str] = field(default_factory=set, init=False)
 
     def bounded(self, send: Send) -> Send:
         """`send`, waiting before each chunk while `limit` of this send's are unsettled."""
@@ -49,7 +55,7 @@ class QueueRoom:
 
         def bounded_send(job_id: str, chunk: int, records: list, extract: bool) -> None:
             self._wait_for_room(job_id, held)
-            send(job_id, chunk, records, extract)
+            self._waiting_out_the_broker(lambda: send(job_id, chunk, records, extract))
             held.add(chunk)
 
         return bounded_send
@@ -57,25 +63,62 @@ class QueueRoom:
     def _wait_for_room(self, job_id: str, held: set[int]) -> None:
         moved, told = time.monotonic(), False
         while len(held) >= self.limit:
-            if settled := self.jobs.settled(job_id, held):
+            if settled := self._settled(job_id, held):
                 held -= settled
                 moved = time.monotonic()
                 continue
-            if not self.jobs.exists(job_id):
-                return  # dropped: a worker sets the chunk aside, the next send says why
-            if (progress := self.jobs.progress(job_id)) is not None:
-                self.on_wait(progress)
+            if job_id not in self._said:  # once a job: the job line comes after sending
+                self.say(f"job {job_id}: {len(held)} chunks queued, the rest are sent as "
+                         f"workers take them (kgqr ingest status {job_id})")  # fmt: skip
+                self._said.add(job_id)
             if self.deadline is not None and time.monotonic() > self.deadline:
                 raise StoppedWaiting(job_id)
             if time.monotonic() - moved > self.stall_s:
-                if not self.none_consuming():
-                    self.say(f"no chunk of job {job_id} settled in {self.stall_s:g}s: "
-                             "sending on (chunks lost are re-sent once all are sent)")  # fmt: skip
+                moved = time.monotonic()
+                if self._lost(job_id):
+                    self.say(f"no chunk of job {job_id} settled in {self.stall_s:g}s and "
+                             "none is at work: sending on (the lost are re-sent once all "
+                             "are sent)")  # fmt: skip
                     held.clear()
                     return
-                if not told:
+                if not told and self.none_consuming():
                     self.say(f"{len(held)} chunks of job {job_id} wait for a worker: the "
                              "rest are sent as one takes them (kgqr ingest worker)")  # fmt: skip
                     told = True
-                moved = time.monotonic()
             time.sleep(self.poll_s)
+
+    def _settled(self, job_id: str, held: set[int]) -> set[int]:
+        """Those of `held` settled, all of them once the job is forgotten (dropped: a worker
+        sets its chunks aside, and the next send says why); none while Redis is away."""
+        try:
+            if not self.jobs.exists(job_id):
+                return set(held)
+            if (progress := self.jobs.progress(job_id)) is not None:
+                self.on_wait(progress)
+            return self.jobs.settled(job_id, held)
+        except BROKER_ERRORS:
+            return set()
+
+    def _lost(self, job_id: str) -> bool:
+        """Workers run, and none of the job's chunks is running, backing off to retry, or
+        still queued (behind another job's, say)."""
+        try:
+            progress = self.jobs.progress(job_id)
+            busy = progress is not None and bool(progress.retrying)
+            return not busy and not self.none_consuming() and not self.at_work(job_id)
+        except BROKER_ERRORS:
+            return False
+
+    def _waiting_out_the_broker(self, send: Callable[[], None]) -> None:
+        told = False
+        while True:
+            try:
+                send()
+                return
+            except BROKER_ERRORS as exc:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    raise
+                if not told:
+                    self.say(f"the broker did not take a chunk ({exc}): trying again")
+                    told = True
+                time.sleep(max(self.poll_s, 1.0))

@@ -7,6 +7,18 @@ from ingest.opensearch_writer import TransientBulkError
 RETRY_STATUSES = {429, 502, 503, 504}
 
 
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    import kombu.exceptions
+    import redis.exceptions
+
+    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+            kombu.exceptions.OperationalError, OSError)  # fmt: skip
+
+
+# What Redis as broker and job store raises while it restarts: waited out, not raised.
+BROKER_ERRORS = _broker_errors()
+
+
 def is_transient(exc: BaseException) -> bool:
     import neo4j.exceptions as neo4j_errors
     import openai

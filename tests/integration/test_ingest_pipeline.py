@@ -175,7 +175,7 @@ def test_an_ingest_whose_kb_is_dropped_while_it_sends_stops_and_records_nothing(
     # is left to ask before, and finishing the job finds it gone.
     for chunk_size in (1, 1000):
         sent.clear()
-        with pytest.raises(ValueError, match="was dropped while this ingest sent its chunks"):
+        with pytest.raises(ValueError, match="was forgotten while its chunks were sent"):
             job_runner.enqueue(
                 open_source(spec), spec, kb, settings=settings, opensearch=opensearch,
                 jobs=JobStore(redis), send=send, dimension=dimension, chunk_size=chunk_size,
@@ -639,3 +639,28 @@ def test_a_source_streams_through_the_queue_a_few_chunks_at_a_time(
     assert "job " in result.output and ": 9 chunks (9 sent, 0 already done)" in result.output
     assert len(document_ids(opensearch, kb)) == 8
     assert lengths and max(lengths) <= 2, max(lengths)
+
+
+def test_a_timeout_while_chunks_wait_for_room_says_the_same_command_sends_the_rest(
+    kb: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--timeout bounded only the following: sending, which now waits for workers, ran on."""
+    from click.testing import CliRunner
+
+    from kgqr_core.settings import get_settings
+    from kgqr_ops.cli import main
+    from tests.integration.ingest_helpers import TINY_KB
+
+    monkeypatch.setenv("KGQR_INGEST_QUEUED_CHUNKS", "1")
+    monkeypatch.setenv("KGQR_INGEST_QUEUE", f"{kb}-no-worker")  # no worker takes it
+    get_settings.cache_clear()
+    try:
+        args = ["ingest", TINY_KB, "--kb", kb, "--chunk-size", "1", "--worker", "never",
+                "--timeout", "2"]  # fmt: skip
+        result = CliRunner().invoke(main, args)
+    finally:
+        get_settings.cache_clear()
+        redis_client.delete(f"{kb}-no-worker")  # the chunk it sent, which no worker takes
+    assert result.exit_code == 1, result.output
+    assert "stopped while sending (--timeout): job " in result.output
+    assert "has chunks not sent yet; the same command sends them" in result.output

@@ -49,7 +49,8 @@ def test_a_chunk_is_sent_only_when_one_of_the_last_limit_has_settled(
     """Sent all at once, a source lay whole in Redis: larger than its memory, it failed
     on an OOM halfway."""
     jobs, job_id = job
-    room = QueueRoom(jobs, 2, none_consuming=lambda: False, poll_s=0.01)
+    room = QueueRoom(jobs, 2, none_consuming=lambda: False, at_work=lambda _job: True,
+                     poll_s=0.01)  # fmt: skip
     sent, thread = _sending(room, job_id, 5)
     _until(lambda: len(sent) == 2, "the first two were not sent")
     time.sleep(0.3)
@@ -65,26 +66,35 @@ def test_a_chunk_is_sent_only_when_one_of_the_last_limit_has_settled(
     assert sent == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("workers", [False, True])
-def test_after_a_stall_it_waits_for_a_worker_or_stops_waiting_on_lost_chunks(
-    job: tuple[JobStore, str], workers: bool
+@pytest.mark.parametrize("case", ["no worker", "at work", "retrying", "lost"])
+def test_after_a_stall_it_sends_on_only_past_chunks_taken_for_lost(
+    job: tuple[JobStore, str], case: str
 ) -> None:
-    """With no worker, it keeps waiting and says so once. With workers, chunks that never
-    settle were lost (a broker restart) and are re-sent by the stall re-send that follows
-    the job once every chunk is sent: waiting on them would wait forever."""
+    """With no worker, it keeps waiting and says so once; so it does while a chunk of the
+    job runs or is queued (slow: an LLM's extraction) or backs off to retry (a store
+    down): sending on then let the queue grow by `limit` every stall. With workers and
+    none of that, the chunks were lost (a broker restart), re-sent by the stall re-send
+    that follows the job once every chunk is sent: waiting on them would wait forever."""
     jobs, job_id = job
     said: list[str] = []
-    room = QueueRoom(jobs, 1, none_consuming=lambda: not workers, say=said.append,
-                     poll_s=0.01, stall_s=0.05)  # fmt: skip
+    if case == "retrying":
+        jobs.note_retry(job_id, 0, "retry 1 in 1s: OpenSearch is unavailable")
+    room = QueueRoom(jobs, 1, none_consuming=lambda: case == "no worker",
+                     at_work=lambda _job: case == "at work", say=said.append, poll_s=0.01,
+                     stall_s=0.05)  # fmt: skip
     sent, thread = _sending(room, job_id, 2)
     time.sleep(0.5)
-    if workers:
-        assert sent == [0, 1] and len(said) == 1
-        assert "sending on (chunks lost are re-sent once all are sent)" in said[0]
+    assert said[0].startswith(f"job {job_id}: 1 chunks queued, the rest are sent as workers")
+    if case == "lost":
+        assert sent == [0, 1] and len(said) == 2
+        assert "none is at work: sending on (the lost are re-sent" in said[1]
         return
     assert sent == [0]
-    assert said == [f"1 chunks of job {job_id} wait for a worker: the rest are sent as one "
-                    "takes them (kgqr ingest worker)"]  # fmt: skip
+    if case == "no worker":
+        assert said[1:] == [f"1 chunks of job {job_id} wait for a worker: the rest are sent "
+                            "as one takes them (kgqr ingest worker)"]  # fmt: skip
+    else:
+        assert said[1:] == []
     jobs.complete_chunk(job_id, 0, {})
     thread.join(10)
     assert sent == [0, 1]
@@ -92,16 +102,38 @@ def test_after_a_stall_it_waits_for_a_worker_or_stops_waiting_on_lost_chunks(
 
 def test_its_deadline_and_a_drop_end_the_wait(job: tuple[JobStore, str]) -> None:
     jobs, job_id = job
-    late = QueueRoom(jobs, 1, none_consuming=lambda: True, poll_s=0.01,
-                     deadline=time.monotonic() + 0.1)  # fmt: skip
+    late = QueueRoom(jobs, 1, none_consuming=lambda: True, at_work=lambda _job: False,
+                     poll_s=0.01, deadline=time.monotonic() + 0.1)  # fmt: skip
     send = late.bounded(lambda *_: None)
     send(job_id, 0, [], False)
     with pytest.raises(StoppedWaiting) as stopped:
         send(job_id, 1, [], False)
     assert stopped.value.job_id == job_id
-    room = QueueRoom(jobs, 1, none_consuming=lambda: True, poll_s=0.01)
+    room = QueueRoom(jobs, 1, none_consuming=lambda: True, at_work=lambda _job: False,
+                     poll_s=0.01)  # fmt: skip
     sent, thread = _sending(room, job_id, 2)
     _until(lambda: len(sent) == 1, "the first was not sent")
     jobs.forget(job_id)  # `kgqr ingest drop`: its chunks are set aside by the worker
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_broker_that_refuses_a_chunk_a_moment_is_waited_out(job: tuple[JobStore, str]) -> None:
+    """Sending lasts as long as the job now: a Redis restart meanwhile ended the command."""
+    import redis
+
+    jobs, job_id = job
+    said: list[str] = []
+    refusals = iter([redis.exceptions.ConnectionError("Connection refused")])
+    sent: list[int] = []
+
+    def send(_job: str, chunk: int, _records: list, _extract: bool) -> None:
+        if (refusal := next(refusals, None)) is not None:
+            raise refusal
+        sent.append(chunk)
+
+    room = QueueRoom(jobs, 4, none_consuming=lambda: False, at_work=lambda _job: True,
+                     say=said.append, poll_s=0.01)  # fmt: skip
+    room.bounded(send)(job_id, 0, [], False)
+    assert sent == [0]
+    assert said == ["the broker did not take a chunk (Connection refused): trying again"]
