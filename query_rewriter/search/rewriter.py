@@ -19,6 +19,7 @@ import numpy as np
 
 from kgqr_core.field_evidence import FieldEvidence
 from kgqr_core.llm import AsyncLlmClient, CallerLlm
+from kgqr_core.outage_notice import OnceEvery
 from kgqr_core.settings import Settings
 from plugin.kb_meta import DocumentStructure, KnowledgeBaseMeta, MetaUnreadable
 from query_rewriter import metrics
@@ -119,8 +120,7 @@ class RewriteOutcome:
 VECTOR_KEPT = "not fused: a vector query's matches are its own vector's nearest"
 
 
-FALLBACK_WARNING_EVERY_S = 60.0
-_fallback_warned_at: dict[tuple[str, str], float] = {}  # strategies x stages: bounded
+_fallback_warnings = OnceEvery()  # by strategy and stage: bounded
 
 
 def record_fallback(
@@ -135,11 +135,7 @@ def record_fallback(
     logged = {"stage": stage, "reason": reason, "strategy": strategy}
     if exc is not None:
         logged["error"] = f"{type(exc).__name__}: {exc}"
-    now = time.monotonic()
-    level = logging.INFO
-    if now - _fallback_warned_at.get((strategy, stage), float("-inf")) >= FALLBACK_WARNING_EVERY_S:
-        _fallback_warned_at[strategy, stage] = now
-        level = logging.WARNING
+    level = logging.WARNING if _fallback_warnings.due((strategy, stage)) else logging.INFO
     log.log(level, "rewrite fell back to the plain query", extra={"kgqr": logged})
     metrics.FALLBACKS.labels(strategy, stage).inc()
     return {"stage": stage, "reason": redact_addresses(reason)[:300], "strategy": strategy}

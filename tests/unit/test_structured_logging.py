@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from kgqr_core.outage_notice import OnceEvery
 from query_rewriter.engine.query_text import parse_query
 from query_rewriter.search import rewriter
 from query_rewriter.structured_logging import VALUE_CHARS, JsonFormatter
@@ -50,7 +51,7 @@ def test_a_fallback_warns_once_a_minute_per_strategy_and_stage(
 ) -> None:
     """Many fallbacks are a caller's to cause (a query that names nothing in the graph):
     one caller's loop of them wrote a warning each, burying every other."""
-    monkeypatch.setattr(rewriter, "_fallback_warned_at", {})
+    monkeypatch.setattr(rewriter, "_fallback_warnings", OnceEvery())
     caplog.set_level(logging.INFO, logger="kgqr")
     for _ in range(3):
         rewriter.record_fallback("graph", "seeds", "no seeds")
