@@ -362,7 +362,7 @@ def test_a_structure_file_that_does_not_parse_stops_the_job_before_any_chunk(
     stores: Stores, kb: str, tmp_path: Path
 ) -> None:
     """Read after the last chunk, it left every document written, the KB unlisted, and a
-    pydantic message naming no file."""
+    pydantic message naming no file. Read first, no index is made either."""
     from click.testing import CliRunner
 
     from kgqr_ops.cli import main
@@ -373,7 +373,8 @@ def test_a_structure_file_that_does_not_parse_stops_the_job_before_any_chunk(
     result = CliRunner().invoke(main, ["ingest", f"jsonl:{tmp_path}", "--kb", kb])
     assert result.exit_code == 1, result.output
     assert f"{tmp_path}/structure.json: types: Input should be" in result.output
-    assert document_ids(opensearch, kb) == [] and JobStore(redis).jobs_of(kb) == []
+    assert not opensearch.indices.exists(index=schema.documents_index(kb))
+    assert JobStore(redis).jobs_of(kb) == []
 
 
 def test_second_run_sends_nothing_and_changes_nothing(stores: Stores, kb: str) -> None:
