@@ -7,6 +7,7 @@ worker died, or re-sent by a re-run, never counts twice.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,7 @@ class JobStore:
         self.redis.delete(key + ":failed", key + ":retrying")  # a re-run sends them again
         self.redis.persist(key)  # running again: kept until it is seen finished
         self.redis.persist(key + ":done")
+        self.redis.persist(key + ":copies")
         self.redis.sadd("kgqr:jobs", job_id)
 
     def finish_enqueuing(self, job_id: str, chunks_total: int) -> bool:
@@ -119,7 +121,7 @@ class JobStore:
                         return False
                     pipe.multi()
                     pipe.sadd(done_key, chunk)
-                    pipe.delete(f"{key}:copies:{chunk}")
+                    pipe.hdel(key + ":copies", chunk)
                     pipe.hdel(key + ":failed", chunk)
                     pipe.hdel(key + ":retrying", chunk)
                     for name, value in counts.items():
@@ -136,17 +138,31 @@ class JobStore:
         """`retyped` and `losing` (nodes read before a chunk's graph writes: retyped
         documents, nodes about to lose an edge) joined with what earlier attempts of the
         chunk read: once one attempt has written, a retry reads the graph changed already
-        and finds neither, and the copies of those nodes' neighbours stayed stale."""
-        key = f"{self.key(job_id)}:copies:{chunk}"
-        named = [f"r:{node}" for node in retyped] + [f"l:{node}" for node in losing]
-        with self.redis.pipeline(transaction=True) as pipe:
-            if named:
-                pipe.sadd(key, *named)
-            pipe.expire(key, JOB_TTL_S)
-            pipe.smembers(key)
-            members = pipe.execute()[-1]
-        kept = [member.decode() for member in members]
-        return {m[2:] for m in kept if m[0] == "r"}, {m[2:] for m in kept if m[0] == "l"}
+        and finds neither, and the copies of those nodes' neighbours stayed stale. Kept in
+        the job's `:copies` hash (no expiry while it runs, as its other keys), one field a
+        chunk, gone with the chunk done or the job forgotten."""
+        key, named = self.key(job_id), {f"r:{n}" for n in retyped} | {f"l:{n}" for n in losing}
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key, key + ":copies")
+                    if not pipe.exists(key):  # forgotten (dropped): nothing is kept for it
+                        pipe.reset()
+                        break
+                    held = pipe.hget(key + ":copies", chunk)
+                    kept = set(json.loads(held)) if held else set()
+                    if named <= kept:
+                        pipe.reset()
+                        named = kept
+                        break
+                    named |= kept
+                    pipe.multi()
+                    pipe.hset(key + ":copies", chunk, json.dumps(sorted(named)))
+                    pipe.execute()
+                    break
+                except redis.WatchError:
+                    continue  # another attempt of the chunk (a re-delivery) wrote meanwhile
+        return {m[2:] for m in named if m[0] == "r"}, {m[2:] for m in named if m[0] == "l"}
 
     def fail_chunk(self, job_id: str, chunk: int, reason: str) -> None:
         """Record a chunk that failed for good (retries spent, or an error no retry fixes),
@@ -205,7 +221,7 @@ class JobStore:
         """A finished job's records expire JOB_TTL_S after it is first seen finished (by
         the CLI that follows it, `kgqr ingest jobs`, a status): a re-run makes them live."""
         with self.redis.pipeline(transaction=False) as pipe:
-            for part in ("", ":done", ":failed", ":retrying"):
+            for part in ("", ":done", ":failed", ":retrying", ":copies"):
                 pipe.expire(key + part, JOB_TTL_S, nx=True)
             pipe.execute()
 
@@ -228,7 +244,7 @@ class JobStore:
 
     def forget(self, job_id: str) -> None:
         key = self.key(job_id)
-        self.redis.delete(key, key + ":done", key + ":failed", key + ":retrying")
+        self.redis.delete(key, key + ":done", key + ":failed", key + ":retrying", key + ":copies")
         self.redis.srem("kgqr:jobs", job_id)
 
 
