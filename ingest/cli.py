@@ -187,8 +187,10 @@ def queue_room(settings: Any, jobs: Any, say: Callable[[str], None], **options: 
 
     queue = settings.redis.ingest_queue
 
-    def at_work(job_id: str) -> bool:
-        return bool(jobs.redis.llen(queue)) or bool(job_runner.tasks_running_for(app, job_id))
+    def at_work(job_id: str) -> frozenset[str]:
+        queued = jobs.redis.llen(queue)
+        running = job_runner.tasks_running_for(app, job_id)
+        return frozenset({*running, *([f"{queued} queued"] if queued else [])})
 
     return QueueRoom(
         jobs, settings.redis.ingest_queued_chunks, at_work=at_work,

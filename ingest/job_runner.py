@@ -9,6 +9,7 @@ chunk size, it is another job, and the first is forgotten.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import subprocess
@@ -133,7 +134,6 @@ def check_ingest(
     check_kb_name(kb)
     check_embedder(opensearch, kb, settings)
     source.structure()  # a structure.json that does not parse
-    _check_not_empty(source, spec)
     reembedding_to = reembed.in_progress(jobs.redis, kb)
     if reembedding_to is not None:
         raise ValueError(
@@ -157,6 +157,7 @@ def enqueue(
 ) -> EnqueuedJob:
     """Stream the source into chunks and send those not yet done."""
     check_ingest(source, spec, kb, settings=settings, opensearch=opensearch, jobs=jobs)
+    cut = _first_chunk_read(source, spec, chunk_size)
     new_kb = not opensearch.indices.exists(index=documents_index(kb))
     installer.ensure_kb_index(
         opensearch,
@@ -172,7 +173,7 @@ def enqueue(
     # Recorded before sending too: chunks are sent as workers take them, and a KB being
     # ingested is listed, and refuses another model's ingest, from its first chunk.
     _record_kb(opensearch, kb, settings, dimension, source.structure(), create=True)
-    job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart)
+    job = _send_chunks(source, spec, kb, jobs, send, chunk_size, restart, cut)
     # Not made again: a record gone since was dropped (KnowledgeBaseGone says so).
     _record_kb(opensearch, kb, settings, dimension, job.structure, create=False)
     return job
@@ -203,14 +204,18 @@ class EmptySource(ValueError):
     """A source with no record at all: an empty export, or the wrong file."""
 
 
-def _check_not_empty(source: Source, spec: str) -> None:
-    """Asked before any index is made: an empty source made a knowledge base with no
-    documents, listed by `kgqr kb list`, and a job of 0 chunks that ended "[done]"."""
-    if next(iter(source.read_records()), None) is None:
+def _first_chunk_read(source: Source, spec: str, chunk_size: int) -> Iterator[list[dict]]:
+    """The source's chunks, the first read already: asked before any index is made, an
+    empty source made a knowledge base with no documents, listed by `kgqr kb list`, and a
+    job of 0 chunks that ended "[done]". Read once (a STaRK source loads whole first)."""
+    cut = chunks(source, chunk_size)
+    first = next(cut, None)
+    if first is None:
         raise EmptySource(
             f"{spec} holds no records: nothing was ingested, and no knowledge base was made"
             " (check the path, and that the files are in the source's format)"
         )
+    return itertools.chain([first], cut)
 
 
 def enqueue_graph(
@@ -252,10 +257,12 @@ def _send_chunks(
     send: Callable[[str, int, list[dict[str, Any]], bool], None],
     chunk_size: int,
     restart: bool,
+    cut: Iterator[list[dict[str, Any]]] | None = None,
 ) -> EnqueuedJob:
-    """Stream the source into chunks, send those not yet done, and read its structure:
-    first, so a structure.json that does not parse stops the job before any chunk is sent
-    (read after the last, it left every chunk written and the KB unlisted)."""
+    """Stream the source into chunks (`cut`: begun already), send those not yet done, and
+    read its structure: first, so a structure.json that does not parse stops the job
+    before any chunk is sent (read after the last, it left every chunk written and the KB
+    unlisted)."""
     given = source.structure()
     job_id = job_id_for(source, kb, chunk_size)
     replaced = tuple(jobs.others_of_stem(job_id.rpartition("-")[0], job_id))
@@ -273,7 +280,7 @@ def _send_chunks(
     relations: dict[str, None] = {}
     sent = 0
     total = 0
-    for chunk_no, chunk in enumerate(chunks(source, chunk_size)):
+    for chunk_no, chunk in enumerate(cut if cut is not None else chunks(source, chunk_size)):
         total = chunk_no + 1
         for record in chunk:
             if record["kind"] == "document":
@@ -294,12 +301,16 @@ def _send_chunks(
     return EnqueuedJob(job_id, total, sent, total - sent, structure, replaced)
 
 
-def _dropped_while_sending(kb: str, sent: int) -> ValueError:
+class JobForgotten(ValueError):
+    """A job forgotten while its chunks were being sent."""
+
+
+def _dropped_while_sending(kb: str, sent: int) -> JobForgotten:
     """Its chunks would skip; its kgqr-meta record, saved after the last one, would make a
     KB with no indices show in `kgqr kb list`. Asked before each chunk, so a large source
     stops early, and once more after the last, so a drop after it (or a re-run with every
     chunk done) is caught too."""
-    return ValueError(
+    return JobForgotten(
         f"this job of {kb!r} was forgotten while its chunks were sent ({sent} sent): the "
         "knowledge base dropped, `kgqr ingest forget`, or the same source run at another "
         "chunk size; nothing more of it is written"

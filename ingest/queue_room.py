@@ -6,11 +6,13 @@ behind it waited for all of it. A job now has at most `limit` chunks sent and no
 settled (done, or failed for good); the next waits for one of them.
 
 A chunk can be lost in the broker (a broker restart), and then never settles. After
-`stall_s` with none settling, while workers run, none of the job's chunks is running,
-retrying or queued, the unsettled ones are taken for lost: sending goes on, and they are
-re-sent by the stall re-send that follows a job once all its chunks are sent
-(`job_runner.resender`). With no worker taking the queue, it keeps waiting, and says so.
-A broker restarting meanwhile is waited out, as `job_runner.follow` waits it out.
+`stall_s` with none settling, while workers run, the unsettled ones are taken for lost
+when nothing of the job is at work (a chunk running or backing off to retry, chunks
+queued), or the same is at work as at the last stall (a worker whose broker went away
+mid-chunk reports that chunk running forever: `job_runner.resender`'s rule): sending goes
+on, and the stall re-send that follows a job once all its chunks are sent brings them
+back. With no worker taking the queue, it keeps waiting, and says so. A broker restarting
+meanwhile is waited out, as `job_runner.follow` waits it out, for a while.
 """
 
 from __future__ import annotations
@@ -40,14 +42,16 @@ class QueueRoom:
     limit: int
     # Asked after a stall: no worker takes the job's queue.
     none_consuming: Callable[[], bool]
-    # Asked after a stall: a chunk of the job (by id) is running, or the queue holds some.
-    at_work: Callable[[str], bool]
+    # Asked after a stall: what of the job (by id) is at work, as comparable names (its
+    # tasks running, the queue's length); empty when nothing is.
+    at_work: Callable[[str], frozenset[str]]
     on_wait: Callable[[JobProgress], None] = lambda _progress: None
     say: Callable[[str], None] = print
     deadline: float | None = None  # time.monotonic() after which waiting stops
     poll_s: float = 0.5
     stall_s: float = 120.0
     _said: set[str] = field(default_factory=set, init=False)
+    _at_work_before: dict[str, frozenset[str]] = field(default_factory=dict, init=False)
 
     def bounded(self, send: Send) -> Send:
         """`send`, waiting before each chunk while `limit` of this send's are unsettled."""
@@ -75,16 +79,18 @@ class QueueRoom:
                 raise StoppedWaiting(job_id)
             if time.monotonic() - moved > self.stall_s:
                 moved = time.monotonic()
-                if self._lost(job_id):
-                    self.say(f"no chunk of job {job_id} settled in {self.stall_s:g}s and "
+                if self.none_consuming():
+                    if not told:
+                        self.say(f"{len(held)} chunks of job {job_id} wait for a worker: "
+                                 "the rest are sent as one takes them "
+                                 "(kgqr ingest worker)")  # fmt: skip
+                        told = True
+                elif self._lost(job_id):
+                    self.say(f"no chunk of job {job_id} settled in {self.stall_s:g}s, and "
                              "none is at work: sending on (the lost are re-sent once all "
                              "are sent)")  # fmt: skip
                     held.clear()
                     return
-                if not told and self.none_consuming():
-                    self.say(f"{len(held)} chunks of job {job_id} wait for a worker: the "
-                             "rest are sent as one takes them (kgqr ingest worker)")  # fmt: skip
-                    told = True
             time.sleep(self.poll_s)
 
     def _settled(self, job_id: str, held: set[int]) -> set[int]:
@@ -100,23 +106,27 @@ class QueueRoom:
             return set()
 
     def _lost(self, job_id: str) -> bool:
-        """Workers run, and none of the job's chunks is running, backing off to retry, or
-        still queued (behind another job's, say)."""
+        """Nothing of the job is at work, or what is was at work at the last stall too."""
         try:
             progress = self.jobs.progress(job_id)
-            busy = progress is not None and bool(progress.retrying)
-            return not busy and not self.none_consuming() and not self.at_work(job_id)
+            retrying = progress.retrying.items() if progress is not None else ()
+            busy = self.at_work(job_id) | {f"retrying {chunk}: {why}" for chunk, why in retrying}
         except BROKER_ERRORS:
             return False
+        before = self._at_work_before.get(job_id)
+        self._at_work_before[job_id] = busy
+        return not busy or busy == before
 
     def _waiting_out_the_broker(self, send: Callable[[], None]) -> None:
-        told = False
+        """A broker that refuses for longer than five stalls is not restarting (a password
+        changed, a certificate expired): its error is the command's."""
+        told, given_up = False, time.monotonic() + 5 * self.stall_s
         while True:
             try:
                 send()
                 return
             except BROKER_ERRORS as exc:
-                if self.deadline is not None and time.monotonic() > self.deadline:
+                if time.monotonic() > min(given_up, self.deadline or given_up):
                     raise
                 if not told:
                     self.say(f"the broker did not take a chunk ({exc}): trying again")

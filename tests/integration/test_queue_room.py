@@ -17,6 +17,7 @@ from ingest.job_store import JobStore
 from ingest.queue_room import QueueRoom, StoppedWaiting
 
 pytestmark = pytest.mark.quick
+RUNNING = frozenset({"task-1"})  # what a worker reports of the job
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_a_chunk_is_sent_only_when_one_of_the_last_limit_has_settled(
     """Sent all at once, a source lay whole in Redis: larger than its memory, it failed
     on an OOM halfway."""
     jobs, job_id = job
-    room = QueueRoom(jobs, 2, none_consuming=lambda: False, at_work=lambda _job: True,
+    room = QueueRoom(jobs, 2, none_consuming=lambda: False, at_work=lambda _job: RUNNING,
                      poll_s=0.01)  # fmt: skip
     sent, thread = _sending(room, job_id, 5)
     _until(lambda: len(sent) == 2, "the first two were not sent")
@@ -66,28 +67,35 @@ def test_a_chunk_is_sent_only_when_one_of_the_last_limit_has_settled(
     assert sent == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("case", ["no worker", "at work", "retrying", "lost"])
+@pytest.mark.parametrize("case", ["no worker", "at work", "idle", "stuck"])
 def test_after_a_stall_it_sends_on_only_past_chunks_taken_for_lost(
     job: tuple[JobStore, str], case: str
 ) -> None:
-    """With no worker, it keeps waiting and says so once; so it does while a chunk of the
-    job runs or is queued (slow: an LLM's extraction) or backs off to retry (a store
-    down): sending on then let the queue grow by `limit` every stall. With workers and
-    none of that, the chunks were lost (a broker restart), re-sent by the stall re-send
-    that follows the job once every chunk is sent: waiting on them would wait forever."""
+    """With no worker, it keeps waiting and says so once; so it does while the job's
+    chunks are at work (running slowly, an LLM's extraction; queued behind others; backing
+    off to retry): sending on then let the queue grow by `limit` every stall. With workers
+    and nothing at work (lost in a broker restart), or the same at work two stalls running
+    (a worker whose broker went away reports its chunk running forever), the chunks are
+    taken for lost: re-sent once every chunk is sent, waiting on them waited forever."""
     jobs, job_id = job
     said: list[str] = []
-    if case == "retrying":
-        jobs.note_retry(job_id, 0, "retry 1 in 1s: OpenSearch is unavailable")
-    room = QueueRoom(jobs, 1, none_consuming=lambda: case == "no worker",
-                     at_work=lambda _job: case == "at work", say=said.append, poll_s=0.01,
-                     stall_s=0.05)  # fmt: skip
+    asked = iter(range(1_000_000))
+
+    def at_work(_job: str) -> frozenset[str]:
+        times = next(asked)
+        if case == "at work":
+            return frozenset({f"{times} queued"})  # the queue moves: it is taken from
+        return frozenset({"task-1"} if case == "stuck" else ())
+
+    room = QueueRoom(jobs, 1, none_consuming=lambda: case == "no worker", at_work=at_work,
+                     say=said.append, poll_s=0.01, stall_s=0.05)  # fmt: skip
     sent, thread = _sending(room, job_id, 2)
     time.sleep(0.5)
     assert said[0].startswith(f"job {job_id}: 1 chunks queued, the rest are sent as workers")
-    if case == "lost":
+    if case in ("idle", "stuck"):
         assert sent == [0, 1] and len(said) == 2
         assert "none is at work: sending on (the lost are re-sent" in said[1]
+        assert next(asked) == (1 if case == "idle" else 2)  # stuck: the second stall
         return
     assert sent == [0]
     if case == "no worker":
@@ -100,16 +108,27 @@ def test_after_a_stall_it_sends_on_only_past_chunks_taken_for_lost(
     assert sent == [0, 1]
 
 
+def test_a_chunk_backing_off_to_retry_is_at_work(job: tuple[JobStore, str]) -> None:
+    """Its retry note changes at each retry; one that stays as it was is a stale note."""
+    jobs, job_id = job
+    room = QueueRoom(jobs, 1, none_consuming=lambda: False, at_work=lambda _job: frozenset())
+    jobs.note_retry(job_id, 0, "retry 1 in 1s: OpenSearch is unavailable")
+    assert not room._lost(job_id)
+    jobs.note_retry(job_id, 0, "retry 2 in 2s: OpenSearch is unavailable")
+    assert not room._lost(job_id)
+    assert room._lost(job_id)  # the same note two stalls running
+
+
 def test_its_deadline_and_a_drop_end_the_wait(job: tuple[JobStore, str]) -> None:
     jobs, job_id = job
-    late = QueueRoom(jobs, 1, none_consuming=lambda: True, at_work=lambda _job: False,
+    late = QueueRoom(jobs, 1, none_consuming=lambda: True, at_work=lambda _job: frozenset(),
                      poll_s=0.01, deadline=time.monotonic() + 0.1)  # fmt: skip
     send = late.bounded(lambda *_: None)
     send(job_id, 0, [], False)
     with pytest.raises(StoppedWaiting) as stopped:
         send(job_id, 1, [], False)
     assert stopped.value.job_id == job_id
-    room = QueueRoom(jobs, 1, none_consuming=lambda: True, at_work=lambda _job: False,
+    room = QueueRoom(jobs, 1, none_consuming=lambda: True, at_work=lambda _job: frozenset(),
                      poll_s=0.01)  # fmt: skip
     sent, thread = _sending(room, job_id, 2)
     _until(lambda: len(sent) == 1, "the first was not sent")
@@ -132,7 +151,7 @@ def test_a_broker_that_refuses_a_chunk_a_moment_is_waited_out(job: tuple[JobStor
             raise refusal
         sent.append(chunk)
 
-    room = QueueRoom(jobs, 4, none_consuming=lambda: False, at_work=lambda _job: True,
+    room = QueueRoom(jobs, 4, none_consuming=lambda: False, at_work=lambda _job: RUNNING,
                      say=said.append, poll_s=0.01)  # fmt: skip
     room.bounded(send)(job_id, 0, [], False)
     assert sent == [0]
