@@ -7,6 +7,7 @@ same chunk twice (a retry, a re-delivery after a worker died) changes nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ from ingest.worker_resources import WorkerResources
 from kgqr_core import graph_version
 from kgqr_core.ids import entity_id
 from plugin import installer
+
+log = logging.getLogger("kgqr.ingest")
 
 
 @dataclass
@@ -201,7 +204,9 @@ def _last_of_each_id(documents: list[Document], problems: list[str]) -> list[Doc
     last = {document.id: document for document in documents}
     if len(last) < len(documents):
         repeated = sorted({d.id for d in documents if last[d.id] is not d})
-        problems.append(f"given more than once in one chunk, the last kept: {repeated[:10]}")
+        problem = f"documents given more than once in one chunk, the last kept: {repeated[:10]}"
+        log.warning(problem, extra={"kgqr": {"repeated": len(repeated)}})
+        problems.append(problem)
     return list(last.values())
 
 

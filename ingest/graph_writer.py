@@ -1,7 +1,10 @@
-"""Batched, parameterised writes into Neo4j: one UNWIND statement per label or relation type.
+"""Batched, parameterised writes into Neo4j: one UNWIND statement per relation type, and
+one for all documents.
 
-Labels and relationship types cannot be query parameters, so they are interpolated only
-after ``plugin.schema`` has reduced them to ``[A-Za-z0-9_]``; every value is a parameter.
+Relationship types cannot be query parameters, so they are interpolated only after
+``plugin.schema`` has reduced them to ``[A-Za-z0-9_]``; documents' labels (reduced the
+same way) are dynamic labels (Neo4j 5.26, `plugin.installer.check_neo4j_version`); every
+value is a parameter.
 Relations go through kgqr's ``kgqr.mergeRelations`` procedure (``plugin/neo4j``) when the
 server has it: the same MERGE, without Cypher's per-row cost.
 Nodes are MERGEd on (kb, id), so a re-run or a relation arriving before its documents

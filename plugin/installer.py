@@ -124,7 +124,31 @@ def install_meta_index(client: Any) -> None:
         )
 
 
+# Dynamic labels (`SET n:$(label)`, ingest/graph_writer.py) and `CALL (x) {...}`
+# subqueries (5.23) are in no older Neo4j.
+OLDEST_NEO4J = (5, 26)
+
+
+def check_neo4j_version(driver: Any) -> None:
+    """Refuse a Neo4j older than kgqr's statements need, before any job: on one, OpenSearch
+    took a chunk's documents and every graph write of it failed for good."""
+    from kgqr_core.settings import ConfigurationError
+
+    records, _, _ = driver.execute_query(
+        "CALL dbms.components() YIELD name, versions WHERE name = 'Neo4j Kernel' "
+        "RETURN versions[0] AS version"
+    )
+    version = str(records[0]["version"]) if records else ""
+    numbers = tuple(int(part) for part in version.split("-")[0].split(".")[:2] if part.isdigit())
+    if len(numbers) == 2 and numbers < OLDEST_NEO4J:
+        raise ConfigurationError(
+            f"Neo4j {version} is older than kgqr needs (5.26 or later): upgrade it, or "
+            "point KGQR_NEO4J_URI at one (`kgqr services up neo4j` runs 5.26)"
+        )
+
+
 def install_neo4j(driver: Any) -> list[str]:
+    check_neo4j_version(driver)
     statements = schema.neo4j_statements()
     for statement in statements:
         driver.execute_query(statement)
