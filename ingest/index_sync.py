@@ -38,10 +38,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest.index_shards import shard_documents
+from ingest.index_shards import highest_seq_nos, shard_documents
 from ingest.records import Link, Record, Refresh
 from ingest.result_window import page_size
-from ingest.sources.attached_graph import IndexFieldsSource, embed_from
+from ingest.sources.attached_graph import IndexChanged, IndexFieldsSource, embed_from
 from ingest.sources.base import Source
 from kgqr_core.field_evidence import source_paths
 from plugin import schema
@@ -102,6 +102,17 @@ class ChangedDocumentsSource(Source):
     def fingerprint(self) -> str:
         key = json.dumps([self.fields.index, self.since, self.until], sort_keys=True)
         return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+    def check_unchanged(self) -> None:
+        """An update in the range moves its document past `until`, out of it, and those
+        after it one place earlier, into chunks done before: a re-send skipped them, and a
+        checkpoint moved past them left them for a `--full` sync."""
+        if highest_seq_nos(self.client, self.fields.index) != self.until:
+            raise IndexChanged(
+                f"[{self.fields.index}] was written to while this sync ran, so its chunks "
+                "cannot be sent again as cut: run the sync again (its checkpoints did not "
+                "move, so it reads every change)"
+            )
 
     def records(self) -> Iterator[Record]:
         edges = IndexFieldsSource(self.client, self.fields)

@@ -18,6 +18,7 @@ from plugin import schema
 
 if TYPE_CHECKING:
     from ingest.queue_room import QueueRoom
+    from ingest.sources.base import Source
     from plugin.field_map import FieldMap
 
 ATTACH_HELP = """Attach an existing index or alias as knowledge base NAME, without copying
@@ -395,7 +396,6 @@ def graph(name: str, relations: Path | None, from_fields: bool,
         IndexTextSource,
         RelationsFileSource,
     )
-    from ingest.sources.base import Source
     from ingest.tasks import chunk_sender
     from kgqr_core import connections
     from plugin import installer
@@ -549,23 +549,24 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
 def sent(send: Callable[[bool, QueueRoom], Any], restart: bool, room: QueueRoom) -> Any:
     """A job over an attached index, sent (or re-sent): an alias pointed at several
     indices since it was attached is one line, as sync says it (ingest/index_shards.py)."""
+    from ingest import index_shards
+    from ingest.job_runner import JobForgotten
     from plugin import kb_meta
 
-    try:  # NotOneIndex is a ValueError; so is a job forgotten (dropped) while sending
+    try:
         return send(restart, room)
-    except (ValueError, kb_meta.KnowledgeBaseGone) as exc:
+    except (index_shards.NotOneIndex, JobForgotten, kb_meta.KnowledgeBaseGone) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
-def resent(source: Any, send: Callable[[bool, QueueRoom], Any], room: QueueRoom) -> Any:
+def resent(source: Source, send: Callable[[bool, QueueRoom], Any], room: QueueRoom) -> Any:
     """A stalled job's chunks sent again, if the index they were cut from is as it was."""
-    from ingest.sources.attached_graph import IndexChanged, IndexFieldsSource
+    from ingest.sources.attached_graph import IndexChanged
 
-    if isinstance(source, IndexFieldsSource):
-        try:
-            source.check_unchanged()
-        except IndexChanged as exc:
-            raise click.ClickException(str(exc)) from exc
+    try:
+        source.check_unchanged()
+    except IndexChanged as exc:
+        raise click.ClickException(str(exc)) from exc
     return sent(send, False, room)
 
 
@@ -630,10 +631,16 @@ def sync(name: str, full: bool, follow: bool, interval: float, worker: str) -> N
             return
         try:
             _sync_once(name, False, worker)
-        except (click.ClickException, SystemExit) as exc:
+        except (Exception, SystemExit) as exc:  # not KeyboardInterrupt: Ctrl-C ends it
             # A store restarting, the team's index briefly closed: followed syncs outlive
             # it, and the next one reads on from the last one that completed.
-            why = exc.format_message() if isinstance(exc, click.ClickException) else "failed"
+            why = (
+                exc.format_message()
+                if isinstance(exc, click.ClickException)
+                else "failed"
+                if isinstance(exc, SystemExit)
+                else f"{type(exc).__name__}: {exc}"
+            )
             click.echo(f"sync of {name} failed ({why}); trying again in {interval:g}s",
                        err=True)  # fmt: skip
 
@@ -703,8 +710,8 @@ def _sync_once(name: str, full: bool, worker: str) -> None:
 
         # From the start: a document written again since an interrupted run's chunk took
         # it is read again (refreshing one twice leaves the same edges).
-        final = follow_job(settings, jobs, name, lambda room: send(True, room),
-                           lambda room: send(False, room), worker, None)  # fmt: skip
+        final = follow_job(settings, jobs, name, lambda room: sent(send, True, room),
+                           lambda room: resent(changes, send, room), worker, None)  # fmt: skip
         _print_progress(final)
         if not final.succeeded:
             raise SystemExit(1)

@@ -38,7 +38,8 @@ EMBEDDED_CHARS = 16_000
 
 
 class IndexChanged(RuntimeError):
-    """An attached index was written to while a job over it ran (IndexFieldsSource)."""
+    """An attached index was written to while a job over it ran: read again, its documents
+    come in another order, and chunks cut from it are not those their numbers named."""
 
 
 class RelationsFileSource(Source):

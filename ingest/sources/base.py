@@ -104,6 +104,12 @@ class Source(abc.ABC):
             else [self.path]
         )
 
+    def check_unchanged(self) -> None:
+        """Raise where the source changed since its job was cut, so that a stalled job's
+        chunks, cut again, would not be the chunks their numbers name (files: a changed
+        file is another job, by its fingerprint)."""
+        return None
+
     def fingerprint(self) -> str:
         """Identifies this exact input (files, sizes, mtimes, limit): the same input gives
         the same job id, so a re-run resumes instead of starting over."""

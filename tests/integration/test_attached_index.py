@@ -301,6 +301,27 @@ def test_an_update_that_keeps_the_count_makes_another_job_over_the_index(
             again.check_unchanged()
 
 
+def test_a_syncs_chunks_are_not_sent_again_once_the_index_changed_under_it(
+    opensearch: Any, neo4j_driver: Any, redis_client: Any
+) -> None:
+    """An update in the sync's range moves its document out of it, and those after it one
+    place earlier, into chunks done before: a stalled sync's re-send skipped them, and its
+    checkpoints then moved past them, leaving them for a `--full` sync."""
+    from ingest.index_shards import highest_seq_nos
+    from ingest.index_sync import ChangedDocumentsSource
+    from ingest.sources.attached_graph import IndexChanged
+
+    stores, kb = (opensearch, neo4j_driver, redis_client), "team-synced-moved"
+    with _attached_plain(stores, kb, kb, "--entity-field", "genre") as done:
+        assert done.exit_code == 0, done.output
+        fields = FieldMap(index=kb, entity_fields=["genre"])
+        changes = ChangedDocumentsSource(opensearch, fields, {}, highest_seq_nos(opensearch, kb))
+        changes.check_unchanged()  # nothing written since the sync began: re-sent as cut
+        opensearch.update(index=kb, id="m1", body={"doc": {"genre": "noir"}}, refresh=True)
+        with pytest.raises(IndexChanged, match="was written to while this sync ran"):
+            changes.check_unchanged()
+
+
 def test_an_index_searched_through_its_default_pipeline_is_searched_through_it_still(
     opensearch: Any, neo4j_driver: Any, redis_client: Any, proxy_url: str
 ) -> None:

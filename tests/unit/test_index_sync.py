@@ -39,7 +39,7 @@ def test_ctrl_c_between_follows_syncs_ends_the_command_cleanly(
     def sync_once(_name: str, full: bool, _worker: str) -> None:
         synced.append(full)
         if len(synced) == 2:  # a store restarting: the follow outlives it
-            raise click.ClickException("Neo4j is unavailable")
+            raise ConnectionError("Neo4j is unavailable")
 
     def interrupted(_seconds: float) -> None:
         if len(synced) == 3:
@@ -50,7 +50,9 @@ def test_ctrl_c_between_follows_syncs_ends_the_command_cleanly(
     result = CliRunner().invoke(kb_cli.kb, ["sync", "shop", "--full", "--follow"])
     assert result.exit_code == 0, result.output
     assert synced == [True, False, False]  # only the first reads the whole index
-    assert "sync of shop failed (Neo4j is unavailable); trying again in 10s" in result.stderr
+    assert (
+        "sync of shop failed (ConnectionError: Neo4j is unavailable); trying again in 10s"
+    ) in result.stderr
     assert "stopped following shop" in result.output
 
 
