@@ -48,7 +48,7 @@ class QueueRoom:
     on_wait: Callable[[JobProgress], None] = lambda _progress: None
     say: Callable[[str], None] = print
     deadline: float | None = None  # time.monotonic() after which waiting stops
-    poll_s: float = 0.5
+    poll_s: float = 0.1  # a full room waits at most this past a chunk settling
     stall_s: float = 120.0
     _said: set[str] = field(default_factory=set, init=False)
     _at_work_before: dict[str, frozenset[str]] = field(default_factory=dict, init=False)
