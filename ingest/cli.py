@@ -151,7 +151,7 @@ def run(source: str, kb: str, wait: bool, chunk_size: int, limit: int | None, re
         except (ValueError, kb_meta.KnowledgeBaseGone) as exc:
             raise click.ClickException(str(exc)) from exc
 
-    try:  # another model's vectors, a re-embed under way, an empty source: before a worker
+    try:  # another model's vectors, a re-embed under way, a bad structure.json: before a worker
         job_runner.check_ingest(loaded, source, kb, settings=settings, opensearch=opensearch,
                                 jobs=jobs)  # fmt: skip
     except ValueError as exc:
@@ -183,14 +183,13 @@ def queue_room(settings: Any, jobs: Any, say: Callable[[str], None], **options: 
     """How many of a job's chunks may wait in the broker (KGQR_INGEST_QUEUED_CHUNKS)."""
     from ingest import job_runner
     from ingest.celery_app import app
-    from ingest.queue_room import QueueRoom
+    from ingest.queue_room import AtWork, QueueRoom
 
     queue = settings.redis.ingest_queue
 
-    def at_work(job_id: str) -> frozenset[str]:
-        queued = jobs.redis.llen(queue)
-        running = job_runner.tasks_running_for(app, job_id)
-        return frozenset({*running, *([f"{queued} queued"] if queued else [])})
+    def at_work(job_id: str) -> AtWork:
+        running = frozenset(job_runner.tasks_running_for(app, job_id))
+        return AtWork(running, int(jobs.redis.llen(queue)))
 
     return QueueRoom(
         jobs, settings.redis.ingest_queued_chunks, at_work=at_work,
@@ -225,6 +224,7 @@ def follow_job(
     from ingest import job_runner
     from ingest.celery_app import app
     from ingest.queue_room import StoppedWaiting
+    from ingest.transient_errors import BROKER_DOWN
 
     queue = settings.redis.ingest_queue
     no_worker = job_runner.workers_consuming(app, queue) == 0
@@ -263,6 +263,11 @@ def follow_job(
             raise click.ClickException(
                 f"stopped while sending (--timeout): job {exc.job_id} has chunks not sent "
                 "yet; the same command sends them"
+            ) from exc
+        except BROKER_DOWN as exc:  # refused past the room's patience
+            raise click.ClickException(
+                f"Redis, the ingest broker, refused chunks for minutes ({exc}): the same "
+                "command, once it takes them, sends the rest"
             ) from exc
         say_sent(enqueued, bar.write)
         bar.total = enqueued.chunks_total

@@ -7,12 +7,12 @@ settled (done, or failed for good); the next waits for one of them.
 
 A chunk can be lost in the broker (a broker restart), and then never settles. After
 `stall_s` with none settling, while workers run, the unsettled ones are taken for lost
-when nothing of the job is at work (a chunk running or backing off to retry, chunks
-queued), or the same is at work as at the last stall (a worker whose broker went away
-mid-chunk reports that chunk running forever: `job_runner.resender`'s rule): sending goes
-on, and the stall re-send that follows a job once all its chunks are sent brings them
-back. With no worker taking the queue, it keeps waiting, and says so. A broker restarting
-meanwhile is waited out, as `job_runner.follow` waits it out, for a while.
+when nothing of the job is at work: none queued, none running but for half an hour (a
+worker whose broker went away mid-chunk reports that chunk running forever), no retry
+noted but one unchanged since the last stall. Sending goes on, and the stall re-send that
+follows a job once all its chunks are sent brings them back. With no worker taking the
+queue, it keeps waiting, and says so. A broker restarting meanwhile is waited out, as
+`job_runner.follow` waits it out, for a while.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ingest.job_store import JobProgress, JobStore
 from ingest.transient_errors import BROKER_ERRORS
@@ -36,22 +37,35 @@ class StoppedWaiting(TimeoutError):
         self.job_id = job_id
 
 
+class AtWork(NamedTuple):
+    running: frozenset[str]  # the job's chunk tasks workers report running
+    queued: int  # messages in the job's queue (its own, or others' ahead of them)
+
+
+@dataclass
+class _SeenAtWork:
+    running: dict[str, float] = field(default_factory=dict)  # task -> first seen running
+    notes: frozenset[tuple[int, str]] | None = None  # retry notes at the last stall
+
+
 @dataclass
 class QueueRoom:
     jobs: JobStore
     limit: int
     # Asked after a stall: no worker takes the job's queue.
     none_consuming: Callable[[], bool]
-    # Asked after a stall: what of the job (by id) is at work, as comparable names (its
-    # tasks running, the queue's length); empty when nothing is.
-    at_work: Callable[[str], frozenset[str]]
+    # Asked after a stall: what of the job (by id) is at work.
+    at_work: Callable[[str], AtWork]
     on_wait: Callable[[JobProgress], None] = lambda _progress: None
     say: Callable[[str], None] = print
     deadline: float | None = None  # time.monotonic() after which waiting stops
     poll_s: float = 0.1  # a full room waits at most this past a chunk settling
     stall_s: float = 120.0
+    # A task reported running this long is a worker's that lost its broker mid-chunk (it
+    # reports that chunk running forever), not a slow one (an LLM reading a chunk).
+    stuck_s: float = 1_800.0
     _said: set[str] = field(default_factory=set, init=False)
-    _at_work_before: dict[str, frozenset[str]] = field(default_factory=dict, init=False)
+    _seen: dict[str, _SeenAtWork] = field(default_factory=dict, init=False)
 
     def bounded(self, send: Send) -> Send:
         """`send`, waiting before each chunk while `limit` of this send's are unsettled."""
@@ -70,6 +84,7 @@ class QueueRoom:
             if settled := self._settled(job_id, held):
                 held -= settled
                 moved = time.monotonic()
+                self._seen.pop(job_id, None)  # what was at work moved
                 continue
             if job_id not in self._said:  # once a job: the job line comes after sending
                 self.say(f"job {job_id}: {len(held)} chunks queued, the rest are sent as "
@@ -106,16 +121,20 @@ class QueueRoom:
             return set()
 
     def _lost(self, job_id: str) -> bool:
-        """Nothing of the job is at work, or what is was at work at the last stall too."""
+        """None of the job's chunks queued, none running but for longer than `stuck_s`,
+        and no retry noted but one as it was at the last stall (a retry's note changes at
+        each: one that stays is a stale note, its retry lost with the broker)."""
         try:
             progress = self.jobs.progress(job_id)
-            retrying = progress.retrying.items() if progress is not None else ()
-            busy = self.at_work(job_id) | {f"retrying {chunk}: {why}" for chunk, why in retrying}
+            work = self.at_work(job_id)
         except BROKER_ERRORS:
             return False
-        before = self._at_work_before.get(job_id)
-        self._at_work_before[job_id] = busy
-        return not busy or busy == before
+        now, seen = time.monotonic(), self._seen.setdefault(job_id, _SeenAtWork())
+        notes = frozenset((progress.retrying if progress is not None else {}).items())
+        seen.running = {task: seen.running.get(task, now) for task in work.running}
+        stale_notes, seen.notes = notes == seen.notes, notes
+        stuck = all(now - since >= self.stuck_s for since in seen.running.values())
+        return not work.queued and stuck and (not notes or stale_notes)
 
     def _waiting_out_the_broker(self, send: Callable[[], None]) -> None:
         """A broker that refuses for longer than five stalls is not restarting (a password

@@ -7,16 +7,18 @@ from ingest.opensearch_writer import TransientBulkError
 RETRY_STATUSES = {429, 502, 503, 504}
 
 
-def _broker_errors() -> tuple[type[BaseException], ...]:
+def _broker_down() -> tuple[type[BaseException], ...]:
     import kombu.exceptions
     import redis.exceptions
 
     return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-            kombu.exceptions.OperationalError, OSError)  # fmt: skip
+            kombu.exceptions.OperationalError)  # fmt: skip
 
 
-# What Redis as broker and job store raises while it restarts: waited out, not raised.
-BROKER_ERRORS = _broker_errors()
+# What Redis as broker and job store raises while it restarts: waited out, not raised;
+# BROKER_ERRORS with the socket's own errors, which a restart raises too.
+BROKER_DOWN = _broker_down()
+BROKER_ERRORS: tuple[type[BaseException], ...] = (*BROKER_DOWN, OSError)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -648,12 +648,15 @@ def test_a_timeout_while_chunks_wait_for_room_says_the_same_command_sends_the_re
     """--timeout bounded only the following: sending, which now waits for workers, ran on."""
     from click.testing import CliRunner
 
+    from ingest.celery_app import app
     from kgqr_core.settings import get_settings
     from kgqr_ops.cli import main
     from tests.integration.ingest_helpers import TINY_KB
 
     monkeypatch.setenv("KGQR_INGEST_QUEUED_CHUNKS", "1")
     monkeypatch.setenv("KGQR_INGEST_QUEUE", f"{kb}-no-worker")  # no worker takes it
+    # Where chunks go, as a process started with that queue would send them.
+    monkeypatch.setitem(app.conf, "task_default_queue", f"{kb}-no-worker")
     get_settings.cache_clear()
     try:
         args = ["ingest", TINY_KB, "--kb", kb, "--chunk-size", "1", "--worker", "never",
@@ -661,7 +664,8 @@ def test_a_timeout_while_chunks_wait_for_room_says_the_same_command_sends_the_re
         result = CliRunner().invoke(main, args)
     finally:
         get_settings.cache_clear()
-        redis_client.delete(f"{kb}-no-worker")  # the chunk it sent, which no worker takes
+        # The chunk it sent, which no worker takes, and the queue's binding kombu made.
+        redis_client.delete(f"{kb}-no-worker", f"_kombu.binding.{kb}-no-worker")
     assert result.exit_code == 1, result.output
     assert "stopped while sending (--timeout): job " in result.output
     assert "has chunks not sent yet; the same command sends them" in result.output
