@@ -92,6 +92,23 @@ def shard_documents(
         after = int(hits[-1]["sort"][0])
 
 
+def counts_between(
+    client: Any, index: str, after: dict[str, int], until: dict[str, int]
+) -> dict[str, int]:
+    """How many documents each shard of `until` ("index/shard") holds with a `_seq_no`
+    above `after`'s (-1 where it has none) up to `until`'s: fewer later means documents
+    left the range (updated, so numbered past it, or deleted); a new document never
+    enters it."""
+    counted: dict[str, int] = {}
+    for key, highest in until.items():
+        numbers = {"gt": after.get(key, -1), "lte": highest}
+        body = {"size": 0, "track_total_hits": True, "query": {"range": {"_seq_no": numbers}}}
+        shard = key.rpartition("/")[2]
+        answer = client.search(index=index, body=body, params={"preference": f"_shards:{shard}"})
+        counted[key] = int(answer["hits"]["total"]["value"])
+    return counted
+
+
 def highest_seq_nos(client: Any, index: str) -> dict[str, int]:
     """Each shard's highest `_seq_no` among its documents now (-1: an empty shard), by
     the concrete index's name and shard."""

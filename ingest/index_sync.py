@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest.index_shards import highest_seq_nos, shard_documents
+from ingest.index_shards import counts_between, shard_documents
 from ingest.records import Link, Record, Refresh
 from ingest.result_window import page_size
 from ingest.sources.attached_graph import IndexChanged, IndexFieldsSource, embed_from
@@ -92,6 +92,7 @@ class ChangedDocumentsSource(Source):
         self.client, self.fields, self.since, self.until = client, fields, since, until
         self.path = Path(fields.index)
         self.limit = None
+        self._counted: dict[str, int] | None = None
 
     def structure(self) -> DocumentStructure:
         return IndexFieldsSource(self.client, self.fields).structure()
@@ -106,8 +107,12 @@ class ChangedDocumentsSource(Source):
     def check_unchanged(self) -> None:
         """An update in the range moves its document past `until`, out of it, and those
         after it one place earlier, into chunks done before: a re-send skipped them, and a
-        checkpoint moved past them left them for a `--full` sync."""
-        if highest_seq_nos(self.client, self.fields.index) != self.until:
+        checkpoint moved past them left them for a `--full` sync. Told by the range's
+        count per shard, which only an update or a delete in it lowers: a new document,
+        the common write to a live index, leaves the chunks as cut."""
+        if self._counted is None:  # not read yet: nothing was cut
+            return
+        if counts_between(self.client, self.fields.index, self.since, self.until) != self._counted:
             raise IndexChanged(
                 f"[{self.fields.index}] was written to while this sync ran, so its chunks "
                 "cannot be sent again as cut: run the sync again (its checkpoints did not "
@@ -115,6 +120,8 @@ class ChangedDocumentsSource(Source):
             )
 
     def records(self) -> Iterator[Record]:
+        if self._counted is None:  # the range as the job's chunks are cut from it
+            self._counted = counts_between(self.client, self.fields.index, self.since, self.until)
         edges = IndexFieldsSource(self.client, self.fields)
         return edges.with_ids(self._refreshes(edges))
 

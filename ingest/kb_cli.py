@@ -549,23 +549,31 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
 def sent(send: Callable[[bool, QueueRoom], Any], restart: bool, room: QueueRoom) -> Any:
     """A job over an attached index, sent (or re-sent): an alias pointed at several
     indices since it was attached is one line, as sync says it (ingest/index_shards.py)."""
-    from ingest import index_shards
-    from ingest.job_runner import JobForgotten
-    from plugin import kb_meta
-
     try:
         return send(restart, room)
-    except (index_shards.NotOneIndex, JobForgotten, kb_meta.KnowledgeBaseGone) as exc:
+    except _refusals() as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _refusals() -> tuple[type[Exception], ...]:
+    """What a job over an attached index says as one line: an alias pointed at several
+    indices, the job forgotten or its KB dropped meanwhile, a source's read stopped (a key
+    field two documents share), the index changed under a re-send."""
+    from ingest import index_shards
+    from ingest.job_runner import JobForgotten
+    from ingest.sources.attached_graph import IndexChanged
+    from ingest.sources.base import SourceError
+    from plugin import kb_meta
+
+    return (index_shards.NotOneIndex, JobForgotten, kb_meta.KnowledgeBaseGone, SourceError,
+            IndexChanged)  # fmt: skip
 
 
 def resent(source: Source, send: Callable[[bool, QueueRoom], Any], room: QueueRoom) -> Any:
     """A stalled job's chunks sent again, if the index they were cut from is as it was."""
-    from ingest.sources.attached_graph import IndexChanged
-
     try:
         source.check_unchanged()
-    except IndexChanged as exc:
+    except _refusals() as exc:
         raise click.ClickException(str(exc)) from exc
     return sent(send, False, room)
 
