@@ -145,8 +145,10 @@ class JobStore:
         with self.redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(key, key + ":copies")
-                    if not pipe.exists(key):  # forgotten (dropped): nothing is kept for it
+                    pipe.watch(key, key + ":copies", key + ":done")
+                    # Forgotten (dropped), or done by another delivery meanwhile: nothing is
+                    # kept (its field would outlive the job, with no expiry).
+                    if not pipe.exists(key) or pipe.sismember(key + ":done", chunk):
                         pipe.reset()
                         break
                     held = pipe.hget(key + ":copies", chunk)
