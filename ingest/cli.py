@@ -266,8 +266,8 @@ def follow_job(
             ) from exc
         except BROKER_DOWN as exc:  # refused past the room's patience
             raise click.ClickException(
-                f"Redis, the ingest broker, refused chunks for minutes ({exc}): the same "
-                "command, once it takes them, sends the rest"
+                f"Redis, the ingest broker, did not take chunks ({exc}): the same command, "
+                "once it does, sends the rest"
             ) from exc
         say_sent(enqueued, bar.write)
         bar.total = enqueued.chunks_total

@@ -158,8 +158,11 @@ class JobStore:
                         named = kept
                         break
                     named |= kept
+                    lasts = pipe.pttl(key)  # finished: a late delivery's field expires with it
                     pipe.multi()
                     pipe.hset(key + ":copies", chunk, json.dumps(sorted(named)))
+                    if lasts > 0:
+                        pipe.pexpire(key + ":copies", lasts)
                     pipe.execute()
                     break
                 except redis.WatchError:

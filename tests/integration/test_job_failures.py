@@ -67,6 +67,29 @@ def test_a_running_jobs_records_do_not_expire_and_a_finished_ones_do(
     assert redis_client.ttl(key) == -1 and redis_client.ttl(key + ":done") == -1
 
 
+def test_copies_to_redo_are_kept_while_a_job_runs_and_expire_with_it(
+    redis_client: Any, jobs: Any
+) -> None:
+    """Each attempt's graph reads of a chunk join the next's, without expiry while the job
+    runs (evicted, a retry left copies stale); a late delivery of a chunk that failed for
+    good, after the job was seen finished, left a field that never expired."""
+    store, job = jobs
+    key = store.key(job) + ":copies"
+    store.start(job, "kb", "jsonl:x")
+    store.finish_enqueuing(job, chunks_total=2)
+    assert store.copies_to_redo(job, 0, {"p1"}, set()) == ({"p1"}, set())
+    assert store.copies_to_redo(job, 0, set(), {"m1"}) == ({"p1"}, {"m1"})  # the retry
+    assert redis_client.ttl(key) == -1
+    store.complete_chunk(job, 0, {"documents": 1})
+    assert not redis_client.hexists(key, 0)
+    assert store.copies_to_redo(job, 0, {"p2"}, set()) == ({"p2"}, set())  # done: not kept
+    assert not redis_client.hexists(key, 0)
+    store.fail_chunk(job, 1, "a record no retry fixes")
+    assert store.progress(job).finished
+    store.copies_to_redo(job, 1, {"p3"}, set())  # a late delivery of the failed chunk
+    assert 0 < redis_client.ttl(key) <= JOB_TTL_S
+
+
 def test_a_done_chunk_cannot_be_marked_failed(jobs: Any) -> None:
     store, job = jobs
     store.start(job, "kb", "jsonl:x")
