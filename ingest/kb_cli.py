@@ -547,8 +547,8 @@ def embed(name: str, embed_fields: tuple[str, ...], model: str | None, restart: 
 
 
 def sent(send: Callable[[bool, QueueRoom], Any], restart: bool, room: QueueRoom) -> Any:
-    """A job over an attached index, sent (or re-sent): an alias pointed at several
-    indices since it was attached is one line, as sync says it (ingest/index_shards.py)."""
+    """A job over an attached index, sent (or re-sent): its refusals (`_refusals`, an
+    alias pointed at several indices since it was attached among them) are one line."""
     try:
         return send(restart, room)
     except _refusals() as exc:

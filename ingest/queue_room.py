@@ -112,10 +112,9 @@ class QueueRoom:
         """Those of `held` settled, all of them once the job is forgotten (dropped: a worker
         sets its chunks aside, and the next send says why); none while Redis is away."""
         try:
-            if not self.jobs.exists(job_id):
+            if (progress := self.jobs.progress(job_id)) is None:  # its record is gone
                 return set(held)
-            if (progress := self.jobs.progress(job_id)) is not None:
-                self.on_wait(progress)
+            self.on_wait(progress)
             return self.jobs.settled(job_id, held)
         except BROKER_ERRORS:
             return set()
