@@ -39,6 +39,7 @@ from query_rewriter.engine.forwarding import (
 from query_rewriter.engine.gateway import Engine
 from query_rewriter.engine.identities import IdentityResolver, credentials_refused
 from query_rewriter.engine.json_codec import dumps
+from query_rewriter.engine.node_plugins import has_neural_search
 from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
 from query_rewriter.graph.projection import ProjectedGraph
@@ -154,7 +155,7 @@ def create_app(
         )
         fusion = settings.rewrite.hybrid_fusion
         state.neural_search = fusion == "pipeline" or (
-            fusion == "auto" and await _has_neural_search(service_http)
+            fusion == "auto" and await has_neural_search(service_http)
         )
         await _ensure_definitions(service_http, settings, pipelines=state.neural_search)
         if state.query_log is not None:
@@ -197,14 +198,6 @@ def create_app(
 # each as it would directly: OPTIONS is a browser's CORS preflight (kgqr's 405 to it
 # stopped every browser app), TRACE and CONNECT get the engine's own 405.
 ENGINE_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS", "TRACE", "CONNECT"]
-
-
-async def _has_neural_search(http: httpx.AsyncClient) -> bool:
-    try:
-        response = await http.get("/_cat/plugins", params={"format": "json"})
-        return any(p.get("component") == "opensearch-neural-search" for p in response.json())
-    except (httpx.HTTPError, ValueError):
-        return True  # assume the common case; a failing hybrid search falls back anyway
 
 
 async def _ensure_definitions(http: httpx.AsyncClient, settings: Settings, pipelines: bool) -> None:

@@ -55,6 +55,7 @@ from plugin.kb_meta import DocumentStructure
 from query_rewriter import metrics
 from query_rewriter.engine.caller import IMPERSONATION_HEADER
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
+from query_rewriter.engine.node_plugins import has_neural_search
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.search.kb_indices import MISS_TTL_S
 from query_rewriter.search.state import knowledge_base_names
@@ -469,6 +470,42 @@ def test_kgqrs_own_account_reads_no_knowledge_base_named_like_its_bookkeeping(
                           headers=as_kgqr).raise_for_status()  # fmt: skip
         finally:
             client.delete(f"/{index}", headers=admin)
+
+
+@pytest.mark.parametrize("account", ["kgqr", "kgqr-ingest"])
+def test_kgqrs_accounts_read_the_nodes_and_not_other_callers_requests(
+    account: str, secured: SecuredCredentials
+) -> None:
+    """kgqr's accounts once held `cluster_monitor`: every caller's running search, body
+    and all (`_tasks?detailed`), and every team's mappings (`_cluster/state`), were theirs
+    to read, where kgqr needs only the nodes' addresses and plugins."""
+    password = secured.kgqr_password if account == "kgqr" else secured.ingest_password
+    with httpx.Client(
+        base_url=secured.url,
+        verify=_trusting(secured),
+        headers={"authorization": basic_authorization(account, password)},
+    ) as client:
+        nodes = client.get("/_nodes/http,plugins")
+        assert nodes.status_code == 200, nodes.text
+        for path in ("/_tasks?detailed=true", "/_cluster/state/metadata", "/_cluster/stats"):
+            assert client.get(path).status_code == 403, path
+
+
+def test_the_proxy_finds_neural_search_with_kgqrs_own_account(
+    secured: SecuredCredentials, users: dict[str, str]
+) -> None:
+    """The proxy fuses in the engine's pipeline when the engine has neural search; it asks
+    with kgqr's account, which may read the nodes' plugins and nothing wider."""
+
+    async def found() -> bool:
+        async with httpx.AsyncClient(
+            base_url=secured.url,
+            verify=_trusting(secured),
+            headers={"authorization": users["kgqr"]},
+        ) as kgqr:
+            return await has_neural_search(kgqr)
+
+    assert asyncio.run(found())
 
 
 def test_every_path_runs_as_the_caller(entry: str, users: dict[str, str]) -> None:
