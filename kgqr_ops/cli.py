@@ -31,7 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("workbench.agent_plans.cli", "Optimise the agent strategy's plans for a KB."),
     "tune": ("workbench.tuning.cli", "Choose a KB's default strategy from judged queries."),
     "rewrites": ("query_rewriter.rewrites_cli", "Warm cached rewrites for frequent queries."),
-    "plugin": ("kgqr_ops.installer_cli", "Install index templates, pipelines and graph schema."),
+    "plugin": (
+        "kgqr_ops.installer_cli",
+        "kgqr's index templates, pipelines, graph schema and security roles.",
+    ),
 }
 
 

@@ -1,4 +1,5 @@
-"""`kgqr plugin install`: put kgqr's definitions into OpenSearch and Neo4j."""
+"""`kgqr plugin install` and `kgqr plugin roles`: put kgqr's definitions into OpenSearch
+and Neo4j, and its roles onto a secured cluster."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from kgqr_core.settings import Settings, get_settings
 
 @click.group("plugin")
 def plugin() -> None:
-    """kgqr's index templates, search pipelines and graph schema."""
+    """kgqr's index templates, search pipelines, graph schema and security roles."""
 
 
 @plugin.command()
@@ -53,3 +54,79 @@ def _import_dashboards(url: str, settings: Settings) -> None:
     except (httpx.HTTPError, DashboardsImportError) as exc:
         raise click.ClickException(f"dashboards import into {url} failed: {exc}") from exc
     click.echo(f"dashboards: imported {count} saved objects into {url}")
+
+
+@plugin.command()
+@click.option(
+    "--check", is_flag=True, help="Only say how the cluster's roles differ; exit 1 if they do."
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Wait up to this long for a node still starting (unreachable, or its security "
+    "not yet initialised), as a container started beside it must.",
+)
+def roles(check: bool, wait_s: float) -> None:
+    """Put kgqr's roles (kgqr_service, kgqr_ingest) on a cluster with the security
+    plugin, as this version defines them, and say what each gained or lost. Run it as a
+    user who may change roles (KGQR_OPENSEARCH_USER/PASSWORD of an admin) after each
+    upgrade: a cluster keeps the roles it was first given. The users mapped to them are
+    yours to keep."""
+    import time
+
+    from opensearchpy.exceptions import (
+        AuthorizationException,
+        NotFoundError,
+        RequestError,
+        TransportError,
+    )
+    from opensearchpy.exceptions import ConnectionError as Unreachable
+
+    from kgqr_core import connections
+    from plugin.security_roles import RoleNotPut, put_kgqr_roles
+
+    settings = get_settings()
+    client = connections.opensearch_client(settings)
+
+    def call(method: str, path: str, body: object | None) -> object | None:
+        try:
+            return client.transport.perform_request(method, path, body=body)
+        except NotFoundError:
+            return None  # the role is not there yet
+        except AuthorizationException as exc:
+            raise click.ClickException(
+                f"{settings.opensearch.user or 'no user'} may not change roles: run it with "
+                "an admin's KGQR_OPENSEARCH_USER/PASSWORD"
+            ) from exc
+        except RequestError as exc:
+            if "no handler found" in str(exc.error):
+                raise click.ClickException(
+                    "this cluster has no security plugin, so no roles to put"
+                ) from exc
+            raise
+
+    deadline, waited = time.monotonic() + wait_s, False
+    while True:
+        try:
+            changes = put_kgqr_roles(call, check_only=check)
+            break
+        except RoleNotPut as exc:
+            raise click.ClickException(str(exc)) from exc
+        except (Unreachable, TransportError) as exc:
+            starting = isinstance(exc, Unreachable) or exc.status_code == 503
+            if not starting or time.monotonic() >= deadline:
+                raise
+            if not waited:
+                click.echo(
+                    f"waiting for OpenSearch at {settings.opensearch.url} to start", err=True
+                )
+                waited = True
+            time.sleep(2.0)
+    for change in changes:
+        click.echo(change.describe(put=not check))
+    if check and any(change.changed for change in changes):
+        raise SystemExit(1)

@@ -22,8 +22,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kgqr_core.connections import basic_authorization
 from kgqr_core.settings import Settings
 from kgqr_ops.services import maven
@@ -34,6 +32,7 @@ from kgqr_ops.services.opensearch_cluster import ClusterMember, members
 from kgqr_ops.services.opensearch_node import OpenSearchNode
 from kgqr_ops.services.process import run_checked
 from kgqr_ops.services.service_user import hand_over, running_as_root
+from plugin.security_roles import RoleNotPut, put_kgqr_roles
 
 # Maven Central has no checksum files for the security zip; recorded on first download.
 SECURITY_SHA256 = {
@@ -193,13 +192,11 @@ class SecuredOpenSearchNode(OpenSearchNode):
         return what
 
     def _apply_kgqr_roles(self) -> None:
-        """kgqr's roles as kgqr-roles.yml has them now. The file reaches the security index
-        only when a node is first set up, so a role kgqr narrows later (kgqr_service once
-        covered any knowledge base named `query-log-...`) kept its old reach on a node set
-        up before; operators of their own clusters re-apply it the same way."""
-        for name, role in kgqr_roles().items():
-            if self.call("PUT", f"/_plugins/_security/api/roles/{name}", body=role) is None:
-                raise ServiceError(self.name, f"could not apply kgqr's role {name}")
+        """kgqr's roles as kgqr-roles.yml has them now (plugin/security_roles.py says why)."""
+        try:
+            put_kgqr_roles(lambda method, path, body: self.call(method, path, body=body))
+        except RoleNotPut as exc:
+            raise ServiceError(self.name, str(exc)) from exc
 
     def call(
         self, method: str, path: str, timeout_s: float = 3.0, body: Any | None = None
@@ -216,13 +213,6 @@ class SecuredOpenSearchNode(OpenSearchNode):
             timeout_s=timeout_s,
             body=body,
         )
-
-
-def kgqr_roles() -> dict[str, Any]:
-    """kgqr's roles (plugin/opensearch/security/kgqr-roles.yml), by name."""
-    text = resources.files("plugin.opensearch.security").joinpath("kgqr-roles.yml").read_text()
-    roles: dict[str, Any] = yaml.safe_load(text)
-    return roles
 
 
 def _password() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
 import secrets
 import ssl
@@ -26,7 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from pydantic import SecretStr
 
 from ingest import job_runner
@@ -39,7 +40,7 @@ from ingest.worker_resources import WorkerResources
 from kgqr_core import connections
 from kgqr_core.connections import basic_authorization
 from kgqr_core.embedder import get_embedder
-from kgqr_core.settings import Settings
+from kgqr_core.settings import Settings, get_settings
 from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.cli import main
 from kgqr_ops.nginx_front import running_front
@@ -52,6 +53,7 @@ from kgqr_ops.services.secured_opensearch import (
 )
 from plugin import kb_meta, schema
 from plugin.kb_meta import DocumentStructure
+from plugin.security_roles import kgqr_roles
 from query_rewriter import metrics
 from query_rewriter.engine.caller import IMPERSONATION_HEADER
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
@@ -506,6 +508,48 @@ def test_the_proxy_finds_neural_search_with_kgqrs_own_account(
             return await has_neural_search(kgqr)
 
     assert asyncio.run(found())
+
+
+def test_kgqr_plugin_roles_narrows_a_role_a_cluster_was_first_given(
+    secured: SecuredCredentials, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster keeps the roles it was first set up with: one set up before 2026-12-01
+    gave kgqr's account `cluster_monitor` until an operator put the role again."""
+    role_url = f"{secured.url}/_plugins/_security/api/roles/kgqr_service"
+    admin = {"authorization": secured.admin_authorization}
+    earlier = copy.deepcopy(kgqr_roles()["kgqr_service"])
+    earlier["cluster_permissions"] = ["cluster_monitor", *earlier["cluster_permissions"][1:]]
+    put = httpx.put(role_url, json=earlier, headers=admin, verify=_trusting(secured))
+    assert put.status_code == 200, put.text
+
+    def roles(user: str, password: str, *args: str) -> Result:
+        monkeypatch.setenv("KGQR_OPENSEARCH_URL", secured.url)
+        monkeypatch.setenv("KGQR_OPENSEARCH_CA_CERTS", str(secured.ca_file))
+        monkeypatch.setenv("KGQR_OPENSEARCH_USER", user)
+        monkeypatch.setenv("KGQR_OPENSEARCH_PASSWORD", password)
+        get_settings.cache_clear()
+        try:
+            return CliRunner().invoke(main, ["plugin", "roles", *args])
+        finally:
+            get_settings.cache_clear()
+
+    try:
+        refused = roles("kgqr", secured.kgqr_password)
+        assert refused.exit_code == 1 and "kgqr may not change roles" in refused.output
+        checked = roles("admin", secured.admin_password, "--check")
+        assert checked.exit_code == 1, checked.output
+        assert "kgqr_service: differs\n  - cluster: cluster_monitor\n" in checked.output
+        assert "kgqr_ingest: as kgqr defines it" in checked.output
+        applied = roles("admin", secured.admin_password)
+        assert applied.exit_code == 0 and "kgqr_service: put" in applied.output, applied.output
+        assert "  + cluster: cluster:monitor/nodes/info" in applied.output
+        now = httpx.get(role_url, headers=admin, verify=_trusting(secured)).json()
+        assert "cluster_monitor" not in now["kgqr_service"]["cluster_permissions"]
+        again = roles("admin", secured.admin_password, "--check")
+        assert again.exit_code == 0 and "kgqr_service: as kgqr defines it" in again.output
+    finally:
+        httpx.put(role_url, json=kgqr_roles()["kgqr_service"], headers=admin,
+                  verify=_trusting(secured)).raise_for_status()  # fmt: skip
 
 
 def test_every_path_runs_as_the_caller(entry: str, users: dict[str, str]) -> None:

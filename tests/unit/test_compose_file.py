@@ -23,7 +23,8 @@ def compose() -> dict[str, Any]:
 
 def test_declares_every_part_of_kgqr(compose: dict[str, Any]) -> None:
     assert set(compose["services"]) == {
-        "opensearch-security", "opensearch", "neo4j", "redis", "rewriter", "worker", "llm",
+        "opensearch-security", "opensearch", "opensearch-roles", "neo4j", "redis", "rewriter",
+        "worker", "llm",
     }  # fmt: skip
     assert compose["services"]["llm"]["profiles"] == ["llm"]
 
@@ -70,6 +71,8 @@ def test_entry_points_exist(compose: dict[str, Any]) -> None:
 
     rewriter = compose["services"]["rewriter"]["command"]
     assert rewriter[0] == "kgqr" and rewriter[1] in SUBCOMMANDS
+    roles = compose["services"]["opensearch-roles"]["entrypoint"]
+    assert roles[0] == "kgqr" and roles[1] in SUBCOMMANDS
 
 
 def test_named_volumes_are_declared(compose: dict[str, Any]) -> None:
@@ -106,6 +109,11 @@ def test_opensearch_runs_secured_with_passwords_only_from_the_environment(
         in (DOCKER_DIR / "opensearch.Dockerfile").read_text()
     )
     assert services["worker"]["environment"]["KGQR_OPENSEARCH_USER"] == "kgqr-ingest"
+    # kgqr's roles put at every start (the config volume's reach the node once only).
+    roles = services["opensearch-roles"]
+    assert roles["entrypoint"][:3] == ["kgqr", "plugin", "roles"]
+    assert "--wait" in roles["entrypoint"]  # podman 4.3 starts it before the node is up
+    assert roles["environment"]["KGQR_OPENSEARCH_USER"] == "admin"
     assert services["rewriter"]["environment"]["KGQR_OPENSEARCH_USER"] == "kgqr"
 
 

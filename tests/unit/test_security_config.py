@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import fnmatch
 
-from kgqr_ops.services.secured_opensearch import kgqr_roles
 from plugin import schema
+from plugin.security_roles import kgqr_roles
 
 
 def test_the_service_role_covers_kgqrs_bookkeeping_and_no_knowledge_base() -> None:
