@@ -43,7 +43,6 @@ from query_rewriter.engine.node_plugins import has_neural_search
 from query_rewriter.engine.off_loop import off_the_loop_if_large
 from query_rewriter.graph.copies import GraphSnapshots, SnapshotGraph
 from query_rewriter.graph.projection import ProjectedGraph
-from query_rewriter.proxy.client_gone import answered_unless_gone
 from query_rewriter.proxy.front_status import read_fronts, render_fronts, status_folder
 from query_rewriter.proxy.msearch import handle_msearch, handle_msearch_template
 from query_rewriter.proxy.request_body import (
@@ -352,18 +351,14 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
     if foreign := engine_read(request.headers.get("content-type"), body):
         metrics.PASSED_THROUGH.labels(foreign.code).inc()
         return kind, await state.engine.forward(request, body, decoded=True)
-
-    async def answer() -> Response:
-        if search:
-            return await handle_search(state, request, search.group(1), body)
-        if template:
-            return await handle_search_template(state, request, template.group(1), body)
-        if templates:
-            return await handle_msearch_template(state, request, templates.group(1), body)
-        assert msearch
-        return await handle_msearch(state, request, msearch.group(1), body)
-
-    return kind, await answered_unless_gone(request, answer)
+    if search:
+        return kind, await handle_search(state, request, search.group(1), body)
+    if template:
+        return kind, await handle_search_template(state, request, template.group(1), body)
+    if templates:
+        return kind, await handle_msearch_template(state, request, templates.group(1), body)
+    assert msearch
+    return kind, await handle_msearch(state, request, msearch.group(1), body)
 
 
 def header_bytes(request: Request) -> int:
