@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import httpx
 
@@ -15,26 +14,32 @@ NEURAL_SEARCH = "opensearch-neural-search"
 async def has_neural_search(http: httpx.AsyncClient) -> bool:
     """Whether every node has neural search (its hybrid query and normalization pipeline).
     Unknown counts as yes: the common case, and a failing hybrid search falls back anyway."""
-    nodes = await _nodes_plugins(http)
-    if nodes is None:
+    plugins = await nodes_plugins(http)
+    if plugins is None:
         return True
-    return all(
-        any(plugin.get("name") == NEURAL_SEARCH for plugin in node.get("plugins", []))
-        for node in nodes.values()
-    )
+    return all(NEURAL_SEARCH in names for names in plugins.values())
 
 
-async def _nodes_plugins(http: httpx.AsyncClient) -> dict[str, Any] | None:
-    """Each node's plugins, from `_nodes/plugins`: kgqr's account may read the nodes, and
-    not `_cat/plugins`, which also needs the cluster state (every team's mappings)."""
+async def nodes_plugins(http: httpx.AsyncClient) -> dict[str, set[str]] | None:
+    """Each node's plugins by name, from `_nodes/plugins` (kgqr's account may read the
+    nodes, and not `_cat/plugins`, which also needs the cluster state: every team's
+    mappings); None when they could not be read (logged)."""
     try:
-        answer = await http.get("/_nodes/plugins", params={"filter_path": "nodes.*.plugins.name"})
-        nodes = answer.json().get("nodes") if answer.status_code == 200 else None
+        answer = await http.get(
+            "/_nodes/plugins",
+            # The node's name too: a node with no plugin would be left out of the answer.
+            params={"filter_path": "nodes.*.name,nodes.*.plugins.name"},
+        )
+        payload = answer.json() if answer.status_code == 200 else None
         error = answer.text[:300]
     except (httpx.HTTPError, ValueError) as exc:
-        nodes, error = None, str(exc)
+        payload, error = None, str(exc)
+    nodes = payload.get("nodes") if isinstance(payload, dict) else None
     if isinstance(nodes, dict) and nodes:
-        return nodes
+        return {
+            node_id: {plugin.get("name") for plugin in (node or {}).get("plugins") or []}
+            for node_id, node in nodes.items()
+        }
     log.warning(
         "the nodes' plugins were not read; assuming neural search",
         extra={"kgqr": {"error": error}},

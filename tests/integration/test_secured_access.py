@@ -57,7 +57,7 @@ from plugin.security_roles import kgqr_roles
 from query_rewriter import metrics
 from query_rewriter.engine.caller import IMPERSONATION_HEADER
 from query_rewriter.engine.gateway import EngineSession, opensearch_http_client
-from query_rewriter.engine.node_plugins import has_neural_search
+from query_rewriter.engine.node_plugins import NEURAL_SEARCH, nodes_plugins
 from query_rewriter.graph.store import Neo4jGraph
 from query_rewriter.search.kb_indices import MISS_TTL_S
 from query_rewriter.search.state import knowledge_base_names
@@ -493,21 +493,24 @@ def test_kgqrs_accounts_read_the_nodes_and_not_other_callers_requests(
             assert client.get(path).status_code == 403, path
 
 
-def test_the_proxy_finds_neural_search_with_kgqrs_own_account(
+def test_the_proxy_reads_the_nodes_plugins_with_kgqrs_own_account(
     secured: SecuredCredentials, users: dict[str, str]
 ) -> None:
-    """The proxy fuses in the engine's pipeline when the engine has neural search; it asks
-    with kgqr's account, which may read the nodes' plugins and nothing wider."""
+    """The proxy fuses in the engine's pipeline when every node has neural search; it asks
+    with kgqr's account, which may read the nodes and nothing wider (`_cat/plugins` needs
+    the cluster state: refused, the proxy assumed neural search without knowing)."""
 
-    async def found() -> bool:
+    async def read() -> dict[str, set[str]] | None:
         async with httpx.AsyncClient(
             base_url=secured.url,
             verify=_trusting(secured),
             headers={"authorization": users["kgqr"]},
         ) as kgqr:
-            return await has_neural_search(kgqr)
+            return await nodes_plugins(kgqr)
 
-    assert asyncio.run(found())
+    plugins = asyncio.run(read())
+    assert plugins, "kgqr's account could not read the nodes' plugins"
+    assert all(NEURAL_SEARCH in names for names in plugins.values()), plugins
 
 
 def test_kgqr_plugin_roles_narrows_a_role_a_cluster_was_first_given(
