@@ -3,9 +3,14 @@ and Neo4j, and its roles onto a secured cluster."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from kgqr_core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from plugin.security_roles import SecurityCall
 
 
 @click.group("plugin")
@@ -78,18 +83,56 @@ def roles(check: bool, wait_s: float) -> None:
     yours to keep."""
     import time
 
-    from opensearchpy.exceptions import (
-        AuthorizationException,
-        NotFoundError,
-        RequestError,
-        TransportError,
-    )
-    from opensearchpy.exceptions import ConnectionError as Unreachable
-
-    from kgqr_core import connections
     from plugin.security_roles import RoleNotPut, put_kgqr_roles
 
     settings = get_settings()
+    deadline, waited = time.monotonic() + wait_s, False
+    while True:
+        try:
+            changes = put_kgqr_roles(_security_call(settings), check_only=check)
+            break
+        except RoleNotPut as exc:
+            raise click.ClickException(str(exc)) from exc
+        except Exception as exc:
+            if not _still_starting(exc) or time.monotonic() >= deadline:
+                if isinstance(exc, FileNotFoundError):  # the CA file, from the client
+                    raise click.ClickException(
+                        f"no CA file: {settings.opensearch.ca_certs}"
+                    ) from exc
+                raise
+            if not waited:
+                click.echo(
+                    f"waiting for OpenSearch at {settings.opensearch.url} to start", err=True
+                )
+                waited = True
+            time.sleep(2.0)
+    for change in changes:
+        click.echo(change.describe(put=not check))
+    if check and any(change.changed for change in changes):
+        raise SystemExit(1)
+
+
+def _still_starting(exc: Exception) -> bool:
+    """A node (or a container beside it) not ready yet: unreachable, its security not
+    initialised (503), or the CA file the one-shot that secures it writes not there yet.
+    A certificate that does not verify is not waited out."""
+    from opensearchpy.exceptions import ConnectionError as Unreachable
+    from opensearchpy.exceptions import SSLError, TransportError
+
+    if isinstance(exc, SSLError):
+        return False
+    if isinstance(exc, Unreachable | FileNotFoundError):
+        return True
+    return isinstance(exc, TransportError) and exc.status_code == 503
+
+
+def _security_call(settings: Settings) -> SecurityCall:
+    """The security REST API as the configured user, a role that is not there as None,
+    and what the user cannot do said in one line."""
+    from opensearchpy.exceptions import AuthorizationException, NotFoundError, RequestError
+
+    from kgqr_core import connections
+
     client = connections.opensearch_client(settings)
 
     def call(method: str, path: str, body: object | None) -> object | None:
@@ -109,24 +152,4 @@ def roles(check: bool, wait_s: float) -> None:
                 ) from exc
             raise
 
-    deadline, waited = time.monotonic() + wait_s, False
-    while True:
-        try:
-            changes = put_kgqr_roles(call, check_only=check)
-            break
-        except RoleNotPut as exc:
-            raise click.ClickException(str(exc)) from exc
-        except (Unreachable, TransportError) as exc:
-            starting = isinstance(exc, Unreachable) or exc.status_code == 503
-            if not starting or time.monotonic() >= deadline:
-                raise
-            if not waited:
-                click.echo(
-                    f"waiting for OpenSearch at {settings.opensearch.url} to start", err=True
-                )
-                waited = True
-            time.sleep(2.0)
-    for change in changes:
-        click.echo(change.describe(put=not check))
-    if check and any(change.changed for change in changes):
-        raise SystemExit(1)
+    return call

@@ -5,6 +5,7 @@ API itself is exercised on the secured node (tests/integration/test_secured_acce
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,3 +103,34 @@ def test_a_node_not_up_is_waited_for_then_said_in_one_line(
     assert result.exit_code == 1
     assert f"waiting for OpenSearch at {nowhere} to start" in result.output
     assert f"Error: OpenSearch could not be reached at {nowhere}: is it running?" in result.output
+
+
+def test_a_ca_file_not_there_yet_is_waited_for_and_a_certificate_that_fails_is_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """In compose the CA file is written by the one-shot that secures the node, beside
+    this one: waited for. A certificate that does not verify will not start to."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from kgqr_core.settings import get_settings
+
+    missing = tmp_path / "root-ca.pem"
+    plain = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=plain.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("KGQR_OPENSEARCH_URL", f"https://127.0.0.1:{plain.server_port}")
+        monkeypatch.setenv("KGQR_OPENSEARCH_CA_CERTS", str(missing))
+        get_settings.cache_clear()
+        no_ca = CliRunner().invoke(main, ["plugin", "roles", "--wait", "1"])
+        monkeypatch.delenv("KGQR_OPENSEARCH_CA_CERTS")
+        get_settings.cache_clear()
+        not_tls = CliRunner().invoke(main, ["plugin", "roles", "--wait", "600"])
+    finally:
+        get_settings.cache_clear()
+        plain.shutdown()
+        plain.server_close()
+    assert no_ca.exit_code == 1
+    assert "waiting for OpenSearch" in no_ca.output
+    assert no_ca.output.endswith(f"Error: no CA file: {missing}\n"), no_ca.output
+    assert not_tls.exit_code == 1 and "waiting" not in not_tls.output, not_tls.output
