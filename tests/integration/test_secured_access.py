@@ -30,7 +30,7 @@ import pytest
 from click.testing import CliRunner, Result
 from pydantic import SecretStr
 
-from ingest import job_runner
+from ingest import graph_projection, job_runner
 from ingest.chunk_ingest import ingest_chunk
 from ingest.job_store import JobStore
 from ingest.kb_removal import drop_knowledge_base
@@ -553,6 +553,25 @@ def test_kgqr_plugin_roles_narrows_a_role_a_cluster_was_first_given(
     finally:
         httpx.put(role_url, json=kgqr_roles()["kgqr_service"], headers=admin,
                   verify=_trusting(secured)).raise_for_status()  # fmt: skip
+
+
+def test_the_ingest_account_copies_a_graph_again_whole(
+    settings: Settings, secured: SecuredCredentials, secured_kb: str, neo4j_driver: Any
+) -> None:
+    """`kgqr kb project` reads the copy back (a scroll) to remove nodes Neo4j no longer
+    has, and ends that scroll: the ingest account was refused ending it, and the command
+    failed once every node was written."""
+    ingester = _as(settings, secured, "kgqr-ingest", secured.ingest_password)
+    opensearch = connections.opensearch_client(ingester)
+    try:
+        current = graph_projection.state(opensearch, KB)
+        assert current is not None and current.complete
+        written, removed = graph_projection.project_all(neo4j_driver, opensearch, KB,
+                                                        current.edges)  # fmt: skip
+        assert written > 0 and removed == 0
+        assert graph_projection.state(opensearch, KB) == current  # complete again
+    finally:
+        opensearch.close()
 
 
 def test_every_path_runs_as_the_caller(entry: str, users: dict[str, str]) -> None:
