@@ -100,6 +100,42 @@ def test_a_hung_llm_costs_a_search_its_budget_only(settings: Settings, movies_kb
         release.set()
 
 
+def test_a_client_that_gives_up_is_served_the_rewrite_it_left_when_it_retries(
+    settings: Settings, movies_kb: str
+) -> None:
+    """A client whose timeout is shorter than an LLM call (opensearch-py's default is 10 s;
+    a call takes 15-80 s on a CPU) gives up and retries. The rewrite it left runs on and
+    the retry is served it, made once: a rewrite stopped when its client hung up was made
+    afresh on every retry and never finished."""
+    release = threading.Event()
+
+    def first_call_held(prompt: str) -> str:
+        if '"entities"' in prompt:
+            release.wait(timeout=60)
+            return ENTITIES
+        return DOCUMENTS
+
+    body = {"query": {"match": {"text": f"bank robbers {uuid.uuid4().hex[:6]}"}}, "size": 3}
+    params = {"kgqr.strategy": "kar", "kgqr.explain": "true"}
+    try:
+        with recording_llm(first_call_held) as (llm_url, prompts):
+            held = settings.replaced(
+                {"llm_base_url": llm_url, "llm_model": f"held-{uuid.uuid4().hex[:6]}"}
+            )
+            with running_proxy(held) as url:
+                search = f"{url}/{movies_kb}/_search"
+                with pytest.raises(httpx.ReadTimeout):
+                    httpx.post(search, json=body, params=params, timeout=3)
+                release.set()
+                retried = httpx.post(search, json=body, params=params, timeout=60)
+    finally:
+        release.set()
+    assert retried.status_code == 200, retried.text
+    explain = retried.json()["kgqr"]
+    assert explain["fallback"] is None and explain["cached"] is True, explain
+    assert len(prompts) == 2, prompts  # kar's two calls, once
+
+
 def test_a_hung_cache_redis_is_a_miss_not_a_stalled_search(
     settings: Settings, movies_kb: str
 ) -> None:
