@@ -98,18 +98,25 @@ class SecuredOpenSearchNode(OpenSearchNode):
         )
         return distribution, [*plugins, security]
 
+    @property
+    def keys_dir(self) -> Path:
+        """The CA's and the admin certificate's keys, outside the config folder the node
+        reads (configure.sh says why)."""
+        return self.data_dir / "keys"
+
     def prepare(self) -> None:
         super().prepare()
         if not (self.config_dir / ".kgqr-configured").is_file():
+            # A config folder of the node's own: the distribution's, made a secured node's.
+            shutil.rmtree(self.config_dir, ignore_errors=True)
+            shutil.copytree(self.install_dir / "config", self.config_dir)
             self._configure()
         if running_as_root():
             hand_over(self.data_dir)
 
     def _configure(self) -> None:
-        """A config folder of the node's own: the distribution's, turned into a secured
-        node's by the same script docker/compose.yml runs in the OpenSearch image."""
-        shutil.rmtree(self.config_dir, ignore_errors=True)
-        shutil.copytree(self.install_dir / "config", self.config_dir)
+        """The script docker/compose.yml runs in the OpenSearch image: on a folder it
+        configured before, it only moves out the keys an older kgqr left there."""
         credentials = self._credentials(create=True)
         if shutil.which("openssl") is None:
             raise ServiceError(self.name, "`openssl` is needed to make its certificates")
@@ -127,6 +134,7 @@ class SecuredOpenSearchNode(OpenSearchNode):
                 "KGQR_SECURITY_INGEST_PASSWORD": credentials.ingest_password,
                 "KGQR_SECURITY_DASHBOARDS_PASSWORD": credentials.dashboards_password,
                 "KGQR_SECURITY_HOSTS": "localhost",
+                "KGQR_SECURITY_KEYS_OUT": str(self.keys_dir),
             },
         )
 
@@ -188,6 +196,7 @@ class SecuredOpenSearchNode(OpenSearchNode):
 
     def up(self) -> str:
         what = super().up()
+        self._configure()  # a node already running too: it needs none of those keys
         self._apply_kgqr_roles()
         return what
 

@@ -241,6 +241,15 @@ def test_kgqr_own_account_cannot_read_the_callers_documents(stack: Stack, ingest
     assert refused.value.status_code == 403
 
 
+def test_the_node_holds_no_key_that_signs_certificates(stack: Stack) -> None:
+    """The CA's key (a node certificate signed with it joins the cluster) and the admin
+    certificate's (it passes every role) were in the config volume the node mounts."""
+    node = stack.container("opensearch")
+    listed = stack.engine.run(["exec", node, "ls", "/usr/share/opensearch/config/certs"],
+                              capture=True).stdout.split()  # fmt: skip
+    assert sorted(listed) == ["node-key.pem", "node.pem", "root-ca.pem"], listed
+
+
 def test_an_llm_strategy_reaches_the_llm_container_with_its_key(
     stack: Stack, ingested: str, users: dict[str, str]
 ) -> None:

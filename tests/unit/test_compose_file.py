@@ -109,6 +109,15 @@ def test_opensearch_runs_secured_with_passwords_only_from_the_environment(
         in (DOCKER_DIR / "opensearch.Dockerfile").read_text()
     )
     assert services["worker"]["environment"]["KGQR_OPENSEARCH_USER"] == "kgqr-ingest"
+    # The keys that sign certificates or pass every role: kept where only the one-shot
+    # that made them looks (the config volume is every node's).
+    keys = [
+        name
+        for name, service in services.items()
+        if any(v.split(":")[0] == "opensearch-keys" for v in service.get("volumes", []))
+    ]
+    assert keys == ["opensearch-security"]
+    assert init["environment"]["KGQR_SECURITY_KEYS_OUT"] == "/opensearch-keys"
     # kgqr's roles put at every start (the config volume's reach the node once only).
     roles = services["opensearch-roles"]
     assert roles["entrypoint"][:3] == ["kgqr", "plugin", "roles"]

@@ -14,12 +14,34 @@
 #   KGQR_SECURITY_HOSTS             names the node certificate holds (default localhost)
 #   KGQR_SECURITY_CA_OUT            a folder to copy the root CA to, for clients (optional)
 #   KGQR_SECURITY_OWNER             user:group to hand the config folder to (optional)
+#   KGQR_SECURITY_KEYS_OUT          a folder to keep the CA's and the admin certificate's
+#                                   keys in, one the node does not mount (else deleted)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 home=${OPENSEARCH_HOME:-/usr/share/opensearch}
 config=${OPENSEARCH_PATH_CONF:-$home/config}
+
+# The CA's key signs certificates every node trusts (one named kgqr-node joins the cluster
+# and reads everything), and the admin certificate's key passes every role. The node needs
+# neither, so neither stays in the config folder it reads: a container mounts that folder,
+# and whoever reads it would have held the cluster. Folders configured before are cleared
+# too.
+keys_out_of_config() {
+  local name
+  for name in root-ca-key.pem root-ca.srl admin-key.pem admin.pem node.ext admin.ext; do
+    [ -f "$config/certs/$name" ] || continue
+    if [ -n "${KGQR_SECURITY_KEYS_OUT:-}" ]; then
+      (umask 077 && mkdir -p "$KGQR_SECURITY_KEYS_OUT")
+      mv "$config/certs/$name" "$KGQR_SECURITY_KEYS_OUT/"
+    else
+      rm "$config/certs/$name"
+    fi
+  done
+}
+
 if [ -f "$config/.kgqr-configured" ]; then
+  keys_out_of_config
   echo "kgqr security: $config is already configured" >&2
   exit 0
 fi
@@ -54,6 +76,7 @@ chmod 600 ./*-key.pem
 if [ -n "${KGQR_SECURITY_CA_OUT:-}" ]; then
   mkdir -p "$KGQR_SECURITY_CA_OUT" && cp root-ca.pem "$KGQR_SECURITY_CA_OUT/"
 fi
+keys_out_of_config
 
 # By the variable's name (-env), never the password itself: an argument is in every local
 # user's `ps` while the hashing JVM starts.
