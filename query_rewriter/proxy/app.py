@@ -14,7 +14,7 @@ import anyio
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
@@ -90,6 +90,14 @@ MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?\Z")
 MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?\Z")
 # What the engine asks of a caller for its own node stats (cluster:monitor/nodes/stats).
 NODE_STATS_PROBE = "/_nodes/_local/stats/process"
+# The reads kgqr plans, by their paths (the rest goes to the engine as sent).
+PLANNED_READS = (
+    ("search", SEARCH_PATH),
+    ("template", TEMPLATE_PATH),
+    ("msearch", MSEARCH_PATH),
+    ("msearch_template", MSEARCH_TEMPLATE_PATH),
+)
+CLIENT_CLOSED = 499  # nginx's status for a request its client abandoned
 
 
 def create_app(
@@ -295,13 +303,22 @@ async def _metrics_refused(state: ProxyState, request: Request) -> Response | No
 
 async def proxy(request: Request) -> Response:
     state: ProxyState = request.app.state.kgqr
-    kind = "passthrough"
+    read, index = planned_read(request)
+    # By the path, not by how far the request got: a search refused (a 400, a 413) or
+    # abandoned was counted as a pass-through.
+    kind = "passthrough" if read is None else "msearch" if read.startswith("msearch") else "search"
     try:
-        kind, response = await _dispatch(state, request)
+        response = await _dispatch(state, request, read, index)
     except RewriteRequestError as exc:
         response = error_response(exc)
     except httpx.HTTPError as exc:
         response = error_response(upstream_unreachable(exc))
+    except ClientDisconnect:
+        # Gone while sending its body: nginx's 499, for the metrics and the log. It was
+        # logged as a kgqr bug (a 500, with a traceback).
+        log.info("client closed the connection before its body was read",
+                 extra={"kgqr": {"path": request.url.path}})  # fmt: skip
+        response = Response(status_code=CLIENT_CLOSED)
     except Exception as exc:  # a kgqr bug: still an error clients can parse, and logged
         log.exception("request failed in kgqr", extra={"kgqr": {"path": request.url.path}})
         response = error_response(kgqr_failure(exc))
@@ -314,20 +331,25 @@ async def proxy(request: Request) -> Response:
     return response
 
 
-async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]:
-    """The request's kind (for the metrics) and its answer: the searches kgqr reads are
-    planned, everything else is streamed to the engine as it arrives (only the engine's
-    own limit applies: a 12 MB _bulk was kgqr's 413, where the engine and the front take
-    it)."""
-    path = request.url.path
-    reads = request.method in ("GET", "POST")
-    search = reads and SEARCH_PATH.match(path)
-    msearch = reads and MSEARCH_PATH.match(path)
-    template = reads and TEMPLATE_PATH.match(path)
-    templates = reads and MSEARCH_TEMPLATE_PATH.match(path)
-    kind = "msearch" if msearch or templates else "search"
-    if not (search or msearch or template or templates):
-        return "passthrough", await state.engine.forward(request)
+def planned_read(request: Request) -> tuple[str | None, str | None]:
+    """Which of the reads kgqr plans the request is (search, template, msearch,
+    msearch_template), with the index its path names; (None, None) for the rest."""
+    if request.method not in ("GET", "POST"):
+        return None, None
+    for read, path in PLANNED_READS:
+        if matched := path.match(request.url.path):
+            return read, matched.group(1)
+    return None, None
+
+
+async def _dispatch(
+    state: ProxyState, request: Request, read: str | None, index: str | None
+) -> Response:
+    """The searches kgqr reads are planned, everything else is streamed to the engine as
+    it arrives (only the engine's own limit applies: a 12 MB _bulk was kgqr's 413, where
+    the engine and the front take it)."""
+    if read is None:
+        return await state.engine.forward(request)
     # The engine's HTTP layer refuses these before anything else. kgqr sends a shorter line
     # of its own, so it refuses a long one here, as the engine would have; and headers over
     # the engine's bound, sent on, were answered by nothing for a minute, then a 502.
@@ -344,21 +366,22 @@ async def _dispatch(state: ProxyState, request: Request) -> tuple[str, Response]
         # The engine's 401, the body streamed to it unread: a caller it does not know
         # costs kgqr one identity lookup (kept 30 s), never a parse of what they sent.
         metrics.PASSED_THROUGH.labels("refused").inc()
-        return kind, await state.engine.forward(request)
+        return await state.engine.forward(request)
     limit = state.settings.proxy.max_body_bytes
     body = await read_body(request.headers.get("content-length"), request.stream(), limit)
     body = await decoded_off_the_loop(body, request.headers.get("content-encoding"), limit)
     if foreign := engine_read(request.headers.get("content-type"), body):
         metrics.PASSED_THROUGH.labels(foreign.code).inc()
-        return kind, await state.engine.forward(request, body, decoded=True)
-    if search:
-        return kind, await handle_search(state, request, search.group(1), body)
-    if template:
-        return kind, await handle_search_template(state, request, template.group(1), body)
-    if templates:
-        return kind, await handle_msearch_template(state, request, templates.group(1), body)
-    assert msearch
-    return kind, await handle_msearch(state, request, msearch.group(1), body)
+        return await state.engine.forward(request, body, decoded=True)
+    if read == "search":
+        assert index is not None
+        return await handle_search(state, request, index, body)
+    if read == "template":
+        assert index is not None
+        return await handle_search_template(state, request, index, body)
+    if read == "msearch_template":
+        return await handle_msearch_template(state, request, index, body)
+    return await handle_msearch(state, request, index, body)
 
 
 def header_bytes(request: Request) -> int:
