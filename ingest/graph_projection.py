@@ -15,14 +15,16 @@ LIMIT does.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from ingest import index_shards
 from ingest.bulk_requests import Operation, bulk_items
 from ingest.opensearch_writer import TransientBulkError, the_engines_trouble
 from kgqr_core.settings import Settings
 from plugin import installer, schema
 from plugin.schema import GraphCopyState
 
+T = TypeVar("T")
 READ_BATCH = 2_000  # nodes per Neo4j read (their writes are cut by size: bulk_requests)
 
 # A node's first `edges` edges as [other end, its type, relation, outgoing, evidence]: the
@@ -143,10 +145,10 @@ def node_document(
     }
 
 
-def _batches(ids: Iterable[str], size: int = READ_BATCH) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for node_id in ids:
-        batch.append(node_id)
+def _batches(items: Iterable[T], size: int = READ_BATCH) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
         if len(batch) == size:
             yield batch
             batch = []
@@ -279,25 +281,21 @@ def project_all(
 
 def _remove_stale(neo4j: Any, opensearch: Any, kb: str) -> int:
     """Delete the documents of nodes Neo4j no longer has. Versioned as writes are, so a
-    node made again (and copied) after the check keeps its document."""
+    node made again (and copied) after the check keeps its document. Read shard by shard
+    in `_seq_no` order, not by a scroll: ending one is a cluster action, and the right to
+    it ends every caller's scrolls (`DELETE _search/scroll/_all`)."""
     index = schema.graph_index(kb)
     removed = 0
-    body = {"size": READ_BATCH, "_source": ["id"], "sort": ["_doc"]}
-    answer = opensearch.search(index=index, body=body, scroll="2m")
-    try:
-        while hits := answer["hits"]["hits"]:
-            ids = {hit["_source"]["id"]: hit["_id"] for hit in hits}
-            records, _, _ = neo4j.execute_query(EXISTING, kb=kb, ids=list(ids))
-            gone = set(ids) - set(records[0]["ids"])
-            if gone:
-                version = records[0]["version"]
-                _bulk(opensearch, kb, [
-                    ({"delete": {"_index": index, "_id": ids[node], "version": version,
-                                 "version_type": "external_gte"}}, None)
-                    for node in gone
-                ])  # fmt: skip
-                removed += len(gone)
-            answer = opensearch.scroll(scroll_id=answer["_scroll_id"], scroll="2m")
-    finally:
-        opensearch.clear_scroll(scroll_id=answer["_scroll_id"], ignore=[404])
+    for page in _batches(index_shards.every_document(opensearch, index, ["id"], READ_BATCH)):
+        ids = {hit["_source"]["id"]: hit["_id"] for hit in page}
+        records, _, _ = neo4j.execute_query(EXISTING, kb=kb, ids=list(ids))
+        gone = set(ids) - set(records[0]["ids"])
+        if gone:
+            version = records[0]["version"]
+            _bulk(opensearch, kb, [
+                ({"delete": {"_index": index, "_id": ids[node], "version": version,
+                             "version_type": "external_gte"}}, None)
+                for node in gone
+            ])  # fmt: skip
+            removed += len(gone)
     return removed

@@ -87,6 +87,27 @@ def test_an_older_graph_is_read_from_neo4j_until_kgqr_kb_project_copies_it(
         assert explain_copy["details"]["graph_nodes"] == explain["details"]["graph_nodes"]
 
 
+def test_kgqr_kb_project_removes_the_documents_of_nodes_neo4j_no_longer_has(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str, monkeypatch: Any,
+) -> None:  # fmt: skip
+    """Read back shard by shard, a page at a time (no scroll, whose end the ingest account
+    would need a cluster-wide right for), every stale document goes and no other."""
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        index = schema.graph_index(kb_name)
+        kept = opensearch.get(index=index, id=schema.graph_copy_id("p1"))["_source"]
+        for ghost in ("ghost-1", "ghost-2", "ghost-3"):
+            opensearch.index(index=index, id=schema.graph_copy_id(ghost),
+                             body={**kept, "id": ghost}, refresh=True)  # fmt: skip
+        monkeypatch.setattr(graph_projection, "READ_BATCH", 2)  # pages of two
+        copy = graph_projection.state(opensearch, kb_name)
+        assert copy is not None
+        written, removed = graph_projection.project_all(neo4j_driver, opensearch, kb_name,
+                                                        copy.edges)  # fmt: skip
+        assert removed == 3 and written > 4
+        graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)  # the ghosts gone
+
+
 def test_a_copy_still_being_made_is_not_read(
     settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
     ingest_worker: Any, kb_name: str,

@@ -491,6 +491,8 @@ def test_kgqrs_accounts_read_the_nodes_and_not_other_callers_requests(
         assert nodes.status_code == 200, nodes.text
         for path in ("/_tasks?detailed=true", "/_cluster/state/metadata", "/_cluster/stats"):
             assert client.get(path).status_code == 403, path
+        # Every caller's scrolls ended at once: kgqr reads without scrolls.
+        assert client.delete("/_search/scroll/_all").status_code == 403
 
 
 def test_the_proxy_reads_the_nodes_plugins_with_kgqrs_own_account(
@@ -558,9 +560,9 @@ def test_kgqr_plugin_roles_narrows_a_role_a_cluster_was_first_given(
 def test_the_ingest_account_copies_a_graph_again_whole(
     settings: Settings, secured: SecuredCredentials, secured_kb: str, neo4j_driver: Any
 ) -> None:
-    """`kgqr kb project` reads the copy back (a scroll) to remove nodes Neo4j no longer
-    has, and ends that scroll: the ingest account was refused ending it, and the command
-    failed once every node was written."""
+    """`kgqr kb project` reads the copy back to remove nodes Neo4j no longer has: read by a
+    scroll, the ingest account was refused ending it (a cluster action, which would end
+    every caller's scrolls), and the command failed once every node was written."""
     ingester = _as(settings, secured, "kgqr-ingest", secured.ingest_password)
     opensearch = connections.opensearch_client(ingester)
     try:
