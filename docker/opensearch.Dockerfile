@@ -25,9 +25,10 @@ COPY opensearch-entrypoint.sh /usr/local/bin/opensearch-entrypoint.sh
 RUN printf 'network.host: 0.0.0.0\ncluster.routing.allocation.disk.threshold_enabled: false\n' \
       >> /usr/share/opensearch/config/opensearch.yml \
     && mkdir -p /usr/share/opensearch/data /usr/share/opensearch/logs \
-    && mkdir -p /opensearch-ca \
+    && mkdir -p /opensearch-ca /opensearch-keys \
     && chown -R 1000:1000 /usr/share/opensearch/data /usr/share/opensearch/logs /opensearch-ca \
-                          /usr/share/opensearch/config
+                          /opensearch-keys /usr/share/opensearch/config \
+    && chmod 700 /opensearch-keys
 WORKDIR /usr/share/opensearch
 USER 1000:1000
 EXPOSE 9200

@@ -101,25 +101,29 @@ class SecuredOpenSearchNode(OpenSearchNode):
     @property
     def keys_dir(self) -> Path:
         """The CA's and the admin certificate's keys, outside the config folder the node
-        reads (configure.sh says why)."""
-        return self.data_dir / "keys"
+        reads (configure.sh says why), and beside its data folder, which is handed to the
+        user the node runs as: made by root, they stay root's."""
+        return self.data_dir.with_name(f"{self.data_dir.name}-keys")
 
     def prepare(self) -> None:
         super().prepare()
-        if not (self.config_dir / ".kgqr-configured").is_file():
+        if not self._configured():
             # A config folder of the node's own: the distribution's, made a secured node's.
+            if shutil.which("openssl") is None:
+                raise ServiceError(self.name, "`openssl` is needed to make its certificates")
             shutil.rmtree(self.config_dir, ignore_errors=True)
             shutil.copytree(self.install_dir / "config", self.config_dir)
             self._configure()
         if running_as_root():
             hand_over(self.data_dir)
 
+    def _configured(self) -> bool:
+        return (self.config_dir / ".kgqr-configured").is_file()
+
     def _configure(self) -> None:
         """The script docker/compose.yml runs in the OpenSearch image: on a folder it
         configured before, it only moves out the keys an older kgqr left there."""
         credentials = self._credentials(create=True)
-        if shutil.which("openssl") is None:
-            raise ServiceError(self.name, "`openssl` is needed to make its certificates")
         script = resources.files("plugin.opensearch.security").joinpath("configure.sh")
         run_checked(
             self.name,
@@ -196,7 +200,8 @@ class SecuredOpenSearchNode(OpenSearchNode):
 
     def up(self) -> str:
         what = super().up()
-        self._configure()  # a node already running too: it needs none of those keys
+        if self._configured():  # keys an older kgqr left in it go, the node running or not
+            self._configure()
         self._apply_kgqr_roles()
         return what
 
