@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 import aiohttp
 import httpx
 from multidict import CIMultiDict
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from yarl import URL
 
@@ -190,6 +190,8 @@ class Upstream:
                     ]
                     status = upstream.status
             except aiohttp.ClientError as exc:
+                if isinstance(exc.__cause__, ClientDisconnect):  # the caller left mid-body
+                    raise exc.__cause__ from None
                 # Refused (nothing was sent), or a search on a connection its node dropped:
                 # the next node. Anything else was the node's to answer.
                 refused = aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError

@@ -361,31 +361,35 @@ def test_a_search_body_past_the_engines_limit_is_a_413_at_once(
     assert "content_too_long_exception" in head
 
 
-def test_a_client_gone_while_sending_its_body_is_a_499_not_a_kgqr_failure(
-    proxy_url: str, movies_kb: str
+@pytest.mark.parametrize(("kind", "path"), [("search", "_search"), ("passthrough", "_count")])
+def test_a_client_gone_while_sending_its_body_is_a_499_not_a_failure(
+    proxy_url: str, movies_kb: str, kind: str, path: str
 ) -> None:
     """A client that hangs up halfway through its body (a timeout, a killed app) was
-    counted and logged as a kgqr bug: a 500, with a traceback."""
+    counted and logged as a kgqr bug (a 500, with a traceback) where kgqr reads the body,
+    and as OpenSearch unreachable (a 502) where it streams the body on."""
     import socket
     import time
     from urllib.parse import urlsplit
 
-    gone, failed = (f'kgqr_requests_total{{kind="search",status="{status}"}}'
-                    for status in (499, 500))  # fmt: skip
+    gone, failed, unreachable = (f'kgqr_requests_total{{kind="{kind}",status="{status}"}}'
+                                 for status in (499, 500, 502))  # fmt: skip
     before = _samples(proxy_url)
     address = urlsplit(proxy_url)
     with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
         sock.sendall(
-            f"POST /{movies_kb}/_search HTTP/1.1\r\nHost: x\r\n"
+            f"POST /{movies_kb}/{path} HTTP/1.1\r\nHost: x\r\n"
             "Content-Type: application/json\r\nContent-Length: 400\r\n\r\n"
             '{"query": {"match": '.encode()
         )
     deadline = time.monotonic() + 30
     while (now := _samples(proxy_url)).get(gone, 0.0) == before.get(gone, 0.0):
-        assert time.monotonic() < deadline, "the abandoned request was never counted"
+        counted = {series: value for series, value in now.items() if kind in series}
+        assert time.monotonic() < deadline, f"the abandoned request was not counted: {counted}"
         time.sleep(0.2)
     assert now[gone] == before.get(gone, 0.0) + 1
-    assert now.get(failed, 0.0) == before.get(failed, 0.0)
+    for series in (failed, unreachable):
+        assert now.get(series, 0.0) == before.get(series, 0.0), series
 
 
 def test_headers_past_the_engines_bound_get_its_400_at_once(
