@@ -350,8 +350,7 @@ def measure_copy_only(settings: Any, kb: str, args: argparse.Namespace) -> None:
         write_copy_only(settings, opensearch, kb, args.nodes, args.relations, args.hubs)
     # Index stats, not _cat/indices: that reads the cluster state, which kgqr's accounts
     # may not on a secured cluster.
-    copy = opensearch.indices.stats(index=schema.graph_index(kb), metric="docs,store")
-    copy = copy["_all"]["total"]
+    copy = opensearch.indices.stats(index=schema.graph_index(kb), metric="docs,store")["_all"]
     hub = opensearch.get(index=schema.graph_index(kb), id="0")["_source"]["edges"]["n"]
     vectors = unit(np.random.default_rng(11), 50_000)  # --documents-kb's, as build drew them
     measured = asyncio.run(
@@ -361,8 +360,8 @@ def measure_copy_only(settings: Any, kb: str, args: argparse.Namespace) -> None:
     figures = {
         "nodes": args.nodes, "relations": args.relations, "strategy": args.strategy,
         "copy_only": True, "documents_kb": args.documents_kb,
-        "copy_documents": copy["docs"]["count"],
-        "copy_store_mb": copy["store"]["size_in_bytes"] // 2**20,
+        "copy_documents": copy["primaries"]["docs"]["count"],  # _cat's: no replicas
+        "copy_store_mb": copy["total"]["store"]["size_in_bytes"] // 2**20,
         "hub_edges_kept": len(hub), "opensearch": measured,
     }  # fmt: skip
     report(args.relations, "opensearch", args.strategy, measured)
