@@ -6,8 +6,9 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -90,13 +91,6 @@ MSEARCH_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/?\Z")
 MSEARCH_TEMPLATE_PATH = re.compile(r"^/(?:([^/_][^/]*)/)?_msearch/template/?\Z")
 # What the engine asks of a caller for its own node stats (cluster:monitor/nodes/stats).
 NODE_STATS_PROBE = "/_nodes/_local/stats/process"
-# The reads kgqr plans, by their paths (the rest goes to the engine as sent).
-PLANNED_READS = (
-    ("search", SEARCH_PATH),
-    ("template", TEMPLATE_PATH),
-    ("msearch", MSEARCH_PATH),
-    ("msearch_template", MSEARCH_TEMPLATE_PATH),
-)
 CLIENT_CLOSED = 499  # nginx's status for a request its client abandoned
 
 
@@ -303,12 +297,12 @@ async def _metrics_refused(state: ProxyState, request: Request) -> Response | No
 
 async def proxy(request: Request) -> Response:
     state: ProxyState = request.app.state.kgqr
-    read, index = planned_read(request)
+    read = planned_read(request)
     # By the path, not by how far the request got: a search refused (a 400, a 413) or
     # abandoned was counted as a pass-through.
-    kind = "passthrough" if read is None else "msearch" if read.startswith("msearch") else "search"
+    kind = "passthrough" if read is None else read.kind
     try:
-        response = await _dispatch(state, request, read, index)
+        response = await _dispatch(state, request, read)
     except RewriteRequestError as exc:
         response = error_response(exc)
     except httpx.HTTPError as exc:
@@ -331,20 +325,33 @@ async def proxy(request: Request) -> Response:
     return response
 
 
-def planned_read(request: Request) -> tuple[str | None, str | None]:
-    """Which of the reads kgqr plans the request is (search, template, msearch,
-    msearch_template), with the index its path names; (None, None) for the rest."""
+@dataclass(frozen=True)
+class PlannedRead:
+    """A read kgqr plans: its kind for the metrics, what handles it, the index its path
+    names (none for an msearch of several)."""
+
+    kind: str
+    handle: Callable[[ProxyState, Request, Any, bytes], Awaitable[Response]]
+    index: str | None
+
+
+def planned_read(request: Request) -> PlannedRead | None:
+    """The read kgqr plans that the request is, by its path; None for the rest, which
+    goes to the engine as sent."""
     if request.method not in ("GET", "POST"):
-        return None, None
-    for read, path in PLANNED_READS:
+        return None
+    for path, kind, handle in (
+        (SEARCH_PATH, "search", handle_search),
+        (TEMPLATE_PATH, "search", handle_search_template),
+        (MSEARCH_PATH, "msearch", handle_msearch),
+        (MSEARCH_TEMPLATE_PATH, "msearch", handle_msearch_template),
+    ):
         if matched := path.match(request.url.path):
-            return read, matched.group(1)
-    return None, None
+            return PlannedRead(kind, handle, matched.group(1))
+    return None
 
 
-async def _dispatch(
-    state: ProxyState, request: Request, read: str | None, index: str | None
-) -> Response:
+async def _dispatch(state: ProxyState, request: Request, read: PlannedRead | None) -> Response:
     """The searches kgqr reads are planned, everything else is streamed to the engine as
     it arrives (only the engine's own limit applies: a 12 MB _bulk was kgqr's 413, where
     the engine and the front take it)."""
@@ -373,15 +380,7 @@ async def _dispatch(
     if foreign := engine_read(request.headers.get("content-type"), body):
         metrics.PASSED_THROUGH.labels(foreign.code).inc()
         return await state.engine.forward(request, body, decoded=True)
-    if read == "search":
-        assert index is not None
-        return await handle_search(state, request, index, body)
-    if read == "template":
-        assert index is not None
-        return await handle_search_template(state, request, index, body)
-    if read == "msearch_template":
-        return await handle_msearch_template(state, request, index, body)
-    return await handle_msearch(state, request, index, body)
+    return await read.handle(state, request, read.index, body)
 
 
 def header_bytes(request: Request) -> int:
