@@ -5,15 +5,16 @@ It is the plain node's distribution and plugins plus `opensearch-security` from 
 Central, with its own config folder, data and port (`KGQR_SECURED_OPENSEARCH_PORT`). The
 TLS certificates are made at first start with `openssl` (never downloaded) by
 plugin/opensearch/security/configure.sh, the script docker/compose.yml runs too. The admin,
-kgqr, kgqr-ingest and Dashboards passwords are generated then, kept in a 0600 file beside
-the node's data unless `KGQR_SECURED_ADMIN_PASSWORD` / `KGQR_SECURED_KGQR_PASSWORD` name
-the first two.
+kgqr, kgqr-ingest and Dashboards passwords are generated then, kept in a 0600 file among
+the node's keys (outside its data, which the node's user owns) unless
+`KGQR_SECURED_ADMIN_PASSWORD` / `KGQR_SECURED_KGQR_PASSWORD` name the first two.
 `kgqr services up opensearch-secured` starts it; plain `kgqr services up` does not.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import ssl
@@ -85,7 +86,22 @@ class SecuredOpenSearchNode(OpenSearchNode):
 
     @property
     def credentials_file(self) -> Path:
-        return self.data_dir / "credentials.json"
+        """The admin password passes every role: kept with the keys, not in the data folder
+        handed to the node's user."""
+        return self.keys_dir / "credentials.json"
+
+    def move_credentials_out_of_data(self) -> None:
+        """From where kgqr kept them until 2026-12-01, inside the data folder: at their
+        first read, so that a status before the next `up` finds them too."""
+        earlier = self.data_dir / "credentials.json"
+        if earlier.is_file() and not self.credentials_file.is_file():
+            self._make_keys_dir()
+            earlier.replace(self.credentials_file)
+            self.credentials_file.chmod(0o600)
+            os.chown(self.credentials_file, os.getuid(), os.getgid())  # was the node user's
+
+    def _make_keys_dir(self) -> None:
+        self.keys_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def _artifacts(self) -> tuple[maven.MavenArtifact, list[maven.MavenArtifact]]:
         distribution, plugins = super()._artifacts()
@@ -143,6 +159,7 @@ class SecuredOpenSearchNode(OpenSearchNode):
         )
 
     def _credentials(self, create: bool = False) -> SecuredCredentials:
+        self.move_credentials_out_of_data()
         stored: dict[str, str] = {}
         if self.credentials_file.is_file():
             stored = json.loads(self.credentials_file.read_text())
@@ -168,7 +185,7 @@ class SecuredOpenSearchNode(OpenSearchNode):
             "dashboards_password": stored.get("dashboards_password") or _password(),
         }
         if values != stored:
-            self.credentials_file.parent.mkdir(parents=True, exist_ok=True)
+            self._make_keys_dir()
             self.credentials_file.touch(mode=0o600)
             self.credentials_file.write_text(json.dumps(values))
         return SecuredCredentials(
@@ -216,6 +233,7 @@ class SecuredOpenSearchNode(OpenSearchNode):
         self, method: str, path: str, timeout_s: float = 3.0, body: Any | None = None
     ) -> Any | None:
         """As the admin, over TLS checked against the node's own CA."""
+        self.move_credentials_out_of_data()
         if not self.credentials_file.is_file():
             return None
         credentials = self._credentials()

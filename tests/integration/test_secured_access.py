@@ -580,7 +580,7 @@ def test_the_ingest_account_copies_a_graph_again_whole(
 def test_the_node_reads_no_key_that_signs_certificates(settings: Settings) -> None:
     """The CA's key (a node certificate signed with it joins the cluster) and the admin
     certificate's (it passes every role) lay in the config folder the node reads; they are
-    kept apart, readable by whoever runs kgqr only."""
+    kept apart, readable by whoever runs kgqr only, as is the admin's password."""
     if wants_containers():
         pytest.skip("the compose stack's test checks its node's certificates")
     node = SecuredOpenSearchNode(settings)
@@ -590,6 +590,10 @@ def test_the_node_reads_no_key_that_signs_certificates(settings: Settings) -> No
     kept = node.keys_dir.stat()
     # Not the node's user's when kgqr runs as root (its data folder is handed to that user).
     assert kept.st_mode & 0o077 == 0 and kept.st_uid == os.getuid()
+    assert node.credentials_file == node.keys_dir / "credentials.json"
+    assert node.credentials_file.is_file() and not (node.data_dir / "credentials.json").exists()
+    held = node.credentials_file.stat()
+    assert held.st_mode & 0o077 == 0 and held.st_uid == os.getuid()
 
 
 def test_every_path_runs_as_the_caller(entry: str, users: dict[str, str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import zipfile
@@ -233,3 +234,35 @@ def test_a_node_whose_engine_guard_changed_runs_another_command(
     monkeypatch.setattr(opensearch_node, "guard_digest", lambda: "another-guard")
     after = node.command()
     assert before[0] == after[0] and before[1] != after[1]
+
+
+def test_the_secured_nodes_passwords_are_kept_out_of_the_folder_its_user_owns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The admin password passes every role, and the data folder is handed to the node's
+    user when kgqr runs as root: the passwords live with the keys, moved there from where
+    kgqr kept them until 2026-12-01."""
+    from kgqr_ops.services import opensearch_node
+    from kgqr_ops.services.secured_opensearch import SecuredOpenSearchNode
+
+    monkeypatch.setattr(opensearch_node, "running_as_root", lambda: False)  # not /var/lib
+
+    node = SecuredOpenSearchNode(Settings(home=tmp_path))
+    earlier = node.data_dir / "credentials.json"
+    earlier.parent.mkdir(parents=True)
+    stored = {
+        "admin_password": "a" * 24,
+        "kgqr_password": "k" * 24,
+        "ingest_password": "i" * 24,
+        "dashboards_password": "d" * 24,
+    }
+    earlier.write_text(json.dumps(stored))
+    node.move_credentials_out_of_data()
+    assert not earlier.exists()
+    assert node.credentials_file.parent == node.keys_dir
+    assert not node.keys_dir.is_relative_to(node.data_dir)
+    assert node.keys_dir.stat().st_mode & 0o077 == 0
+    assert node.credentials_file.stat().st_mode & 0o077 == 0
+    assert node.credentials().admin_password == "a" * 24
+    node.move_credentials_out_of_data()  # once moved, a second `up` leaves them be
+    assert node.credentials().kgqr_password == "k" * 24
