@@ -283,10 +283,14 @@ def _remove_stale(neo4j: Any, opensearch: Any, kb: str) -> int:
     """Delete the documents of nodes Neo4j no longer has. Versioned as writes are, so a
     node made again (and copied) after the check keeps its document. Read shard by shard
     in `_seq_no` order, not by a scroll: ending one is a cluster action, and the right to
-    it ends every caller's scrolls (`DELETE _search/scroll/_all`)."""
+    it ends every caller's scrolls (`DELETE _search/scroll/_all`). Only the documents
+    there when it began: those written since are of nodes just copied, and following them
+    under a busy ingest would keep it reading."""
     index = schema.graph_index(kb)
+    began = index_shards.highest_seq_nos(opensearch, index)
     removed = 0
-    for page in _batches(index_shards.every_document(opensearch, index, ["id"], READ_BATCH)):
+    read = index_shards.every_document(opensearch, index, ["id"], READ_BATCH, until=began)
+    for page in _batches(read):
         ids = {hit["_source"]["id"]: hit["_id"] for hit in page}
         records, _, _ = neo4j.execute_query(EXISTING, kb=kb, ids=list(ids))
         gone = set(ids) - set(records[0]["ids"])

@@ -122,8 +122,15 @@ def highest_seq_nos(client: Any, index: str) -> dict[str, int]:
 
 
 def every_document(
-    client: Any, index: str, source: list[str] | bool, page: int
+    client: Any,
+    index: str,
+    source: list[str] | bool,
+    page: int,
+    until: dict[str, int] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Every document's hit, shard after shard, each in `_seq_no` order."""
-    for _, shard in shards_of(client, index):
-        yield from shard_documents(client, index, shard, source, page)
+    """Every document's hit, shard after shard, each in `_seq_no` order; with `until`
+    (`highest_seq_nos` taken before), only those written by then: a read that follows new
+    writes never ends while they go on, and reads a document written again twice."""
+    for name, shard in shards_of(client, index):
+        last = None if until is None else until.get(f"{name}/{shard}", -1)
+        yield from shard_documents(client, index, shard, source, page, until=last)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from click.testing import CliRunner
 
-from ingest import graph_projection
+from ingest import graph_projection, index_shards
 from kgqr_core import graph_version
 from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
@@ -106,6 +106,40 @@ def test_kgqr_kb_project_removes_the_documents_of_nodes_neo4j_no_longer_has(
                                                         copy.edges)  # fmt: skip
         assert removed == 3 and written > 4
         graph_copy_matches_neo4j(opensearch, neo4j_driver, kb_name)  # the ghosts gone
+
+
+def test_kgqr_kb_project_reads_back_only_what_the_copy_held_when_it_began(
+    settings: Settings, opensearch: Any, neo4j_driver: Any, redis_client: Any,
+    ingest_worker: Any, kb_name: str, monkeypatch: Any,
+) -> None:  # fmt: skip
+    """Documents written while it reads back (an ingest copying nodes) are not followed:
+    under a busy ingest a read that follows them would not end. A stray document written
+    after its first page shows it: it is left to the next `kb project`."""
+    with ingested(settings, opensearch, neo4j_driver, redis_client, TINY_KB, kb_name):
+        index = schema.graph_index(kb_name)
+        kept = opensearch.get(index=index, id=schema.graph_copy_id("p1"))["_source"]
+        opensearch.index(index=index, id=schema.graph_copy_id("early"),
+                         body={**kept, "id": "early"}, refresh=True)  # fmt: skip
+        monkeypatch.setattr(graph_projection, "READ_BATCH", 2)
+        read_page = index_shards.shard_search
+        late = {**kept, "id": "late"}
+
+        def page_then_a_write(*args: Any, **kwargs: Any) -> list[Any]:
+            page = read_page(*args, **kwargs)
+            if "range" in args[3]["query"] and late:  # a page of the read-back: once
+                opensearch.index(index=index, id=schema.graph_copy_id("late"), body=late,
+                                 refresh=True)  # fmt: skip
+                late.clear()
+            return page
+
+        monkeypatch.setattr(index_shards, "shard_search", page_then_a_write)
+        copy = graph_projection.state(opensearch, kb_name)
+        assert copy is not None
+        _, removed = graph_projection.project_all(neo4j_driver, opensearch, kb_name, copy.edges)
+        assert not late  # written during the read-back
+        assert removed == 1
+        assert not opensearch.exists(index=index, id=schema.graph_copy_id("early"))
+        assert opensearch.exists(index=index, id=schema.graph_copy_id("late"))
 
 
 def test_a_copy_still_being_made_is_not_read(
