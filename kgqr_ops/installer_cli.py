@@ -3,7 +3,7 @@ and Neo4j, and its roles onto a secured cluster."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -83,13 +83,16 @@ def roles(check: bool, wait_s: float) -> None:
     yours to keep."""
     import time
 
+    from kgqr_core import connections
     from plugin.security_roles import RoleNotPut, put_kgqr_roles
 
     settings = get_settings()
     deadline, waited = time.monotonic() + wait_s, False
     while True:
         try:
-            changes = put_kgqr_roles(_security_call(settings), check_only=check)
+            # A client per attempt: a CA file not written yet shows only as one is made.
+            with connections.opensearch_client(settings) as client:
+                changes = put_kgqr_roles(_security_call(client, settings), check_only=check)
             break
         except RoleNotPut as exc:
             raise click.ClickException(str(exc)) from exc
@@ -126,14 +129,10 @@ def _still_starting(exc: Exception) -> bool:
     return isinstance(exc, TransportError) and exc.status_code == 503
 
 
-def _security_call(settings: Settings) -> SecurityCall:
+def _security_call(client: Any, settings: Settings) -> SecurityCall:
     """The security REST API as the configured user, a role that is not there as None,
     and what the user cannot do said in one line."""
     from opensearchpy.exceptions import AuthorizationException, NotFoundError, RequestError
-
-    from kgqr_core import connections
-
-    client = connections.opensearch_client(settings)
 
     def call(method: str, path: str, body: object | None) -> object | None:
         try:
