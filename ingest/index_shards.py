@@ -129,8 +129,13 @@ def every_document(
     until: dict[str, int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every document's hit, shard after shard, each in `_seq_no` order; with `until`
-    (`highest_seq_nos` taken before), only those written by then: a read that follows new
-    writes never ends while they go on, and reads a document written again twice."""
-    for name, shard in shards_of(client, index):
-        last = None if until is None else until.get(f"{name}/{shard}", -1)
+    (`highest_seq_nos` taken before), only those written by then, of the shards it
+    counted: a read that follows new writes never ends while they go on, and reads a
+    document written again twice."""
+    if until is None:
+        for _, shard in shards_of(client, index):
+            yield from shard_documents(client, index, shard, source, page)
+        return
+    for key, last in until.items():
+        shard = int(key.rpartition("/")[2])
         yield from shard_documents(client, index, shard, source, page, until=last)

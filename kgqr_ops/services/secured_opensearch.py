@@ -232,11 +232,11 @@ class SecuredOpenSearchNode(OpenSearchNode):
     def call(
         self, method: str, path: str, timeout_s: float = 3.0, body: Any | None = None
     ) -> Any | None:
-        """As the admin, over TLS checked against the node's own CA."""
-        self.move_credentials_out_of_data()
-        if not self.credentials_file.is_file():
+        """As the admin, over TLS checked against the node's own CA; None before its set-up."""
+        try:
+            credentials = self._credentials()
+        except ServiceError:
             return None
-        credentials = self._credentials()
         return request_json(
             method,
             credentials.url + path,
