@@ -17,14 +17,14 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kgqr_core import connections
-from kgqr_core.settings import Settings
+from kgqr_core.settings import Settings, get_settings
 from kgqr_ops.services.neo4j_server import Neo4jServer
 from plugin.neo4j import procedures
 from tests.service_discovery import discover_services, require_llm
@@ -58,6 +58,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, folder))
         if "llm_settings" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.llm)
+
+
+@pytest.fixture
+def kgqr_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Sets (a string) or removes (None) variables for the commands a test runs in this
+    process: the settings are read once and kept, so each change drops them, and so does
+    the test's end, before the variables are put back, leaving the next test its own."""
+
+    def change(**variables: str | None) -> None:
+        for name, value in variables.items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+
+    yield change
+    get_settings.cache_clear()
 
 
 @pytest.fixture(scope="session")

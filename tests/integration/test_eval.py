@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,7 @@ def test_a_resumed_run_searches_only_what_the_earlier_run_lacks(
 
 
 @pytest.fixture
-def scripted_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def scripted_llm(kgqr_env: Callable[..., None]) -> Iterator[list[str]]:
     """A stand-in LLM for the proxies `kgqr eval` starts itself, under a model name of
     its own (so nothing from an earlier run is in the cache); yields the prompts it saw.
     Each answer numbers its call, so no two draws are the same text."""
@@ -151,11 +151,8 @@ def scripted_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return json.dumps({"documents": [f"A crime film about bank robbers ({next(calls)})."]})
 
     with recording_llm(script) as (url, prompts):
-        monkeypatch.setenv("KGQR_LLM_BASE_URL", url)
-        monkeypatch.setenv("KGQR_LLM_MODEL", f"scripted-{uuid.uuid4().hex[:8]}")
-        get_settings.cache_clear()
+        kgqr_env(KGQR_LLM_BASE_URL=url, KGQR_LLM_MODEL=f"scripted-{uuid.uuid4().hex[:8]}")
         yield prompts
-    get_settings.cache_clear()
 
 
 def test_samples_ask_the_llm_afresh_for_each_draw_and_report_the_spread(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -607,7 +607,7 @@ def test_an_id_given_twice_in_a_source_is_one_document_typed_alike_in_both_store
 
 
 def test_a_source_streams_through_the_queue_a_few_chunks_at_a_time(
-    kb: str, opensearch: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+    kb: str, opensearch: Any, redis_client: Any, kgqr_env: Callable[..., None]
 ) -> None:
     """`kgqr ingest` sent every chunk before any was written: the broker held the whole
     source. With room for two, the queue never holds more, and every document lands."""
@@ -619,8 +619,7 @@ def test_a_source_streams_through_the_queue_a_few_chunks_at_a_time(
     from kgqr_ops.cli import main
     from tests.integration.ingest_helpers import TINY_KB
 
-    monkeypatch.setenv("KGQR_INGEST_QUEUED_CHUNKS", "2")
-    get_settings.cache_clear()
+    kgqr_env(KGQR_INGEST_QUEUED_CHUNKS="2")
     queue, lengths, done = get_settings().redis.ingest_queue, [], threading.Event()
 
     def sample() -> None:
@@ -635,7 +634,6 @@ def test_a_source_streams_through_the_queue_a_few_chunks_at_a_time(
     finally:
         done.set()
         sampler.join()
-        get_settings.cache_clear()
     assert result.exit_code == 0, result.output
     assert "job " in result.output and ": 9 chunks (9 sent, 0 already done)" in result.output
     assert len(document_ids(opensearch, kb)) == 8
@@ -643,27 +641,24 @@ def test_a_source_streams_through_the_queue_a_few_chunks_at_a_time(
 
 
 def test_a_timeout_while_chunks_wait_for_room_says_the_same_command_sends_the_rest(
-    kb: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+    kb: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch, kgqr_env: Callable[..., None]
 ) -> None:
     """--timeout bounded only the following: sending, which now waits for workers, ran on."""
     from click.testing import CliRunner
 
     from ingest.celery_app import app
-    from kgqr_core.settings import get_settings
     from kgqr_ops.cli import main
     from tests.integration.ingest_helpers import TINY_KB
 
-    monkeypatch.setenv("KGQR_INGEST_QUEUED_CHUNKS", "1")
-    monkeypatch.setenv("KGQR_INGEST_QUEUE", f"{kb}-no-worker")  # no worker takes it
+    # No worker takes the queue.
+    kgqr_env(KGQR_INGEST_QUEUED_CHUNKS="1", KGQR_INGEST_QUEUE=f"{kb}-no-worker")
     # Where chunks go, as a process started with that queue would send them.
     monkeypatch.setitem(app.conf, "task_default_queue", f"{kb}-no-worker")
-    get_settings.cache_clear()
     try:
         args = ["ingest", TINY_KB, "--kb", kb, "--chunk-size", "1", "--worker", "never",
                 "--timeout", "2"]  # fmt: skip
         result = CliRunner().invoke(main, args)
     finally:
-        get_settings.cache_clear()
         # The chunk it sent, which no worker takes, and the queue's binding kombu made.
         redis_client.delete(f"{kb}-no-worker", f"_kombu.binding.{kb}-no-worker")
     assert result.exit_code == 1, result.output

@@ -41,7 +41,7 @@ from ingest.worker_resources import WorkerResources
 from kgqr_core import connections
 from kgqr_core.connections import basic_authorization
 from kgqr_core.embedder import get_embedder
-from kgqr_core.settings import Settings, get_settings
+from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import free_port, running_proxy
 from kgqr_ops.cli import main
 from kgqr_ops.nginx_front import running_front
@@ -517,7 +517,7 @@ def test_the_proxy_reads_the_nodes_plugins_with_kgqrs_own_account(
 
 
 def test_kgqr_plugin_roles_narrows_a_role_a_cluster_was_first_given(
-    secured: SecuredCredentials, monkeypatch: pytest.MonkeyPatch
+    secured: SecuredCredentials, kgqr_env: Callable[..., None]
 ) -> None:
     """A cluster keeps the roles it was first set up with: one set up before 2026-12-01
     gave kgqr's account `cluster_monitor` until an operator put the role again."""
@@ -529,15 +529,9 @@ def test_kgqr_plugin_roles_narrows_a_role_a_cluster_was_first_given(
     assert put.status_code == 200, put.text
 
     def roles(user: str, password: str, *args: str) -> Result:
-        monkeypatch.setenv("KGQR_OPENSEARCH_URL", secured.url)
-        monkeypatch.setenv("KGQR_OPENSEARCH_CA_CERTS", str(secured.ca_file))
-        monkeypatch.setenv("KGQR_OPENSEARCH_USER", user)
-        monkeypatch.setenv("KGQR_OPENSEARCH_PASSWORD", password)
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(main, ["plugin", "roles", *args])
-        finally:
-            get_settings.cache_clear()
+        kgqr_env(KGQR_OPENSEARCH_URL=secured.url, KGQR_OPENSEARCH_CA_CERTS=str(secured.ca_file),
+                 KGQR_OPENSEARCH_USER=user, KGQR_OPENSEARCH_PASSWORD=password)  # fmt: skip
+        return CliRunner().invoke(main, ["plugin", "roles", *args])
 
     try:
         refused = roles("kgqr", secured.kgqr_password)

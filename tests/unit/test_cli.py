@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,25 +103,19 @@ def test_every_kb_option_refuses_a_bad_name_as_a_usage_error() -> None:
 
 
 def test_a_configuration_mistake_is_one_line_from_any_command(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, kgqr_env: Callable[..., None]
 ) -> None:
-    from kgqr_core.settings import get_settings
-
     config = tmp_path / "kgqr.toml"
     config.write_text('opensearch_ulr = "http://search:9200"\n')
-    monkeypatch.setenv("KGQR_CONFIG", str(config))
-    get_settings.cache_clear()
-    try:
-        for path in (["ingest", "verify"], ["agent", "show"], ["serve"]):
-            args = [*path, "--kb", "movies"] if path[0] != "serve" else path
-            result = CliRunner().invoke(main, args)
-            assert result.exit_code == 1, (path, result.output)
-            assert result.output.startswith("Error: config file ") and "did you mean" in (
-                result.output
-            ), path
-            assert "Traceback" not in result.output
-    finally:
-        get_settings.cache_clear()
+    kgqr_env(KGQR_CONFIG=str(config))
+    for path in (["ingest", "verify"], ["agent", "show"], ["serve"]):
+        args = [*path, "--kb", "movies"] if path[0] != "serve" else path
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1, (path, result.output)
+        assert result.output.startswith("Error: config file ") and "did you mean" in (
+            result.output
+        ), path
+        assert "Traceback" not in result.output
 
 
 def test_every_number_option_has_a_range() -> None:
@@ -165,20 +160,15 @@ def test_a_front_port_in_use_is_one_line_not_a_traceback() -> None:
 
 
 def test_a_store_that_is_not_running_is_one_line_not_a_traceback(
-    monkeypatch: pytest.MonkeyPatch,
+    kgqr_env: Callable[..., None],
 ) -> None:
-    from kgqr_core.settings import get_settings
     from kgqr_ops.background_proxy import free_port
 
     nowhere = free_port()  # nothing listens there
-    monkeypatch.setenv("KGQR_OPENSEARCH_URL", f"http://127.0.0.1:{nowhere}")
-    monkeypatch.setenv("KGQR_REDIS_URL", f"redis://127.0.0.1:{nowhere}/0")
-    get_settings.cache_clear()
-    try:
-        verify = CliRunner().invoke(main, ["ingest", "verify", "--kb", "movies"])
-        status = CliRunner().invoke(main, ["ingest", "status", "some-job"])
-    finally:
-        get_settings.cache_clear()
+    kgqr_env(KGQR_OPENSEARCH_URL=f"http://127.0.0.1:{nowhere}",
+             KGQR_REDIS_URL=f"redis://127.0.0.1:{nowhere}/0")  # fmt: skip
+    verify = CliRunner().invoke(main, ["ingest", "verify", "--kb", "movies"])
+    status = CliRunner().invoke(main, ["ingest", "status", "some-job"])
     assert verify.exit_code == status.exit_code == 1
     assert verify.output.startswith(
         f"Error: OpenSearch could not be reached at http://127.0.0.1:{nowhere}: is it running?"
@@ -187,23 +177,19 @@ def test_a_store_that_is_not_running_is_one_line_not_a_traceback(
 
 
 def test_a_tls_failure_is_told_apart_from_a_store_that_is_down(
-    monkeypatch: pytest.MonkeyPatch,
+    kgqr_env: Callable[..., None],
 ) -> None:
     """https:// to a plain-HTTP server (or a certificate that does not verify) reached
     the server: "is it running?" would send the user the wrong way."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from kgqr_core.settings import get_settings
-
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("KGQR_OPENSEARCH_URL", f"https://127.0.0.1:{server.server_port}")
-    get_settings.cache_clear()
+    kgqr_env(KGQR_OPENSEARCH_URL=f"https://127.0.0.1:{server.server_port}")
     try:
         result = CliRunner().invoke(main, ["ingest", "verify", "--kb", "movies"])
     finally:
-        get_settings.cache_clear()
         server.shutdown()
     assert result.exit_code == 1
     assert "TLS failed ([SSL: WRONG_VERSION_NUMBER]" in result.output
@@ -268,23 +254,17 @@ def test_the_front_and_the_proxy_cannot_share_a_port() -> None:
     assert "Invalid value for --front-port: 9299 is the proxy's port too" in result.output
 
 
-def test_help_and_usage_errors_do_not_read_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_help_and_usage_errors_do_not_read_the_settings(kgqr_env: Callable[..., None]) -> None:
     """With any bad setting, `kgqr kb list --help` and every usage error ended in a
     ConfigurationError traceback."""
-    from kgqr_core.settings import get_settings
-
-    monkeypatch.setenv("KGQR_PROXY_PORT", "abc")
-    get_settings.cache_clear()
-    try:
-        shown = CliRunner().invoke(main, ["kb", "list", "--help"])
-        assert shown.exit_code == 0 and "Usage:" in shown.output, shown.output
-        missing = CliRunner().invoke(main, ["kb", "show"])
-        assert missing.exit_code == 2 and "Missing argument 'NAME'" in missing.output
-        ran = CliRunner().invoke(main, ["kb", "list"])
-        assert ran.exit_code == 1 and "KGQR_PROXY_PORT='abc'" in ran.output
-        assert isinstance(ran.exception, SystemExit)  # a one-line error, no traceback
-    finally:
-        get_settings.cache_clear()
+    kgqr_env(KGQR_PROXY_PORT="abc")
+    shown = CliRunner().invoke(main, ["kb", "list", "--help"])
+    assert shown.exit_code == 0 and "Usage:" in shown.output, shown.output
+    missing = CliRunner().invoke(main, ["kb", "show"])
+    assert missing.exit_code == 2 and "Missing argument 'NAME'" in missing.output
+    ran = CliRunner().invoke(main, ["kb", "list"])
+    assert ran.exit_code == 1 and "KGQR_PROXY_PORT='abc'" in ran.output
+    assert isinstance(ran.exception, SystemExit)  # a one-line error, no traceback
 
 
 def test_the_default_subcommand_takes_options_first_and_a_typo_is_named() -> None:

@@ -5,6 +5,7 @@ API itself is exercised on the secured node (tests/integration/test_secured_acce
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,46 +89,36 @@ def test_checking_puts_nothing_and_a_refused_put_is_said() -> None:
 
 
 def test_a_node_not_up_is_waited_for_then_said_in_one_line(
-    monkeypatch: pytest.MonkeyPatch,
+    kgqr_env: Callable[..., None],
 ) -> None:
-    from kgqr_core.settings import get_settings
     from kgqr_ops.background_proxy import free_port
 
     nowhere = f"http://127.0.0.1:{free_port()}"
-    monkeypatch.setenv("KGQR_OPENSEARCH_URL", nowhere)
-    get_settings.cache_clear()
-    try:
-        result = CliRunner().invoke(main, ["plugin", "roles", "--wait", "1"])
-    finally:
-        get_settings.cache_clear()
+    kgqr_env(KGQR_OPENSEARCH_URL=nowhere)
+    result = CliRunner().invoke(main, ["plugin", "roles", "--wait", "1"])
     assert result.exit_code == 1
     assert f"waiting for OpenSearch at {nowhere} to start" in result.output
     assert f"Error: OpenSearch could not be reached at {nowhere}: is it running?" in result.output
 
 
 def test_a_ca_file_not_there_yet_is_waited_for_and_a_certificate_that_fails_is_not(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    kgqr_env: Callable[..., None], tmp_path: Path
 ) -> None:
     """In compose the CA file is written by the one-shot that secures the node, beside
     this one: waited for. A certificate that does not verify will not start to."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from kgqr_core.settings import get_settings
-
     missing = tmp_path / "root-ca.pem"
     plain = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     threading.Thread(target=plain.serve_forever, daemon=True).start()
     try:
-        monkeypatch.setenv("KGQR_OPENSEARCH_URL", f"https://127.0.0.1:{plain.server_port}")
-        monkeypatch.setenv("KGQR_OPENSEARCH_CA_CERTS", str(missing))
-        get_settings.cache_clear()
+        kgqr_env(KGQR_OPENSEARCH_URL=f"https://127.0.0.1:{plain.server_port}",
+                 KGQR_OPENSEARCH_CA_CERTS=str(missing))  # fmt: skip
         no_ca = CliRunner().invoke(main, ["plugin", "roles", "--wait", "1"])
-        monkeypatch.delenv("KGQR_OPENSEARCH_CA_CERTS")
-        get_settings.cache_clear()
+        kgqr_env(KGQR_OPENSEARCH_CA_CERTS=None)
         not_tls = CliRunner().invoke(main, ["plugin", "roles", "--wait", "600"])
     finally:
-        get_settings.cache_clear()
         plain.shutdown()
         plain.server_close()
     assert no_ca.exit_code == 1

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,14 +81,12 @@ def test_the_llm_is_named_as_the_local_model_it_serves_unless_named_on_purpose(
 
 
 @pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def config(tmp_path: Path, kgqr_env: Callable[..., None]) -> Path:
     """A config file named by KGQR_CONFIG, for the test to write; caches cleared."""
     path = tmp_path / "kgqr.toml"
     path.write_text("")
-    monkeypatch.setenv("KGQR_CONFIG", str(path))
-    get_settings.cache_clear()
-    yield path
-    get_settings.cache_clear()
+    kgqr_env(KGQR_CONFIG=str(path))
+    return path
 
 
 def test_a_config_file_named_but_missing_is_an_error(
@@ -272,18 +270,17 @@ def test_a_service_address_that_is_no_url_is_refused_naming_its_variable(
 
 
 def test_a_urls_password_is_never_repeated_in_an_error(
-    config: Path, monkeypatch: pytest.MonkeyPatch
+    config: Path, kgqr_env: Callable[..., None]
 ) -> None:
     for variable, value in (("KGQR_OPENSEARCH_URL", "http://admin:s3cret@h:9200"),
                             ("KGQR_REDIS_URL", "redis://:s3cret@h:notaport/0"),
                             ("KGQR_REDIS_URL", "redis://:s3cret@[::1:6379/0")):  # fmt: skip
-        monkeypatch.setenv(variable, value)
+        kgqr_env(**{variable: value})
         with pytest.raises(ConfigurationError) as raised:
             get_settings()
         assert "s3cret" not in str(raised.value) and "*****@" in str(raised.value)
-        monkeypatch.delenv(variable)
-        get_settings.cache_clear()
-    monkeypatch.setenv("KGQR_REDIS_URL", "redis://:s3cret@h:6379/0")  # Redis's may hold one
+        kgqr_env(**{variable: None})
+    kgqr_env(KGQR_REDIS_URL="redis://:s3cret@h:6379/0")  # Redis's may hold one
     assert get_settings().redis.url.startswith("redis://:s3cret@h")
 
 
