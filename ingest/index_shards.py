@@ -58,11 +58,19 @@ def _shard_count(client: Any, index: str, name: str) -> int:
     return int(client.search(index=index, body=body)["_shards"]["total"])
 
 
+def one_copy_of(shard: int) -> dict[str, str]:
+    """The search parameters that read one shard from its primary while it is up. With
+    `_shards:N` alone each page of a read may go to another copy, refreshed at another
+    moment (or, under segment replication, behind): a document could be missed or read
+    twice at a page's edge. The primary is also the copy that holds every write."""
+    return {"preference": f"_shards:{shard}|_primary_first"}
+
+
 def shard_search(client: Any, index: str, shard: int, body: dict[str, Any]) -> list[Any]:
     """A search of one shard of `index`, the attached name: through an alias's filter, as
     the team's searches read it (the concrete index's name read around it, copying the
     documents the filter leaves out into the graph)."""
-    hits = client.search(index=index, body=body, params={"preference": f"_shards:{shard}"})
+    hits = client.search(index=index, body=body, params=one_copy_of(shard))
     return list(hits["hits"]["hits"])
 
 
@@ -103,8 +111,8 @@ def counts_between(
     for key, highest in until.items():
         numbers = {"gt": after.get(key, -1), "lte": highest}
         body = {"size": 0, "track_total_hits": True, "query": {"range": {"_seq_no": numbers}}}
-        shard = key.rpartition("/")[2]
-        answer = client.search(index=index, body=body, params={"preference": f"_shards:{shard}"})
+        shard = int(key.rpartition("/")[2])
+        answer = client.search(index=index, body=body, params=one_copy_of(shard))
         counted[key] = int(answer["hits"]["total"]["value"])
     return counted
 
