@@ -87,3 +87,32 @@ def test_an_interval_above_zero_the_randomization_test_does_not_back_is_not_a_wi
     assert shown.low > 0 and shown.p_value == pytest.approx(0.125)
     assert shown.verdict == "not shown to differ"
     assert compare("R@5", "base", base, "graph", lifted).verdict == "not shown to differ"
+
+
+def test_scores_are_paired_by_query_id_not_by_the_order_they_came_in() -> None:
+    """Each side better on one query: no difference, one win and one loss, however each
+    side's scores were inserted (sorting either side by score would show a difference)."""
+    base = {"q1": 1.0, "q2": 0.0}
+    graph = {"q2": 1.0, "q1": 0.0}
+    shown = compare("R@5", "graph", graph, "base", base)
+    assert shown.difference == 0.0 and (shown.wins, shown.losses) == (1, 1)
+
+
+def test_a_run_started_at_a_later_llm_draw_is_compared_to_its_own_base() -> None:
+    """With KGQR_LLM_SAMPLE=1 every run is labelled from "#2" on, base's too: the report
+    looked for a run called "base", found none, and carried no comparison at all."""
+    from workbench.evaluation.runner import EvalReport, QueryResult, StrategyReport
+
+    def results(strategy: str, recall: list[float]) -> list[QueryResult]:
+        return [QueryResult(f"q{n}", strategy, [], 0.1, {"R@5": r}, sample=1)
+                for n, r in enumerate(recall)]  # fmt: skip
+
+    base, graph = results("base", [0.0] * 10), results("graph", [1.0] * 10)
+    report = EvalReport(
+        {"baseline": "base"},
+        [StrategyReport.of("base", base, sample=1), StrategyReport.of("graph", graph, sample=1)],
+        [*base, *graph],
+    )
+    [compared] = report.comparisons(["R@5"])
+    assert (compared.strategy, compared.baseline) == ("graph #2", "base #2")
+    assert compared.verdict == "better"

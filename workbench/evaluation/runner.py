@@ -95,12 +95,13 @@ class EvalReport:
 
     def comparisons(self, metrics: Sequence[str] = METRIC_NAMES) -> list[PairedComparison]:
         """Every run against the baseline the config names, paired by query (none when
-        the baseline was not run)."""
-        runs = self.per_query()
+        the baseline was not run). Against its first draw: a run started at a later draw
+        of the LLM's answers (KGQR_LLM_SAMPLE=1) labels every run from "#2" on, base's too."""
         baseline = self.config.get("baseline")
-        if baseline not in runs:
+        draws = sorted(s.sample for s in self.strategies if s.strategy == baseline)
+        if baseline is None or not draws:
             return []
-        return compare_runs(runs, baseline, metrics)
+        return compare_runs(self.per_query(), sample_label(baseline, draws[0]), metrics)
 
     def to_json(self) -> dict[str, Any]:
         spread = sample_spread(self.strategies)
