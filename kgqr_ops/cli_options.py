@@ -111,13 +111,14 @@ def strategy_names(value: str, option: str, single: bool = False) -> list[str]:
 def strategy_params(
     values: tuple[str, ...], strategy: str | None = None, param_hint: str = "--param"
 ) -> dict[str, float]:
-    """NAME=NUMBER pairs as strategy parameters (of `strategy`, or of any), each checked
-    against its range as a request would be, else a usage error."""
+    """NAME=NUMBER pairs as strategy parameters (those `strategy` reads, the common ones
+    among them, or those any reads), each checked against its range as a request would
+    be, else a usage error."""
     from query_rewriter.engine.errors import RewriteRequestError
     from query_rewriter.strategies import ALL_PARAMS, STRATEGIES
     from query_rewriter.strategies.params import request_params
 
-    declared = ALL_PARAMS if strategy is None else STRATEGIES[strategy].params
+    declared = ALL_PARAMS if strategy is None else STRATEGIES[strategy].readable_params
     known = {param.name for param in declared} | {str(param.legacy) for param in declared}
     params = {}
     valid = ", ".join(sorted(param.name for param in declared)) or "none"

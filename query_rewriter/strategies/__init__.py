@@ -18,7 +18,7 @@ from query_rewriter.strategies.graph.walk import GraphWalk
 from query_rewriter.strategies.knowledge.kar import KnowledgeAwareRewrite
 from query_rewriter.strategies.knowledge.kar_stages import IndexEntityLinker, NameSimilarity
 from query_rewriter.strategies.knowledge.kgcqr import ContextualQueryRetrieval
-from query_rewriter.strategies.params import COMMON, Param
+from query_rewriter.strategies.params import Param
 from query_rewriter.strategies.plain import PlainQuery
 
 STRATEGIES: dict[str, Strategy] = {
@@ -71,7 +71,7 @@ def menu() -> str:
 
 # Every parameter some strategy reads, once (what `kgqr eval --param` accepts).
 ALL_PARAMS: tuple[Param, ...] = tuple(
-    {p.name: p for s in STRATEGIES.values() for p in (*COMMON, *s.params)}.values()
+    {p.name: p for s in STRATEGIES.values() for p in s.readable_params}.values()
 )
 
 # `kar+boost` arrives as "kar boost" when a client forgets to URL-encode the "+".

@@ -39,6 +39,11 @@ class Strategy(abc.ABC):
     reads_graph = False
 
     @property
+    def readable_params(self) -> tuple[Param, ...]:
+        """Every request parameter it takes: the common ones and its own."""
+        return (*COMMON, *self.params)
+
+    @property
     def uses_llm(self) -> bool:
         """Its uncached rewrites wait on the LLM, so they are budgeted (KGQR_REWRITE_BUDGET_MS)."""
         return self.llm_calls > 0
@@ -54,7 +59,7 @@ class Strategy(abc.ABC):
 
     def declared(self) -> frozenset[str]:
         """The parameter and setting names its context may read."""
-        names = (*(p.name for p in (*COMMON, *self.params)), *CONTEXT_SETTINGS, *self.settings)
+        names = (*(p.name for p in self.readable_params), *CONTEXT_SETTINGS, *self.settings)
         return frozenset(names)
 
     def config(self, values: Mapping[str, float], settings: Settings) -> dict[str, Any]:
@@ -62,6 +67,6 @@ class Strategy(abc.ABC):
         (the request's value, else its setting's), each declared setting, the models."""
         return {
             "strategy": self.name,
-            "params": {p.name: param_value(p, values, settings) for p in (*COMMON, *self.params)},
+            "params": {p.name: param_value(p, values, settings) for p in self.readable_params},
             "settings": settings.values({*CONTEXT_SETTINGS, *self.settings}),
         }

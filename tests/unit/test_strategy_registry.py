@@ -136,3 +136,18 @@ def test_each_models_auto_default_is_an_llm_free_strategy_and_the_tune_page_read
     assert default_strategy("embeddinggemma-300m") == "graph"
     assert default_strategy(None) == default_strategy("/a/folder") == "base"
     assert preselected("auto") == ["base", RECOMMENDED]
+
+
+def test_a_kbs_default_takes_the_parameters_every_strategy_reads() -> None:
+    """`kgqr kb set-default shop base --param hybrid.bm25=0.3` was refused ("NAME one of
+    none"), though the proxy takes it in a default and `kgqr eval` in a run; a parameter
+    no strategy of the name reads still is."""
+    import click
+
+    from kgqr_ops.cli_options import strategy_params
+
+    assert strategy_params(("hybrid.bm25=0.3",), "base") == {"hybrid.bm25": 0.3}
+    assert strategy_params(("knn.k=50", "graph.weight=0.4"), "graph") == {
+        "knn.k": 50.0, "graph.weight": 0.4}  # fmt: skip
+    with pytest.raises(click.BadParameter, match=r"hybrid\.bm25"):
+        strategy_params(("kar.k=3",), "graph")

@@ -18,7 +18,6 @@ import numpy as np
 from plugin.field_map import FieldMap
 from plugin.schema import documents_index
 from query_rewriter.strategies import STRATEGIES
-from query_rewriter.strategies.params import COMMON
 from workbench.evaluation.graph_copy_wait import wait_for_graph_copy
 from workbench.evaluation.metrics import (
     METRIC_NAMES,
@@ -178,7 +177,7 @@ class EvalTarget:
 def read_by(strategy: str, params: Mapping[str, float]) -> dict[str, float]:
     """The parameters `strategy` reads (its own and the common ones, by name or old name):
     a run comparing strategies, or a sweep's baseline, sends none a strategy would refuse."""
-    readable = [*COMMON, *STRATEGIES[strategy].params] if strategy in STRATEGIES else []
+    readable = STRATEGIES[strategy].readable_params if strategy in STRATEGIES else ()
     names = {param.name for param in readable} | {param.legacy for param in readable}
     return {name: value for name, value in params.items() if name in names}
 
