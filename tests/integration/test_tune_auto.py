@@ -135,7 +135,8 @@ def test_judged_queries_that_favour_nothing_keep_base(
 ) -> None:
     """Each document of the movie KB asked for by its title (and each movie by its plot):
     base finds it first already, so nothing can beat it. Eleven queries: on fewer than
-    ten, tune auto records nothing at all."""
+    ten, tune auto records nothing at all. Base is recorded with the --param it was scored
+    with (it was recorded without, and served at a setting never scored)."""
     documents = (FIXTURES / "tiny_kb" / "documents.jsonl").read_text().splitlines()
     judged = []
     for document in map(json.loads, documents):
@@ -148,13 +149,16 @@ def test_judged_queries_that_favour_nothing_keep_base(
         "".join(json.dumps({"id": f"q{n}", **q}) + "\n" for n, q in enumerate(judged))
     )
     output = _kgqr("tune", "auto", "--kb", PLAIN_KB, "--queries", f"jsonl:{queries}",
-                   "--proxy", proxy, "--out", str(tmp_path / "out"))  # fmt: skip
+                   "--param", "knn.k=40", "--proxy", proxy,
+                   "--out", str(tmp_path / "out"))  # fmt: skip
     meta = kb_meta.load(opensearch, PLAIN_KB)
     assert meta is not None and meta.default is not None
     assert meta.default.strategy == "base" and "no setting beat base" in meta.default.reason
+    assert meta.default.params == {"knn.k": 40.0}
     assert "no setting beat base" in output
     explain = _served(proxy, PLAIN_KB, "professional bank robbers", meta.default.version)
     assert explain["strategy"] == "base" and explain["default"]["strategy"] == "base"
+    assert explain["default"]["params"] == {"knn.k": 40.0}
 
 
 def test_set_default_refuses_what_a_strategy_does_not_read_and_unknown_versions(

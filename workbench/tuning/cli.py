@@ -113,17 +113,20 @@ def auto(
                    f"{compared.as_text()}")  # fmt: skip
     click.echo(f"best on all queries: {decision.best_overall.name}")
     click.echo(decision.reason())
-    evidence = {**decision.evidence(), "judged_from": queries,
-                "config": run_config(settings, kb=kb, folds=folds)}  # fmt: skip
+    config = run_config(settings, kb=kb, folds=folds, params=options.params)
+    evidence = {**decision.evidence(), "judged_from": queries, "config": config}
     (folder / "tune-auto.json").write_text(json.dumps(evidence, indent=1) + "\n")
     if dry_run or decision.promoted is None:
         click.echo(f"{'dry run: ' if dry_run else ''}no default recorded")
         return
     from kgqr_core import connections
+    from workbench.evaluation.runner import read_by
 
+    # As it was scored: --param's values under the setting's own.
+    promoted = decision.promoted
+    params = read_by(promoted.strategy, {**options.params, **promoted.params})
     chosen = kb_meta.set_default(
-        connections.opensearch_client(settings), kb, decision.promoted.strategy,
-        dict(decision.promoted.params), decision.reason(),
+        connections.opensearch_client(settings), kb, promoted.strategy, params, decision.reason(),
         kb_meta.set_by("kgqr tune auto", settings.opensearch.user), evidence,
     )  # fmt: skip
     click.echo(f"{kb}: default {chosen.describe()}")
