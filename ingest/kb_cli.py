@@ -216,6 +216,7 @@ def show(name: str) -> None:
     """A knowledge base's record: its field map, structure, model, its graph's copy in
     OpenSearch, and the versions of its default strategy (the last one is served)."""
     from ingest import graph_projection
+    from query_rewriter.search.plan import default_problem
 
     client = _client()
     meta = _meta(client, name)
@@ -234,7 +235,10 @@ def show(name: str) -> None:
         click.echo("default:     none of its own: the proxy's KGQR_REWRITE_DEFAULT_STRATEGY "
                    f"(`auto`, the default, gives this KB {auto})")  # fmt: skip
     for version in meta.defaults:
-        current = " (served)" if version is meta.default else ""
+        current = ""
+        if version is meta.default:
+            problem = default_problem(version)
+            current = " (served)" if problem is None else f" (not served: {problem})"
         click.echo(f"default {version.describe()}, by {version.set_by} at {version.set_at}"
                    f"{current}")  # fmt: skip
 
@@ -285,6 +289,7 @@ def set_default(
     """
     from kgqr_ops.cli_options import strategy_names, strategy_params
     from plugin import kb_meta
+    from query_rewriter.search.plan import default_problem
 
     if to_version is not None and not rollback:  # else silently a new version, not that one
         raise click.UsageError("--to-version goes with --rollback")
@@ -295,7 +300,7 @@ def set_default(
             if strategy or params or (rollback and clear):
                 raise click.UsageError("--rollback and --clear take no STRATEGY, --param or other")
             chosen = (
-                kb_meta.roll_back_default(client, name, to_version, by)
+                kb_meta.roll_back_default(client, name, to_version, by, default_problem)
                 if rollback
                 else kb_meta.set_default(client, name, None, {}, reason, by)
             )
@@ -305,7 +310,7 @@ def set_default(
             [strategy] = strategy_names(strategy, "STRATEGY", single=True)
             values = strategy_params(params, strategy)
             chosen = kb_meta.set_default(client, name, strategy, values, reason, by)
-    except kb_meta.NoSuchDefault as exc:
+    except (kb_meta.NoSuchDefault, kb_meta.UnusableDefault) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{name}: default {chosen.describe()}")
 

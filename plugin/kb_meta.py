@@ -55,6 +55,9 @@ class KbDefault(BaseModel):
     set_by: str
     set_at: str
     evidence: dict[str, Any] | None = None
+    # A rollback's: the version it repeats, so a second rollback goes on to the one before
+    # that version, not back to the version the first rolled back from.
+    restores: int | None = None
 
     def describe(self) -> str:
         params = " ".join(f"{name}={value:g}" for name, value in sorted(self.params.items()))
@@ -182,6 +185,7 @@ def next_default(
     reason: str,
     set_by: str,
     evidence: dict[str, Any] | None = None,
+    restores: int | None = None,
 ) -> tuple[KbDefault, dict[str, Any]]:
     """The KB's next default version, and the partial update of its kgqr-meta document
     that records it (earlier versions stay, for a rollback and for the record)."""
@@ -189,6 +193,7 @@ def next_default(
     chosen = KbDefault(
         version=len(meta.defaults) + 1, strategy=strategy, params=params, reason=reason,
         set_by=set_by, set_at=now.isoformat(timespec="seconds"), evidence=evidence,
+        restores=restores,
     )  # fmt: skip
     history = [d.model_dump() for d in [*meta.defaults, chosen]]
     return chosen, {"doc": {"defaults": history, "updated": now.isoformat()}}
@@ -209,22 +214,45 @@ def set_default(
     return _record_default(client, kb, lambda _meta: chosen, set_by)
 
 
-def roll_back_default(client: Any, kb: str, to_version: int | None, set_by: str) -> KbDefault:
-    """A new version that repeats an earlier one (by default the one before the current):
-    a rollback is recorded, not a rewrite of history. The current version is the one the
-    rollback is written over: read before another landed, it was the one rolled back to."""
+class UnusableDefault(ValueError):
+    """A rollback to a version this kgqr cannot run (its proxy would serve its own
+    default in its place)."""
+
+
+def roll_back_default(
+    client: Any,
+    kb: str,
+    to_version: int | None,
+    set_by: str,
+    problem_of: Callable[[KbDefault], str | None] = lambda _: None,
+) -> KbDefault:
+    """A new version that repeats an earlier one: a rollback is recorded, not a rewrite of
+    history. By default the one before the current, or, where the current is a rollback,
+    the one before the version it repeats: rollbacks one after another step back through
+    the history, as undo does. The current version is the one the rollback is written
+    over: read before another landed, it was the one rolled back from. `problem_of`: why
+    this kgqr could not serve a version, refused (UnusableDefault) rather than recorded."""
 
     def earlier_of(meta: KnowledgeBaseMeta) -> DefaultChoice:
         if not meta.defaults:
             raise NoSuchDefault(f"{kb!r} has no default to roll back")
-        wanted = meta.defaults[-1].version - 1 if to_version is None else to_version
-        earlier = next((d for d in meta.defaults if d.version == wanted), None)
-        if earlier is None:
+        by_version = {d.version: d for d in meta.defaults}
+        current = meta.defaults[-1]
+        standing_for = by_version.get(current.restores or 0, current)
+        wanted = standing_for.version - 1 if to_version is None else to_version
+        if wanted not in by_version:
+            if to_version is None:
+                raise NoSuchDefault(f"{kb!r}'s default stands for v{standing_for.version}, "
+                                    "its first: nothing earlier to roll back to")  # fmt: skip
             known = ", ".join(f"v{d.version}" for d in meta.defaults)
             raise NoSuchDefault(f"{kb!r} has no default v{wanted} (it has {known})")
-        return DefaultChoice(earlier.strategy, earlier.params,
-                             f"rollback to v{earlier.version} ({earlier.reason})",
-                             earlier.evidence)  # fmt: skip
+        original = by_version.get(by_version[wanted].restores or 0, by_version[wanted])
+        if (problem := problem_of(original)) is not None:
+            raise UnusableDefault(f"{kb!r}'s default v{original.version} is not one this "
+                                  f"kgqr runs ({problem}): not rolled back to")  # fmt: skip
+        return DefaultChoice(original.strategy, original.params,
+                             f"rollback to v{original.version} ({original.reason})",
+                             original.evidence, restores=original.version)  # fmt: skip
 
     return _record_default(client, kb, earlier_of, set_by)
 
@@ -235,6 +263,7 @@ class DefaultChoice:
     params: dict[str, float]
     reason: str
     evidence: dict[str, Any] | None
+    restores: int | None = None
 
 
 def _record_default(
@@ -252,7 +281,7 @@ def _record_default(
         meta = KnowledgeBaseMeta.model_validate(found["_source"])
         choice = choose(meta)
         chosen, update = next_default(meta, choice.strategy, choice.params, choice.reason,
-                                      set_by, choice.evidence)  # fmt: skip
+                                      set_by, choice.evidence, choice.restores)  # fmt: skip
         numbered_from = {"if_seq_no": found["_seq_no"], "if_primary_term": found["_primary_term"]}
         try:
             client.update(index=META_INDEX, id=kb, body=update, refresh=True, **numbered_from)

@@ -599,21 +599,25 @@ def plan_search(
     )
 
 
-def _unusable_default(kb_default: KbDefault) -> str | None:
-    """Why this kgqr cannot run the KB's recorded default, if it cannot: one a newer kgqr
+def default_problem(kb_default: KbDefault) -> str | None:
+    """Why this kgqr cannot run a recorded default, if it cannot: one a newer kgqr
     recorded (a strategy or parameter it added, during a rolling upgrade or after a
-    rollback) made every search that named no strategy a 400. Such searches get the
-    proxy's own default instead, and say so."""
+    rollback) made every search that named no strategy a 400."""
     if kb_default.strategy is None:
         return None
     if (known := known_strategy(kb_default.strategy)) is None:
-        problem = f"unknown strategy [{kb_default.strategy}]"
-    else:
-        try:
-            request_params(STRATEGIES[known].params, kb_default.params)
-            return None
-        except RewriteRequestError as exc:
-            problem = exc.reason
+        return f"unknown strategy [{kb_default.strategy}]"
+    try:
+        request_params(STRATEGIES[known].params, kb_default.params)
+    except RewriteRequestError as exc:
+        return exc.reason
+    return None
+
+
+def _unusable_default(kb_default: KbDefault) -> str | None:
+    """Such a default's searches get the proxy's own default instead, and say so."""
+    if (problem := default_problem(kb_default)) is None:
+        return None
     return (
         f"the knowledge base's default (version {kb_default.version}) is not one this kgqr "
         f"runs ({problem}): the proxy's own default served the search"

@@ -58,50 +58,90 @@ def test_a_record_keeps_what_a_newer_kgqr_wrote_into_it() -> None:
     assert client.source["defaults"][0]["gate"] == 0.4
 
 
+def _default(version: int, strategy: str, **more: Any) -> dict[str, Any]:
+    return {"version": version, "strategy": strategy, "reason": f"r{version}", "set_by": "s",
+            "set_at": "t", **more}  # fmt: skip
+
+
+class _MetaIndices:
+    def put_index_template(self, name: str, body: dict[str, Any]) -> None: ...
+    def exists(self, index: str) -> bool:
+        return False
+
+
+class Defaults(OneRecord):
+    """kgqr-meta holding one knowledge base's record, its defaults written by update."""
+
+    indices = _MetaIndices()
+    seq_no = 1
+
+    def __init__(self, defaults: list[dict[str, Any]]) -> None:
+        meta = kb_meta.KnowledgeBaseMeta(kb="team", structure=kb_meta.DocumentStructure(),
+                                         embedder="m", dimension=4)  # fmt: skip
+        super().__init__({**meta.model_dump(mode="json"), "defaults": defaults})
+
+    def exists(self, index: str, id: str) -> bool:
+        return True
+
+    def get(self, index: str, id: str) -> dict[str, Any]:
+        return {"_source": self.source, "_seq_no": self.seq_no, "_primary_term": 1}
+
+    def update(self, index: str, id: str, body: dict[str, Any], if_seq_no: int,
+               **kwargs: Any) -> None:  # fmt: skip
+        self.source = {**self.source, **body["doc"]}
+        self.seq_no += 1
+
+
 def test_a_rollback_rolls_back_the_version_it_is_written_over() -> None:
     """It chose the version to restore from its first read: with another landed before
     its write, it restored the version before the one it had read as current, not the
     one before the current it was written over."""
     from opensearchpy.exceptions import ConflictError
 
-    def default(version: int, strategy: str) -> dict[str, Any]:
-        return {"version": version, "strategy": strategy, "reason": "r", "set_by": "s",
-                "set_at": "t"}  # fmt: skip
-
-    class Indices:
-        def put_index_template(self, name: str, body: dict[str, Any]) -> None: ...
-        def exists(self, index: str) -> bool:
-            return False
-
-    class Racing(OneRecord):
-        """kgqr-meta where a set-default lands between the rollback's first read and write."""
-
-        indices = Indices()
-        seq_no = 1
-
-        def exists(self, index: str, id: str) -> bool:
-            return True
-
-        def get(self, index: str, id: str) -> dict[str, Any]:
-            return {"_source": self.source, "_seq_no": self.seq_no, "_primary_term": 1}
+    class Racing(Defaults):
+        """A set-default lands between the rollback's first read and write."""
 
         def update(self, index: str, id: str, body: dict[str, Any], if_seq_no: int,
                    **kwargs: Any) -> None:  # fmt: skip
             if self.seq_no == 1:  # the set-default lands first
-                landed = [*self.source["defaults"], default(3, "base")]
-                self.source = {**self.source, "defaults": landed}
+                self.source = {
+                    **self.source,
+                    "defaults": [*self.source["defaults"], _default(3, "base")],
+                }
                 self.seq_no = 2
             if if_seq_no != self.seq_no:
                 raise ConflictError(409, "version_conflict_engine_exception", {})
-            self.source = {**self.source, **body["doc"]}
+            super().update(index, id, body, if_seq_no)
 
-    meta = kb_meta.KnowledgeBaseMeta(kb="team", structure=kb_meta.DocumentStructure(),
-                                     embedder="m", dimension=4)  # fmt: skip
-    stored = meta.model_dump(mode="json")
-    stored["defaults"] = [default(1, "graph"), default(2, "graph_walk")]
-    client = Racing(stored)
+    client = Racing([_default(1, "graph"), _default(2, "graph_walk")])
     rolled = kb_meta.roll_back_default(client, "team", None, "test")
     assert (rolled.version, rolled.strategy) == (4, "graph_walk")  # v3's predecessor
+
+
+def test_rollbacks_one_after_another_step_back_through_the_history() -> None:
+    """v1 A, v2 B, v3 C: the first rollback served B as v4; the second rolled back v4,
+    to v3, and served C, the default rolled back from, again."""
+    client = Defaults([_default(1, "base"), _default(2, "graph"), _default(3, "graph_walk")])
+    first = kb_meta.roll_back_default(client, "team", None, "test")
+    assert (first.version, first.strategy, first.restores) == (4, "graph", 2)
+    second = kb_meta.roll_back_default(client, "team", None, "test")
+    assert (second.version, second.strategy, second.restores) == (5, "base", 1)
+    assert second.reason == "rollback to v1 (r1)"
+    with pytest.raises(kb_meta.NoSuchDefault, match="stands for v1, its first"):
+        kb_meta.roll_back_default(client, "team", None, "test")
+    again = kb_meta.roll_back_default(client, "team", 4, "test")  # v4 repeats v2
+    assert (again.strategy, again.restores, again.reason) == ("graph", 2, "rollback to v2 (r2)")
+
+
+def test_a_rollback_to_a_default_this_kgqr_cannot_run_is_refused_not_recorded() -> None:
+    """It was recorded, and the proxy then served its own default in its place, while
+    `kb show` called the recorded one served."""
+    from query_rewriter.search.plan import default_problem
+
+    client = Defaults([_default(1, "graph", params={"graph.weight": 5.0}), _default(2, "base")])
+    with pytest.raises(kb_meta.UnusableDefault, match=r"v1 is not one this kgqr runs \("):
+        kb_meta.roll_back_default(client, "team", None, "test", default_problem)
+    assert len(client.source["defaults"]) == 2
 
 
 def test_a_merged_structure_keeps_what_a_newer_kgqr_wrote_into_it() -> None:
