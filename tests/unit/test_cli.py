@@ -226,6 +226,20 @@ def test_strategy_and_dataset_names_are_checked_before_anything_runs(
     assert said in result.output
 
 
+def test_a_sweep_naming_one_knowledge_base_twice_is_refused_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    """Its points and baselines are kept by KB: the second set's baseline replaced the
+    first's, whose points were then compared with it by id (other questions, same ids)."""
+    judged = tmp_path / "judged.jsonl"
+    judged.write_text('{"id": "1", "query": "q", "relevant": ["d"]}\n')
+    dataset = f"m=jsonl:{judged}"
+    result = CliRunner().invoke(main, ["eval", "sweep", "--dataset", dataset, "--dataset",
+                                       dataset, "--strategy", "base"])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --dataset: m is named twice" in result.output
+
+
 def test_a_bad_line_in_the_agents_questions_is_a_usage_error(tmp_path: Path) -> None:
     """It was a QuerySetError traceback, after connecting to OpenSearch."""
     train = tmp_path / "train.jsonl"

@@ -459,6 +459,11 @@ def sweep(
         if not sep:
             raise click.BadParameter(f"{item!r}: expected KB=QUERY_SET", param_hint="--dataset")
         checked_kb_name(kb, param_hint="--dataset")
+        if any(earlier.kb == kb for earlier in loaded):
+            # Points, baselines and checkpoints are kept by KB: a second set would be
+            # scored against the first's baseline, pairing other questions by id.
+            twice = f"{kb} is named twice: one query set a knowledge base (join the files)"
+            raise click.BadParameter(twice, param_hint="--dataset")
         loaded.append(
             Dataset(
                 name=kb,
