@@ -144,3 +144,25 @@ def test_a_promotion_and_a_set_default_at_once_both_land_as_consecutive_versions
     assert chosen.version == 3
     assert [(d["version"], d["strategy"]) for d in engine.source["defaults"]] == [
         (1, "graph"), (2, "base"), (3, "graph_walk")]  # fmt: skip
+
+
+def test_what_is_promoted_is_judged_on_held_out_scores_not_on_all_queries() -> None:
+    """Five settings, each better than base on one fold's six questions alone: on all 30
+    queries each is shown better (6 wins, no loss, p = 2/64), but chosen on the other folds
+    every fold's pick is one that gains nothing on it. Held out, nothing beats base."""
+    from workbench.evaluation.cross_validation import folds_of
+    from workbench.evaluation.significance import compare
+
+    queries = [f"q{i:02d}" for i in range(30)]
+    folds = folds_of(queries, 5)
+    base = {q: _scores(0.0, 1.0) for q in queries}
+    lucky = {StrategySetting("graph", (("graph.weight", 0.1 * (j + 1)),)):
+             {q: _scores(1.0 if q in fold else 0.0, 1.0) for q in queries}
+             for j, fold in enumerate(folds)}  # fmt: skip
+    first = next(iter(lucky))
+    recall = {q: s["R@5"] for q, s in lucky[first].items()}
+    assert compare("R@5", "lucky", recall, "base", {q: 0.0 for q in queries}).verdict == "better"
+    decision = decide({BASE: base, **lucky}, "R@5", folds=5)
+    assert decision.best_overall == first
+    assert decision.promoted == BASE and not decision.beats_base
+    assert decision.validated.mean("R@5") == 0.0
