@@ -506,6 +506,7 @@ def reembed(kb: str, model: str, restart: bool) -> None:
     from ingest import reembed as reembedding
     from kgqr_core import connections
     from kgqr_core.embedder import get_embedder
+    from plugin import kb_meta
 
     settings = get_settings()
     opensearch = connections.opensearch_client(settings)
@@ -533,6 +534,9 @@ def reembed(kb: str, model: str, restart: bool) -> None:
     for copy in done.copies:
         click.echo(f"{copy.name} -> {copy.target} ({copy.copied} documents)")
     click.echo(f"{kb} now holds vectors of {model} ({embedder.dimension} dimensions)")
+    meta = kb_meta.load(opensearch, kb)
+    if meta is not None and meta.default and (told := meta.default.other_vectors(meta.embedder)):
+        click.echo(f"its default {told}", err=True)
 
 
 @ingest.command()

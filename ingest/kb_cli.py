@@ -241,6 +241,8 @@ def show(name: str) -> None:
             current = " (served)" if problem is None else f" (not served: {problem})"
         click.echo(f"default {version.describe()}, by {version.set_by} at {version.set_at}"
                    f"{current}")  # fmt: skip
+    if meta.default is not None and (told := meta.default.other_vectors(meta.embedder)):
+        click.echo(f"  note: {told}")
 
 
 @kb.command("set-default")

@@ -58,6 +58,18 @@ class KbDefault(BaseModel):
     # A rollback's: the version it repeats, so a second rollback goes on to the one before
     # that version, not back to the version the first rolled back from.
     restores: int | None = None
+    # The model of the vectors the KB held when it was set (None: set before kgqr kept
+    # it). What beats base depends on them (the global default differs by model): a
+    # default chosen on MiniLM's may not hold once `kgqr ingest reembed` gives it Gemma's.
+    embedder: str | None = None
+
+    def other_vectors(self, now: str) -> str | None:
+        """What to tell of a default set on another model's vectors than the KB's `now`."""
+        if self.embedder is None or self.embedder == now:
+            return None
+        return (f"v{self.version} was set when the KB held {self.embedder}'s vectors, and it "
+                f"holds {now}'s now: run `kgqr tune auto` again, or `kgqr kb set-default "
+                "--clear` for the proxy's default")  # fmt: skip
 
     def describe(self) -> str:
         params = " ".join(f"{name}={value:g}" for name, value in sorted(self.params.items()))
@@ -193,7 +205,7 @@ def next_default(
     chosen = KbDefault(
         version=len(meta.defaults) + 1, strategy=strategy, params=params, reason=reason,
         set_by=set_by, set_at=now.isoformat(timespec="seconds"), evidence=evidence,
-        restores=restores,
+        restores=restores, embedder=meta.embedder,
     )  # fmt: skip
     history = [d.model_dump() for d in [*meta.defaults, chosen]]
     return chosen, {"doc": {"defaults": history, "updated": now.isoformat()}}

@@ -13,12 +13,14 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from ingest import reembed
 from ingest.kb_removal import drop_knowledge_base
 from kgqr_core.embedder import Embedder, get_embedder
 from kgqr_core.settings import Settings
 from kgqr_ops.background_proxy import running_proxy
+from kgqr_ops.cli import main
 from plugin import kb_meta, schema
 from tests.integration.ingest_helpers import TINY_KB, document_ids, enqueue_source, ingested
 from tests.integration.search_helpers import explained_search
@@ -83,6 +85,8 @@ def test_reembedding_swaps_models_while_searches_answer(
     index = schema.documents_index(tiny_kb)
     before = document_ids(opensearch, tiny_kb)
     old_index = reembed.concrete_index(opensearch, index)
+    # Chosen on the old vectors: `kb show` says so once the KB holds others.
+    chosen = kb_meta.set_default(opensearch, tiny_kb, "base", {}, "nothing beat base", "test")
     gemma = get_embedder(GEMMA)
     searches_per_batch: list[int] = []
     with running_proxy(settings) as url, searching(url, opensearch, index) as loop:
@@ -107,6 +111,9 @@ def test_reembedding_swaps_models_while_searches_answer(
     meta = kb_meta.load(opensearch, tiny_kb)
     assert meta is not None and (meta.embedder, meta.dimension) == (GEMMA, 768)
     assert reembed.in_progress(redis_client, tiny_kb) is None
+    shown = CliRunner().invoke(main, ["kb", "show", tiny_kb])
+    assert (f"note: v1 was set when the KB held {chosen.embedder}'s vectors, and it holds "
+            f"{GEMMA}'s now") in shown.output, shown.output  # fmt: skip
 
     # The new vectors are Gemma's: its query for a plot finds that movie first.
     vector = gemma.encode_queries(["a cab driver held hostage by a hit man"])[0].tolist()

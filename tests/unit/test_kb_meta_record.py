@@ -151,3 +151,15 @@ def test_a_merged_structure_keeps_what_a_newer_kgqr_wrote_into_it() -> None:
     merged = stored.merge(kb_meta.DocumentStructure(types={"person": ["name"]}))
     assert merged.model_dump()["aliases"] == {"film": "movie"}
     assert set(merged.types) == {"movie", "person"}
+
+
+def test_a_default_remembers_the_vectors_it_was_set_on_and_tells_once_they_change() -> None:
+    """`tune auto` chose on the KB's vectors; after `kgqr ingest reembed` moved the KB to
+    another model its default went on overriding `auto`'s choice for that model, unsaid."""
+    client = Defaults([])
+    chosen = kb_meta.set_default(client, "team", "base", {}, "nothing beat base", "test")
+    assert chosen.embedder == "m" and chosen.other_vectors("m") is None
+    told = chosen.other_vectors("embeddinggemma-300m")
+    assert told is not None and "held m's vectors, and it holds embeddinggemma-300m's" in told
+    older = kb_meta.KbDefault.model_validate(_default(1, "graph"))  # before kgqr kept it
+    assert older.other_vectors("m") is None

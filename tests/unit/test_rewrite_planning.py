@@ -128,6 +128,7 @@ def test_a_search_naming_no_strategy_gets_its_knowledge_bases_own_default() -> N
         "version": 3, "strategy": "graph_walk", "params": {"graph.weight": 0.4},
         "reason": "tune auto", "set_by": "kgqr tune auto", "set_at": "2026-11-27",
         "restores": None,  # the version a rollback repeats
+        "embedder": None,  # the KB's vectors' model when it was set
     }  # fmt: skip
     # A newer kgqr's fields, kept in the record, are not shown.
     newer = KbDefault.model_validate({**walk.model_dump(), "approved_by": "someone"})
