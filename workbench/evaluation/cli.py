@@ -453,7 +453,7 @@ def sweep(
     [strategy] = strategy_names(strategy, "--strategy", single=True)
     [baseline] = strategy_names(baseline, "--baseline", single=True)
     values = _parse_grid(grid, strategy)
-    loaded = []
+    loaded: list[Dataset] = []
     for item in datasets:
         kb, sep, spec = item.partition("=")
         if not sep:
